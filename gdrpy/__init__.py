@@ -1,0 +1,61 @@
+"""gdrpy: low-latency CPU<->GPU copies through BAR1 mappings.
+
+    import gdrpy
+    with gdrpy.open(device=0) as ctx:             # backend="auto": a real GPU backend
+        buf = gdrpy.memory.alloc(4096, ctx=ctx)    # or a CuPy array / torch CUDA tensor
+        with ctx.pin(buf) as pin, pin.map() as m:
+            m.write(0, b"tick")                    # CPU stores into GPU memory
+            m.read(0, 4)
+
+Backends: ``nvrm`` (the NVIDIA driver's own interface, no kernel module),
+``gdrdrv`` (NVIDIA's gdrdrv module), ``dmabuf``, and ``sim`` (host memory
+standing in for a GPU; chosen only when asked for with ``backend="sim"`` or
+``GDRPY_BACKEND=sim``, and always reported as such).
+"""
+
+from __future__ import annotations
+
+import os as _os
+
+from . import errors
+from ._core import (Context, Mapping, Pin, backend_names, copy_isa, copy_isa_available,
+                    probe, set_copy_isa, version as _core_version)
+from .errors import *  # noqa: F401,F403
+
+__version__ = "0.1.0"
+
+__all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
+           "backend_names", "copy_isa", "copy_isa_available", "set_copy_isa",
+           "library_version", "libdir", "put", "get", "Transfer"] + list(errors.__all__)
+
+
+def open(device: int = 0, backend: str | None = None) -> Context:  # noqa: A001
+    """Open GPU ``device`` with ``backend`` (default: ``$GDRPY_BACKEND`` or
+    ``"auto"``, which picks the first real GPU backend that works and never
+    ``sim``).  Raises BackendUnavailableError naming why each backend failed."""
+    if backend is None:
+        backend = _os.environ.get("GDRPY_BACKEND") or "auto"
+    return Context(device, backend)
+
+
+def library_version() -> str:
+    """Version of the C library (libgdrpy) inside the extension."""
+    return _core_version()
+
+
+def libdir() -> str:
+    """Directory holding libgdrapi.so.2 / libgdrpy.so.0 (for LD_LIBRARY_PATH)."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "lib")
+
+
+def includedir() -> str:
+    """Directory holding gdrpy.h and gdrapi.h."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
+
+
+from . import memory  # noqa: E402
+
+try:  # the transfer engine (put/get with the adaptive threshold picker)
+    from .transfer import Transfer, get, put  # noqa: E402,F401
+except ImportError:  # pragma: no cover - during bring-up
+    pass

@@ -1,0 +1,725 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True
+"""Binding of libgdrpy: Context > Pin > Mapping.
+
+Contract of this wrapper:
+
+* Every C call's status goes through ``_check()``, which raises the
+  :mod:`gdrpy.errors` class for the code with libgdrpy's message.
+* Objects own their C handles.  A Context tracks its pins and a Pin its
+  mapping, so ``Context.close()`` unmaps and unpins in the right order; a
+  child keeps its parent alive.  ``close()`` is idempotent; every other
+  method of a closed object raises :class:`~gdrpy.errors.ClosedError`.
+* A Mapping that still has buffer exports (memoryview / numpy views) cannot
+  be unmapped: ``close()`` raises BusyError instead of leaving dangling views.
+* After ``fork()`` every object of the parent raises WrongProcessError in the
+  child (the child never sees the parent's memory).
+* ``Mapping.write/read`` hold the GIL for small copies (tens of ns; releasing
+  it would cost more) and release it from ``NOGIL_BYTES`` up; copy-engine
+  copies always release it.
+"""
+
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE,
+                             PyBUF_WRITABLE, PyBUF_ANY_CONTIGUOUS, PyBUF_FORMAT,
+                             PyBUF_ND, PyBUF_STRIDES)
+from cpython.bytes cimport (PyBytes_FromStringAndSize, PyBytes_AS_STRING,
+                            PyBytes_GET_SIZE, PyBytes_CheckExact)
+from cpython.long cimport PyLong_CheckExact, PyLong_AsSsize_t
+from libc.stdint cimport uint64_t, uintptr_t
+
+from gdrpy._cgdrpy cimport *
+
+import errno as _errno
+import weakref as _weakref
+
+from gdrpy.errors import (error_for_code, ClosedError, BusyError, WrongProcessError,
+                          InvalidArgumentError, OutOfRangeError)
+
+# Copies at least this large release the GIL.
+NOGIL_BYTES = 65536
+cdef Py_ssize_t _nogil_bytes = NOGIL_BYTES
+
+_MAPPING_TYPES = {0: "none", 1: "wc", 2: "caching", 3: "device"}
+
+
+cdef int _check(int rc) except -1:
+    if rc != 0:
+        raise error_for_code(rc, gdrpy_last_error().decode("utf-8", "replace"))
+    return 0
+
+
+cdef Py_ssize_t _index(object v, str what) except -1:
+    """A non-negative Py_ssize_t from an int-like, with clear errors."""
+    cdef Py_ssize_t r
+    if not PyLong_CheckExact(v):
+        if isinstance(v, (float, complex, str, bytes)) or v is None:
+            raise TypeError(f"{what} must be an integer, not {type(v).__name__}")
+        try:
+            v = v.__index__()
+        except AttributeError:
+            raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+    try:
+        r = PyLong_AsSsize_t(v)
+    except OverflowError:
+        raise OutOfRangeError(f"{what} {v} is out of range", _errno.ERANGE) from None
+    if r < 0:
+        raise OutOfRangeError(f"{what} {v} is negative", _errno.ERANGE)
+    return r
+
+
+cdef uint64_t _u64(object v, str what) except? 0:
+    if isinstance(v, (float, complex, str, bytes)) or v is None:
+        raise TypeError(f"{what} must be an integer, not {type(v).__name__}")
+    try:
+        v = v.__index__()
+    except AttributeError:
+        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+    if v < 0 or v >= 2**64:
+        raise InvalidArgumentError(f"{what} {v:#x} is not a 64-bit address", _errno.EINVAL)
+    return <uint64_t>v
+
+
+def version():
+    """libgdrpy's version as a string."""
+    cdef int a, b, c
+    gdrpy_version(&a, &b, &c)
+    return f"{a}.{b}.{c}"
+
+
+def backend_names():
+    """All backend names, 'auto' first."""
+    return [gdrpy_backend_name(i).decode() for i in range(GDRPY_BACKEND_COUNT_)]
+
+
+cdef int _backend_id(object backend) except -1:
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, not {type(backend).__name__}")
+    cdef int b = gdrpy_backend_from_name(backend.encode())
+    if b < 0:
+        raise InvalidArgumentError(
+            f"unknown backend {backend!r}: choose one of {', '.join(backend_names())}",
+            _errno.EINVAL)
+    return b
+
+
+cdef int _device(object device) except -1:
+    cdef Py_ssize_t d
+    if isinstance(device, bool):
+        raise TypeError("device must be an integer, not bool")
+    try:
+        d = _index(device, "device")
+    except OutOfRangeError as e:
+        raise InvalidArgumentError(str(e.message), _errno.EINVAL) from None
+    if d > 1 << 20:
+        raise InvalidArgumentError(f"device {device} is out of range", _errno.EINVAL)
+    return <int>d
+
+
+def probe(backend, device=0):
+    """(ok, reason) for a backend on a device; opens nothing."""
+    cdef int b = _backend_id(backend)
+    cdef int d = _device(device)
+    cdef char why[512]
+    why[0] = 0
+    if b == GDRPY_BACKEND_AUTO:
+        raise InvalidArgumentError("probe a concrete backend, not 'auto'", _errno.EINVAL)
+    rc = gdrpy_backend_probe(b, d, why, sizeof(why))
+    return rc == 0, why.decode("utf-8", "replace")
+
+
+def copy_isa():
+    """The copy kernel in use (e.g. 'avx2')."""
+    return gdrpy_copy_isa().decode()
+
+
+def copy_isa_available():
+    """Kernels this CPU can run."""
+    s = gdrpy_copy_isa_available().decode()
+    return [x for x in s.split(",") if x]
+
+
+def set_copy_isa(name):
+    """Force a copy kernel by name ('auto' restores dispatch)."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, not {type(name).__name__}")
+    cdef bytes b
+    if name is None:
+        _check(gdrpy_set_copy_isa(NULL))
+    else:
+        b = name.encode()
+        _check(gdrpy_set_copy_isa(b))
+
+
+def sim_alloc(size):
+    """Allocate sim "device" memory (64 KiB aligned); returns its address."""
+    cdef Py_ssize_t n = _index(size, "size")
+    cdef uint64_t p = 0
+    _check(gdrpy_sim_alloc(<size_t>n, &p))
+    return p
+
+
+def sim_free(ptr):
+    _check(gdrpy_sim_free(_u64(ptr, "ptr")))
+
+
+def fork_generation():
+    return gdrpy_fork_generation
+
+
+cdef class Context:
+    """An open device (``gdrpy.open()``); closes its pins and mappings first."""
+
+    cdef gdrpy_ctx_t _h
+    cdef unsigned _fork_gen
+    cdef readonly int device
+    cdef readonly str backend
+    cdef dict _info
+    cdef object _pins          # WeakSet[Pin]
+    cdef object __weakref__
+
+    def __cinit__(self, device=0, backend="auto"):
+        self._h = 0
+        cdef int d = _device(device)
+        cdef int b = _backend_id(backend)
+        cdef gdrpy_ctx_t h = 0
+        cdef int rc
+        with nogil:
+            rc = gdrpy_open(d, b, &h)
+        _check(rc)
+        self._h = h
+        self._fork_gen = gdrpy_fork_generation
+        self.device = d
+        self._pins = _weakref.WeakSet()
+        cdef gdrpy_ctx_info_t info
+        _check(gdrpy_ctx_get_info(self._h, &info))
+        self.backend = info.backend_name.decode()
+        self._info = {
+            "device": info.device,
+            "backend": self.backend,
+            "gpu_name": info.gpu_name.decode("utf-8", "replace"),
+            "pci_bus_id": info.pci_bus_id.decode("utf-8", "replace"),
+            "driver_version": info.driver_version.decode("utf-8", "replace"),
+        }
+
+    def __dealloc__(self):
+        if self._h and self._fork_gen == gdrpy_fork_generation:
+            gdrpy_close(self._h)
+        self._h = 0
+
+    cdef int _ready(self) except -1:
+        if self._h == 0:
+            raise ClosedError("the context is closed", _errno.EBADF)
+        if self._fork_gen != gdrpy_fork_generation:
+            raise WrongProcessError(
+                "this context belongs to the parent process (fork); open a new one "
+                "in the child", _errno.EACCES)
+        return 0
+
+    @property
+    def closed(self):
+        return self._h == 0
+
+    @property
+    def is_sim(self):
+        """True when host memory stands in for the GPU (the sim backend)."""
+        return self.backend == "sim"
+
+    @property
+    def info(self):
+        return dict(self._info)
+
+    @property
+    def handle(self):
+        return self._h
+
+    def __repr__(self):
+        state = "closed" if self._h == 0 else "open"
+        extra = " (host memory standing in for a GPU)" if self.backend == "sim" else ""
+        return f"<gdrpy.Context device={self.device} backend={self.backend!r}{extra} {state}>"
+
+    def pin(self, obj, size=None, flags=0):
+        """Pin device memory: an object with ``__cuda_array_interface__`` (CuPy,
+        PyTorch CUDA tensors, gdrpy.memory buffers) or a raw device pointer
+        with ``size``.  Returns a :class:`Pin`."""
+        self._ready()
+        from gdrpy._interop import device_range
+        addr, nbytes, owner = device_range(obj, size)
+        cdef uint64_t a = _u64(addr, "address")
+        cdef Py_ssize_t n = _index(nbytes, "size")
+        cdef Py_ssize_t f = _index(flags, "flags")
+        if f > 0xFFFFFFFF:
+            raise InvalidArgumentError(f"unknown pin flags {flags:#x}", _errno.EINVAL)
+        cdef gdrpy_pin_t ph = 0
+        cdef int rc
+        with nogil:
+            rc = gdrpy_pin(self._h, a, <size_t>n, <unsigned>f, &ph)
+        _check(rc)
+        p = Pin.__new__(Pin)
+        (<Pin>p)._init(self, ph, owner)
+        self._pins.add(p)
+        return p
+
+    def memcpy_htod(self, dptr, data):
+        """cuMemcpyHtoD (sim: memcpy) of a host buffer to a device address."""
+        self._ready()
+        cdef uint64_t d = _u64(dptr, "dptr")
+        cdef Py_buffer view
+        PyObject_GetBuffer(data, &view, PyBUF_ANY_CONTIGUOUS)
+        cdef int rc
+        try:
+            with nogil:
+                rc = gdrpy_memcpy_htod(self._h, d, view.buf, <size_t>view.len)
+            _check(rc)
+        finally:
+            PyBuffer_Release(&view)
+
+    def memcpy_dtoh(self, dptr, n):
+        """cuMemcpyDtoH (sim: memcpy) of ``n`` bytes; returns bytes."""
+        self._ready()
+        cdef uint64_t d = _u64(dptr, "dptr")
+        cdef Py_ssize_t cnt = _index(n, "n")
+        out = PyBytes_FromStringAndSize(NULL, cnt)
+        cdef char *buf = PyBytes_AS_STRING(out)
+        cdef int rc
+        with nogil:
+            rc = gdrpy_memcpy_dtoh(self._h, buf, d, <size_t>cnt)
+        _check(rc)
+        return out
+
+    def close(self):
+        """Unmap and unpin everything, then close.  Idempotent.  Raises
+        BusyError (and closes nothing) while a mapping has live buffer
+        exports."""
+        if self._h == 0:
+            return
+        if self._fork_gen != gdrpy_fork_generation:
+            self._h = 0     # the parent's; nothing to do in the child
+            return
+        pins = list(self._pins)
+        for p in pins:
+            (<Pin>p)._check_closable()
+        for p in pins:
+            (<Pin>p).close()
+        h = self._h
+        self._h = 0
+        _check(gdrpy_close(h))
+
+    def __enter__(self):
+        self._ready()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+cdef class Pin:
+    """Pinned device memory ``[addr, addr+size)``; ``map()`` gives a Mapping."""
+
+    cdef Context _ctx
+    cdef gdrpy_pin_t _h
+    cdef object _owner         # keeps the allocation alive while pinned
+    cdef object _mapping       # weakref to the Mapping, or None
+    cdef readonly uint64_t addr
+    cdef readonly size_t size
+    cdef readonly uint64_t va
+    cdef readonly size_t mapped_size
+    cdef readonly unsigned page_size
+    cdef object __weakref__
+
+    def __cinit__(self):
+        self._h = 0
+        self._mapping = None
+
+    cdef _init(self, Context ctx, gdrpy_pin_t h, object owner):
+        self._ctx = ctx
+        self._h = h
+        self._owner = owner
+        cdef gdrpy_pin_info_t info
+        _check(gdrpy_pin_get_info(ctx._h, h, &info))
+        self.addr = info.addr
+        self.size = <size_t>info.size
+        self.va = info.va
+        self.mapped_size = <size_t>info.mapped_size
+        self.page_size = info.page_size
+
+    def __dealloc__(self):
+        if self._h and self._ctx is not None and self._ctx._h and \
+                self._ctx._fork_gen == gdrpy_fork_generation:
+            gdrpy_unpin(self._ctx._h, self._h)
+        self._h = 0
+
+    cdef int _ready(self) except -1:
+        if self._h == 0:
+            raise ClosedError("the pin is unpinned (closed)", _errno.EBADF)
+        self._ctx._ready()
+        return 0
+
+    @property
+    def closed(self):
+        return self._h == 0 or self._ctx._h == 0
+
+    @property
+    def context(self):
+        return self._ctx
+
+    @property
+    def owner(self):
+        return self._owner
+
+    @property
+    def mapping(self):
+        """The live Mapping, or None."""
+        m = self._mapping() if self._mapping is not None else None
+        if m is not None and (<Mapping>m)._closed:
+            return None
+        return m
+
+    def info(self):
+        """dict: addr, size, va, mapped_size, page_size, mapped, mapping_type, invalidated."""
+        self._ready()
+        cdef gdrpy_pin_info_t i
+        _check(gdrpy_pin_get_info(self._ctx._h, self._h, &i))
+        return {"addr": i.addr, "size": i.size, "va": i.va, "mapped_size": i.mapped_size,
+                "page_size": i.page_size, "mapped": bool(i.mapped),
+                "mapping_type": _MAPPING_TYPES.get(i.mapping_type, str(i.mapping_type)),
+                "invalidated": bool(i.invalidated)}
+
+    def map(self):
+        """Map the pinned range into this process; returns a :class:`Mapping`.
+        One mapping per pin (AlreadyMappedError otherwise)."""
+        self._ready()
+        cdef void *mp = NULL
+        cdef void *up = NULL
+        cdef int rc
+        with nogil:
+            rc = gdrpy_map(self._ctx._h, self._h, &mp, &up)
+        _check(rc)
+        m = Mapping.__new__(Mapping)
+        (<Mapping>m)._init(self, <char *>mp, <char *>up)
+        self._mapping = _weakref.ref(m)
+        return m
+
+    cdef int _check_closable(self) except -1:
+        m = self.mapping
+        if m is not None:
+            (<Mapping>m)._check_closable()
+        return 0
+
+    def close(self):
+        """Unmap (if mapped) and unpin.  Idempotent."""
+        if self._h == 0:
+            return
+        if self._ctx._h == 0 or self._ctx._fork_gen != gdrpy_fork_generation:
+            self._h = 0
+            return
+        m = self.mapping
+        if m is not None:
+            m.close()
+        h = self._h
+        self._h = 0
+        _check(gdrpy_unpin(self._ctx._h, h))
+
+    def ce_write(self, offset, data, stream=None):
+        """Copy-engine write (cuMemcpyHtoD[Async]) at ``offset`` in the pin."""
+        self._ready()
+        cdef Py_ssize_t off = _index(offset, "offset")
+        cdef void *s = _stream_ptr(stream)
+        cdef Py_buffer view
+        try:
+            PyObject_GetBuffer(data, &view, PyBUF_ANY_CONTIGUOUS)
+        except BufferError as e:
+            raise InvalidArgumentError(f"data must be a contiguous buffer: {e}", _errno.EINVAL) from None
+        cdef int rc
+        try:
+            with nogil:
+                rc = gdrpy_ce_write(self._ctx._h, self._h, <size_t>off, view.buf,
+                                    <size_t>view.len, s)
+            _check(rc)
+        finally:
+            PyBuffer_Release(&view)
+
+    def ce_read(self, offset, n, out=None, stream=None):
+        """Copy-engine read (cuMemcpyDtoH[Async]); returns bytes or ``out``."""
+        self._ready()
+        cdef Py_ssize_t off = _index(offset, "offset")
+        cdef Py_ssize_t cnt = _index(n, "n")
+        cdef void *s = _stream_ptr(stream)
+        cdef Py_buffer view
+        cdef int rc
+        if out is None:
+            res = PyBytes_FromStringAndSize(NULL, cnt)
+            buf = <char *>PyBytes_AS_STRING(res)
+            with nogil:
+                rc = gdrpy_ce_read(self._ctx._h, self._h, <size_t>off, buf, <size_t>cnt, s)
+            _check(rc)
+            return res
+        _get_out_buffer(out, &view, cnt)
+        try:
+            with nogil:
+                rc = gdrpy_ce_read(self._ctx._h, self._h, <size_t>off, view.buf, <size_t>cnt, s)
+            _check(rc)
+        finally:
+            PyBuffer_Release(&view)
+        return out
+
+    def __repr__(self):
+        state = "closed" if self.closed else ("mapped" if self.mapping is not None else "pinned")
+        return (f"<gdrpy.Pin addr={self.addr:#x} size={self.size} backend="
+                f"{self._ctx.backend!r} {state}>")
+
+    def __enter__(self):
+        self._ready()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+cdef void *_stream_ptr(object stream) except? NULL:
+    if stream is None:
+        return NULL
+    from gdrpy._interop import stream_handle
+    cdef uintptr_t h = <uintptr_t>_u64(stream_handle(stream), "stream")
+    return <void *>h
+
+
+cdef int _get_out_buffer(object out, Py_buffer *view, Py_ssize_t need) except -1:
+    try:
+        PyObject_GetBuffer(out, view, PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS)
+    except BufferError as e:
+        raise InvalidArgumentError(f"out must be a writable contiguous buffer: {e}",
+                                   _errno.EINVAL) from None
+    if view.len < need:
+        n = view.len
+        PyBuffer_Release(view)
+        raise InvalidArgumentError(f"out holds {n} bytes, {need} needed", _errno.EINVAL)
+    return 0
+
+
+cdef class Mapping:
+    """CPU view of a pinned range (through BAR1 on a GPU backend).
+
+    Supports the buffer protocol (``memoryview(m)``, ``numpy.asarray(m)``:
+    uint8, writable, exactly the pinned ``size`` bytes starting at the pinned
+    address), ``write(offset, data)`` and ``read(offset, n, out=None)``.
+    Offsets are relative to the pinned address.  Out-of-range requests raise
+    OutOfRangeError before any memory is touched.
+    """
+
+    cdef Pin _pin
+    cdef char *_ptr            # CPU address of pin.addr
+    cdef char *_map_ptr        # CPU address of pin.va
+    cdef Py_ssize_t _size
+    cdef Py_ssize_t _shape[1]
+    cdef Py_ssize_t _strides[1]
+    cdef int _exports
+    cdef int _inflight
+    cdef bint _closed
+    cdef unsigned _fork_gen
+    cdef object __weakref__
+
+    def __cinit__(self):
+        self._closed = True
+        self._ptr = NULL
+
+    cdef _init(self, Pin pin, char *map_ptr, char *user_ptr):
+        self._pin = pin
+        self._map_ptr = map_ptr
+        self._ptr = user_ptr
+        self._size = <Py_ssize_t>pin.size
+        self._shape[0] = self._size
+        self._strides[0] = 1
+        self._exports = 0
+        self._inflight = 0
+        self._fork_gen = gdrpy_fork_generation
+        self._closed = False
+
+    def __dealloc__(self):
+        if not self._closed and self._pin is not None and self._pin._h and \
+                self._pin._ctx._h and self._fork_gen == gdrpy_fork_generation:
+            gdrpy_unmap(self._pin._ctx._h, self._pin._h)
+        self._closed = True
+
+    cdef inline int _ready(self) except -1:
+        if self._closed:
+            raise ClosedError("the mapping is unmapped (closed)", _errno.EBADF)
+        if self._fork_gen != gdrpy_fork_generation:
+            raise WrongProcessError(
+                "this mapping belongs to the parent process (fork): mappings are not "
+                "inherited; open a context in the child", _errno.EACCES)
+        return 0
+
+    cdef inline int _range(self, Py_ssize_t off, Py_ssize_t n) except -1:
+        if off > self._size or n > self._size - off:
+            raise OutOfRangeError(
+                f"[{off}, {off}+{n}) is outside the mapping's {self._size} bytes",
+                _errno.ERANGE)
+        return 0
+
+    @property
+    def closed(self):
+        return self._closed
+
+    @property
+    def size(self):
+        return self._size
+
+    def __len__(self):
+        return self._size
+
+    @property
+    def ptr(self):
+        """CPU address of the pinned address (int)."""
+        self._ready()
+        return <uintptr_t>self._ptr
+
+    @property
+    def map_ptr(self):
+        """CPU address of ``pin.va`` (start of the mapped range)."""
+        self._ready()
+        return <uintptr_t>self._map_ptr
+
+    @property
+    def pin(self):
+        return self._pin
+
+    @property
+    def mapping_type(self):
+        self._ready()
+        return self._pin.info()["mapping_type"]
+
+    def write(self, offset, data):
+        """Copy ``data`` (bytes, bytearray, memoryview, numpy array: any
+        contiguous buffer) to ``offset`` with the CPU copy kernel (stores +
+        sfence).  Returns the number of bytes written."""
+        self._ready()
+        cdef Py_ssize_t off = _index(offset, "offset")
+        cdef const char *src
+        cdef Py_ssize_t n
+        cdef Py_buffer view
+        cdef char *dst
+        if PyBytes_CheckExact(data):
+            n = PyBytes_GET_SIZE(data)
+            self._range(off, n)
+            src = PyBytes_AS_STRING(data)
+            dst = self._ptr + off
+            if n < _nogil_bytes:
+                gdrpy_copy_to_mapping(dst, src, <size_t>n)
+            else:
+                self._inflight += 1
+                with nogil:
+                    gdrpy_copy_to_mapping(dst, src, <size_t>n)
+                self._inflight -= 1
+            return n
+        try:
+            PyObject_GetBuffer(data, &view, PyBUF_ANY_CONTIGUOUS)
+        except BufferError as e:
+            raise InvalidArgumentError(f"data must be a contiguous buffer: {e}",
+                                       _errno.EINVAL) from None
+        try:
+            n = view.len
+            self._range(off, n)
+            dst = self._ptr + off
+            if n < _nogil_bytes:
+                gdrpy_copy_to_mapping(dst, view.buf, <size_t>n)
+            else:
+                self._inflight += 1
+                with nogil:
+                    gdrpy_copy_to_mapping(dst, view.buf, <size_t>n)
+                self._inflight -= 1
+        finally:
+            PyBuffer_Release(&view)
+        return n
+
+    def read(self, offset, n, out=None):
+        """Copy ``n`` bytes at ``offset`` out of the mapping (streaming loads).
+        Returns new bytes, or fills and returns ``out`` (a writable buffer of
+        at least ``n`` bytes)."""
+        self._ready()
+        cdef Py_ssize_t off = _index(offset, "offset")
+        cdef Py_ssize_t cnt = _index(n, "n")
+        self._range(off, cnt)
+        cdef char *src = self._ptr + off
+        cdef Py_buffer view
+        cdef char *dst
+        if out is None:
+            res = PyBytes_FromStringAndSize(NULL, cnt)
+            dst = PyBytes_AS_STRING(res)
+            if cnt < _nogil_bytes:
+                gdrpy_copy_from_mapping(dst, src, <size_t>cnt)
+            else:
+                self._inflight += 1
+                with nogil:
+                    gdrpy_copy_from_mapping(dst, src, <size_t>cnt)
+                self._inflight -= 1
+            return res
+        _get_out_buffer(out, &view, cnt)
+        try:
+            if cnt < _nogil_bytes:
+                gdrpy_copy_from_mapping(view.buf, src, <size_t>cnt)
+            else:
+                self._inflight += 1
+                with nogil:
+                    gdrpy_copy_from_mapping(view.buf, src, <size_t>cnt)
+                self._inflight -= 1
+        finally:
+            PyBuffer_Release(&view)
+        return out
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        self._ready()
+        buffer.buf = self._ptr
+        buffer.obj = self
+        buffer.len = self._size
+        buffer.readonly = 0
+        buffer.itemsize = 1
+        if flags & PyBUF_FORMAT:
+            buffer.format = b"B"
+        else:
+            buffer.format = NULL
+        buffer.ndim = 1
+        buffer.shape = self._shape if (flags & PyBUF_ND) else NULL
+        buffer.strides = self._strides if (flags & PyBUF_STRIDES) == PyBUF_STRIDES else NULL
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+        self._exports += 1
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        self._exports -= 1
+
+    cdef int _check_closable(self) except -1:
+        if self._closed:
+            return 0
+        if self._exports > 0:
+            raise BusyError(
+                f"the mapping has {self._exports} live buffer export(s) (memoryview / "
+                f"numpy views); release them before unmapping", _errno.EBUSY)
+        if self._inflight > 0:
+            raise BusyError(f"{self._inflight} copies through the mapping are in flight",
+                            _errno.EBUSY)
+        return 0
+
+    def close(self):
+        """Unmap.  Idempotent.  BusyError while buffer exports are alive."""
+        if self._closed:
+            return
+        if self._fork_gen != gdrpy_fork_generation or self._pin._ctx._h == 0:
+            self._closed = True
+            return
+        self._check_closable()
+        self._closed = True
+        _check(gdrpy_unmap(self._pin._ctx._h, self._pin._h))
+
+    def __repr__(self):
+        state = "closed" if self._closed else "open"
+        return (f"<gdrpy.Mapping size={self._size} backend={self._pin._ctx.backend!r} "
+                f"{state}>")
+
+    def __enter__(self):
+        self._ready()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

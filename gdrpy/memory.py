@@ -1,0 +1,337 @@
+"""Device memory that every gdrpy backend can map.
+
+``alloc(nbytes, device=0, ctx=None)`` returns:
+
+* on a GPU: a :class:`VmmBuffer` - memory from ``cuMemCreate`` with a POSIX
+  file-descriptor shareable handle and ``gpuDirectRDMACapable`` set, mapped
+  with ``cuMemAddressReserve/cuMemMap/cuMemSetAccess`` (the allocation route
+  the nvrm backend imports directly).  It exposes ``__cuda_array_interface__``
+  (v3) and ``__dlpack__`` / ``__dlpack_device__`` so CuPy and PyTorch can use
+  it without a copy (``cupy.asarray(buf)``, ``torch.from_dlpack(buf)``).
+* with a ``sim`` context (or ``kind="sim"``): a :class:`SimBuffer` - host
+  memory from libgdrpy's sim allocator standing in for GPU memory.  It does
+  *not* claim to be CUDA memory: it exposes ``__dlpack__`` as CPU memory and
+  ``numpy()`` for its "device side".
+
+Every buffer is a context manager; ``close()`` frees it (pins taken on it
+keep their pages alive until unpinned, as on a GPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import threading
+
+from . import _core
+from .errors import DriverError, InvalidArgumentError, NotSupportedError
+
+__all__ = ["alloc", "DeviceBuffer", "VmmBuffer", "SimBuffer", "cuda_driver"]
+
+
+def _as_nbytes(nbytes) -> int:
+    if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__") or isinstance(nbytes, float):
+        raise TypeError(f"nbytes must be an integer, not {type(nbytes).__name__}")
+    n = int(nbytes.__index__())
+    if n <= 0:
+        raise InvalidArgumentError(f"nbytes {n} must be positive", errno.EINVAL)
+    return n
+
+
+class DeviceBuffer:
+    """Base: ``ptr`` (device address), ``size`` (bytes), ``device``."""
+
+    kind = "abstract"
+
+    def __init__(self, ptr: int, size: int, device: int):
+        self._ptr = ptr
+        self.size = size
+        self.device = device
+
+    @property
+    def ptr(self) -> int:
+        if self._ptr is None:
+            from .errors import ClosedError
+            raise ClosedError("the buffer is freed", errno.EBADF)
+        return self._ptr
+
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    @property
+    def nbytes(self) -> int:
+        return self.size
+
+    def __gdrpy_device_range__(self):
+        return self.ptr, self.size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "freed" if self._ptr is None else f"ptr={self._ptr:#x}"
+        return f"<gdrpy.memory.{type(self).__name__} {state} size={self.size} device={self.device}>"
+
+    # DLPack (v0.x capsule protocol) ------------------------------------
+    def __dlpack_device__(self):
+        raise NotImplementedError
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        if copy:
+            raise BufferError("gdrpy buffers export without copying only")
+        dev_type, dev_id = self.__dlpack_device__()
+        return _dlpack_capsule(self, self.ptr, self.size, dev_type, dev_id)
+
+
+class SimBuffer(DeviceBuffer):
+    """Host memory from the sim allocator, standing in for GPU memory."""
+
+    kind = "sim"
+
+    def __init__(self, nbytes: int):
+        n = _as_nbytes(nbytes)
+        ptr = _core.sim_alloc(n)
+        super().__init__(ptr, n, 0)
+
+    def close(self) -> None:
+        if self._ptr is not None:
+            p, self._ptr = self._ptr, None
+            _core.sim_free(p)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU: it is host memory
+
+    def numpy(self):
+        """The "device side" as a numpy uint8 array (no copy)."""
+        import numpy as np
+        buf = (ctypes.c_uint8 * self.size).from_address(self.ptr)
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        return arr
+
+
+# --------------------------------------------------------------------------
+# CUDA (cuda-python) helpers
+
+_cu = None
+_cu_lock = threading.Lock()
+
+
+def cuda_driver():
+    """cuda.bindings.driver, initialised (cuInit)."""
+    global _cu
+    if _cu is None:
+        with _cu_lock:
+            if _cu is None:
+                try:
+                    from cuda.bindings import driver as cu
+                except ImportError:  # older cuda-python layout
+                    try:
+                        from cuda import cuda as cu  # type: ignore
+                    except ImportError as e:
+                        raise NotSupportedError(
+                            f"cuda-python (cuda-bindings) is not installed: {e}",
+                            errno.ENOTSUP) from None
+                _check_cu(cu, cu.cuInit(0), "cuInit")
+                _cu = cu
+    return _cu
+
+
+def _check_cu(cu, result, what):
+    err = result[0] if isinstance(result, tuple) else result
+    if int(err) != 0:
+        try:
+            name = cu.cuGetErrorName(err)[1].decode()
+        except Exception:
+            name = str(err)
+        raise DriverError(f"{what} failed: {name}", errno.EIO)
+    if isinstance(result, tuple):
+        rest = result[1:]
+        return rest[0] if len(rest) == 1 else (rest or None)
+    return None
+
+
+def primary_context(device: int):
+    """Make ``device``'s primary context current on this thread (retained
+    once per device for the process lifetime, as CuPy and PyTorch do)."""
+    cu = cuda_driver()
+    dev = _check_cu(cu, cu.cuDeviceGet(device), f"cuDeviceGet({device})")
+    with _cu_lock:
+        ctx = _primary.get(device)
+        if ctx is None:
+            ctx = _check_cu(cu, cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+            _primary[device] = ctx
+    _check_cu(cu, cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return ctx
+
+
+_primary: dict = {}
+
+
+class VmmBuffer(DeviceBuffer):
+    """cuMemCreate memory (POSIX-fd shareable, GPUDirect-RDMA capable)."""
+
+    kind = "vmm"
+
+    def __init__(self, nbytes: int, device: int = 0):
+        n = _as_nbytes(nbytes)
+        cu = cuda_driver()
+        primary_context(device)
+        prop = cu.CUmemAllocationProp()
+        prop.type = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+        prop.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        prop.location.id = device
+        prop.requestedHandleTypes = \
+            cu.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+        prop.allocFlags.gpuDirectRDMACapable = 1
+        gran = _check_cu(cu, cu.cuMemGetAllocationGranularity(
+            prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+            "cuMemGetAllocationGranularity")
+        gran = int(gran)
+        self._alloc_size = (n + gran - 1) // gran * gran
+        self._handle = _check_cu(cu, cu.cuMemCreate(self._alloc_size, prop, 0), "cuMemCreate")
+        try:
+            ptr = _check_cu(cu, cu.cuMemAddressReserve(self._alloc_size, 0, 0, 0),
+                            "cuMemAddressReserve")
+            self._reserved = ptr
+            try:
+                _check_cu(cu, cu.cuMemMap(ptr, self._alloc_size, 0, self._handle, 0), "cuMemMap")
+                acc = cu.CUmemAccessDesc()
+                acc.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+                acc.location.id = device
+                acc.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                _check_cu(cu, cu.cuMemSetAccess(ptr, self._alloc_size, [acc], 1),
+                          "cuMemSetAccess")
+            except BaseException:
+                cu.cuMemUnmap(ptr, self._alloc_size)
+                cu.cuMemAddressFree(ptr, self._alloc_size)
+                raise
+        except BaseException:
+            cu.cuMemRelease(self._handle)
+            raise
+        super().__init__(int(ptr), n, device)
+
+    def close(self) -> None:
+        if self._ptr is None:
+            return
+        cu = cuda_driver()
+        ptr = self._reserved
+        self._ptr = None
+        primary_context(self.device)
+        cu.cuCtxSynchronize()
+        cu.cuMemUnmap(ptr, self._alloc_size)
+        cu.cuMemAddressFree(ptr, self._alloc_size)
+        cu.cuMemRelease(self._handle)
+
+    @property
+    def __cuda_array_interface__(self):
+        return {"shape": (self.size,), "typestr": "|u1", "data": (self.ptr, False),
+                "version": 3, "strides": None, "stream": None}
+
+    def __dlpack_device__(self):
+        return (2, self.device)  # kDLCUDA
+
+
+def alloc(nbytes: int, device: int = 0, ctx=None, kind: str | None = None) -> DeviceBuffer:
+    """Allocate ``nbytes`` of device memory mappable by every backend.
+
+    ``kind``: ``"vmm"`` (a GPU) or ``"sim"``; by default ``"sim"`` when
+    ``ctx`` is a sim context, else ``"vmm"``."""
+    if ctx is not None:
+        device = ctx.device
+        if kind is None:
+            kind = "sim" if ctx.is_sim else "vmm"
+    kind = kind or "vmm"
+    if kind == "sim":
+        return SimBuffer(nbytes)
+    if kind == "vmm":
+        return VmmBuffer(nbytes, device)
+    raise InvalidArgumentError(f"unknown memory kind {kind!r} (vmm or sim)", errno.EINVAL)
+
+
+# --------------------------------------------------------------------------
+# DLPack capsule (legacy, unversioned DLManagedTensor), built with ctypes.
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
+_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                             ("deleter", _DELETER)]
+
+_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.py_object)
+_live_exports: dict = {}  # id(managed tensor) -> (owner, struct, shape)
+_exports_lock = threading.Lock()
+
+_pyapi = ctypes.pythonapi
+_pyapi.PyCapsule_New.restype = ctypes.py_object
+_pyapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CAPSULE_DESTRUCTOR]
+_pyapi.PyCapsule_IsValid.restype = ctypes.c_int
+_pyapi.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_pyapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
+_pyapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+@_DELETER
+def _dl_deleter(mt_ptr):
+    key = ctypes.cast(mt_ptr, ctypes.c_void_p).value
+    with _exports_lock:
+        _live_exports.pop(key, None)
+
+
+@_CAPSULE_DESTRUCTOR
+def _capsule_destructor(capsule):
+    # Still named "dltensor": nobody consumed it, so we release it here.
+    if _pyapi.PyCapsule_IsValid(capsule, b"dltensor"):
+        ptr = _pyapi.PyCapsule_GetPointer(capsule, b"dltensor")
+        mt = ctypes.cast(ptr, ctypes.POINTER(_DLManagedTensor))
+        mt.contents.deleter(mt)
+
+
+def _dlpack_capsule(owner, ptr, nbytes, dev_type, dev_id):
+    shape = (ctypes.c_int64 * 1)(nbytes)
+    mt = _DLManagedTensor()
+    mt.dl_tensor.data = ptr
+    mt.dl_tensor.device = _DLDevice(dev_type, dev_id)
+    mt.dl_tensor.ndim = 1
+    mt.dl_tensor.dtype = _DLDataType(1, 8, 1)  # kDLUInt, 8 bits
+    mt.dl_tensor.shape = shape
+    mt.dl_tensor.strides = None
+    mt.dl_tensor.byte_offset = 0
+    mt.manager_ctx = None
+    mt.deleter = _dl_deleter
+    key = ctypes.addressof(mt)
+    with _exports_lock:
+        _live_exports[key] = (owner, mt, shape)
+    return _pyapi.PyCapsule_New(key, b"dltensor", _capsule_destructor)

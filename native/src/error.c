@@ -1,0 +1,90 @@
+/* error.c - thread-local error messages and the stderr logger. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define GP_MSG_LEN 512
+
+static __thread char tls_msg[GP_MSG_LEN];
+
+int gp_err(int code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tls_msg, sizeof tls_msg, fmt, ap);
+    va_end(ap);
+    gp_log(1, "error %s: %s", gdrpy_strerror(code), tls_msg);
+    return code;
+}
+
+int gp_err_prefix(int code, const char *fmt, ...)
+{
+    char prefix[GP_MSG_LEN], old[GP_MSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, tls_msg, sizeof old);
+    const char *tail = old[0] ? old : gdrpy_strerror(code);
+    size_t pl = strnlen(prefix, sizeof tls_msg - 3);
+    memcpy(tls_msg, prefix, pl);
+    memcpy(tls_msg + pl, ": ", 2);
+    size_t room = sizeof tls_msg - pl - 3;
+    size_t tl = strnlen(tail, room);
+    memcpy(tls_msg + pl + 2, tail, tl);
+    tls_msg[pl + 2 + tl] = '\0';
+    return code;
+}
+
+void gp_err_clear(void) { tls_msg[0] = '\0'; }
+
+const char *gdrpy_last_error(void) { return tls_msg; }
+
+const char *gdrpy_strerror(int code)
+{
+    switch (code) {
+    case GDRPY_OK: return "OK";
+    case GDRPY_ENOENT: return "ENOENT";
+    case GDRPY_EIO: return "EIO";
+    case GDRPY_ENXIO: return "ENXIO";
+    case GDRPY_EBADF: return "EBADF";
+    case GDRPY_EAGAIN: return "EAGAIN";
+    case GDRPY_ENOMEM: return "ENOMEM";
+    case GDRPY_EACCES: return "EACCES";
+    case GDRPY_EBUSY: return "EBUSY";
+    case GDRPY_ENODEV: return "ENODEV";
+    case GDRPY_EINVAL: return "EINVAL";
+    case GDRPY_ERANGE: return "ERANGE";
+    case GDRPY_ENOTSUP: return "ENOTSUP";
+    default: return "EUNKNOWN";
+    }
+}
+
+static int log_level(void)
+{
+    static int level = -1;
+    if (level < 0) {
+        const char *s = getenv("GDRPY_LOG_LEVEL");
+        if (!s) s = getenv("GDRCOPY_LOG_LEVEL");
+        int v = s ? atoi(s) : 0;
+        const char *en = getenv("GDRCOPY_ENABLE_LOGGING");
+        if (v <= 0 && en && atoi(en) > 0) v = 3;
+        level = v > 0 ? v : 99;   /* 99: silent */
+    }
+    return level;
+}
+
+void gp_log(int level, const char *fmt, ...)
+{
+    if (level < log_level()) return;
+    static const char *names[] = {"", "DBG", "INFO", "WARN", "ERR"};
+    char buf[GP_MSG_LEN];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "gdrpy %s: %s\n", names[level >= 1 && level <= 4 ? level : 1], buf);
+}

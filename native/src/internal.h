@@ -1,0 +1,122 @@
+/*
+ * internal.h - shared between the core, the backends and the copy kernels.
+ * Not installed; nothing here is ABI.
+ */
+#ifndef GDRPY_INTERNAL_H
+#define GDRPY_INTERNAL_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "gdrpy.h"
+
+#define GP_HIDDEN __attribute__((visibility("hidden")))
+#define GP_UNUSED __attribute__((unused))
+#define GP_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* ---- errors (error.c) ------------------------------------------------- */
+/* Records a message for the calling thread and returns `code`. */
+GP_HIDDEN int gp_err(int code, const char *fmt, ...) GP_PRINTF(2, 3);
+/* Prefixes the current thread's message with "what: " and returns code. */
+GP_HIDDEN int gp_err_prefix(int code, const char *fmt, ...) GP_PRINTF(2, 3);
+GP_HIDDEN void gp_err_clear(void);
+/* Debug log to stderr when GDRPY_LOG_LEVEL (or GDRCOPY_LOG_LEVEL) <= level.
+ * Levels: 1 debug, 2 info, 3 warn, 4 error. */
+GP_HIDDEN void gp_log(int level, const char *fmt, ...) GP_PRINTF(2, 3);
+
+/* ---- objects ---------------------------------------------------------- */
+typedef struct gp_ctx gp_ctx;
+typedef struct gp_pin gp_pin;
+
+struct gp_pin {
+    gdrpy_pin_t handle;
+    /* request */
+    uint64_t addr;
+    uint64_t size;
+    unsigned flags;
+    /* chosen by the backend's pin(): the pinned (mappable) range.
+     * Must satisfy va <= addr and va + len >= addr + size; va and len are
+     * multiples of the host page size. */
+    uint64_t va;
+    uint64_t len;
+    uint32_t page_size;     /* reported GPU page size (65536) */
+    /* set by the backend's map() */
+    void *map_base;         /* CPU address of va; NULL while unmapped */
+    size_t map_len;         /* bytes mapped at map_base (>= len) */
+    int mapping_type;       /* gdrpy_mapping_type_t */
+    void *bpriv;            /* backend private */
+    /* core only: validated copies in flight (unmap waits for none) */
+    int inflight;
+};
+
+struct gp_backend;
+
+struct gp_ctx {
+    gdrpy_ctx_t handle;
+    int device;
+    const struct gp_backend *be;
+    void *bpriv;                     /* backend private */
+    pid_t pid;                       /* opener */
+    unsigned fork_gen;               /* gdrpy_fork_generation at open */
+    pthread_mutex_t lock;            /* guards pins[] */
+    gp_pin **pins;                   /* slot table, NULL = free */
+    uint32_t *pin_gen;               /* generation per slot */
+    uint32_t npins_cap;
+    uint32_t npins;
+    gdrpy_ctx_info_t info;           /* filled by open (backend fills names) */
+};
+
+/* ---- backend interface ------------------------------------------------ */
+/* A backend is one file exporting one `const struct gp_backend`.
+ * All hooks return 0 or a gdrpy_status_t and set the message with gp_err().
+ * The core holds ctx->lock around pin/unpin/map/unmap, validates arguments
+ * before calling, and guarantees the order map-after-pin, unmap-before-unpin,
+ * everything-before-close. */
+struct gp_backend {
+    const char *name;
+    int id;                     /* gdrpy_backend_t */
+    int is_real;                /* 0 for sim: never chosen by auto */
+    /* 0 if usable on `device`, else a code with the reason in why. */
+    int (*probe)(int device, char *why, size_t whylen);
+    /* ctx->device is set; fill ctx->bpriv and ctx->info (gpu_name,
+     * pci_bus_id, driver_version). */
+    int (*open)(gp_ctx *ctx);
+    void (*close)(gp_ctx *ctx);
+    /* p->addr/size/flags set; fill va, len, page_size, bpriv. */
+    int (*pin)(gp_ctx *ctx, gp_pin *p);
+    int (*unpin)(gp_ctx *ctx, gp_pin *p);
+    /* fill map_base, map_len, mapping_type. */
+    int (*map)(gp_ctx *ctx, gp_pin *p);
+    int (*unmap)(gp_ctx *ctx, gp_pin *p);
+    /* optional (NULL: always 0): 1 if the memory was freed under the pin. */
+    int (*get_invalidated)(gp_ctx *ctx, gp_pin *p, int *flag);
+    /* copy-engine copies.  dir 0: host->device, 1: device->host.
+     * stream NULL = synchronous. */
+    int (*dev_memcpy)(gp_ctx *ctx, int dir, uint64_t dptr, void *host,
+                      size_t n, void *stream);
+};
+
+GP_HIDDEN extern const struct gp_backend gp_backend_sim;
+GP_HIDDEN extern const struct gp_backend gp_backend_nvrm;
+GP_HIDDEN extern const struct gp_backend gp_backend_gdrdrv;
+GP_HIDDEN extern const struct gp_backend gp_backend_dmabuf;
+
+/* ---- helpers ---------------------------------------------------------- */
+static inline uint64_t gp_round_down(uint64_t x, uint64_t a) { return x & ~(a - 1); }
+static inline uint64_t gp_round_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+
+/* sim.c: used by the core's gdrpy_sim_* entry points */
+GP_HIDDEN int gp_sim_lookup(uint64_t dptr, size_t n, void **host);
+
+/* ---- copy kernels (copy.c + copy_<isa>.c) ----------------------------- */
+typedef void (*gp_copy_fn)(void *dst, const void *src, size_t n);
+typedef struct gp_copy_kernel {
+    const char *name;
+    gp_copy_fn to_mapping;    /* stores into WC memory, ends with sfence */
+    gp_copy_fn from_mapping;  /* loads from WC memory */
+    int (*cpu_ok)(void);      /* 1 if this CPU can run it */
+} gp_copy_kernel;
+
+#endif /* GDRPY_INTERNAL_H */

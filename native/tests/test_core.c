@@ -1,0 +1,319 @@
+/*
+ * test_core.c - C-level tests of libgdrpy's core on the sim backend (CI) or,
+ * with GDRPY_BACKEND=nvrm|auto and a GPU, on a real backend for the parts
+ * that need no allocation of their own (handles, validation, lifetimes).
+ *
+ * Each case is named by what it asserts.  Final line:
+ *   test_core: N passed, M failed
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "gdrpy.h"
+
+static int passed, failed;
+static const char *cur;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (!(cond)) {                                                               \
+            fprintf(stderr, "  FAIL %s:%d %s: %s (last error: %s)\n", __FILE__,      \
+                    __LINE__, cur, #cond, gdrpy_last_error());                       \
+            return 1;                                                                \
+        }                                                                            \
+    } while (0)
+
+#define RUN(fn)                                                                      \
+    do {                                                                             \
+        cur = #fn;                                                                   \
+        if (fn()) { failed++; printf("FAIL %s\n", #fn); }                           \
+        else { passed++; printf("ok   %s\n", #fn); }                                \
+    } while (0)
+
+#define PAGE 65536
+
+static gdrpy_ctx_t open_sim(void)
+{
+    gdrpy_ctx_t c = 0;
+    if (gdrpy_open(0, GDRPY_BACKEND_SIM, &c)) return 0;
+    return c;
+}
+
+static int pin_map_write_read_roundtrip(void)
+{
+    gdrpy_ctx_t c = open_sim();
+    CHECK(c);
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(3 * PAGE, &d) == 0);
+    CHECK(d % PAGE == 0);
+    gdrpy_pin_t p;
+    CHECK(gdrpy_pin(c, d + 100, 2 * PAGE, 0, &p) == 0);
+    gdrpy_pin_info_t info;
+    CHECK(gdrpy_pin_get_info(c, p, &info) == 0);
+    CHECK(info.va == d && info.mapped_size == 3 * PAGE && info.page_size == PAGE);
+    CHECK(!info.mapped && info.map_ptr == NULL);
+    void *mp, *up;
+    CHECK(gdrpy_map(c, p, &mp, &up) == 0);
+    CHECK((char *)up == (char *)mp + 100);
+    char msg[64];
+    for (int i = 0; i < 64; i++) msg[i] = (char)(i * 7 + 1);
+    for (size_t off = 0; off < 64; off++) {
+        CHECK(gdrpy_write(c, p, off, msg, sizeof msg) == 0);
+        char back[64] = {0}, dev[64] = {0};
+        CHECK(gdrpy_read(c, p, off, back, sizeof back) == 0);
+        CHECK(memcmp(back, msg, 64) == 0);
+        CHECK(gdrpy_memcpy_dtoh(c, dev, d + 100 + off, 64) == 0);
+        CHECK(memcmp(dev, msg, 64) == 0);
+    }
+    CHECK(gdrpy_pin_get_info(c, p, &info) == 0);
+    CHECK(info.mapped && info.map_ptr == mp && info.user_ptr == up);
+    CHECK(gdrpy_unmap(c, p) == 0);
+    CHECK(gdrpy_unpin(c, p) == 0);
+    CHECK(gdrpy_sim_free(d) == 0);
+    CHECK(gdrpy_close(c) == 0);
+    return 0;
+}
+
+static int out_of_range_copies_are_refused_and_touch_nothing(void)
+{
+    gdrpy_ctx_t c = open_sim();
+    CHECK(c);
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
+    unsigned char fill[PAGE];
+    memset(fill, 0x5a, sizeof fill);
+    CHECK(gdrpy_memcpy_htod(c, d, fill, sizeof fill) == 0);
+    gdrpy_pin_t p;
+    CHECK(gdrpy_pin(c, d, 4096, 0, &p) == 0);
+    CHECK(gdrpy_map(c, p, NULL, NULL) == 0);
+    unsigned char junk[8192];
+    memset(junk, 1, sizeof junk);
+    CHECK(gdrpy_write(c, p, 0, junk, 4097) == GDRPY_ERANGE);
+    CHECK(gdrpy_write(c, p, 4096, junk, 1) == GDRPY_ERANGE);
+    CHECK(gdrpy_write(c, p, SIZE_MAX, junk, 2) == GDRPY_ERANGE);
+    CHECK(gdrpy_write(c, p, 1, junk, SIZE_MAX) == GDRPY_ERANGE);
+    CHECK(gdrpy_read(c, p, 4095, junk, 2) == GDRPY_ERANGE);
+    CHECK(gdrpy_ce_write(c, p, 4000, junk, 97, NULL) == GDRPY_ERANGE);
+    CHECK(gdrpy_write(c, p, 0, NULL, 1) == GDRPY_EINVAL);
+    CHECK(gdrpy_write(c, p, 4096, junk, 0) == 0); /* empty at the end is fine */
+    CHECK(strstr(gdrpy_last_error(), "") != NULL);
+    unsigned char back[PAGE];
+    CHECK(gdrpy_memcpy_dtoh(c, back, d, sizeof back) == 0);
+    CHECK(memcmp(back, fill, sizeof back) == 0);
+    CHECK(gdrpy_close(c) == 0);
+    CHECK(gdrpy_sim_free(d) == 0);
+    return 0;
+}
+
+static int lifetimes_are_enforced(void)
+{
+    gdrpy_ctx_t c = open_sim();
+    CHECK(c);
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
+    gdrpy_pin_t p;
+    CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == 0);
+    CHECK(gdrpy_unmap(c, p) == GDRPY_EINVAL);          /* not mapped */
+    CHECK(gdrpy_map(c, p, NULL, NULL) == 0);
+    CHECK(gdrpy_map(c, p, NULL, NULL) == GDRPY_EAGAIN); /* one mapping per pin */
+    CHECK(gdrpy_unpin(c, p) == GDRPY_EBUSY);            /* unmap first */
+    CHECK(strstr(gdrpy_last_error(), "unmap") != NULL);
+    CHECK(gdrpy_unmap(c, p) == 0);
+    CHECK(gdrpy_unmap(c, p) == GDRPY_EINVAL);           /* double unmap */
+    CHECK(gdrpy_unpin(c, p) == 0);
+    CHECK(gdrpy_unpin(c, p) == GDRPY_EBADF);            /* double unpin */
+    CHECK(gdrpy_map(c, p, NULL, NULL) == GDRPY_EBADF);  /* stale handle */
+    CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == 0);
+    CHECK(gdrpy_map(c, p, NULL, NULL) == 0);
+    CHECK(gdrpy_close(c) == 0);                          /* tears down pin+map */
+    CHECK(gdrpy_close(c) == GDRPY_EBADF);                /* use after close */
+    CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == GDRPY_EBADF);
+    CHECK(gdrpy_write(c, p, 0, "x", 1) == GDRPY_EBADF);
+    CHECK(gdrpy_close(0) == GDRPY_EBADF);
+    CHECK(gdrpy_close(0xdeadbeefcafeULL) == GDRPY_EBADF);
+    CHECK(gdrpy_sim_free(d) == 0);
+    CHECK(gdrpy_sim_free(d) == GDRPY_EINVAL);            /* double free */
+    return 0;
+}
+
+static int bad_arguments_get_clear_errors(void)
+{
+    gdrpy_ctx_t c = 0;
+    CHECK(gdrpy_open(-1, GDRPY_BACKEND_SIM, &c) == GDRPY_EINVAL);
+    CHECK(gdrpy_open(0, 99, &c) == GDRPY_EINVAL);
+    CHECK(gdrpy_open(0, GDRPY_BACKEND_SIM, NULL) == GDRPY_EINVAL);
+    CHECK(gdrpy_open(3, GDRPY_BACKEND_SIM, &c) == GDRPY_ENODEV);
+    c = open_sim();
+    CHECK(c);
+    gdrpy_pin_t p;
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
+    CHECK(gdrpy_pin(c, 0, 8, 0, &p) == GDRPY_EINVAL);
+    CHECK(gdrpy_pin(c, d, 0, 0, &p) == GDRPY_EINVAL);
+    CHECK(gdrpy_pin(c, UINT64_MAX - 4, 8, 0, &p) == GDRPY_EINVAL);
+    CHECK(gdrpy_pin(c, d, 8, 0x80, &p) == GDRPY_EINVAL);
+    CHECK(gdrpy_pin(c, d + PAGE - 4, 8, 0, &p) == GDRPY_EINVAL); /* crosses the end */
+    unsigned char host[16];
+    CHECK(gdrpy_pin(c, (uint64_t)(uintptr_t)host, 16, 0, &p) == GDRPY_EINVAL);
+    CHECK(strstr(gdrpy_last_error(), "sim") != NULL);
+    CHECK(gdrpy_sim_alloc(0, &d) == GDRPY_EINVAL);
+    CHECK(gdrpy_set_copy_isa("nope") == GDRPY_EINVAL);
+    CHECK(gdrpy_backend_from_name("nvrm") == GDRPY_BACKEND_NVRM);
+    CHECK(gdrpy_backend_from_name("x") == -1);
+    CHECK(gdrpy_close(c) == 0);
+    return 0;
+}
+
+static int freed_memory_stays_alive_for_the_pin_and_never_aliases(void)
+{
+    gdrpy_ctx_t c = open_sim();
+    CHECK(c);
+    uint64_t d, d2;
+    CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
+    gdrpy_pin_t p;
+    CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == 0);
+    void *up;
+    CHECK(gdrpy_map(c, p, NULL, &up) == 0);
+    memcpy(up, "old!", 4);
+    CHECK(gdrpy_sim_free(d) == 0);
+    CHECK(gdrpy_sim_alloc(PAGE, &d2) == 0);
+    CHECK(gdrpy_memcpy_htod(c, d2, "new!", 4) == 0);
+    CHECK(memcmp(up, "old!", 4) == 0);
+    CHECK(gdrpy_close(c) == 0);
+    CHECK(gdrpy_sim_free(d2) == 0);
+    return 0;
+}
+
+static int forked_child_gets_eacces(void)
+{
+    gdrpy_ctx_t c = open_sim();
+    CHECK(c);
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
+    gdrpy_pin_t p;
+    CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == 0);
+    CHECK(gdrpy_map(c, p, NULL, NULL) == 0);
+    CHECK(gdrpy_write(c, p, 0, "secret", 6) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char buf[8] = {0};
+        int bad = 0;
+        if (gdrpy_read(c, p, 0, buf, 6) != GDRPY_EACCES) bad |= 1;
+        if (memcmp(buf, "secret", 6) == 0) bad |= 2;
+        if (gdrpy_map(c, p, NULL, NULL) != GDRPY_EACCES) bad |= 4;
+        gdrpy_pin_t p2;
+        if (gdrpy_pin(c, d, 8, 0, &p2) != GDRPY_EACCES) bad |= 8;
+        _exit(bad);
+    }
+    int st = 0;
+    CHECK(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    char buf[8] = {0};
+    CHECK(gdrpy_read(c, p, 0, buf, 6) == 0 && memcmp(buf, "secret", 6) == 0);
+    CHECK(gdrpy_close(c) == 0);
+    CHECK(gdrpy_sim_free(d) == 0);
+    return 0;
+}
+
+struct thr { gdrpy_ctx_t c; gdrpy_pin_t p; int id; int bad; };
+
+static void *thr_main(void *arg)
+{
+    struct thr *t = arg;
+    unsigned char data[4096], back[4096];
+    memset(data, t->id, sizeof data);
+    if (gdrpy_map(t->c, t->p, NULL, NULL)) { t->bad = 1; return NULL; }
+    for (int i = 0; i < 50; i++) {
+        if (gdrpy_write(t->c, t->p, 0, data, sizeof data) ||
+            gdrpy_read(t->c, t->p, 0, back, sizeof back) || memcmp(back, data, sizeof data))
+            t->bad = 2;
+    }
+    if (gdrpy_unmap(t->c, t->p)) t->bad = 3;
+    return NULL;
+}
+
+static int pins_from_one_thread_map_and_copy_in_others(void)
+{
+    gdrpy_ctx_t c = open_sim();
+    CHECK(c);
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(8 * PAGE, &d) == 0);
+    struct thr t[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) {
+        t[i].c = c; t[i].id = i + 1; t[i].bad = 0;
+        CHECK(gdrpy_pin(c, d + (uint64_t)i * PAGE, 4096, 0, &t[i].p) == 0);
+    }
+    for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, thr_main, &t[i]);
+    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 8; i++) CHECK(t[i].bad == 0);
+    CHECK(gdrpy_close(c) == 0);
+    CHECK(gdrpy_sim_free(d) == 0);
+    return 0;
+}
+
+static int many_cycles_leak_no_fds(void)
+{
+    int fd0 = dup(0);
+    close(fd0);
+    gdrpy_ctx_t c = open_sim();
+    CHECK(c);
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
+    for (int i = 0; i < 2000; i++) {
+        gdrpy_pin_t p;
+        CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == 0);
+        CHECK(gdrpy_map(c, p, NULL, NULL) == 0);
+        CHECK(gdrpy_unmap(c, p) == 0);
+        CHECK(gdrpy_unpin(c, p) == 0);
+    }
+    CHECK(gdrpy_close(c) == 0);
+    CHECK(gdrpy_sim_free(d) == 0);
+    int fd1 = dup(0);
+    close(fd1);
+    CHECK(fd1 == fd0);
+    return 0;
+}
+
+static int auto_never_picks_sim(void)
+{
+    gdrpy_ctx_t c = 0;
+    unsetenv("GDRPY_BACKEND");
+    int rc = gdrpy_open(0, GDRPY_BACKEND_AUTO, &c);
+    if (rc == 0) {
+        gdrpy_ctx_info_t info;
+        CHECK(gdrpy_ctx_get_info(c, &info) == 0);
+        CHECK(info.backend != GDRPY_BACKEND_SIM);
+        CHECK(gdrpy_close(c) == 0);
+    } else {
+        CHECK(strstr(gdrpy_last_error(), "sim") != NULL); /* says how to get sim */
+    }
+    setenv("GDRPY_BACKEND", "sim", 1);
+    CHECK(gdrpy_open(0, GDRPY_BACKEND_AUTO, &c) == 0);
+    gdrpy_ctx_info_t info;
+    CHECK(gdrpy_ctx_get_info(c, &info) == 0);
+    CHECK(info.backend == GDRPY_BACKEND_SIM && strcmp(info.backend_name, "sim") == 0);
+    CHECK(gdrpy_close(c) == 0);
+    unsetenv("GDRPY_BACKEND");
+    return 0;
+}
+
+int main(void)
+{
+    RUN(pin_map_write_read_roundtrip);
+    RUN(out_of_range_copies_are_refused_and_touch_nothing);
+    RUN(lifetimes_are_enforced);
+    RUN(bad_arguments_get_clear_errors);
+    RUN(freed_memory_stays_alive_for_the_pin_and_never_aliases);
+    RUN(forked_child_gets_eacces);
+    RUN(pins_from_one_thread_map_and_copy_in_others);
+    RUN(many_cycles_leak_no_fds);
+    RUN(auto_never_picks_sim);
+    printf("test_core: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,103 @@
+"""Shared fixtures: every sanity test runs against each backend in BACKENDS.
+
+* ``sim`` always runs (host memory standing in for a GPU).
+* ``nvrm`` runs wherever an NVIDIA GPU is present and is skipped only where
+  none is.  On a GPU machine a broken nvrm backend FAILS the tests: it is
+  never skipped there.  Set GDRPY_REQUIRE_GPU=1 (the GPU script does) to turn
+  "no GPU found" into a failure as well.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import gdrpy
+
+
+def _gpu_present() -> tuple[bool, str]:
+    if not os.path.exists("/dev/nvidiactl"):
+        return False, "no NVIDIA GPU on this machine (/dev/nvidiactl missing)"
+    try:
+        from cuda.bindings import driver as cu
+    except ImportError as e:
+        return False, f"cuda-python missing: {e}"
+    err, = cu.cuInit(0)
+    if int(err) != 0:
+        return False, f"cuInit failed: {err}"
+    err, n = cu.cuDeviceGetCount()
+    if int(err) != 0 or int(n) == 0:
+        return False, "the CUDA driver reports no devices"
+    return True, ""
+
+
+GPU_PRESENT, NO_GPU_REASON = _gpu_present()
+REQUIRE_GPU = os.environ.get("GDRPY_REQUIRE_GPU") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    if GPU_PRESENT:
+        return
+    if REQUIRE_GPU:
+        raise pytest.UsageError(f"GDRPY_REQUIRE_GPU=1 but {NO_GPU_REASON}")
+    skip = pytest.mark.skip(reason=NO_GPU_REASON)
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+BACKENDS = [pytest.param("sim", id="sim"),
+            pytest.param("nvrm", id="nvrm", marks=pytest.mark.gpu)]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return request.param
+
+
+@pytest.fixture
+def ctx(backend):
+    c = gdrpy.open(0, backend)
+    assert c.backend == backend
+    yield c
+    c.close()
+
+
+class Alloc:
+    """Allocates device memory of the context's kind and reads the device
+    side back through the copy engine (cuMemcpyDtoH on a GPU, the sim
+    allocation's own pages on sim)."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.bufs = []
+
+    def __call__(self, nbytes):
+        b = gdrpy.memory.alloc(nbytes, ctx=self.ctx)
+        self.bufs.append(b)
+        return b
+
+    def device_read(self, addr, n):
+        return self.ctx.memcpy_dtoh(addr, n)
+
+    def device_write(self, addr, data):
+        self.ctx.memcpy_htod(addr, data)
+
+    def close(self):
+        for b in self.bufs:
+            b.close()
+
+
+@pytest.fixture
+def alloc(ctx):
+    a = Alloc(ctx)
+    yield a
+    a.close()
+
+
+@pytest.fixture
+def sim_ctx():
+    c = gdrpy.open(0, "sim")
+    yield c
+    c.close()
