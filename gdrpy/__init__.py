@@ -55,7 +55,4 @@ def includedir() -> str:
 
 from . import memory  # noqa: E402
 
-try:  # the transfer engine (put/get with the adaptive threshold picker)
-    from .transfer import Transfer, get, put  # noqa: E402,F401
-except ImportError:  # pragma: no cover - during bring-up
-    pass
+from .transfer import Transfer, get, put  # noqa: E402

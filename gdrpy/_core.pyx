@@ -25,6 +25,7 @@ from cpython.bytes cimport (PyBytes_FromStringAndSize, PyBytes_AS_STRING,
                             PyBytes_GET_SIZE, PyBytes_CheckExact)
 from cpython.long cimport PyLong_CheckExact, PyLong_AsSsize_t
 from libc.stdint cimport uint64_t, uintptr_t
+from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from gdrpy._cgdrpy cimport *
 
@@ -33,6 +34,8 @@ import weakref as _weakref
 
 from gdrpy.errors import (error_for_code, ClosedError, BusyError, WrongProcessError,
                           InvalidArgumentError, OutOfRangeError)
+
+PY_SSIZE_T_MAX_ = PY_SSIZE_T_MAX
 
 # Copies at least this large release the GIL.
 NOGIL_BYTES = 65536
@@ -263,7 +266,7 @@ cdef class Context:
         self._ready()
         cdef uint64_t d = _u64(dptr, "dptr")
         cdef Py_buffer view
-        PyObject_GetBuffer(data, &view, PyBUF_ANY_CONTIGUOUS)
+        _get_in_buffer(data, &view)
         cdef int rc
         try:
             with nogil:
@@ -420,43 +423,50 @@ cdef class Pin:
         _check(gdrpy_unpin(self._ctx._h, h))
 
     def ce_write(self, offset, data, stream=None):
-        """Copy-engine write (cuMemcpyHtoD[Async]) at ``offset`` in the pin."""
+        """Copy-engine write (cuMemcpyHtoD, or HtoDAsync on ``stream``) at
+        ``offset`` in the pin.  Returns the number of bytes."""
         self._ready()
-        cdef Py_ssize_t off = _index(offset, "offset")
-        cdef void *s = _stream_ptr(stream)
+        return self._ce_write_obj(_index(offset, "offset"), data, _stream_ptr(stream))
+
+    def ce_read(self, offset, n, out=None, stream=None):
+        """Copy-engine read (cuMemcpyDtoH[Async]); returns bytes or ``out``.
+        With a stream the copy is ordered on it and this call waits for it."""
+        self._ready()
+        return self._ce_read_obj(_index(offset, "offset"), _index(n, "n"), out,
+                                 _stream_ptr(stream))
+
+    cdef Py_ssize_t _ce_write_obj(self, Py_ssize_t off, object data, void *s) except -1:
         cdef Py_buffer view
-        try:
-            PyObject_GetBuffer(data, &view, PyBUF_ANY_CONTIGUOUS)
-        except BufferError as e:
-            raise InvalidArgumentError(f"data must be a contiguous buffer: {e}", _errno.EINVAL) from None
         cdef int rc
+        _get_in_buffer(data, &view)
         try:
             with nogil:
                 rc = gdrpy_ce_write(self._ctx._h, self._h, <size_t>off, view.buf,
                                     <size_t>view.len, s)
             _check(rc)
+            return view.len
         finally:
             PyBuffer_Release(&view)
 
-    def ce_read(self, offset, n, out=None, stream=None):
-        """Copy-engine read (cuMemcpyDtoH[Async]); returns bytes or ``out``."""
-        self._ready()
-        cdef Py_ssize_t off = _index(offset, "offset")
-        cdef Py_ssize_t cnt = _index(n, "n")
-        cdef void *s = _stream_ptr(stream)
+    cdef object _ce_read_obj(self, Py_ssize_t off, Py_ssize_t cnt, object out, void *s):
         cdef Py_buffer view
         cdef int rc
+        cdef char *buf
         if out is None:
             res = PyBytes_FromStringAndSize(NULL, cnt)
-            buf = <char *>PyBytes_AS_STRING(res)
+            buf = PyBytes_AS_STRING(res)
             with nogil:
                 rc = gdrpy_ce_read(self._ctx._h, self._h, <size_t>off, buf, <size_t>cnt, s)
+                if rc == 0 and s != NULL:
+                    rc = gdrpy_stream_synchronize(self._ctx._h, s)
             _check(rc)
             return res
         _get_out_buffer(out, &view, cnt)
         try:
             with nogil:
                 rc = gdrpy_ce_read(self._ctx._h, self._h, <size_t>off, view.buf, <size_t>cnt, s)
+                if rc == 0 and s != NULL:
+                    rc = gdrpy_stream_synchronize(self._ctx._h, s)
             _check(rc)
         finally:
             PyBuffer_Release(&view)
@@ -482,6 +492,15 @@ cdef void *_stream_ptr(object stream) except? NULL:
     from gdrpy._interop import stream_handle
     cdef uintptr_t h = <uintptr_t>_u64(stream_handle(stream), "stream")
     return <void *>h
+
+
+cdef int _get_in_buffer(object data, Py_buffer *view) except -1:
+    try:
+        PyObject_GetBuffer(data, view, PyBUF_ANY_CONTIGUOUS)
+    except BufferError as e:
+        raise InvalidArgumentError(f"data must be a contiguous buffer: {e}",
+                                   _errno.EINVAL) from None
+    return 0
 
 
 cdef int _get_out_buffer(object out, Py_buffer *view, Py_ssize_t need) except -1:
@@ -517,11 +536,22 @@ cdef class Mapping:
     cdef int _inflight
     cdef bint _closed
     cdef unsigned _fork_gen
+    cdef object _transfer      # cached Transfer for gdrpy.put/get
     cdef object __weakref__
 
     def __cinit__(self):
         self._closed = True
         self._ptr = NULL
+        self._transfer = None
+
+    def transfer(self, picker=None):
+        """The Transfer (put/get with automatic path choice) of this mapping:
+        one is created on first use with the context's default picker and
+        reused; pass ``picker`` to replace it."""
+        self._ready()
+        if picker is not None or self._transfer is None:
+            self._transfer = Transfer(self, picker)
+        return self._transfer
 
     cdef _init(self, Pin pin, char *map_ptr, char *user_ptr):
         self._pin = pin
@@ -594,75 +624,60 @@ cdef class Mapping:
         contiguous buffer) to ``offset`` with the CPU copy kernel (stores +
         sfence).  Returns the number of bytes written."""
         self._ready()
-        cdef Py_ssize_t off = _index(offset, "offset")
-        cdef const char *src
-        cdef Py_ssize_t n
-        cdef Py_buffer view
-        cdef char *dst
-        if PyBytes_CheckExact(data):
-            n = PyBytes_GET_SIZE(data)
-            self._range(off, n)
-            src = PyBytes_AS_STRING(data)
-            dst = self._ptr + off
-            if n < _nogil_bytes:
-                gdrpy_copy_to_mapping(dst, src, <size_t>n)
-            else:
-                self._inflight += 1
-                with nogil:
-                    gdrpy_copy_to_mapping(dst, src, <size_t>n)
-                self._inflight -= 1
-            return n
-        try:
-            PyObject_GetBuffer(data, &view, PyBUF_ANY_CONTIGUOUS)
-        except BufferError as e:
-            raise InvalidArgumentError(f"data must be a contiguous buffer: {e}",
-                                       _errno.EINVAL) from None
-        try:
-            n = view.len
-            self._range(off, n)
-            dst = self._ptr + off
-            if n < _nogil_bytes:
-                gdrpy_copy_to_mapping(dst, view.buf, <size_t>n)
-            else:
-                self._inflight += 1
-                with nogil:
-                    gdrpy_copy_to_mapping(dst, view.buf, <size_t>n)
-                self._inflight -= 1
-        finally:
-            PyBuffer_Release(&view)
-        return n
+        return self._write_obj(_index(offset, "offset"), data)
 
     def read(self, offset, n, out=None):
         """Copy ``n`` bytes at ``offset`` out of the mapping (streaming loads).
         Returns new bytes, or fills and returns ``out`` (a writable buffer of
         at least ``n`` bytes)."""
         self._ready()
-        cdef Py_ssize_t off = _index(offset, "offset")
-        cdef Py_ssize_t cnt = _index(n, "n")
-        self._range(off, cnt)
-        cdef char *src = self._ptr + off
+        return self._read_obj(_index(offset, "offset"), _index(n, "n"), out)
+
+    cdef inline void _store(self, char *dst, const void *src, Py_ssize_t n):
+        if n < _nogil_bytes:
+            gdrpy_copy_to_mapping(dst, src, <size_t>n)
+        else:
+            self._inflight += 1
+            with nogil:
+                gdrpy_copy_to_mapping(dst, src, <size_t>n)
+            self._inflight -= 1
+
+    cdef inline void _load(self, void *dst, const char *src, Py_ssize_t n):
+        if n < _nogil_bytes:
+            gdrpy_copy_from_mapping(dst, src, <size_t>n)
+        else:
+            self._inflight += 1
+            with nogil:
+                gdrpy_copy_from_mapping(dst, src, <size_t>n)
+            self._inflight -= 1
+
+    cdef Py_ssize_t _write_obj(self, Py_ssize_t off, object data) except -1:
+        cdef Py_ssize_t n
         cdef Py_buffer view
-        cdef char *dst
+        if PyBytes_CheckExact(data):
+            n = PyBytes_GET_SIZE(data)
+            self._range(off, n)
+            self._store(self._ptr + off, PyBytes_AS_STRING(data), n)
+            return n
+        _get_in_buffer(data, &view)
+        try:
+            n = view.len
+            self._range(off, n)
+            self._store(self._ptr + off, view.buf, n)
+        finally:
+            PyBuffer_Release(&view)
+        return n
+
+    cdef object _read_obj(self, Py_ssize_t off, Py_ssize_t cnt, object out):
+        self._range(off, cnt)
+        cdef Py_buffer view
         if out is None:
             res = PyBytes_FromStringAndSize(NULL, cnt)
-            dst = PyBytes_AS_STRING(res)
-            if cnt < _nogil_bytes:
-                gdrpy_copy_from_mapping(dst, src, <size_t>cnt)
-            else:
-                self._inflight += 1
-                with nogil:
-                    gdrpy_copy_from_mapping(dst, src, <size_t>cnt)
-                self._inflight -= 1
+            self._load(PyBytes_AS_STRING(res), self._ptr + off, cnt)
             return res
         _get_out_buffer(out, &view, cnt)
         try:
-            if cnt < _nogil_bytes:
-                gdrpy_copy_from_mapping(view.buf, src, <size_t>cnt)
-            else:
-                self._inflight += 1
-                with nogil:
-                    gdrpy_copy_from_mapping(view.buf, src, <size_t>cnt)
-                self._inflight -= 1
+            self._load(view.buf, self._ptr + off, cnt)
         finally:
             PyBuffer_Release(&view)
         return out
@@ -723,3 +738,178 @@ cdef class Mapping:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+cdef extern from "time.h" nogil:
+    ctypedef long time_t
+    cdef struct timespec:
+        time_t tv_sec
+        long tv_nsec
+    int clock_gettime(int clk, timespec *ts)
+    int CLOCK_MONOTONIC
+
+
+cdef inline double _now() nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+# Flags returned by ThresholdPicker.advise() (gdrpy/threshold.py).
+DEF ADVISE_MAPPING = 1
+DEF ADVISE_TIMED = 2
+# Re-read the picker's thresholds at least this often (calls).
+DEF REFRESH_EVERY = 256
+
+
+cdef class Transfer:
+    """put/get on one mapped pin with automatic path choice.
+
+    ``put(offset, src)`` (host -> GPU) and ``get(offset, out)`` (GPU -> host)
+    send a message through the mapping (CPU stores / streaming loads) when it
+    is at most the picker's threshold for that direction, else through the
+    copy engine (cuMemcpy, issued from C without the GIL).  The thresholds are
+    cached as C integers and re-read from the picker every 256 calls and
+    after every timed sample, so choosing costs a comparison.  Inside the
+    picker's adaptation window the picker is asked for advice, and a
+    transfer it marks TIMED is timed and recorded (online adaptation).
+
+    ``stream`` (any stream object or handle; None: synchronous):
+      * put over the copy engine: cuMemcpyHtoDAsync on the stream (the source
+        is pageable, so the driver has staged it when the call returns);
+      * put over the mapping: waits for the stream's earlier work first, then
+        stores; work launched on the stream afterwards sees the data;
+      * get (either path): ordered after the stream's earlier work; returns
+        when the data is in host memory.
+    """
+
+    cdef Mapping _m
+    cdef Pin _pin
+    cdef readonly object picker
+    cdef Py_ssize_t _t[2]          # thresholds: 0 h2d, 1 d2h (-1: always ce)
+    cdef Py_ssize_t _lo[2]
+    cdef Py_ssize_t _hi[2]
+    cdef unsigned _calls
+
+    def __cinit__(self, Mapping mapping not None, picker=None):
+        mapping._ready()
+        self._m = mapping
+        self._pin = mapping._pin
+        if picker is None:
+            from gdrpy.transfer import default_picker
+            picker = default_picker(mapping._pin._ctx)
+        self.picker = picker
+        self.refresh()
+
+    def refresh(self):
+        """Re-read thresholds and adaptation windows from the picker."""
+        thr = self.picker._thr
+        st = self.picker._st
+        for i, d in enumerate(("h2d", "d2h")):
+            t = thr[d]
+            self._t[i] = t if t < PY_SSIZE_T_MAX_ else PY_SSIZE_T_MAX_
+            w = st[d]
+            self._lo[i] = max(0, min(int(w.lo), PY_SSIZE_T_MAX_))
+            self._hi[i] = max(-1, min(int(w.hi), PY_SSIZE_T_MAX_)) if w.adaptive else -1
+        self._calls = 0
+
+    @property
+    def mapping(self):
+        return self._m
+
+    def thresholds(self):
+        """The cached thresholds (bytes) in use: {'h2d': T, 'd2h': T}."""
+        return {"h2d": self._t[0], "d2h": self._t[1]}
+
+    def path_for(self, direction, nbytes):
+        """'mapping' or 'ce': the path a message of ``nbytes`` takes now."""
+        cdef int i = 0 if direction == "h2d" else (1 if direction == "d2h" else -1)
+        if i < 0:
+            raise InvalidArgumentError(f"direction must be 'h2d' or 'd2h', not {direction!r}",
+                                       _errno.EINVAL)
+        return "mapping" if _index(nbytes, "nbytes") <= self._t[i] else "ce"
+
+    cdef inline int _advice(self, int i, Py_ssize_t n) except -1:
+        self._calls += 1
+        if self._calls >= REFRESH_EVERY:
+            self.refresh()
+        if n < self._lo[i] or n > self._hi[i]:
+            return ADVISE_MAPPING if n <= self._t[i] else 0
+        return self.picker.advise("h2d" if i == 0 else "d2h", n)
+
+    def put(self, offset, src, stream=None):
+        """Host -> GPU: copy ``src`` (any contiguous buffer) to ``offset``.
+        Returns the number of bytes."""
+        self._m._ready()
+        cdef Py_ssize_t off = _index(offset, "offset")
+        cdef void *s = NULL
+        cdef Py_ssize_t n
+        cdef Py_buffer view
+        cdef int adv, rc
+        cdef double t0
+        if stream is not None:
+            s = _stream_ptr(stream)
+        if PyBytes_CheckExact(src):
+            n = PyBytes_GET_SIZE(src)
+        else:
+            _get_in_buffer(src, &view)
+            n = view.len
+            PyBuffer_Release(&view)
+        self._m._range(off, n)
+        adv = self._advice(0, n)
+        if adv & ADVISE_TIMED:
+            t0 = _now()
+        if adv & ADVISE_MAPPING:
+            if stream is not None:
+                with nogil:
+                    rc = gdrpy_stream_synchronize(self._pin._ctx._h, s)
+                _check(rc)
+            self._m._write_obj(off, src)
+        else:
+            self._pin._ce_write_obj(off, src, s)
+        if adv & ADVISE_TIMED:
+            self.picker.record("h2d", "mapping" if adv & ADVISE_MAPPING else "ce", n,
+                               _now() - t0)
+            self.refresh()
+        return n
+
+    def get(self, offset, out, stream=None):
+        """GPU -> host: ``out`` is a byte count (returns new bytes) or a
+        writable buffer (filled from its start and returned)."""
+        self._m._ready()
+        cdef Py_ssize_t off = _index(offset, "offset")
+        cdef void *s = NULL
+        cdef Py_ssize_t n
+        cdef Py_buffer view
+        cdef int adv, rc
+        cdef double t0
+        if stream is not None:
+            s = _stream_ptr(stream)
+        if isinstance(out, int):
+            n = _index(out, "n")
+            out = None
+        else:
+            _get_out_buffer(out, &view, 0)
+            n = view.len
+            PyBuffer_Release(&view)
+        self._m._range(off, n)
+        adv = self._advice(1, n)
+        if adv & ADVISE_TIMED:
+            t0 = _now()
+        if adv & ADVISE_MAPPING:
+            if stream is not None:
+                with nogil:
+                    rc = gdrpy_stream_synchronize(self._pin._ctx._h, s)
+                _check(rc)
+            res = self._m._read_obj(off, n, out)
+        else:
+            res = self._pin._ce_read_obj(off, n, out, s)
+        if adv & ADVISE_TIMED:
+            self.picker.record("d2h", "mapping" if adv & ADVISE_MAPPING else "ce", n,
+                               _now() - t0)
+            self.refresh()
+        return res
+
+    def __repr__(self):
+        return (f"<gdrpy.Transfer h2d<={self._t[0]} d2h<={self._t[1]} "
+                f"mapping={self._m!r}>")

@@ -148,6 +148,9 @@ GDRPY_API int gdrpy_ce_write(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
                              const void *src, size_t n, void *stream);
 GDRPY_API int gdrpy_ce_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
                             void *dst, size_t n, void *stream);
+/* Waits until `stream` (a CUstream; NULL: the legacy default stream) has
+ * finished its work.  No-op on sim. */
+GDRPY_API int gdrpy_stream_synchronize(gdrpy_ctx_t ctx, void *stream);
 /* Unvalidated device copies against any device address of the context's
  * GPU (sim: any sim allocation). */
 GDRPY_API int gdrpy_memcpy_htod(gdrpy_ctx_t ctx, uint64_t dptr, const void *src, size_t n);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "cudadrv.h"
 
 volatile unsigned gdrpy_fork_generation = 0;
 
@@ -613,4 +614,22 @@ int gdrpy_memcpy_htod(gdrpy_ctx_t h, uint64_t dptr, const void *src, size_t n)
 int gdrpy_memcpy_dtoh(gdrpy_ctx_t h, void *dst, uint64_t dptr, size_t n)
 {
     return raw_memcpy(h, 1, dptr, dst, n, "memcpy_dtoh");
+}
+
+int gdrpy_stream_synchronize(gdrpy_ctx_t h, void *stream)
+{
+    gp_ctx *c;
+    int rc = ctx_enter(h, &c, "stream_synchronize");
+    if (rc) return rc;
+    if (c->be->is_real) {
+        gp_cuda_scope s;
+        rc = gp_cuda_enter(c->device, &s);
+        if (!rc) {
+            CUresult r = gp_cu.StreamSynchronize((CUstream)stream);
+            gp_cuda_leave(&s);
+            if (r) rc = gp_cuda_err(0, r, "cuStreamSynchronize", "stream_synchronize");
+        }
+    }
+    ctx_leave();
+    return rc;
 }

@@ -1,0 +1,233 @@
+"""Transfer engine: ``put`` (host -> GPU) and ``get`` (GPU -> host) on a
+pinned, mapped buffer, each message sent over the faster path for its size.
+
+* Small messages go through the mapping (CPU stores + sfence, or streaming
+  loads); large ones through the copy engine (cuMemcpy, from C, without the
+  GIL).  The crossover per direction comes from a :class:`ThresholdPicker`
+  (gdrpy.threshold) that is calibrated on this host, persisted per host
+  identity, and adapted online.
+* ``gdrpy.put(m, offset, src)`` / ``gdrpy.get(m, offset, out)`` use the
+  mapping's cached :class:`~gdrpy.Transfer`; in a hot loop keep
+  ``t = m.transfer()`` and call ``t.put`` / ``t.get`` directly.
+
+Ordering rules
+--------------
+* After ``put`` returns (no stream), the data is in GPU memory's write path:
+  the mapping path ends with an ``sfence``, and PCIe keeps the CPU's posted
+  writes to the GPU in order, so a kernel launched afterwards (from this
+  thread) sees the data.  The copy-engine path is a synchronous cuMemcpyHtoD.
+* With ``stream=``: the mapping path first waits for the stream's earlier
+  work, the copy-engine path is enqueued on the stream; kernels enqueued on
+  that stream afterwards see the data.
+* A *running* (persistent) kernel must not poll the payload itself: write
+  the payload, then a flag (a separate ``put``/``write`` after the payload;
+  the sfence between them orders them), and have the kernel poll the flag
+  with a volatile load, then issue ``__threadfence()`` (or an acquire load,
+  ``ld.acquire.sys``) before reading the payload.
+* ``get`` returns when the data is in host memory (with a stream: after the
+  stream's earlier work).
+
+Calibration policy
+------------------
+On first use per (device, backend) the picker loads this host's thresholds
+from the cache.  If there are none (first run, identity changed, corrupt
+cache) and the backend is a real GPU backend, it calibrates (a few seconds)
+and stores the result, unless ``GDRPY_AUTOCALIBRATE=0``; then it uses the
+provisional defaults, adapted online.  On ``sim`` it never calibrates
+automatically.  ``python -m gdrpy calibrate`` recalibrates on demand.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import platform
+import sys
+import threading
+import time
+
+import numpy as np
+
+from ._core import Mapping, Pin, Transfer
+from .errors import InvalidArgumentError
+from .threshold import ThresholdPicker, format_threshold
+
+__all__ = ["put", "get", "Transfer", "default_picker", "host_identity", "make_measure",
+           "calibrate_context"]
+
+_pickers: dict = {}
+_pickers_lock = threading.Lock()
+CALIBRATION_MAX_BYTES = 64 << 20
+
+
+def _mapping_of(obj) -> Mapping:
+    if isinstance(obj, Mapping):
+        return obj
+    if isinstance(obj, Pin):
+        m = obj.mapping
+        if m is None:
+            raise InvalidArgumentError("the pin is not mapped: call pin.map() first",
+                                       errno.EINVAL)
+        return m
+    raise TypeError(f"expected a gdrpy Mapping (or a mapped Pin), not {type(obj).__name__}")
+
+
+def put(dst, offset, src, stream=None) -> int:
+    """Host -> GPU: write ``src`` at ``offset`` of mapping ``dst``."""
+    return _mapping_of(dst).transfer().put(offset, src, stream)
+
+
+def get(src, offset, out, stream=None):
+    """GPU -> host: ``out`` is a byte count (returns bytes) or a writable buffer."""
+    return _mapping_of(src).transfer().get(offset, out, stream)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _numa_node(pci_bus_id: str) -> int:
+    if not pci_bus_id or pci_bus_id == "sim":
+        return -1
+    try:
+        with open(f"/sys/bus/pci/devices/{pci_bus_id.lower()}/numa_node") as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return -1
+
+
+def _gpu_uuid(device: int) -> str:
+    try:
+        from .memory import cuda_driver
+        cu = cuda_driver()
+        err, dev = cu.cuDeviceGet(device)
+        err, uuid = cu.cuDeviceGetUuid(dev)
+        return bytes(uuid.bytes).hex()
+    except Exception:
+        return "unknown"
+
+
+def host_identity(ctx) -> dict:
+    """What the calibration depends on: GPU, driver, backend, CPU, NUMA node,
+    gdrpy version and copy kernel."""
+    from . import __version__, copy_isa
+    info = ctx.info
+    return {
+        "gpu_uuid": "sim" if ctx.is_sim else _gpu_uuid(ctx.device),
+        "gpu_name": info["gpu_name"],
+        "pci_bus_id": info["pci_bus_id"],
+        "driver_version": info["driver_version"],
+        "backend": ctx.backend,
+        "cpu_model": _cpu_model(),
+        "numa_node": _numa_node(info["pci_bus_id"]),
+        "gdrpy_version": __version__,
+        "copy_kernel": copy_isa(),
+    }
+
+
+def default_picker(ctx) -> ThresholdPicker:
+    """The shared picker of ``ctx``'s (device, backend): loaded from the cache,
+    else calibrated (real GPU backends) or left at the defaults (sim)."""
+    key = (ctx.device, ctx.backend)
+    with _pickers_lock:
+        p = _pickers.get(key)
+        if p is not None:
+            return p
+        p = ThresholdPicker(identity=host_identity(ctx))
+        if not p.load():
+            auto = os.environ.get("GDRPY_AUTOCALIBRATE", "1") != "0"
+            if auto and not ctx.is_sim and p._needed():
+                calibrate_context(ctx, p, budget_s=5.0)
+        _pickers[key] = p
+        return p
+
+
+def make_measure(ctx, max_bytes: int = CALIBRATION_MAX_BYTES):
+    """A ``measure(direction, path, nbytes, iters)`` callback for the picker
+    that times real transfers on ``ctx`` (through the same Python entry points
+    a user calls).  Returns (measure, close)."""
+    from . import memory
+    buf = memory.alloc(max_bytes, ctx=ctx)
+    pin = ctx.pin(buf)
+    m = pin.map()
+    host = np.zeros(max_bytes, np.uint8)
+    host_mv = memoryview(host)
+    perf = time.perf_counter
+
+    def measure(direction, path, nbytes, iters):
+        if nbytes > max_bytes:
+            raise InvalidArgumentError(f"{nbytes} > calibration buffer {max_bytes}", errno.EINVAL)
+        src = host_mv[:nbytes]
+        if direction == "h2d":
+            op = (lambda: m.write(0, src)) if path == "mapping" else (lambda: pin.ce_write(0, src))
+        else:
+            op = (lambda: m.read(0, nbytes, src)) if path == "mapping" else \
+                (lambda: pin.ce_read(0, nbytes, src))
+        out = []
+        for _ in range(iters):
+            t0 = perf()
+            op()
+            out.append(perf() - t0)
+        return out
+
+    def close():
+        m.close()
+        pin.close()
+        buf.close()
+
+    return measure, close
+
+
+def _progress_bar(stream=sys.stderr):
+    width = 30
+
+    def progress(frac, msg):
+        n = int(round(frac * width))
+        stream.write(f"\r[{'#' * n}{'.' * (width - n)}] {frac * 100:5.1f}% {msg[:50]:<50}")
+        stream.flush()
+        if frac >= 1.0:
+            stream.write("\n")
+    return progress
+
+
+def calibrate_context(ctx, picker: ThresholdPicker, budget_s: float = 8.0, progress=None,
+                      save: bool = True, max_bytes: int = CALIBRATION_MAX_BYTES):
+    measure, close = make_measure(ctx, max_bytes)
+    try:
+        return picker.calibrate(measure, budget_s=budget_s, progress=progress, save=save)
+    finally:
+        close()
+
+
+def calibrate_cli(args) -> int:
+    from . import open as gopen
+    with gopen(args.device, args.backend) as ctx:
+        picker = ThresholdPicker(identity=host_identity(ctx))
+        if ctx.is_sim:
+            print("note: backend sim - host memory stands in for the GPU; these "
+                  "thresholds describe the simulation, not a GPU", file=sys.stderr)
+        t0 = time.perf_counter()
+        res = calibrate_context(ctx, picker, budget_s=args.budget,
+                                progress=None if args.quiet else _progress_bar(),
+                                save=not args.no_save)
+        dt = time.perf_counter() - t0
+        with _pickers_lock:
+            _pickers[(ctx.device, ctx.backend)] = picker
+        print(f"calibrated {ctx.backend} on device {ctx.device} in {dt:.2f} s"
+              f"{' (truncated by the budget)' if res.truncated else ''}")
+        for d, r in res.directions.items():
+            print(f"  {d}: threshold {format_threshold(r.threshold)} "
+                  f"(messages up to it go through the mapping)")
+            for meas in r.sweep:
+                print(f"    {meas.nbytes:>10d} B  mapping {meas.mapping_s * 1e6:9.2f} us"
+                      f"  ce {meas.ce_s * 1e6:9.2f} us")
+        if not args.no_save:
+            print(f"stored in {picker.cache_file}")
+    return 0
