@@ -1,0 +1,931 @@
+/*
+ * gdrapi.c - libgdrapi.so.2: GDRCopy 2.6's C API on top of libgdrpy.
+ *
+ * Objects
+ *  - gdr_t points at a `struct gdr`.  These structs are never freed: a
+ *    closed one goes on a free list and is reused by a later gdr_open, and
+ *    every cold-path entry checks that the pointer is one of ours (a walk of
+ *    an append-only list) before touching it.  A gdr owns one gdrpy context
+ *    per CUDA device, opened lazily: a pin goes to the context of the device
+ *    that owns the address (cuPointerGetAttribute, when libcuda is loaded),
+ *    like GDRCopy's pins, which work with whatever device owns the pointer.
+ *  - gdr_mh_t.h encodes (generation << 32) | (slot + 1) in a global slot
+ *    table made of fixed chunks that are allocated once and never freed.  A
+ *    stale or forged handle therefore always reads valid memory, and the
+ *    generation tells it apart from the slot's current occupant.
+ *
+ * Locking
+ *  - g->lock guards everything of one gdr (its handle list, its contexts and
+ *    the cold fields of its slots); it is held across the gdrpy calls of
+ *    pin/map/unmap/unpin/close.
+ *  - mh_lock guards slot allocation only (the free list and chunk growth).
+ *  - The copy path takes no lock: it reads the slot's generation and state
+ *    (acquire), the mapping bounds, and the generation again.  Writers
+ *    publish the bounds before storing state MAPPED (release), and store
+ *    state PINNED before the munmap of an unmap.
+ *
+ * Fork: a gdr is bound to the process that opened it.  Every call in a
+ * forked child on the parent's gdr or handles returns EACCES (checked before
+ * any lock is taken, so a lock held by another thread at fork time cannot
+ * block the child), and the child never sees the parent's mappings (gdrpy
+ * maps with MADV_DONTFORK).
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
+
+#include "gdrapi.h"
+#include "internal.h"
+
+/* ---- ABI checks ------------------------------------------------------- */
+_Static_assert(sizeof(gdr_mh_t) == 8, "gdr_mh_t is 8 bytes");
+_Static_assert(sizeof(unsigned long) == 8, "LP64 only");
+_Static_assert(sizeof(gdr_mapping_type_t) == 4, "enum is 4 bytes");
+_Static_assert(sizeof(gdr_info_v2_t) == 48, "gdr_info_v2_t is 48 bytes");
+_Static_assert(offsetof(gdr_info_v2_t, va) == 0, "va @0");
+_Static_assert(offsetof(gdr_info_v2_t, mapped_size) == 8, "mapped_size @8");
+_Static_assert(offsetof(gdr_info_v2_t, page_size) == 16, "page_size @16");
+_Static_assert(offsetof(gdr_info_v2_t, tm_cycles) == 24, "tm_cycles @24");
+_Static_assert(offsetof(gdr_info_v2_t, cycles_per_ms) == 32, "cycles_per_ms @32");
+_Static_assert(offsetof(gdr_info_v2_t, mapping_type) == 40, "mapping_type @40");
+_Static_assert(sizeof(gdr_info_v1_t) == 40, "gdr_info_v1 is 40 bytes");
+_Static_assert(offsetof(gdr_info_v1_t, tm_cycles) == 24, "v1 tm_cycles @24");
+_Static_assert(offsetof(gdr_info_v1_t, cycles_per_ms) == 32, "v1 cycles_per_ms @32");
+_Static_assert(GPU_PAGE_SIZE == GDRPY_GPU_PAGE_SIZE, "GPU page size");
+_Static_assert((int)GDR_MAPPING_TYPE_WC == (int)GDRPY_MAPPING_WC &&
+               (int)GDR_MAPPING_TYPE_CACHING == (int)GDRPY_MAPPING_CACHING &&
+               (int)GDR_MAPPING_TYPE_DEVICE == (int)GDRPY_MAPPING_DEVICE,
+               "mapping types share values");
+_Static_assert((unsigned)GDR_PIN_FLAG_FORCE_PCIE == GDRPY_PIN_FORCE_PCIE, "pin flag");
+
+#define LOGE(...) gp_log(4, "gdrapi: " __VA_ARGS__)
+#define LOGW(...) gp_log(3, "gdrapi: " __VA_ARGS__)
+#define LOGD(...) gp_log(1, "gdrapi: " __VA_ARGS__)
+
+#define GDR_MAGIC 0x67647270u       /* "gdrp" */
+#define GDR_DEAD 0x64656164u        /* "dead" */
+#define GDR_MAX_DEV 64
+#define HOST_PAGE 4096u
+
+enum { MH_FREE = 0, MH_PINNED = 1, MH_MAPPED = 2 };
+
+/* ---- handle slots ----------------------------------------------------- */
+typedef struct mh_slot {
+    /* hot: read by the copy path without a lock */
+    _Atomic uint32_t gen;
+    _Atomic int state;
+    /* Relaxed atomics: published by the release store of `state`. */
+    _Atomic unsigned fork_gen;   /* gdrpy_fork_generation when mapped */
+    _Atomic(char *) lo;          /* gdrpy's mapping: [lo, lo + span) */
+    _Atomic size_t span;
+    /* cold: owner's g->lock */
+    struct gdr *g;
+    gdrpy_ctx_t ctx;
+    gdrpy_pin_t pin;
+    uint64_t addr, size;     /* as given to the pin call */
+    uint64_t va;             /* addr rounded down to GPU_PAGE_SIZE */
+    uint64_t mapped_size;    /* va .. end rounded up to GPU_PAGE_SIZE */
+    void *map_ret;           /* pointer gdr_map returned (CPU address of va) */
+    size_t map_size;         /* size given to gdr_map */
+    int mapping_type;
+    uint64_t tm_cycles;
+    uint32_t prev, next;     /* slot + 1 links: g's list, or the free list */
+} mh_slot;
+
+#define MH_CHUNK_SHIFT 10
+#define MH_CHUNK (1u << MH_CHUNK_SHIFT)
+#define MH_MAX_CHUNKS 16384u   /* 16 Mi handles */
+
+static mh_slot *_Atomic mh_chunks[MH_MAX_CHUNKS];
+static pthread_mutex_t mh_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t mh_free_head;  /* slot + 1, 0 = empty */
+static uint32_t mh_nslots;     /* slots ever created */
+
+static inline mh_slot *slot_at(uint32_t idx)
+{
+    mh_slot *c = atomic_load_explicit(&mh_chunks[idx >> MH_CHUNK_SHIFT], memory_order_acquire);
+    return c ? &c[idx & (MH_CHUNK - 1)] : NULL;
+}
+
+static inline unsigned long mk_mh(uint32_t idx, uint32_t gen)
+{
+    return ((unsigned long)gen << 32) | (unsigned long)(idx + 1);
+}
+
+/* The slot a handle names, or NULL.  No lock; the slot may be in any state. */
+static inline mh_slot *mh_lookup(gdr_mh_t mh, uint32_t *gen_out)
+{
+    uint32_t lo = (uint32_t)mh.h;
+    uint32_t gen = (uint32_t)(mh.h >> 32);
+    if (__builtin_expect(lo == 0 || gen == 0, 0)) return NULL;
+    uint32_t idx = lo - 1;
+    if (__builtin_expect((idx >> MH_CHUNK_SHIFT) >= MH_MAX_CHUNKS, 0)) return NULL;
+    mh_slot *s = slot_at(idx);
+    if (__builtin_expect(!s || atomic_load_explicit(&s->gen, memory_order_acquire) != gen, 0))
+        return NULL;
+    *gen_out = gen;
+    return s;
+}
+
+static mh_slot *slot_alloc(uint32_t *idx_out)
+{
+    pthread_mutex_lock(&mh_lock);
+    uint32_t idx;
+    if (mh_free_head) {
+        idx = mh_free_head - 1;
+        mh_free_head = slot_at(idx)->next;
+    } else {
+        if (mh_nslots >= MH_MAX_CHUNKS * MH_CHUNK) {
+            pthread_mutex_unlock(&mh_lock);
+            return NULL;
+        }
+        idx = mh_nslots;
+        uint32_t c = idx >> MH_CHUNK_SHIFT;
+        if (!atomic_load_explicit(&mh_chunks[c], memory_order_relaxed)) {
+            mh_slot *chunk = calloc(MH_CHUNK, sizeof *chunk);
+            if (!chunk) {
+                pthread_mutex_unlock(&mh_lock);
+                return NULL;
+            }
+            for (uint32_t i = 0; i < MH_CHUNK; i++) atomic_init(&chunk[i].gen, 1);
+            atomic_store_explicit(&mh_chunks[c], chunk, memory_order_release);
+        }
+        mh_nslots++;
+    }
+    pthread_mutex_unlock(&mh_lock);
+    mh_slot *s = slot_at(idx);
+    s->prev = s->next = 0;
+    *idx_out = idx;
+    return s;
+}
+
+/* The slot must already be unlinked from its gdr. */
+static void slot_free(mh_slot *s, uint32_t idx)
+{
+    atomic_store_explicit(&s->state, MH_FREE, memory_order_release);
+    uint32_t g = atomic_load_explicit(&s->gen, memory_order_relaxed) + 1;
+    if (g == 0) g = 1;
+    atomic_store_explicit(&s->gen, g, memory_order_release);
+    s->g = NULL;
+    s->ctx = 0;
+    s->pin = 0;
+    atomic_store_explicit(&s->lo, NULL, memory_order_relaxed);
+    atomic_store_explicit(&s->span, 0, memory_order_relaxed);
+    s->map_ret = NULL;
+    pthread_mutex_lock(&mh_lock);
+    s->next = mh_free_head;
+    mh_free_head = idx + 1;
+    pthread_mutex_unlock(&mh_lock);
+}
+
+/* ---- gdr instances ---------------------------------------------------- */
+struct gdr {
+    uint32_t magic;
+    int closed;
+    pthread_mutex_t lock;
+    unsigned fork_gen;             /* gdrpy_fork_generation at open */
+    pid_t pid;
+    int backend;                   /* gdrpy_backend_t of the default context */
+    int default_dev;
+    gdrpy_ctx_t ctx[GDR_MAX_DEV];  /* 0 = not opened yet */
+    uint32_t head;                 /* first slot + 1 of the handle list */
+    uint32_t nhandles;
+    struct gdr *all_next;          /* append-only list of every gdr ever made */
+    struct gdr *free_next;
+};
+
+static struct gdr *_Atomic gdr_all;
+static pthread_mutex_t gdr_free_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gdr *gdr_free_list;
+
+static void gdrapi_atfork_child(void)
+{
+    /* Only the forking thread survives: make the global locks usable again
+     * (the parent's gdr instances are refused before their locks are
+     * touched). */
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&mh_lock, &fresh, sizeof fresh);
+    memcpy(&gdr_free_lock, &fresh, sizeof fresh);
+}
+
+__attribute__((constructor)) static void gdrapi_init(void)
+{
+    pthread_atfork(NULL, NULL, gdrapi_atfork_child);
+}
+
+static int gdr_is_known(const struct gdr *g)
+{
+    for (struct gdr *x = atomic_load_explicit(&gdr_all, memory_order_acquire); x; x = x->all_next)
+        if (x == g) return 1;
+    return 0;
+}
+
+/* Validates g and takes g->lock.  Returns 0 or an errno with nothing held. */
+static int g_enter(struct gdr *g, const char *what)
+{
+    if (!g || !gdr_is_known(g) || g->magic != GDR_MAGIC) {
+        LOGE("%s: %p is not an open gdr_t", what, (void *)g);
+        return EINVAL;
+    }
+    if (g->fork_gen != gdrpy_fork_generation || g->pid != getpid()) {
+        LOGE("%s: this gdr_t was opened by process %d; a forked child must call "
+             "gdr_open itself", what, (int)g->pid);
+        return EACCES;
+    }
+    pthread_mutex_lock(&g->lock);
+    if (g->closed || g->magic != GDR_MAGIC) {
+        pthread_mutex_unlock(&g->lock);
+        LOGE("%s: gdr_t %p is closed", what, (void *)g);
+        return EINVAL;
+    }
+    return 0;
+}
+
+static inline void g_leave(struct gdr *g) { pthread_mutex_unlock(&g->lock); }
+
+/* With g->lock held: the slot of a handle that belongs to g, or NULL. */
+static mh_slot *g_slot(struct gdr *g, gdr_mh_t mh, const char *what)
+{
+    uint32_t gen;
+    mh_slot *s = mh_lookup(mh, &gen);
+    if (!s || s->g != g || atomic_load_explicit(&s->state, memory_order_relaxed) == MH_FREE) {
+        LOGE("%s: handle 0x%lx is not pinned in gdr_t %p", what, mh.h, (void *)g);
+        return NULL;
+    }
+    return s;
+}
+
+static void g_link(struct gdr *g, mh_slot *s, uint32_t idx)
+{
+    s->prev = 0;
+    s->next = g->head;
+    if (g->head) slot_at(g->head - 1)->prev = idx + 1;
+    g->head = idx + 1;
+    g->nhandles++;
+}
+
+static void g_unlink(struct gdr *g, mh_slot *s)
+{
+    if (s->prev) slot_at(s->prev - 1)->next = s->next;
+    else g->head = s->next;
+    if (s->next) slot_at(s->next - 1)->prev = s->prev;
+    s->prev = s->next = 0;
+    g->nhandles--;
+}
+
+/* ---- device of an address ----------------------------------------------- */
+typedef int (*cu_pointer_get_attribute_fn)(void *data, int attr, unsigned long long ptr);
+#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+static cu_pointer_get_attribute_fn cu_ptr_attr;
+
+static void cu_resolve(void)
+{
+    /* Only if the process already has libcuda: memory to pin comes from it. */
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD);
+    if (h) cu_ptr_attr = (cu_pointer_get_attribute_fn)dlsym(h, "cuPointerGetAttribute");
+}
+
+/* With g->lock held. */
+static int device_of(struct gdr *g, unsigned long addr)
+{
+    if (g->backend == GDRPY_BACKEND_SIM) return g->default_dev;
+    pthread_once(&cu_once, cu_resolve);
+    if (!cu_ptr_attr) return g->default_dev;
+    int dev = -1;
+    int rc = cu_ptr_attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (unsigned long long)addr);
+    if (rc != 0 || dev < 0 || dev >= GDR_MAX_DEV) {
+        LOGD("cuPointerGetAttribute(DEVICE_ORDINAL, 0x%lx) gave CUresult %d; using device %d",
+             addr, rc, g->default_dev);
+        return g->default_dev;
+    }
+    return dev;
+}
+
+/* With g->lock held: the context for `dev`, opened on first use with the
+ * backend of the default context. */
+static int ctx_for(struct gdr *g, int dev, gdrpy_ctx_t *out)
+{
+    if (g->ctx[dev]) {
+        *out = g->ctx[dev];
+        return 0;
+    }
+    int rc = gdrpy_open(dev, g->backend, &g->ctx[dev]);
+    if (rc) {
+        g->ctx[dev] = 0;
+        LOGE("opening device %d (%s backend) failed: %s", dev, gdrpy_backend_name(g->backend),
+             gdrpy_last_error());
+        return rc;
+    }
+    LOGD("opened device %d for a pin on it", dev);
+    *out = g->ctx[dev];
+    return 0;
+}
+
+/* ---- timestamps for gdr_info ---------------------------------------------- */
+static inline uint64_t read_cycles(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    return __rdtsc();
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+#endif
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static pthread_once_t cpm_once = PTHREAD_ONCE_INIT;
+static uint32_t cycles_per_ms = 1000000;
+
+static void cpm_calibrate(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    uint64_t t0 = now_ns(), c0 = read_cycles(), t1, c1;
+    do {
+        t1 = now_ns();
+        c1 = read_cycles();
+    } while (t1 - t0 < 2000000);   /* 2 ms, once per process */
+    uint64_t v = (c1 - c0) * 1000000ull / (t1 - t0);
+    if (v > 0 && v <= UINT32_MAX) cycles_per_ms = (uint32_t)v;
+#endif
+}
+
+/* ---- instance --------------------------------------------------------- */
+gdr_t gdr_open(void)
+{
+    int dev = 0;
+    const char *ds = getenv("GDRPY_DEVICE");
+    if (ds && *ds) {
+        char *end;
+        long v = strtol(ds, &end, 10);
+        if (*end || v < 0 || v >= GDR_MAX_DEV) {
+            LOGE("gdr_open: GDRPY_DEVICE=%s is not a device ordinal 0..%d", ds, GDR_MAX_DEV - 1);
+            errno = EINVAL;
+            return NULL;
+        }
+        dev = (int)v;
+    }
+    /* AUTO: gdrpy_open honours GDRPY_BACKEND itself. */
+    gdrpy_ctx_t ctx;
+    int rc = gdrpy_open(dev, GDRPY_BACKEND_AUTO, &ctx);
+    if (rc) {
+        LOGE("gdr_open: %s", gdrpy_last_error());
+        errno = rc;
+        return NULL;
+    }
+    gdrpy_ctx_info_t ci;
+    rc = gdrpy_ctx_get_info(ctx, &ci);
+    if (rc) {
+        LOGE("gdr_open: %s", gdrpy_last_error());
+        gdrpy_close(ctx);
+        errno = rc;
+        return NULL;
+    }
+
+    struct gdr *g;
+    pthread_mutex_lock(&gdr_free_lock);
+    g = gdr_free_list;
+    if (g) gdr_free_list = g->free_next;
+    pthread_mutex_unlock(&gdr_free_lock);
+    if (!g) {
+        g = calloc(1, sizeof *g);
+        if (!g) {
+            gdrpy_close(ctx);
+            errno = ENOMEM;
+            return NULL;
+        }
+        pthread_mutex_init(&g->lock, NULL);
+        struct gdr *head = atomic_load_explicit(&gdr_all, memory_order_relaxed);
+        do {
+            g->all_next = head;
+        } while (!atomic_compare_exchange_weak_explicit(&gdr_all, &head, g, memory_order_release,
+                                                        memory_order_relaxed));
+    }
+    pthread_mutex_lock(&g->lock);
+    memset(g->ctx, 0, sizeof g->ctx);
+    g->ctx[dev] = ctx;
+    g->default_dev = dev;
+    g->backend = ci.backend;
+    g->head = 0;
+    g->nhandles = 0;
+    g->free_next = NULL;
+    g->pid = getpid();
+    g->fork_gen = gdrpy_fork_generation;
+    g->closed = 0;
+    g->magic = GDR_MAGIC;
+    pthread_mutex_unlock(&g->lock);
+    LOGD("gdr_open: %p on device %d, %s backend", (void *)g, dev, ci.backend_name);
+    return g;
+}
+
+/* With g->lock held: unmap if mapped, unpin; the slot stays allocated and
+ * linked if the unpin fails. */
+static int slot_release(struct gdr *g, mh_slot *s, const char *what)
+{
+    int rc;
+    if (atomic_load_explicit(&s->state, memory_order_relaxed) == MH_MAPPED) {
+        atomic_store_explicit(&s->state, MH_PINNED, memory_order_release);
+        rc = gdrpy_unmap(s->ctx, s->pin);
+        if (rc) {
+            atomic_store_explicit(&s->state, MH_MAPPED, memory_order_release);
+            LOGE("%s: unmap failed: %s", what, gdrpy_last_error());
+            return rc;
+        }
+        s->map_ret = NULL;
+        s->mapping_type = GDR_MAPPING_TYPE_NONE;
+    }
+    rc = gdrpy_unpin(s->ctx, s->pin);
+    if (rc) {
+        LOGE("%s: unpin failed: %s", what, gdrpy_last_error());
+        return rc;
+    }
+    return 0;
+}
+
+int gdr_close(gdr_t g)
+{
+    if (!g || !gdr_is_known(g) || g->magic != GDR_MAGIC) {
+        LOGE("gdr_close: %p is not an open gdr_t", (void *)g);
+        return EINVAL;
+    }
+    if (g->fork_gen != gdrpy_fork_generation || g->pid != getpid()) {
+        /* A forked child letting go of its parent's instance: the parent's
+         * pins are not ours to release and its mappings were never
+         * inherited.  Forget it here without touching its lock. */
+        g->magic = GDR_DEAD;
+        g->closed = 1;
+        LOGD("gdr_close: %p belongs to the parent process; dropped in the child", (void *)g);
+        return 0;
+    }
+    pthread_mutex_lock(&g->lock);
+    if (g->closed) {
+        pthread_mutex_unlock(&g->lock);
+        return EINVAL;
+    }
+    g->closed = 1;
+    int first = 0;
+    while (g->head) {
+        uint32_t idx = g->head - 1;
+        mh_slot *s = slot_at(idx);
+        int rc = slot_release(g, s, "gdr_close");
+        if (rc && !first) first = rc;
+        /* gdrpy_close below releases whatever a failed unpin left. */
+        g_unlink(g, s);
+        slot_free(s, idx);
+    }
+    for (int d = 0; d < GDR_MAX_DEV; d++) {
+        if (!g->ctx[d]) continue;
+        int rc = gdrpy_close(g->ctx[d]);
+        if (rc && !first) first = rc;
+        g->ctx[d] = 0;
+    }
+    g->magic = GDR_DEAD;
+    pthread_mutex_unlock(&g->lock);
+    pthread_mutex_lock(&gdr_free_lock);
+    g->free_next = gdr_free_list;
+    gdr_free_list = g;
+    pthread_mutex_unlock(&gdr_free_lock);
+    if (first) LOGW("gdr_close: teardown reported %s", gdrpy_strerror(first));
+    return 0;
+}
+
+/* ---- pins ------------------------------------------------------------- */
+static int do_pin(struct gdr *g, unsigned long addr, size_t size, uint32_t flags,
+                  gdr_mh_t *handle, const char *what)
+{
+    if (!handle) {
+        LOGE("%s: handle pointer is NULL", what);
+        return EINVAL;
+    }
+    handle->h = 0;
+    if (size == 0 || addr == 0) {
+        LOGE("%s: %s", what, size == 0 ? "size is 0" : "address is NULL");
+        return EINVAL;
+    }
+    if (flags & ~(uint32_t)GDR_PIN_FLAG_FORCE_PCIE) {
+        LOGE("%s: unknown pin flags 0x%x", what, flags);
+        return EINVAL;
+    }
+    int rc = g_enter(g, what);
+    if (rc) return rc;
+    gdrpy_ctx_t ctx;
+    rc = ctx_for(g, device_of(g, addr), &ctx);
+    if (rc) {
+        g_leave(g);
+        return rc;
+    }
+    gdrpy_pin_t pin;
+    rc = gdrpy_pin(ctx, addr, size, flags, &pin);
+    if (rc) {
+        g_leave(g);
+        LOGE("%s: %s", what, gdrpy_last_error());
+        return rc;
+    }
+    uint32_t idx;
+    mh_slot *s = slot_alloc(&idx);
+    if (!s) {
+        gdrpy_unpin(ctx, pin);
+        g_leave(g);
+        LOGE("%s: out of handles", what);
+        return ENOMEM;
+    }
+    s->g = g;
+    s->ctx = ctx;
+    s->pin = pin;
+    s->addr = addr;
+    s->size = size;
+    s->va = addr & GPU_PAGE_MASK;
+    s->mapped_size = ((addr + size + GPU_PAGE_OFFSET) & GPU_PAGE_MASK) - s->va;
+    s->map_ret = NULL;
+    s->map_size = 0;
+    s->mapping_type = GDR_MAPPING_TYPE_NONE;
+    atomic_store_explicit(&s->lo, NULL, memory_order_relaxed);
+    atomic_store_explicit(&s->span, 0, memory_order_relaxed);
+    s->tm_cycles = read_cycles();
+    g_link(g, s, idx);
+    atomic_store_explicit(&s->state, MH_PINNED, memory_order_release);
+    handle->h = mk_mh(idx, atomic_load_explicit(&s->gen, memory_order_relaxed));
+    g_leave(g);
+    LOGD("%s: 0x%lx +%zu -> handle 0x%lx", what, addr, size, handle->h);
+    return 0;
+}
+
+int gdr_pin_buffer(gdr_t g, unsigned long addr, size_t size, uint64_t p2p_token,
+                   uint32_t va_space, gdr_mh_t *handle)
+{
+    if (p2p_token || va_space) {
+        if (handle) handle->h = 0;
+        LOGE("gdr_pin_buffer: p2p tokens are not supported (token 0x%llx, va_space %u)",
+             (unsigned long long)p2p_token, va_space);
+        return EINVAL;
+    }
+    return do_pin(g, addr, size, GDR_PIN_FLAG_DEFAULT, handle, "gdr_pin_buffer");
+}
+
+int gdr_pin_buffer_v2(gdr_t g, unsigned long addr, size_t size, uint32_t flags,
+                      gdr_mh_t *handle)
+{
+    return do_pin(g, addr, size, flags, handle, "gdr_pin_buffer_v2");
+}
+
+int gdr_unpin_buffer(gdr_t g, gdr_mh_t handle)
+{
+    int rc = g_enter(g, "gdr_unpin_buffer");
+    if (rc) return rc;
+    mh_slot *s = g_slot(g, handle, "gdr_unpin_buffer");
+    if (!s) {
+        g_leave(g);
+        return EINVAL;
+    }
+    rc = slot_release(g, s, "gdr_unpin_buffer");
+    if (!rc) {
+        g_unlink(g, s);
+        slot_free(s, (uint32_t)handle.h - 1);
+    }
+    g_leave(g);
+    return rc;
+}
+
+int gdr_get_callback_flag(gdr_t g, gdr_mh_t handle, int *flag)
+{
+    if (!flag) return EINVAL;
+    int rc = g_enter(g, "gdr_get_callback_flag");
+    if (rc) return rc;
+    mh_slot *s = g_slot(g, handle, "gdr_get_callback_flag");
+    if (!s) {
+        g_leave(g);
+        return EINVAL;
+    }
+    gdrpy_pin_info_t pi;
+    rc = gdrpy_pin_get_info(s->ctx, s->pin, &pi);
+    if (rc) LOGE("gdr_get_callback_flag: %s", gdrpy_last_error());
+    else *flag = pi.invalidated ? 1 : 0;
+    g_leave(g);
+    return rc;
+}
+
+static int info_common(struct gdr *g, gdr_mh_t handle, gdr_info_v2_t *o, const char *what)
+{
+    if (!o) return EINVAL;
+    pthread_once(&cpm_once, cpm_calibrate);
+    int rc = g_enter(g, what);
+    if (rc) return rc;
+    mh_slot *s = g_slot(g, handle, what);
+    if (!s) {
+        g_leave(g);
+        return EINVAL;
+    }
+    int mapped = atomic_load_explicit(&s->state, memory_order_relaxed) == MH_MAPPED;
+    memset(o, 0, sizeof *o);
+    o->va = s->va;
+    o->mapped_size = s->mapped_size;
+    o->page_size = (uint32_t)GPU_PAGE_SIZE;
+    o->tm_cycles = s->tm_cycles;
+    o->cycles_per_ms = cycles_per_ms;
+    o->mapped = mapped;
+    o->wc_mapping = mapped && s->mapping_type == GDR_MAPPING_TYPE_WC;
+    o->mapping_type = mapped ? (gdr_mapping_type_t)s->mapping_type : GDR_MAPPING_TYPE_NONE;
+    g_leave(g);
+    return 0;
+}
+
+/* The exported name "gdr_get_info" takes the v1 layout (the header's macro
+ * of that name is bypassed by the parentheses). */
+int (gdr_get_info)(gdr_t g, gdr_mh_t handle, gdr_info_v1_t *info)
+{
+    if (!info) return EINVAL;
+    gdr_info_v2_t v2;
+    int rc = info_common(g, handle, &v2, "gdr_get_info");
+    if (rc) return rc;
+    memset(info, 0, sizeof *info);
+    info->va = v2.va;
+    info->mapped_size = v2.mapped_size;
+    info->page_size = v2.page_size;
+    info->tm_cycles = v2.tm_cycles;
+    info->cycles_per_ms = v2.cycles_per_ms;
+    info->mapped = v2.mapped;
+    info->wc_mapping = v2.wc_mapping;
+    return 0;
+}
+
+int gdr_get_info_v2(gdr_t g, gdr_mh_t handle, gdr_info_v2_t *info)
+{
+    return info_common(g, handle, info, "gdr_get_info_v2");
+}
+
+/* ---- mappings --------------------------------------------------------- */
+static int map_type_ok(struct gdr *g, int flags, int type)
+{
+    switch (flags) {
+    case GDR_MAP_FLAG_DEFAULT: return 1;
+    /* The sim's host memory is cached; a WC request is accepted there so
+     * that code written for GPUs runs unchanged on it. */
+    case GDR_MAP_FLAG_REQ_WC:
+        return type == GDR_MAPPING_TYPE_WC || g->backend == GDRPY_BACKEND_SIM;
+    case GDR_MAP_FLAG_REQ_CACHE: return type == GDR_MAPPING_TYPE_CACHING;
+    case GDR_MAP_FLAG_REQ_DEVICE: return type == GDR_MAPPING_TYPE_DEVICE;
+    default: return 0;
+    }
+}
+
+static int do_map(struct gdr *g, gdr_mh_t handle, void **va, size_t size, int flags,
+                  const char *what)
+{
+    if (!va) {
+        LOGE("%s: output pointer is NULL", what);
+        return EINVAL;
+    }
+    /* *va is written only on success: a refused second gdr_map must not
+     * clobber the caller's pointer to the first mapping. */
+    if (flags < GDR_MAP_FLAG_DEFAULT || flags > GDR_MAP_FLAG_REQ_DEVICE) {
+        LOGE("%s: unknown map flags %d", what, flags);
+        return EINVAL;
+    }
+    int rc = g_enter(g, what);
+    if (rc) return rc;
+    mh_slot *s = g_slot(g, handle, what);
+    if (!s) {
+        rc = EINVAL;
+        goto out;
+    }
+    if (atomic_load_explicit(&s->state, memory_order_relaxed) == MH_MAPPED) {
+        LOGE("%s: handle 0x%lx is already mapped", what, handle.h);
+        rc = EAGAIN;
+        goto out;
+    }
+    if (s->addr & GPU_PAGE_OFFSET) {
+        LOGE("%s: the pinned address 0x%llx is not %lu-byte aligned; pin from a GPU page "
+             "boundary to map", what, (unsigned long long)s->addr, GPU_PAGE_SIZE);
+        rc = EINVAL;
+        goto out;
+    }
+    if (size == 0 || size > s->mapped_size) {
+        LOGE("%s: size %zu is outside 1..%llu (the pinned GPU pages)", what, size,
+             (unsigned long long)s->mapped_size);
+        rc = EINVAL;
+        goto out;
+    }
+    void *map_ptr, *user_ptr;
+    rc = gdrpy_map(s->ctx, s->pin, &map_ptr, &user_ptr);
+    if (rc) {
+        LOGE("%s: %s", what, gdrpy_last_error());
+        goto out;
+    }
+    gdrpy_pin_info_t pi;
+    rc = gdrpy_pin_get_info(s->ctx, s->pin, &pi);
+    if (rc) {
+        LOGE("%s: %s", what, gdrpy_last_error());
+        gdrpy_unmap(s->ctx, s->pin);
+        goto out;
+    }
+    if (!map_type_ok(g, flags, (int)pi.mapping_type)) {
+        const char *got = "?";
+        gdr_get_mapping_type_string((gdr_mapping_type_t)pi.mapping_type, &got);
+        LOGE("%s: map flag %d cannot be honoured: the backend maps this memory as %s", what,
+             flags, got);
+        gdrpy_unmap(s->ctx, s->pin);
+        rc = EINVAL;
+        goto out;
+    }
+    atomic_store_explicit(&s->lo, (char *)pi.map_ptr, memory_order_relaxed);
+    atomic_store_explicit(&s->span, (size_t)pi.mapped_size, memory_order_relaxed);
+    s->map_ret = (char *)user_ptr - (s->addr - s->va);
+    s->map_size = size;
+    s->mapping_type = (int)pi.mapping_type;
+    atomic_store_explicit(&s->fork_gen, gdrpy_fork_generation, memory_order_relaxed);
+    atomic_store_explicit(&s->state, MH_MAPPED, memory_order_release);
+    *va = s->map_ret;
+    LOGD("%s: handle 0x%lx mapped at %p (%zu bytes, type %d)", what, handle.h, s->map_ret, size,
+         s->mapping_type);
+out:
+    g_leave(g);
+    return rc;
+}
+
+int gdr_map(gdr_t g, gdr_mh_t handle, void **va, size_t size)
+{
+    return do_map(g, handle, va, size, GDR_MAP_FLAG_DEFAULT, "gdr_map");
+}
+
+int gdr_map_v2(gdr_t g, gdr_mh_t handle, void **va, size_t size, int flags)
+{
+    return do_map(g, handle, va, size, flags, "gdr_map_v2");
+}
+
+int gdr_unmap(gdr_t g, gdr_mh_t handle, void *va, size_t size)
+{
+    int rc = g_enter(g, "gdr_unmap");
+    if (rc) return rc;
+    mh_slot *s = g_slot(g, handle, "gdr_unmap");
+    if (!s) {
+        rc = EINVAL;
+    } else if (atomic_load_explicit(&s->state, memory_order_relaxed) != MH_MAPPED) {
+        LOGE("gdr_unmap: handle 0x%lx is not mapped", handle.h);
+        rc = EINVAL;
+    } else if (va != s->map_ret ||
+               gp_round_up(size, HOST_PAGE) != gp_round_up(s->map_size, HOST_PAGE)) {
+        LOGE("gdr_unmap: (%p, %zu) is not the mapping of handle 0x%lx (%p, %zu)", va, size,
+             handle.h, s->map_ret, s->map_size);
+        rc = EINVAL;
+    } else {
+        atomic_store_explicit(&s->state, MH_PINNED, memory_order_release);
+        rc = gdrpy_unmap(s->ctx, s->pin);
+        if (rc) {
+            atomic_store_explicit(&s->state, MH_MAPPED, memory_order_release);
+            LOGE("gdr_unmap: %s", gdrpy_last_error());
+        } else {
+            s->map_ret = NULL;
+            s->map_size = 0;
+            s->mapping_type = GDR_MAPPING_TYPE_NONE;
+        }
+    }
+    g_leave(g);
+    return rc;
+}
+
+/* ---- copies (hot path: no lock, no allocation) ------------------------ */
+static __attribute__((noinline, cold)) int copy_fail(gdr_mh_t handle, const void *p, size_t n,
+                                                      int why, const char *what)
+{
+    switch (why) {
+    case EACCES:
+        LOGE("%s: handle 0x%lx was mapped by the parent process; mappings are not "
+             "inherited across fork", what, handle.h);
+        break;
+    case ERANGE:
+        LOGE("%s: [%p, +%zu) is outside the mapping of handle 0x%lx", what, p, n, handle.h);
+        return EINVAL;
+    default:
+        LOGE("%s: handle 0x%lx is not mapped", what, handle.h);
+    }
+    return why;
+}
+
+/* 0 if [p, p+n) may be copied through the mapping of `handle`, else the
+ * reason (EINVAL, EACCES, ERANGE). */
+static inline int copy_check(gdr_mh_t handle, const void *p, size_t n)
+{
+    uint32_t gen;
+    mh_slot *s = mh_lookup(handle, &gen);
+    if (__builtin_expect(!s, 0)) return EINVAL;
+    if (__builtin_expect(atomic_load_explicit(&s->state, memory_order_acquire) != MH_MAPPED, 0))
+        return EINVAL;
+    if (__builtin_expect(atomic_load_explicit(&s->fork_gen, memory_order_relaxed) !=
+                         gdrpy_fork_generation, 0))
+        return EACCES;
+    const char *lo = atomic_load_explicit(&s->lo, memory_order_relaxed);
+    size_t span = atomic_load_explicit(&s->span, memory_order_relaxed);
+    /* Re-read the generation: the slot was not recycled while we read it. */
+    atomic_thread_fence(memory_order_acquire);
+    if (__builtin_expect(atomic_load_explicit(&s->gen, memory_order_relaxed) != gen, 0))
+        return EINVAL;
+    const char *c = (const char *)p;
+    if (__builtin_expect(c < lo || (size_t)(c - lo) > span || n > span - (size_t)(c - lo), 0))
+        return n ? ERANGE : 0;
+    return 0;
+}
+
+int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, size_t size)
+{
+    int rc = copy_check(handle, map_d_ptr, size);
+    if (__builtin_expect(rc != 0, 0))
+        return copy_fail(handle, map_d_ptr, size, rc, "gdr_copy_to_mapping");
+    if (__builtin_expect(size == 0, 0)) return 0;
+    if (__builtin_expect(!h_ptr, 0)) {
+        LOGE("gdr_copy_to_mapping: host pointer is NULL");
+        return EINVAL;
+    }
+    gdrpy_copy_to_mapping(map_d_ptr, h_ptr, size);
+    return 0;
+}
+
+int gdr_copy_from_mapping(gdr_mh_t handle, void *h_ptr, const void *map_d_ptr, size_t size)
+{
+    int rc = copy_check(handle, map_d_ptr, size);
+    if (__builtin_expect(rc != 0, 0))
+        return copy_fail(handle, map_d_ptr, size, rc, "gdr_copy_from_mapping");
+    if (__builtin_expect(size == 0, 0)) return 0;
+    if (__builtin_expect(!h_ptr, 0)) {
+        LOGE("gdr_copy_from_mapping: host pointer is NULL");
+        return EINVAL;
+    }
+    gdrpy_copy_from_mapping(h_ptr, map_d_ptr, size);
+    return 0;
+}
+
+/* ---- versions and attributes ------------------------------------------ */
+void gdr_runtime_get_version(int *major, int *minor)
+{
+    if (major) *major = GDR_API_MAJOR_VERSION;
+    if (minor) *minor = GDR_API_MINOR_VERSION;
+}
+
+int gdr_driver_get_version(gdr_t g, int *major, int *minor)
+{
+    if (!major || !minor) return EINVAL;
+    int rc = g_enter(g, "gdr_driver_get_version");
+    if (rc) return rc;
+    g_leave(g);
+    /* No gdrdrv: report the API level this library implements, which
+     * satisfies the minimum-driver checks of GDRCopy users (NCCL: >= 2.1). */
+    *major = GDR_API_MAJOR_VERSION;
+    *minor = GDR_API_MINOR_VERSION;
+    return 0;
+}
+
+int gdr_get_attribute(gdr_t g, gdr_attr_t attr, int *v)
+{
+    if (!v) return EINVAL;
+    int rc = g_enter(g, "gdr_get_attribute");
+    if (rc) return rc;
+    int backend = g->backend;
+    g_leave(g);
+    switch ((int)attr) {
+    case GDR_ATTR_USE_PERSISTENT_MAPPING:
+        *v = 1;
+        return 0;
+    case GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE:
+        /* Passed to every backend: nvrm maps through BAR1 (PCIe by
+         * construction), gdrdrv >= 2.5 takes the flag (older modules refuse
+         * the pin with ENOTSUP), dmabuf asks CUDA for a PCIe dma-buf, the
+         * sim accepts it. */
+        *v = 1;
+        return 0;
+    case GDR_ATTR_USING_DMA_BUF_MMAP:
+        *v = backend == GDRPY_BACKEND_DMABUF;
+        return 0;
+    default:
+        LOGE("gdr_get_attribute: unknown attribute %d", (int)attr);
+        return EINVAL;
+    }
+}
+
+int gdr_get_mapping_type_string(gdr_mapping_type_t type, const char **type_str)
+{
+    if (!type_str) return EINVAL;
+    switch (type) {
+    case GDR_MAPPING_TYPE_NONE: *type_str = "GDR_MAPPING_TYPE_NONE"; return 0;
+    case GDR_MAPPING_TYPE_WC: *type_str = "GDR_MAPPING_TYPE_WC"; return 0;
+    case GDR_MAPPING_TYPE_CACHING: *type_str = "GDR_MAPPING_TYPE_CACHING"; return 0;
+    case GDR_MAPPING_TYPE_DEVICE: *type_str = "GDR_MAPPING_TYPE_DEVICE"; return 0;
+    default: return EINVAL;
+    }
+}
