@@ -1,0 +1,257 @@
+/*
+ * copy.c - run-time selection of the copy kernel, and the public copy
+ * entry points.  Compiled without -m flags: nothing here may use an
+ * instruction the oldest x86-64 CPU lacks (the kernels live in
+ * copy_<isa>.c, each compiled with its own flags, and are only called after
+ * their cpu_ok() said yes).
+ *
+ * Dispatch is filled once, by a constructor (and, should a copy run before
+ * constructors have, by the first call through pthread_once).  The hot path
+ * gdrpy_copy_to_mapping / gdrpy_copy_from_mapping is one relaxed load of a
+ * function pointer and a tail call through it: no lock, no getenv, no
+ * branch.  gdrpy_set_copy_isa() may swap the pointers while other threads
+ * copy; each copy runs wholly on the old or the new kernel (both are valid).
+ *
+ * Auto order, and why (measurements: shared/facts/nvrm-bar1.md, H100 host):
+ *  1. avx512 - on our H100 host AVX-512 non-temporal stores reach the same
+ *     BAR1 write bandwidth as AVX2 (18.1-19.1 vs 17.8-19.0 GB/s at 1 MiB,
+ *     15.8-16.9 vs 16.3 at 64 MiB: the PCIe/WC-buffer limit, not the ISA),
+ *     and 64-byte streaming loads read BAR1 15-20 % faster (0.84-1.01 vs
+ *     0.73-0.82 GB/s at 1 MiB, 0.69-0.72 vs 0.61 at 64 MiB).  A 64-byte
+ *     store also fills a whole WC buffer in one instruction.  The usual
+ *     objection to AVX-512 (GDRCopy does not dispatch it) is the frequency
+ *     drop and the ZMM warm-up: our kernel touches ZMM only in its bulk
+ *     loops, never for messages <= 64 bytes (the latency path), and we skip
+ *     it on the CPUs where even "light" 512-bit instructions lower the core
+ *     clock (Intel Skylake-SP/X, Cascade Lake, Cooper Lake: family 6 model
+ *     0x55).  Ice Lake-SP and later Intel, and AMD Zen 4/5 take it.
+ *  2. avx2 - the default elsewhere; equal to avx512 for writes.
+ *  3. sse41, 4. generic - older CPUs / last resort.
+ *  movdir64b is compiled, tested and selectable (GDRPY_COPY_ISA=movdir64b or
+ *  gdrpy_set_copy_isa) but not chosen by auto: its BAR1 bandwidth has not
+ *  been measured on our GPU host (the facts file has no figure and we do not
+ *  know whether that CPU has it), and a MOVDIR64B is a microcoded
+ *  read-64/write-64 whose throughput varies by core.  Run
+ *  `gdrpy_copylat --isa all` on the host; promote it here if it wins.
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#define GP_X86 1
+#endif
+
+#include "copy.h"
+
+/* ---- CPU features ----------------------------------------------------- */
+static struct {
+    int sse41, avx2, avx512, movdir64b;
+    int avx512_downclocks;  /* 512-bit stores lower the core clock */
+} g_cpu;
+static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
+
+#ifdef GP_X86
+static uint64_t xgetbv0(void)
+{
+    uint32_t lo, hi;
+    __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((uint64_t)hi << 32) | lo;
+}
+#endif
+
+static void cpu_probe(void)
+{
+#ifdef GP_X86
+    unsigned a, b, c, d, vendor_ebx = 0;
+    unsigned max_leaf = __get_cpuid_max(0, &vendor_ebx);
+    if (max_leaf < 1)
+        return;
+    __cpuid(1, a, b, c, d);
+    unsigned family = (a >> 8) & 0xf, model = (a >> 4) & 0xf;
+    if (family == 6 || family == 15)
+        model |= ((a >> 16) & 0xf) << 4;
+    if (family == 15)
+        family += (a >> 20) & 0xff;
+    int sse41 = (c >> 19) & 1;
+    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
+    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
+    int ymm_on = (xcr0 & 0x6) == 0x6;          /* XMM | YMM state */
+    int zmm_on = (xcr0 & 0xe6) == 0xe6;        /* + opmask, ZMM_Hi256, Hi16_ZMM */
+    unsigned b7 = 0, c7 = 0;
+    if (max_leaf >= 7) {
+        __cpuid_count(7, 0, a, b7, c7, d);
+    }
+    g_cpu.sse41 = sse41;
+    g_cpu.avx2 = avx && ymm_on && ((b7 >> 5) & 1);
+    g_cpu.avx512 = g_cpu.avx2 && zmm_on && ((b7 >> 16) & 1) && ((b7 >> 30) & 1);
+    g_cpu.movdir64b = g_cpu.avx2 && ((c7 >> 28) & 1);
+    /* "GenuineIntel": ebx = "Genu" */
+    g_cpu.avx512_downclocks = vendor_ebx == 0x756e6547u && family == 6 && model == 0x55;
+    gp_log(1, "cpu: family %u model 0x%x sse41 %d avx2 %d avx512 %d movdir64b %d%s",
+           family, model, g_cpu.sse41, g_cpu.avx2, g_cpu.avx512, g_cpu.movdir64b,
+           g_cpu.avx512_downclocks ? " (avx512 lowers the clock here)" : "");
+#endif
+}
+
+int gp_cpu_ok_sse41(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.sse41; }
+int gp_cpu_ok_avx2(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.avx2; }
+int gp_cpu_ok_avx512(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.avx512; }
+int gp_cpu_ok_movdir64b(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.movdir64b; }
+
+/* ---- kernel table ----------------------------------------------------- */
+/* Preference order (see the top of this file). */
+static const gp_copy_kernel *const g_kernels[] = {
+    &gp_copy_avx512, &gp_copy_avx2, &gp_copy_movdir64b, &gp_copy_sse41, &gp_copy_generic,
+};
+#define GP_NKERNELS (sizeof g_kernels / sizeof g_kernels[0])
+#define GP_KNOWN_NAMES "auto, avx512, avx2, movdir64b, sse41, generic"
+
+const gp_copy_kernel *const *gp_copy_kernel_list(size_t *count)
+{
+    if (count)
+        *count = GP_NKERNELS;
+    return g_kernels;
+}
+
+const gp_copy_kernel *gp_copy_kernel_by_name(const char *name)
+{
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < GP_NKERNELS; i++)
+        if (strcasecmp(name, g_kernels[i]->name) == 0)
+            return g_kernels[i];
+    return NULL;
+}
+
+const gp_copy_kernel *gp_copy_auto_kernel(void)
+{
+    pthread_once(&g_cpu_once, cpu_probe);
+    if (gp_copy_avx512.cpu_ok() && !g_cpu.avx512_downclocks)
+        return &gp_copy_avx512;
+    if (gp_copy_avx2.cpu_ok())
+        return &gp_copy_avx2;
+    if (gp_copy_sse41.cpu_ok())
+        return &gp_copy_sse41;
+    return &gp_copy_generic;
+}
+
+/* ---- dispatch state --------------------------------------------------- */
+static void to_first_call(void *dst, const void *src, size_t n);
+static void from_first_call(void *dst, const void *src, size_t n);
+
+/* Read with relaxed atomic loads on the hot path (a plain mov on x86). */
+static gp_copy_fn g_to = to_first_call;
+static gp_copy_fn g_from = from_first_call;
+static const gp_copy_kernel *g_active;
+static const gp_copy_kernel *g_auto;
+static char g_available[64];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t g_set_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void activate(const gp_copy_kernel *k)
+{
+    __atomic_store_n(&g_to, k->to_mapping, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_from, k->from_mapping, __ATOMIC_RELAXED);
+    __atomic_store_n(&g_active, k, __ATOMIC_RELEASE);
+}
+
+static void copy_init(void)
+{
+    size_t len = 0;
+    g_available[0] = '\0';
+    for (size_t i = 0; i < GP_NKERNELS; i++) {
+        if (!g_kernels[i]->cpu_ok())
+            continue;
+        int w = snprintf(g_available + len, sizeof g_available - len, "%s%s",
+                         len ? "," : "", g_kernels[i]->name);
+        if (w > 0 && (size_t)w < sizeof g_available - len)
+            len += (size_t)w;
+    }
+    g_auto = gp_copy_auto_kernel();
+
+    const gp_copy_kernel *k = g_auto;
+    const char *env = getenv("GDRPY_COPY_ISA");
+    if (env && *env && strcasecmp(env, "auto") != 0) {
+        const gp_copy_kernel *e = gp_copy_kernel_by_name(env);
+        if (!e)
+            gp_log(3, "GDRPY_COPY_ISA=%.40s: unknown copy kernel (known: %s); using auto (%s)",
+                   env, GP_KNOWN_NAMES, g_auto->name);
+        else if (!e->cpu_ok())
+            gp_log(3, "GDRPY_COPY_ISA=%s: this CPU cannot run it (available: %s); using auto (%s)",
+                   e->name, g_available, g_auto->name);
+        else
+            k = e;
+    }
+    activate(k);
+    gp_log(2, "copy kernel: %s (%s; available: %s)", k->name,
+           k == g_auto ? "auto" : "GDRPY_COPY_ISA", g_available);
+}
+
+__attribute__((constructor)) static void copy_ctor(void)
+{
+    pthread_once(&g_once, copy_init);
+}
+
+/* Only reached if a copy runs before our constructor (e.g. from another
+ * library's constructor in a static link). */
+static void to_first_call(void *dst, const void *src, size_t n)
+{
+    pthread_once(&g_once, copy_init);
+    __atomic_load_n(&g_to, __ATOMIC_RELAXED)(dst, src, n);
+}
+
+static void from_first_call(void *dst, const void *src, size_t n)
+{
+    pthread_once(&g_once, copy_init);
+    __atomic_load_n(&g_from, __ATOMIC_RELAXED)(dst, src, n);
+}
+
+/* ---- public API ------------------------------------------------------- */
+void gdrpy_copy_to_mapping(void *map_dst, const void *src, size_t n)
+{
+    __atomic_load_n(&g_to, __ATOMIC_RELAXED)(map_dst, src, n);
+}
+
+void gdrpy_copy_from_mapping(void *dst, const void *map_src, size_t n)
+{
+    __atomic_load_n(&g_from, __ATOMIC_RELAXED)(dst, map_src, n);
+}
+
+const char *gdrpy_copy_isa(void)
+{
+    pthread_once(&g_once, copy_init);
+    return __atomic_load_n(&g_active, __ATOMIC_ACQUIRE)->name;
+}
+
+const char *gdrpy_copy_isa_available(void)
+{
+    pthread_once(&g_once, copy_init);
+    return g_available;
+}
+
+int gdrpy_set_copy_isa(const char *name)
+{
+    pthread_once(&g_once, copy_init);
+    const gp_copy_kernel *k;
+    if (!name || strcasecmp(name, "auto") == 0) {
+        k = g_auto;
+    } else {
+        k = gp_copy_kernel_by_name(name);
+        if (!k)
+            return gp_err(GDRPY_EINVAL, "gdrpy_set_copy_isa: unknown copy kernel \"%.40s\" (known: %s)",
+                          name, GP_KNOWN_NAMES);
+        if (!k->cpu_ok())
+            return gp_err(GDRPY_ENOTSUP,
+                          "gdrpy_set_copy_isa: this CPU cannot run the \"%s\" copy kernel (available: %s)",
+                          k->name, g_available);
+    }
+    pthread_mutex_lock(&g_set_lock);
+    activate(k);
+    pthread_mutex_unlock(&g_set_lock);
+    gp_log(2, "copy kernel: %s (set by gdrpy_set_copy_isa)", k->name);
+    return GDRPY_OK;
+}

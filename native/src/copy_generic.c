@@ -1,0 +1,136 @@
+/*
+ * copy_generic.c - portable C copy kernel ("generic"): the fallback that
+ * runs on every CPU.  No intrinsics and no -m flags; every access to the
+ * mapping is a volatile scalar access (at most 8 bytes), so the compiler can
+ * neither turn the loops into a memcpy call (which might read or write the
+ * mapping with whatever width and order it likes) nor merge, split or drop
+ * accesses.
+ */
+#define GP_COPY_KERNEL_TU 1
+#include "copy.h"
+
+/* Orders the WC stores before what follows (x86: SFENCE; a plain C11 fence
+ * is only a compiler barrier there for release semantics, and a seq_cst
+ * fence may be emitted as a locked instruction). */
+static inline void generic_wc_fence(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ __volatile__("sfence" ::: "memory");
+#else
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+/* 8-byte words: volatile on the mapping side only. */
+static inline void put8x2(char *d, const char *s)
+{
+    uint64_t a = *(const gp_u64u *)s, b = *(const gp_u64u *)(s + 8);
+    *(volatile gp_u64u *)d = a;
+    *(volatile gp_u64u *)(d + 8) = b;
+}
+
+static inline void get8x2(char *d, const char *s)
+{
+    uint64_t a = *(const volatile gp_u64u *)s, b = *(const volatile gp_u64u *)(s + 8);
+    *(gp_u64u *)d = a;
+    *(gp_u64u *)(d + 8) = b;
+}
+
+/* 1 <= n <= 64, loop-free: the first and the last 16 or 32 bytes, as
+ * overlapping 8-byte stores (n < 16: two overlapping scalar stores). */
+static inline void generic_put_le64(char *d, const char *s, size_t n)
+{
+    if (n < 16) {
+        gp_put_lt16(d, s, n);
+    } else if (n <= 32) {
+        put8x2(d, s);
+        put8x2(d + n - 16, s + n - 16);
+    } else {
+        put8x2(d, s);
+        put8x2(d + 16, s + 16);
+        put8x2(d + n - 32, s + n - 32);
+        put8x2(d + n - 16, s + n - 16);
+    }
+}
+
+static inline void generic_get_le64(char *d, const char *s, size_t n)
+{
+    if (n < 16) {
+        gp_get_lt16(d, s, n);
+    } else if (n <= 32) {
+        get8x2(d, s);
+        get8x2(d + n - 16, s + n - 16);
+    } else {
+        get8x2(d, s);
+        get8x2(d + 16, s + 16);
+        get8x2(d + n - 32, s + n - 32);
+        get8x2(d + n - 16, s + n - 16);
+    }
+}
+
+static void generic_to_mapping(void *dst, const void *src, size_t n)
+{
+    char *d = dst;
+    const char *s = src;
+    if (n <= 64) {
+        if (n) {
+            generic_put_le64(d, s, n);
+            generic_wc_fence();
+        }
+        return;
+    }
+    /* Head: up to the next 64-byte boundary of dst (a partial line). */
+    size_t head = (size_t)(-(uintptr_t)d & 63);
+    if (head) {
+        generic_put_le64(d, s, head);
+        d += head, s += head, n -= head;
+    }
+    /* Whole lines, eight aligned 8-byte stores each, in address order so
+     * that the line leaves the WC buffer as one burst. */
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+        volatile gp_u64a *q = (volatile gp_u64a *)(void *)d;
+        const gp_u64u *p = (const gp_u64u *)s;
+        uint64_t a = p[0], b = p[1], c = p[2], e = p[3];
+        uint64_t f = p[4], g = p[5], h = p[6], i = p[7];
+        q[0] = a; q[1] = b; q[2] = c; q[3] = e;
+        q[4] = f; q[5] = g; q[6] = h; q[7] = i;
+    }
+    if (n)
+        generic_put_le64(d, s, n);
+    generic_wc_fence();
+}
+
+static void generic_from_mapping(void *dst, const void *src, size_t n)
+{
+    char *d = dst;
+    const char *s = src;
+    if (n <= 64) {
+        if (n)
+            generic_get_le64(d, s, n);
+        return;
+    }
+    size_t head = (size_t)(-(uintptr_t)s & 63);
+    if (head) {
+        generic_get_le64(d, s, head);
+        d += head, s += head, n -= head;
+    }
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+        const volatile gp_u64a *p = (const volatile gp_u64a *)(const void *)s;
+        gp_u64u *q = (gp_u64u *)d;
+        uint64_t a = p[0], b = p[1], c = p[2], e = p[3];
+        uint64_t f = p[4], g = p[5], h = p[6], i = p[7];
+        q[0] = a; q[1] = b; q[2] = c; q[3] = e;
+        q[4] = f; q[5] = g; q[6] = h; q[7] = i;
+    }
+    if (n)
+        generic_get_le64(d, s, n);
+}
+
+static int generic_cpu_ok(void) { return 1; }
+
+const gp_copy_kernel gp_copy_generic = {
+    .name = "generic",
+    .to_mapping = generic_to_mapping,
+    .from_mapping = generic_from_mapping,
+    .cpu_ok = generic_cpu_ok,
+};
