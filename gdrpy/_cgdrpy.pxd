@@ -44,6 +44,7 @@ cdef extern from "gdrpy.h" nogil:
     int gdrpy_open(int device, int backend, gdrpy_ctx_t *out)
     int gdrpy_close(gdrpy_ctx_t ctx)
     int gdrpy_ctx_get_info(gdrpy_ctx_t ctx, gdrpy_ctx_info_t *out)
+    int gdrpy_ctx_live_objects(gdrpy_ctx_t ctx, uint64_t *out)
 
     int gdrpy_pin(gdrpy_ctx_t ctx, uint64_t addr, size_t size, unsigned flags, gdrpy_pin_t *out)
     int gdrpy_unpin(gdrpy_ctx_t ctx, gdrpy_pin_t pin)

@@ -230,6 +230,13 @@ cdef class Context:
     def info(self):
         return dict(self._info)
 
+    def live_objects(self):
+        """Driver-level objects this context holds now (for leak checks)."""
+        self._ready()
+        cdef uint64_t n = 0
+        _check(gdrpy_ctx_live_objects(self._h, &n))
+        return n
+
     @property
     def handle(self):
         return self._h

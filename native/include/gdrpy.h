@@ -120,6 +120,9 @@ GDRPY_API int gdrpy_backend_probe(int backend, int device, char *why, size_t why
 GDRPY_API int gdrpy_open(int device, int backend, gdrpy_ctx_t *out);
 GDRPY_API int gdrpy_close(gdrpy_ctx_t ctx);
 GDRPY_API int gdrpy_ctx_get_info(gdrpy_ctx_t ctx, gdrpy_ctx_info_t *out);
+/* Driver-level objects the context holds now (RM handles, mappings, fds on
+ * nvrm; memfd references and mappings on sim): for leak checks. */
+GDRPY_API int gdrpy_ctx_live_objects(gdrpy_ctx_t ctx, uint64_t *out);
 
 /* ---- pins and mappings ------------------------------------------------ */
 GDRPY_API int gdrpy_pin(gdrpy_ctx_t ctx, uint64_t addr, size_t size,

@@ -324,6 +324,26 @@ int gdrpy_ctx_get_info(gdrpy_ctx_t h, gdrpy_ctx_info_t *out)
     return 0;
 }
 
+int gdrpy_ctx_live_objects(gdrpy_ctx_t h, uint64_t *out)
+{
+    if (!out) return gp_err(GDRPY_EINVAL, "ctx_live_objects: output pointer is NULL");
+    gp_ctx *c;
+    int rc = ctx_enter(h, &c, "ctx_live_objects");
+    if (rc) return rc;
+    pthread_mutex_lock(&c->lock);
+    if (c->be->live_objects) {
+        *out = c->be->live_objects(c);
+    } else {
+        uint64_t n = 0;
+        for (uint32_t i = 0; i < c->npins_cap; i++)
+            if (c->pins[i]) n += 1 + (c->pins[i]->map_base != NULL);
+        *out = n;
+    }
+    pthread_mutex_unlock(&c->lock);
+    ctx_leave();
+    return 0;
+}
+
 /* ---- pins ------------------------------------------------------------- */
 
 static int pin_slot(gp_ctx *c, uint32_t *idx)

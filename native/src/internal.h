@@ -96,6 +96,9 @@ struct gp_backend {
      * stream NULL = synchronous. */
     int (*dev_memcpy)(gp_ctx *ctx, int dir, uint64_t dptr, void *host,
                       size_t n, void *stream);
+    /* optional: driver-level objects held by the context (leak checks);
+     * NULL: the core counts pins + mappings. */
+    uint64_t (*live_objects)(gp_ctx *ctx);
 };
 
 GP_HIDDEN extern const struct gp_backend gp_backend_sim;
