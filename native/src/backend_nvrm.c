@@ -318,7 +318,7 @@ struct nvrm_ctx {
     uint32_t next_handle;
     /* live driver objects, for leak checks (atomic: read without the lock) */
     uint64_t n_mem;             /* imported / duplicated RM memory handles */
-    uint64_t n_map;             /* RM CPU mappings (each with a mmap and a devfd) */
+    uint64_t n_map;             /* RM CPU mappings (each an RM mapping + a mmap) */
 };
 
 static void live_add(uint64_t *c, int d)
@@ -327,7 +327,7 @@ static void live_add(uint64_t *c, int d)
 }
 
 struct nvrm_map {
-    int devfd;                  /* -1 when unmapped */
+    int devfd;                  /* open only while a mapping is being made */
     void *mm;                   /* mmap result */
     size_t mm_len;
     uint64_t plinear;           /* RM's linear address (needed to unmap) */
@@ -660,6 +660,12 @@ static int map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t 
         return gp_err(GDRPY_EIO, "%s: madvise(MADV_DONTFORK) failed: errno %d (%s); a "
                       "mapping a forked child could inherit is refused", what, e, strerror(e));
     }
+    /* The VMA holds its own reference to the device file, so the fd is not
+     * needed any more.  Closing it now means no descriptor of this process
+     * can be passed to another process (SCM_RIGHTS) and mmap'ed there to
+     * reach this memory, and a mapping costs no fd. */
+    close(m->devfd);
+    m->devfd = -1;
     m->mm = p;
     live_add(&nc->n_map, 1);
     return 0;
@@ -667,16 +673,14 @@ static int map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t 
 
 static int unmap_range(struct nvrm_ctx *nc, uint32_t hMem, struct nvrm_map *m)
 {
-    if (m->devfd < 0) return 0;
+    if (!m->mm) return 0;
     int rc = 0;
-    if (m->mm && munmap(m->mm, m->mm_len) != 0)
+    if (munmap(m->mm, m->mm_len) != 0)
         rc = gp_err(GDRPY_EIO, "munmap of the BAR1 mapping failed: %s", strerror(errno));
     m->mm = NULL;
     nv_os34_t u = {nc->hClient, nc->hDevice, hMem, 0, m->plinear, 0, 0};
     int rc2 = nv_call(nc->ctl, NV_ESC_RM_UNMAP_MEMORY, "RM_UNMAP_MEMORY", &u, sizeof u,
                       &u.status, "unmapping RM memory");
-    close(m->devfd);
-    m->devfd = -1;
     live_add(&nc->n_map, -1);
     return rc ? rc : rc2;
 }
@@ -1057,7 +1061,7 @@ static int nvrm_unpin(gp_ctx *ctx, gp_pin *p)
     struct nvrm_pin *np = p->bpriv;
     if (!np) return 0;
     int rc = 0;
-    if (np->map.devfd >= 0) {   /* the core unmaps first; be safe anyway */
+    if (np->map.mm) {   /* the core unmaps first; be safe anyway */
         rc = unmap_range(nc, np->hMemory, &np->map);
         p->map_base = NULL;
         p->map_len = 0;
@@ -1077,7 +1081,7 @@ static int nvrm_map(gp_ctx *ctx, gp_pin *p)
     struct nvrm_ctx *nc = ctx->bpriv;
     struct nvrm_pin *np = p->bpriv;
     if (!np) return gp_err(GDRPY_EINVAL, "map: pin has no RM memory (bug)");
-    if (np->map.devfd >= 0) return gp_err(GDRPY_EAGAIN, "map: already mapped");
+    if (np->map.mm) return gp_err(GDRPY_EAGAIN, "map: already mapped");
     int rc = map_range(nc, np->hMemory, np->rm_off, p->len, &np->map);
     if (rc) return rc;
     p->map_base = (uint8_t *)np->map.mm + (np->rm_off & 4095);
@@ -1090,7 +1094,7 @@ static int nvrm_unmap(gp_ctx *ctx, gp_pin *p)
 {
     struct nvrm_ctx *nc = ctx->bpriv;
     struct nvrm_pin *np = p->bpriv;
-    if (!np || np->map.devfd < 0) return gp_err(GDRPY_EINVAL, "unmap: not mapped");
+    if (!np || !np->map.mm) return gp_err(GDRPY_EINVAL, "unmap: not mapped");
     int rc = unmap_range(nc, np->hMemory, &np->map);
     p->map_base = NULL;
     p->map_len = 0;

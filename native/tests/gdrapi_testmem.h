@@ -90,6 +90,7 @@ static struct {
     CUresult_t (*cuMemFree)(unsigned long long);
     CUresult_t (*cuMemcpyHtoD)(unsigned long long, const void *, size_t);
     CUresult_t (*cuMemcpyDtoH)(void *, unsigned long long, size_t);
+    CUresult_t (*cuCtxSynchronize)(void);
     CUresult_t (*cuMemHostAlloc)(void **, size_t, unsigned);
     CUresult_t (*cuMemFreeHost)(void *);
     CUresult_t (*cuMemGetAllocationGranularity)(size_t *, const tm_CUmemAllocationProp *, int);
@@ -165,6 +166,7 @@ TM_FN int tm_init(void *lib)
     TM_SYM(tm.cuda, cuMemFree, "cuMemFree_v2");
     TM_SYM(tm.cuda, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
     TM_SYM(tm.cuda, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+    TM_SYM(tm.cuda, cuCtxSynchronize, "cuCtxSynchronize");
     TM_SYM(tm.cuda, cuMemHostAlloc, "cuMemHostAlloc");
     TM_SYM(tm.cuda, cuMemFreeHost, "cuMemFreeHost");
     TM_SYM(tm.cuda, cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity");
@@ -308,7 +310,11 @@ TM_FN int tm_alloc_on(tm_buf *b, size_t size, int ordinal)
 TM_FN int tm_htod(uint64_t d, const void *src, size_t n)
 {
     if (tm.sim) return tm.gp_htod(tm.gp_ctx, d, src, n);
-    return tm.cuMemcpyHtoD(d, src, n);
+    /* From pageable memory cuMemcpyHtoD may return once the source is
+     * staged, before the DMA lands: wait, so that a later store or load
+     * through the mapping is ordered after it. */
+    int r = tm.cuMemcpyHtoD(d, src, n);
+    return r ? r : tm.cuCtxSynchronize();
 }
 
 TM_FN int tm_dtoh(void *dst, uint64_t d, size_t n)

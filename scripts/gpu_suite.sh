@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Builds gdrpy in place on a GPU machine, runs the whole GPU test suite and
+# the key benchmarks, and prints a short summary table last.
+#
+#   scripts/gpu_suite.sh [all|test|bench|examples]...   (default: all)
+#
+# Logs and JSON go to $WORK (default /tmp/gdrpy-gpu-run); when $OUT is set
+# (the device tool), they are packed into $OUT/results.tgz and the summary is
+# copied to $OUT/summary.txt, also when a stage fails or the run is cut short.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+WORK=${WORK:-/tmp/gdrpy-gpu-run}
+mkdir -p "$WORK"
+STAGES=${*:-all}
+export PYTHONUNBUFFERED=1 GDRPY_REQUIRE_GPU=1 GDRPY_CACHE_DIR="$WORK/cache"
+status=0
+
+pack() {
+    if [ -n "${OUT:-}" ]; then
+        tar czf "$OUT/results.tgz" -C "$WORK" . 2>/dev/null
+        [ -f "$WORK/summary.txt" ] && cp "$WORK/summary.txt" "$OUT/summary.txt"
+    fi
+}
+trap pack EXIT
+
+want() { [[ " $STAGES " == *" all "* || " $STAGES " == *" $1 "* ]]; }
+step() {  # step NAME TIMEOUT CMD...: runs CMD, logs to $WORK/NAME.log, records status
+    local name=$1 t=$2; shift 2
+    echo "=== $name: $*" | tee -a "$WORK/steps.log"
+    local t0=$SECONDS
+    timeout "$t" "$@" > "$WORK/$name.log" 2>&1
+    local rc=$?
+    echo "=== $name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$WORK/steps.log"
+    tail -n 25 "$WORK/$name.log"
+    [ $rc -ne 0 ] && status=1
+    return $rc
+}
+
+echo "machine: $(nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader 2>&1 | head -1)"
+step build 600 bash -c "python3 -m pip install --no-build-isolation --no-deps -e . && make -C native -j16 all" || exit 1
+step info 60 python3 -m gdrpy info
+
+if want test; then
+    step pytest 900 python3 -m pytest -q -rs -p no:cacheprovider --junitxml="$WORK/junit.xml"
+    step c_core_gpu 120 env GDRPY_BACKEND=nvrm native/build/test_core
+    step c_nvrm_backend 300 sh native/tests/gpu/run_backend_test.sh "$WORK"
+fi
+
+if want bench; then
+    step c_copylat 300 native/build/gdrpy_copylat --backend nvrm --json "$WORK/c_copylat.json"
+    step c_gdrapi_copylat 300 native/build/gdrapi_copylat --json "$WORK/c_gdrapi_copylat.json"
+    step bench_latency 300 python3 -m gdrpy bench latency --backend nvrm --c \
+        --json "$WORK/latency.json" --plot "$WORK/latency.png"
+    step bench_bandwidth 300 python3 -m gdrpy bench bandwidth --backend nvrm --c \
+        --json "$WORK/bandwidth.json" --plot "$WORK/bandwidth.png"
+    step calibrate 120 python3 -m gdrpy calibrate --backend nvrm
+    step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm \
+        --json "$WORK/transfer.json" --plot "$WORK/transfer.png"
+    step bench_pingpong 300 python3 -m gdrpy bench pingpong --backend nvrm \
+        --json "$WORK/pingpong.json" --plot "$WORK/pingpong.png"
+fi
+
+if want examples; then
+    step trading_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
+    step mpi_eager 300 python3 examples/mpi_eager.py --json "$WORK/mpi_eager.json"
+fi
+
+python3 scripts/summarize.py "$WORK" > "$WORK/summary.txt" 2>&1
+echo
+cat "$WORK/summary.txt"
+exit $status
