@@ -143,7 +143,7 @@ def default_picker(ctx) -> ThresholdPicker:
         p = ThresholdPicker(identity=host_identity(ctx))
         if not p.load():
             auto = os.environ.get("GDRPY_AUTOCALIBRATE", "1") != "0"
-            if auto and not ctx.is_sim and p._needed():
+            if auto and not ctx.is_sim and p.uncalibrated():
                 calibrate_context(ctx, p, budget_s=5.0)
         _pickers[key] = p
         return p
