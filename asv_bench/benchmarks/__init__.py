@@ -1,0 +1,1 @@
+"""asv benchmarks of gdrpy (see docs/benchmarks.md)."""

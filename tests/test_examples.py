@@ -1,0 +1,290 @@
+"""Smoke tests of the ping-pong benchmark and the examples.
+
+Each runs as a subprocess, bounded in size and time (its own process group,
+killed on timeout), and its output is checked for sanity: percentile lines,
+no sequence gaps on a quiet loopback feed, the loud label of the CPU stand-in
+on sim, data checks passed.  The sim variants run everywhere (CI included);
+the ``gpu`` variants run the real thing where a GPU is (conftest skips them
+only where none exists).  No timing is asserted: the benchmarks own that.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+EXAMPLES = os.path.join(ROOT, "examples")
+SIM_LABEL = "SIM: CPU thread stands in for the GPU kernel"
+PERCENTILE_HEADER = ("median", "p90", "p99", "p99.9", "max")
+
+
+def run(args, timeout=120, env_extra=None, expect_rc=0):
+    """Run a command in its own process group; kill the whole group on timeout
+    (mpi_eager's local mode starts two rank processes of its own)."""
+    env = dict(os.environ)
+    env.pop("GDRPY_BACKEND", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(env_extra or {})
+    p = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"{' '.join(args)} ran past {timeout} s\n{out[-3000:]}\n{err[-3000:]}")
+    if expect_rc is not None:
+        assert p.returncode == expect_rc, (f"{' '.join(args)} exited {p.returncode}\n"
+                                           f"stdout:\n{out[-4000:]}\nstderr:\n{err[-4000:]}")
+    return p.returncode, out, err
+
+
+def assert_percentile_header(text):
+    lines = [ln for ln in text.splitlines() if all(h in ln.split() for h in PERCENTILE_HEADER)]
+    assert lines, f"no percentile header in:\n{text[-3000:]}"
+
+
+# ---------------------------------------------------------------------------
+# gdrpy pingpong
+
+PINGPONG = [sys.executable, "-m", "gdrpy.pingpong"]
+
+
+def test_pingpong_sim_reports_percentiles_for_each_size_and_path_and_labels_the_stand_in():
+    rc, out, err = run(PINGPONG + ["--backend", "sim", "--sizes", "4,64,1K", "--iters", "60"])
+    assert SIM_LABEL in out and SIM_LABEL in err
+    assert_percentile_header(out)
+    for size in ("4 B", "64 B", "1 KiB"):
+        for path in ("gdrpy", "cuMemcpy"):
+            rows = [ln for ln in out.splitlines() if ln.strip().startswith(size) and path in ln]
+            assert rows, f"no {size} {path} row:\n{out}"
+            nums = [float(x) for x in rows[0].split()[-5:]]
+            assert all(x > 0 for x in nums) and nums == sorted(nums), rows[0]
+
+
+def test_pingpong_sim_json_has_every_statistic():
+    rc, out, err = run(PINGPONG + ["--backend", "sim", "--sizes", "4,4K", "--iters", "40",
+                                   "--json"])
+    res = json.loads(out)
+    assert res["sim"] is True and res["consumer"] == SIM_LABEL
+    assert [(r["size"], r["path"]) for r in res["results"]] == \
+        [(4, "gdrpy"), (4, "cuMemcpy"), (4096, "gdrpy"), (4096, "cuMemcpy")]
+    for r in res["results"]:
+        st = r["stats_us"]
+        assert st["n"] == 40
+        assert 0 < st["min"] <= st["median"] <= st["p90"] <= st["p99"] <= st["p99.9"] <= st["max"]
+
+
+def test_pingpong_rejects_a_bad_size_with_a_clear_message():
+    rc, out, err = run(PINGPONG + ["--backend", "sim", "--sizes", "4,lots"], expect_rc=2)
+    assert "not a size" in err
+
+
+def test_pingpong_is_reachable_through_gdrpy_bench_when_bench_exposes_it():
+    if importlib.util.find_spec("gdrpy.bench") is None:
+        pytest.skip("gdrpy.bench is not there yet (python -m gdrpy bench pingpong comes with it)")
+    rc, out, err = run([sys.executable, "-m", "gdrpy", "bench", "--help"], expect_rc=None)
+    if "pingpong" not in out:
+        pytest.skip("gdrpy.bench does not list pingpong yet")
+    rc, out, err = run([sys.executable, "-m", "gdrpy", "bench", "pingpong", "--sizes", "4",
+                        "--iters", "30"], env_extra={"GDRPY_BACKEND": "sim"})
+    assert SIM_LABEL in out
+    assert_percentile_header(out)
+
+
+@pytest.mark.gpu
+def test_pingpong_gpu_persistent_kernel_and_cumemcpy_paths_answer_correctly():
+    rc, out, err = run(PINGPONG + ["--sizes", "4,64,4K", "--iters", "500", "--json"],
+                       timeout=300)
+    res = json.loads(out)
+    assert res["sim"] is False and res["backend"] != "sim"
+    assert res["module"] in ("cubin", "ptx")
+    assert len(res["results"]) == 6
+    for r in res["results"]:
+        assert r["stats_us"]["n"] == 500 and r["stats_us"]["median"] > 0
+
+
+@pytest.mark.gpu
+def test_pingpong_gpu_table_has_no_sim_label():
+    rc, out, err = run(PINGPONG + ["--sizes", "4", "--iters", "200"], timeout=300)
+    assert SIM_LABEL not in out
+    assert_percentile_header(out)
+    assert "speedup of the median" in out
+
+
+# ---------------------------------------------------------------------------
+# examples/trading_feed.py
+
+FEED = [sys.executable, os.path.join(EXAMPLES, "trading_feed.py")]
+
+
+def _feed_json(extra, timeout=120, backend="sim"):
+    args = FEED + ["--json"] + extra
+    if backend:
+        args += ["--backend", backend]
+    rc, out, err = run(args, timeout=timeout)
+    return json.loads(out), err
+
+
+def test_trading_feed_sim_loopback_low_rate_has_no_gaps_and_matching_vwap():
+    rc, out, err = run(FEED + ["--backend", "sim", "--ticks", "400", "--rate", "2000",
+                               "--symbols", "4", "--ring", "64"])
+    assert out.count(SIM_LABEL) >= 2, out
+    assert out.count("sequence: no gaps, no reordering, no duplicates") == 2, out
+    assert "SEQUENCE GAPS" not in out and "RING OVERRUN" not in out
+    assert out.count("tick -> GPU ack") >= 2
+    assert_percentile_header(out)
+    assert out.count("check: per-symbol VWAP matches the CPU reference") == 2, out
+    assert "VWAP results identical" in out
+
+
+def test_trading_feed_sim_json_counts_every_tick():
+    rep, err = _feed_json(["--ticks", "300", "--rate", "3000", "--symbols", "3"])
+    assert rep["sim"] is True and rep["consumer"] == SIM_LABEL
+    for path in ("gdrpy", "cuMemcpy"):
+        ph = rep["paths"][path]
+        assert ph["sent"] == ph["received"] == ph["forwarded"] == ph["processed"] == 300
+        assert ph["gaps"]["missing"] == 0 and ph["ring"]["dropped"] == 0
+        assert ph["check"]["ok"] and ph["error"] is None
+        st = ph["latency_us"]["tick_to_gpu_ack"]
+        assert st["n"] == 300 and st["median"] <= st["p99"] <= st["max"]
+
+
+def test_trading_feed_reports_injected_loss_and_reordering():
+    # every 50th seq lost (6 of 300, 300 itself at the tail); every 23rd swapped with the next:
+    # 13 swaps, 12 of them arriving late (the 13th pairs 299 with the lost 300)
+    rep, err = _feed_json(["--ticks", "300", "--rate", "3000", "--paths", "gdrpy",
+                           "--inject-loss", "50", "--inject-reorder", "23"])
+    g = rep["paths"]["gdrpy"]["gaps"]
+    assert g["missing"] == 6 and g["missing_at_tail"] == 1
+    assert g["late_reordered"] == 12 and g["duplicates"] == 0
+    assert rep["paths"]["gdrpy"]["forwarded"] == 294
+    assert rep["paths"]["gdrpy"]["check"]["ok"]
+
+
+def test_trading_feed_text_output_flags_gaps_loudly():
+    rc, out, err = run(FEED + ["--backend", "sim", "--ticks", "200", "--rate", "3000",
+                               "--paths", "gdrpy", "--inject-loss", "40"])
+    assert "SEQUENCE GAPS: 5 gap(s), 5 tick(s) missing" in out, out
+
+
+def test_trading_feed_ring_overrun_drops_are_counted_never_silent():
+    rep, err = _feed_json(["--ticks", "200", "--rate", "0", "--ring", "4", "--paths", "gdrpy",
+                           "--on-full", "drop", "--consumer-delay-us", "2000",
+                           "--ack-spin-us", "0"])
+    ph = rep["paths"]["gdrpy"]
+    assert ph["ring"]["dropped"] > 0 and ph["ring"]["full_events"] >= ph["ring"]["dropped"]
+    assert ph["forwarded"] + ph["ring"]["dropped"] == ph["received"]
+    assert ph["processed"] == ph["forwarded"] and ph["check"]["ok"]
+
+
+def test_trading_feed_ring_full_waits_without_losing_ticks():
+    rep, err = _feed_json(["--ticks", "150", "--rate", "0", "--ring", "4", "--paths", "gdrpy",
+                           "--consumer-delay-us", "500", "--ack-spin-us", "0"])
+    ph = rep["paths"]["gdrpy"]
+    assert ph["ring"]["dropped"] == 0 and ph["ring"]["full_events"] > 0
+    assert ph["processed"] == 150 and ph["check"]["ok"]
+
+
+@pytest.mark.gpu
+def test_trading_feed_gpu_kernel_consumes_the_feed_on_both_paths():
+    rep, err = _feed_json(["--ticks", "3000", "--rate", "10000"], timeout=300, backend=None)
+    assert rep["sim"] is False
+    for path in ("gdrpy", "cuMemcpy"):
+        ph = rep["paths"][path]
+        assert ph["error"] is None and ph["consumer_status"] == "stopped"
+        assert ph["processed"] == ph["forwarded"] == 3000
+        assert ph["gaps"]["missing"] == 0 and ph["check"]["ok"]
+        assert ph["latency_us"]["tick_to_gpu_ack"]["n"] == 3000
+
+
+@pytest.mark.gpu
+def test_trading_feed_gpu_ring_overrun_is_counted():
+    rep, err = _feed_json(["--ticks", "500", "--rate", "0", "--ring", "4", "--paths", "gdrpy",
+                           "--on-full", "drop", "--consumer-delay-us", "500",
+                           "--ack-spin-us", "0"], timeout=300, backend=None)
+    ph = rep["paths"]["gdrpy"]
+    assert ph["ring"]["dropped"] > 0 and not ph["ring"]["lapped"]
+    assert ph["processed"] == ph["forwarded"] and ph["check"]["ok"]
+
+
+# ---------------------------------------------------------------------------
+# examples/mpi_eager.py
+
+MPI_EAGER = [sys.executable, os.path.join(EXAMPLES, "mpi_eager.py")]
+SMALL = ["--max-size", "4096", "--iters", "30", "--skip", "3"]
+
+
+def _check_osu_table(out, max_size=4096):
+    assert "# Size" in out and "gdrpy (us)" in out and "cuMemcpy-staged (us)" in out
+    rows = [ln.split() for ln in out.splitlines() if ln and ln[0].isdigit()]
+    sizes = [int(r[0]) for r in rows]
+    expect, n = [], 1
+    while n <= max_size:
+        expect.append(n)
+        n *= 2
+    assert sizes == expect, out
+    for r in rows:
+        assert float(r[1]) > 0 and float(r[2]) > 0
+
+
+def test_mpi_eager_local_mode_sim_prints_the_osu_table_labelled_local_and_sim():
+    rc, out, err = run(MPI_EAGER + ["--mode", "local", "--backend", "sim"] + SMALL)
+    assert "LOCAL: 2 processes" in out and "NOT MPI" in out
+    assert "SIM backend" in out
+    _check_osu_table(out)
+
+
+def _mpiexec():
+    """An MPI launcher matching mpi4py's MPI, if any (pip's mpich puts one
+    next to the interpreter)."""
+    if importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("mpi4py is not installed (pip install mpich mpi4py); local mode is "
+                    "tested instead")
+    for cand in (os.path.join(os.path.dirname(sys.executable), "mpiexec"),
+                 shutil.which("mpiexec"), shutil.which("mpirun")):
+        if cand and os.path.exists(cand):
+            return cand
+    pytest.skip("mpi4py is installed but no mpiexec/mpirun was found")
+
+
+def _run_mpi(extra, timeout):
+    launcher = _mpiexec()
+    env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    rc, out, err = run([launcher, "-n", "2"] + MPI_EAGER + extra, timeout=timeout,
+                       env_extra=env, expect_rc=None)
+    if rc == 2 and "needs exactly 2 ranks" in err:
+        pytest.skip(f"{launcher} does not match mpi4py's MPI (each rank saw 1 process)")
+    assert rc == 0, f"mpirun exited {rc}\n{out[-4000:]}\n{err[-4000:]}"
+    return out
+
+
+def test_mpi_eager_under_mpirun_sim_prints_the_osu_table():
+    out = _run_mpi(["--backend", "sim"] + SMALL, timeout=180)
+    assert "mode: MPI via mpi4py" in out and "SIM backend" in out
+    _check_osu_table(out)
+
+
+@pytest.mark.gpu
+def test_mpi_eager_local_mode_gpu_moves_correct_data_device_to_device():
+    rc, out, err = run(MPI_EAGER + ["--mode", "local", "--max-size", "1048576", "--iters", "100",
+                                    "--skip", "10", "--iters-large", "20"], timeout=300)
+    assert "SIM" not in out
+    _check_osu_table(out, 1048576)
+
+
+@pytest.mark.gpu
+def test_mpi_eager_under_mpirun_gpu():
+    out = _run_mpi(["--max-size", "65536", "--iters", "100", "--skip", "10"], timeout=300)
+    assert "mode: MPI via mpi4py" in out and "SIM" not in out
+    _check_osu_table(out, 65536)
