@@ -29,6 +29,23 @@ from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from gdrpy._cgdrpy cimport *
 
+cdef extern from *:
+    """
+    static inline void gp_store_u64(void *p, unsigned long long v) {
+        *(volatile unsigned long long *)p = v;
+    #if defined(__x86_64__) || defined(__i386__)
+        __asm__ __volatile__("sfence" ::: "memory");
+    #else
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    #endif
+    }
+    static inline unsigned long long gp_load_u64(const void *p) {
+        return *(const volatile unsigned long long *)p;
+    }
+    """
+    void gp_store_u64(void *p, unsigned long long v) nogil
+    unsigned long long gp_load_u64(const void *p) nogil
+
 import errno as _errno
 import weakref as _weakref
 
@@ -639,6 +656,34 @@ cdef class Mapping:
         at least ``n`` bytes)."""
         self._ready()
         return self._read_obj(_index(offset, "offset"), _index(n, "n"), out)
+
+    def write_u64(self, offset, value):
+        """Store ``value`` (0 <= value < 2**64, little-endian) at ``offset`` with
+        one aligned 8-byte store, then sfence: the way to write a flag or a
+        sequence number after a payload (a reader never sees a torn value).
+        The address must be 8-byte aligned."""
+        self._ready()
+        cdef Py_ssize_t off = _index(offset, "offset")
+        self._range(off, 8)
+        if (<uintptr_t>(self._ptr + off)) & 7:
+            raise InvalidArgumentError(
+                f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"value must be an int, not {type(value).__name__}")
+        if value < 0 or value >= 2**64:
+            raise InvalidArgumentError(f"value {value} does not fit in 64 bits", _errno.EINVAL)
+        gp_store_u64(self._ptr + off, <unsigned long long>value)
+
+    def read_u64(self, offset):
+        """Load one aligned 8-byte little-endian value at ``offset`` (a single
+        load: never torn)."""
+        self._ready()
+        cdef Py_ssize_t off = _index(offset, "offset")
+        self._range(off, 8)
+        if (<uintptr_t>(self._ptr + off)) & 7:
+            raise InvalidArgumentError(
+                f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
+        return gp_load_u64(self._ptr + off)
 
     cdef inline void _store(self, char *dst, const void *src, Py_ssize_t n):
         if n < _nogil_bytes:

@@ -346,3 +346,20 @@ def test_copy_engine_path_matches_mapping_path(ctx, alloc):
             data2 = rnd.randbytes(n)
             m.write(off, data2)
             assert pin.ce_read(off, n) == data2
+
+
+def test_write_u64_is_one_aligned_store_visible_on_the_device(ctx, alloc):
+    buf = alloc(4096)
+    with ctx.pin(buf) as pin, pin.map() as m:
+        m.write_u64(8, 0x1122334455667788)
+        assert alloc.device_read(buf.ptr + 8, 8) == (0x1122334455667788).to_bytes(8, "little")
+        alloc.device_write(buf.ptr + 16, (2**64 - 2).to_bytes(8, "little"))
+        assert m.read_u64(16) == 2**64 - 2
+        with pytest.raises(errors.InvalidArgumentError):
+            m.write_u64(3, 1)          # unaligned
+        with pytest.raises(errors.OutOfRangeError):
+            m.write_u64(4096, 1)       # past the end
+        with pytest.raises(errors.InvalidArgumentError):
+            m.write_u64(0, 2**64)
+        with pytest.raises(TypeError):
+            m.write_u64(0, 1.0)
