@@ -807,11 +807,11 @@ cdef inline double _now() nogil:
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
-# Flags returned by ThresholdPicker.advise() (gdrpy/threshold.py).
+# Path flags (the same values as gdrpy.threshold.MAPPING / TIMED).
 DEF ADVISE_MAPPING = 1
 DEF ADVISE_TIMED = 2
 # Re-read the picker's thresholds at least this often (calls).
-DEF REFRESH_EVERY = 256
+DEF REFRESH_EVERY = 4096
 
 
 cdef class Transfer:
@@ -821,10 +821,14 @@ cdef class Transfer:
     send a message through the mapping (CPU stores / streaming loads) when it
     is at most the picker's threshold for that direction, else through the
     copy engine (cuMemcpy, issued from C without the GIL).  The thresholds are
-    cached as C integers and re-read from the picker every 256 calls and
+    cached as C integers and re-read from the picker every 4096 calls and
     after every timed sample, so choosing costs a comparison.  Inside the
-    picker's adaptation window the picker is asked for advice, and a
-    transfer it marks TIMED is timed and recorded (online adaptation).
+    picker's adaptation window (sizes near a threshold) one transfer in
+    ``2 * picker probe_every`` is timed and recorded, alternately on the
+    other path (a probe) and on the chosen one (a baseline sample): the
+    picker moves the threshold when the evidence is clear (online
+    adaptation).  The schedule is a counter here, so untimed transfers make
+    no Python call.
 
     ``stream`` (any stream object or handle; None: synchronous):
       * put over the copy engine: cuMemcpyHtoDAsync on the stream (the source
@@ -842,6 +846,9 @@ cdef class Transfer:
     cdef Py_ssize_t _lo[2]
     cdef Py_ssize_t _hi[2]
     cdef unsigned _calls
+    cdef unsigned _tick[2]         # in-window calls since the last timed one
+    cdef unsigned _every           # in-window calls between timed transfers
+    cdef unsigned char _probe[2]   # next timed transfer is a probe (1) or a sample (0)
 
     def __cinit__(self, Mapping mapping not None, picker=None):
         mapping._ready()
@@ -863,6 +870,7 @@ cdef class Transfer:
             w = st[d]
             self._lo[i] = max(0, min(int(w.lo), PY_SSIZE_T_MAX_))
             self._hi[i] = max(-1, min(int(w.hi), PY_SSIZE_T_MAX_)) if w.adaptive else -1
+        self._every = max(2, 2 * int(getattr(self.picker, "_probe_every", 64)))
         self._calls = 0
 
     @property
@@ -882,12 +890,20 @@ cdef class Transfer:
         return "mapping" if _index(nbytes, "nbytes") <= self._t[i] else "ce"
 
     cdef inline int _advice(self, int i, Py_ssize_t n) except -1:
+        cdef int use = ADVISE_MAPPING if n <= self._t[i] else 0
         self._calls += 1
         if self._calls >= REFRESH_EVERY:
             self.refresh()
         if n < self._lo[i] or n > self._hi[i]:
-            return ADVISE_MAPPING if n <= self._t[i] else 0
-        return self.picker.advise("h2d" if i == 0 else "d2h", n)
+            return use
+        self._tick[i] += 1
+        if self._tick[i] < self._every:
+            return use
+        self._tick[i] = 0
+        self._probe[i] ^= 1
+        if self._probe[i]:
+            return ADVISE_TIMED | (use ^ ADVISE_MAPPING)
+        return ADVISE_TIMED | use
 
     def put(self, offset, src, stream=None):
         """Host -> GPU: copy ``src`` (any contiguous buffer) to ``offset``.
