@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Short summary table of a scripts/gpu_suite.sh run: reads the logs and JSON
+files in the run directory and prints the key figures (medians / p99)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+
+def load(d, name):
+    try:
+        with open(os.path.join(d, name)) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def read(d, name):
+    try:
+        with open(os.path.join(d, name)) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def us(x):
+    if x is None:
+        return "-"
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def row_of(js, key, direction, size):
+    for r in (js or {}).get("rows", []):
+        if r.get("key") == key and r.get("direction") == direction and r.get("size") == size:
+            return r
+    return None
+
+
+def cell(r):
+    if not r or r.get("median_us") is None:
+        return "-"
+    return f"{us(r['median_us'])} / {us(r.get('p99_us'))}"
+
+
+def main(d):
+    out = []
+    p = out.append
+    p("=" * 78)
+    p("gdrpy GPU suite summary  (median / p99 in us unless noted)")
+    info = read(d, "info.log")
+    m = re.search(r"^\s+(NVIDIA .*)$", info, re.M)
+    p(f"machine: {m.group(1).strip() if m else '?'}")
+    steps = read(d, "steps.log")
+    fails = [ln for ln in steps.splitlines() if "rc=" in ln and "rc=0 " not in ln]
+    p(f"steps: {sum('rc=' in ln for ln in steps.splitlines())} run, {len(fails)} failed"
+      + ("".join(f"\n  FAILED {ln[4:]}" for ln in fails)))
+    tail = [ln for ln in read(d, "pytest.log").splitlines() if re.search(r"\d+ (passed|failed)", ln)]
+    if tail:
+        p(f"pytest: {tail[-1].strip('= ')}")
+    for name in ("c_core_gpu.log", "c_nvrm_backend.log"):
+        t = [ln for ln in read(d, name).splitlines() if "passed" in ln and "failed" in ln]
+        if t:
+            p(f"{name[:-4]}: {t[-1].strip()}")
+
+    lat = load(d, "latency.json")
+    if lat:
+        p("")
+        p("latency, host -> GPU")
+        p(f"  {'size':>6}  {'Mapping.write':>17}  {'Transfer.put':>17}  {'C kernel':>15}  "
+          f"{'C cuMemcpyHtoD':>17}  {'cuda-python':>17}  {'CuPy set':>15}  {'torch copy_':>15}")
+        for size in (8, 64, 4096):
+            p(f"  {size:>6}  {cell(row_of(lat, 'write', 'h2d', size)):>17}  "
+              f"{cell(row_of(lat, 'put', 'h2d', size)):>17}  "
+              f"{cell(row_of(lat, 'c_kernel', 'h2d', size)):>15}  "
+              f"{cell(row_of(lat, 'c_cumemcpy', 'h2d', size)):>17}  "
+              f"{cell(row_of(lat, 'cuMemcpyHtoD', 'h2d', size)):>17}  "
+              f"{cell(row_of(lat, 'cupy', 'h2d', size)):>15}  "
+              f"{cell(row_of(lat, 'torch', 'h2d', size)):>15}")
+        p("latency, GPU -> host")
+        p(f"  {'size':>6}  {'Mapping.read':>17}  {'Transfer.get':>17}  {'C kernel':>15}  "
+          f"{'C cuMemcpyDtoH':>17}  {'cuda-python':>17}  {'CuPy get':>15}  {'torch copy_':>15}")
+        for size in (8, 64, 4096):
+            p(f"  {size:>6}  {cell(row_of(lat, 'read', 'd2h', size)):>17}  "
+              f"{cell(row_of(lat, 'get', 'd2h', size)):>17}  "
+              f"{cell(row_of(lat, 'c_kernel', 'd2h', size)):>15}  "
+              f"{cell(row_of(lat, 'c_cumemcpy', 'd2h', size)):>17}  "
+              f"{cell(row_of(lat, 'cuMemcpyDtoH', 'd2h', size)):>17}  "
+              f"{cell(row_of(lat, 'cupy', 'd2h', size)):>15}  "
+              f"{cell(row_of(lat, 'torch', 'd2h', size)):>15}")
+
+    bw = load(d, "bandwidth.json")
+    if bw:
+        p("")
+        p("bandwidth GB/s (median)     1 MiB               64 MiB")
+        for key, direction, label in (("c_kernel", "h2d", "C write kernel"),
+                                      ("c_raw", "h2d", "raw NT store loop"),
+                                      ("write", "h2d", "Mapping.write"),
+                                      ("ce_write", "h2d", "ce_write (cuMemcpy)"),
+                                      ("c_kernel", "d2h", "C read kernel"),
+                                      ("c_raw", "d2h", "raw NT load loop"),
+                                      ("read", "d2h", "Mapping.read")):
+            vals = []
+            for size in (1 << 20, 64 << 20):
+                r = row_of(bw, key, direction, size)
+                vals.append(f"{r['gbps_median']:.2f}" if r and r.get("gbps_median") else "-")
+            p(f"  {label:<24} {vals[0]:>8}            {vals[1]:>8}")
+        for size in (1 << 20, 64 << 20):
+            a, b = row_of(bw, "c_kernel", "h2d", size), row_of(bw, "c_raw", "h2d", size)
+            if a and b and a.get("gbps_median") and b.get("gbps_median"):
+                p(f"  C write kernel / raw at {size >> 20} MiB: "
+                  f"{100 * a['gbps_median'] / b['gbps_median']:.1f}% (target >= 95%)")
+
+    harness = read(d, "c_nvrm_backend.log")
+    pins = [ln for ln in harness.splitlines()
+            if ln.startswith("TIME") and re.search(r"(pin|map) 64 (KiB|MiB)", ln)
+            and "zeroed" not in ln and "unmap" not in ln]
+    if pins:
+        p("")
+        p("pin / map cost (C, nvrm; route C = cuMemAlloc, route A = cuMemCreate)")
+        for ln in pins:
+            p("  " + re.sub(r"\s+", " ", ln[5:]).replace(" (content-verified for C)", ""))
+
+    tr = load(d, "transfer.json")
+    if tr:
+        s = tr.get("summary", {})
+        pk = tr.get("meta", {}).get("picker", {})
+        p("")
+        p(f"transfer: thresholds {pk.get('thresholds')} ({pk.get('sources')}); "
+          f"calibration {pk.get('calibration_s', '-')} s")
+        worst = s.get("worst_regret")
+        p(f"  worst regret {100 * worst:+.1f}% at {s.get('worst_at')}; every size within 5%: "
+          f"{'YES' if s.get('within_5pct') else 'NO'} ({s.get('measured')} sizes x directions)"
+          if worst is not None else "  (no regret summary)")
+
+    pp = load(d, "pingpong.json")
+    if pp:
+        p("")
+        p("ping-pong round trip (us): payload  gdrpy median/p99   cuMemcpy+launch median/p99")
+        by = {}
+        for r in pp.get("results", []):
+            by.setdefault(r["size"], {})[r["path"]] = r["stats_us"]
+        for size, v in sorted(by.items()):
+            g, c = v.get("gdrpy", {}), v.get("cuMemcpy", {})
+            p(f"  {size:>6} B   {us(g.get('median'))} / {us(g.get('p99'))}"
+              f"        {us(c.get('median'))} / {us(c.get('p99'))}")
+
+    tf = load(d, "trading_feed.json")
+    if tf:
+        p("")
+        p("trading feed: tick-to-GPU (recv -> kernel ack seen), p50 / p99 us, gaps, overruns")
+        for name, r in tf.get("paths", {}).items():
+            lat = (r.get("latency_us") or {}).get("tick_to_gpu_ack", {})
+            p(f"  {name:<9} {us(lat.get('median'))} / {us(lat.get('p99'))}   "
+              f"processed {r.get('processed')}/{r.get('sent')}  gaps {r.get('gaps', {}).get('missing')}"
+              f"  full {r.get('ring', {}).get('full_events')}  check "
+              f"{'ok' if (r.get('check') or {}).get('ok') else 'FAILED'}")
+
+    mp = load(d, "mpi_eager.json")
+    if mp:
+        p("")
+        p(f"MPI eager ({mp.get('mode')}), device-to-device one-way latency median us:"
+          "  size  gdrpy  cuMemcpy-staged")
+        for r in mp.get("rows", []):
+            if r["size"] in (1, 8, 64, 1024, 8192, 65536, 1 << 20):
+                p(f"  {r['size']:>8}  {us(r['gdrpy']['median_us']):>7}  {us(r['staged']['median_us']):>7}"
+                  f"   ({r['gdrpy'].get('path')})")
+    p("=" * 78)
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/gdrpy-gpu-run")
