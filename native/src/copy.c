@@ -20,11 +20,25 @@
  *     0.73-0.82 GB/s at 1 MiB, 0.69-0.72 vs 0.61 at 64 MiB).  A 64-byte
  *     store also fills a whole WC buffer in one instruction.  The usual
  *     objection to AVX-512 (GDRCopy does not dispatch it) is the frequency
- *     drop and the ZMM warm-up: our kernel touches ZMM only in its bulk
- *     loops, never for messages <= 64 bytes (the latency path), and we skip
- *     it on the CPUs where even "light" 512-bit instructions lower the core
- *     clock (Intel Skylake-SP/X, Cascade Lake, Cooper Lake: family 6 model
- *     0x55).  Ice Lake-SP and later Intel, and AMD Zen 4/5 take it.
+ *     drop and the ZMM warm-up: our kernel's writes touch ZMM only in
+ *     their bulk loops, never for messages <= 64 bytes (the write latency
+ *     path, tens of ns); its reads use one 64-byte VMOVNTDQA per line at
+ *     every size, because there each line costs a ~1 us PCIe round trip
+ *     that dwarfs any warm-up, and one load instruction per line is one read
+ *     request by construction.  We skip it on the CPUs where even "light"
+ *     512-bit instructions lower the core clock (Intel Skylake-SP/X, Cascade
+ *     Lake, Cooper Lake: family 6 model 0x55).  Ice Lake-SP and later Intel,
+ *     and AMD Zen 4/5 take it.
+ *
+ * Read strategy (every kernel, details in copy.h): from_mapping reads only
+ * whole naturally aligned 64-byte lines covering [src, src+n), each with
+ * streaming loads issued back to back, so a read costs one PCIe round trip
+ * per line it touches (1..64 bytes inside one line: one read) instead of one
+ * per load instruction; partial first/last lines go through a bounce buffer
+ * and only the wanted bytes reach dst.  Over-reading inside an aligned line
+ * cannot fault (a line never crosses a page) and BAR1 reads have no side
+ * effects.  generic, with plain loads only, reads whole aligned 8-byte
+ * words instead.
  *  2. avx2 - the default elsewhere; equal to avx512 for writes.
  *  3. sse41, 4. generic - older CPUs / last resort.
  *  movdir64b is compiled, tested and selectable (GDRPY_COPY_ISA=movdir64b or

@@ -10,9 +10,30 @@
  *    always carry the same data, so their order does not matter.  Ends with
  *    an sfence when n > 0, so the WC stores are ordered before whatever the
  *    caller does next.  n == 0 touches nothing.
- *  - from_mapping(dst, src, n): src is WC memory.  Same range rules; bulk of
- *    the source is read with streaming loads (MOVNTDQA family) on aligned
- *    addresses, head and tail with plain loads.
+ *  - from_mapping(dst, src, n): src is WC memory.  Writes exactly the bytes
+ *    [dst, dst+n), in any alignment.  Reads the source only as whole
+ *    naturally aligned 64-byte lines, those covering
+ *    [round_down(src, 64), round_up(src+n, 64)), each with streaming loads
+ *    (MOVNTDQA family: 4 x 16 B, 2 x 32 B or 1 x 64 B) issued back to back,
+ *    so that each line is one PCIe read into a streaming-load (line-fill)
+ *    buffer: n bytes cost one read per line they touch, not one per load
+ *    instruction (a plain load from WC memory is its own uncached round
+ *    trip, ~1 us on BAR1, and two plain loads of one line are two round
+ *    trips).  Interior lines stream straight to dst; the first and last line,
+ *    when only partly wanted, go through a 64-byte aligned bounce buffer on
+ *    the stack and only the wanted bytes are copied out.  n <= 64 inside one
+ *    line is exactly one line read, across two lines two; the head and tail
+ *    lines are issued before the interior, so that they are in flight
+ *    together.  The generic kernel (portable C, plain loads only) reads the
+ *    whole naturally aligned 8-byte words covering the range instead.
+ *    Reading bytes outside [src, src+n) but inside those lines/words is by
+ *    design and safe: an aligned 64-byte line (or 8-byte word) never crosses
+ *    a 4 KiB page, let alone a mapping (mappings are page-granular; BAR1
+ *    pages are 64 KiB), so it cannot fault where [src, src+n) does not, and
+ *    reads of BAR1 have no side effects (plain memory behind the BAR, no
+ *    registers); the extra bytes only ride along in a read that happens
+ *    anyway.  Nothing beyond those lines is ever read.  n == 0 touches
+ *    nothing.
  *  - Thread-safe and reentrant: no state at all.
  */
 #ifndef GDRPY_COPY_H
@@ -84,36 +105,44 @@ GP_INLINE void gp_put_lt16(char *d, const char *s, size_t n)
     }
 }
 
-/* 1 <= n <= 15, src in the mapping.  Both loads are issued before either
- * store, so they travel over PCIe concurrently. */
-GP_INLINE void gp_get_lt16(char *d, const char *s, size_t n)
+/* 1 <= n <= 15, neither side in the mapping (the read kernels copy the
+ * wanted bytes out of a bounce buffer with it): two overlapping accesses of
+ * the largest power of two <= n, loop-free.  Writes exactly [d, d+n). */
+GP_INLINE void gp_mov_lt16(char *d, const char *s, size_t n)
 {
     if (n >= 8) {
-        uint64_t a = *(const volatile gp_u64u *)s;
-        uint64_t b = *(const volatile gp_u64u *)(s + n - 8);
+        uint64_t a = *(const gp_u64u *)s, b = *(const gp_u64u *)(s + n - 8);
         *(gp_u64u *)d = a;
         *(gp_u64u *)(d + n - 8) = b;
     } else if (n >= 4) {
-        uint32_t a = *(const volatile gp_u32u *)s;
-        uint32_t b = *(const volatile gp_u32u *)(s + n - 4);
+        uint32_t a = *(const gp_u32u *)s, b = *(const gp_u32u *)(s + n - 4);
         *(gp_u32u *)d = a;
         *(gp_u32u *)(d + n - 4) = b;
     } else if (n >= 2) {
-        uint16_t a = *(const volatile gp_u16u *)s;
-        uint16_t b = *(const volatile gp_u16u *)(s + n - 2);
+        uint16_t a = *(const gp_u16u *)s, b = *(const gp_u16u *)(s + n - 2);
         *(gp_u16u *)d = a;
         *(gp_u16u *)(d + n - 2) = b;
     } else {
-        *(uint8_t *)d = *(const volatile uint8_t *)s;
+        *(uint8_t *)d = *(const uint8_t *)s;
     }
 }
 
+/* One 64-byte line of the mapping, as the read kernels stage it: the first
+ * and last line of a copy land here whole, and the wanted bytes are copied
+ * out.  64-byte aligned, so the line is stored with aligned vector stores
+ * (one cache line of the stack). */
+typedef union {
+    unsigned char b[64];
+    uint64_t w[8];
+} __attribute__((aligned(64))) gp_line64;
+
 #ifdef __AVX2__
 #include <immintrin.h>
-/* 1 <= n <= 64 with XMM/YMM registers only (no ZMM even in the AVX-512
- * kernel: small messages are the latency path, and the first 512-bit
- * instruction after an idle period can run at reduced throughput while the
- * upper vector lanes power up). */
+/* 1 <= n <= 64, dst in the mapping, with XMM/YMM registers only (no ZMM
+ * even in the AVX-512 kernel: small writes are the latency path, which
+ * costs only some tens of ns, and the first 512-bit instruction after an
+ * idle period can run at reduced throughput while the upper vector lanes
+ * power up). */
 GP_INLINE void gp_put_le64_avx2(char *d, const char *s, size_t n)
 {
     if (n >= 16) {
@@ -133,7 +162,9 @@ GP_INLINE void gp_put_le64_avx2(char *d, const char *s, size_t n)
     }
 }
 
-GP_INLINE void gp_get_le64_avx2(char *d, const char *s, size_t n)
+/* 1 <= n <= 64, neither side in the mapping (copies the wanted bytes out of
+ * a gp_line64 bounce buffer): XMM/YMM, loop-free, writes exactly [d, d+n). */
+GP_INLINE void gp_mov_le64_avx2(char *d, const char *s, size_t n)
 {
     if (n >= 16) {
         if (n >= 32) {
@@ -148,48 +179,71 @@ GP_INLINE void gp_get_le64_avx2(char *d, const char *s, size_t n)
             _mm_storeu_si128((__m128i *)(d + n - 16), b);
         }
     } else {
-        gp_get_lt16(d, s, n);
+        gp_mov_lt16(d, s, n);
     }
 }
 
+/* One aligned line of the mapping into a bounce buffer: two VMOVNTDQA back
+ * to back (the second is served by the streaming-load buffer the first
+ * allocated: one PCIe read), then two aligned stores to the stack.  The
+ * intrinsic takes a non-const pointer; it only reads. */
+GP_INLINE void gp_line_get_avx2(gp_line64 *buf, const char *line)
+{
+    __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)line);
+    __m256i b = _mm256_stream_load_si256((__m256i *)(uintptr_t)(line + 32));
+    _mm256_store_si256((__m256i *)buf->b, a);
+    _mm256_store_si256((__m256i *)(buf->b + 32), b);
+}
+
 /* from_mapping with AVX2 streaming loads (shared by the avx2 and movdir64b
- * kernels: MOVDIR64B is a store-only instruction). */
+ * kernels: MOVDIR64B is a store-only instruction).  Reads only the aligned
+ * lines covering [src, src+n), each once (see the contract at the top). */
 GP_INLINE void gp_from_mapping_avx2(void *dst, const void *src, size_t n)
 {
+    if (!n)
+        return;
     char *d = dst;
-    const char *s = src;
-    if (n <= 64) {
-        if (n)
-            gp_get_le64_avx2(d, s, n);
+    size_t off = (size_t)((uintptr_t)src & 63);          /* src within its line */
+    const char *p = (const char *)src - off;             /* first line */
+    gp_line64 head, tail;
+    if (off + n <= 64) {                                 /* one line */
+        gp_line_get_avx2(&head, p);
+        gp_mov_le64_avx2(d, (const char *)head.b + off, n);
         return;
     }
-    /* Head: plain loads up to the next 64-byte boundary of the source
-     * (VMOVNTDQA needs 32-byte alignment; a whole line per iteration keeps
-     * each line's two loads in one streaming-load buffer). */
-    size_t head = (size_t)(-(uintptr_t)s & 63);
-    if (head) {
-        gp_get_le64_avx2(d, s, head);
-        d += head, s += head, n -= head;
+    size_t tn = (size_t)(((uintptr_t)src + n) & 63);    /* bytes wanted of a partial last line */
+    const char *pe = (const char *)src + n - tn;         /* end of the whole lines */
+    /* The partial first and last lines first, so that their reads are in
+     * flight together (and with the interior's). */
+    if (off)
+        gp_line_get_avx2(&head, p);
+    if (tn)
+        gp_line_get_avx2(&tail, pe);
+    if (off) {
+        gp_mov_le64_avx2(d, (const char *)head.b + off, 64 - off);
+        d += 64 - off, p += 64;
     }
-    for (; n >= 128; n -= 128, s += 128, d += 128) {
-        __m256i a = _mm256_stream_load_si256((const __m256i *)s);
-        __m256i b = _mm256_stream_load_si256((const __m256i *)(s + 32));
-        __m256i c = _mm256_stream_load_si256((const __m256i *)(s + 64));
-        __m256i e = _mm256_stream_load_si256((const __m256i *)(s + 96));
+    /* Whole lines straight to dst, two per iteration; each line's two
+     * loads back to back. */
+    for (; pe - p >= 128; p += 128, d += 128) {
+        __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)p);
+        __m256i b = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 32));
+        __m256i c = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 64));
+        __m256i e = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 96));
         _mm256_storeu_si256((__m256i *)d, a);
         _mm256_storeu_si256((__m256i *)(d + 32), b);
         _mm256_storeu_si256((__m256i *)(d + 64), c);
         _mm256_storeu_si256((__m256i *)(d + 96), e);
     }
-    if (n >= 64) {
-        __m256i a = _mm256_stream_load_si256((const __m256i *)s);
-        __m256i b = _mm256_stream_load_si256((const __m256i *)(s + 32));
+    if (p != pe) {
+        __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)p);
+        __m256i b = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 32));
         _mm256_storeu_si256((__m256i *)d, a);
         _mm256_storeu_si256((__m256i *)(d + 32), b);
-        n -= 64, s += 64, d += 64;
+        d += 64;
     }
-    if (n)
-        gp_get_le64_avx2(d, s, n);
+    if (tn)
+        gp_mov_le64_avx2(d, (const char *)tail.b, tn);
 }
 #endif /* __AVX2__ */
 

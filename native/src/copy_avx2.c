@@ -1,7 +1,9 @@
 /*
  * copy_avx2.c - AVX2 copy kernel ("avx2"), compiled with -mavx2.
- * Stores: 32-byte VMOVNTDQ, two per 64-byte line.  Loads: 32-byte VMOVNTDQA,
- * two per line.  Small sizes (<= 64 B) use XMM/YMM plain stores, loop-free.
+ * Stores: 32-byte VMOVNTDQ, two per 64-byte line.  Small writes (<= 64 B)
+ * use XMM/YMM plain stores, loop-free.  Loads: 32-byte VMOVNTDQA, two per
+ * aligned line, back to back (one PCIe read per line), whole aligned lines
+ * only, small reads included (gp_from_mapping_avx2 in copy.h).
  */
 #define GP_COPY_KERNEL_TU 1
 #include <immintrin.h>

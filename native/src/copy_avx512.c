@@ -3,11 +3,17 @@
  * -mavx512f -mavx512bw.
  * Stores: one 64-byte VMOVNTDQ per line: the whole line enters its WC
  * buffer in a single store, so it cannot be evicted half-filled.  Loads: one
- * 64-byte VMOVNTDQA per line (one load instruction per PCIe read: on our
- * H100 host this read BAR1 15-20 % faster than 32-byte loads, see
- * shared/facts/nvrm-bar1.md).
- * ZMM registers are used only in the bulk loops (>= one whole aligned line);
- * everything <= 64 bytes, and heads and tails, use XMM/YMM (see copy.h).
+ * 64-byte VMOVNTDQA per aligned line, small reads included: one load
+ * instruction per PCIe read, whole lines only (on our H100 host 64-byte
+ * loads read BAR1 15-20 % faster than 32-byte ones, see
+ * shared/facts/nvrm-bar1.md; partial first and last lines go through a
+ * bounce buffer, see copy.h).
+ * Writes use ZMM only in the bulk loop (>= one whole aligned line);
+ * everything <= 64 bytes, and heads and tails, use XMM/YMM plain stores (see
+ * copy.h).  Reads use one ZMM load per line even for a 1-byte read: there
+ * the ~1 us PCIe round trip dwarfs any ZMM warm-up cost, and a single
+ * 64-byte load is one read request by construction.  The wanted bytes are
+ * copied out of the bounce buffer with XMM/YMM.
  */
 #define GP_COPY_KERNEL_TU 1
 #include <immintrin.h>
@@ -45,32 +51,53 @@ static void avx512_to_mapping(void *dst, const void *src, size_t n)
     _mm_sfence();
 }
 
+/* One aligned line of the mapping into a bounce buffer: one VMOVNTDQA, one
+ * aligned store to the stack.  The intrinsic takes a non-const pointer; it
+ * only reads. */
+GP_INLINE void avx512_line_get(gp_line64 *buf, const char *line)
+{
+    _mm512_store_si512((void *)buf->b, _mm512_stream_load_si512((void *)(uintptr_t)line));
+}
+
+/* Reads only the aligned lines covering [src, src+n), each once. */
 static void avx512_from_mapping(void *dst, const void *src, size_t n)
 {
+    if (!n)
+        return;
     char *d = dst;
-    const char *s = src;
-    if (n <= 64) {
-        if (n)
-            gp_get_le64_avx2(d, s, n);
+    size_t off = (size_t)((uintptr_t)src & 63);          /* src within its line */
+    const char *p = (const char *)src - off;             /* first line */
+    gp_line64 head, tail;
+    if (off + n <= 64) {                                 /* one line */
+        avx512_line_get(&head, p);
+        gp_mov_le64_avx2(d, (const char *)head.b + off, n);
         return;
     }
-    size_t head = (size_t)(-(uintptr_t)s & 63);
-    if (head) {
-        gp_get_le64_avx2(d, s, head);
-        d += head, s += head, n -= head;
+    size_t tn = (size_t)(((uintptr_t)src + n) & 63);    /* bytes wanted of a partial last line */
+    const char *pe = (const char *)src + n - tn;         /* end of the whole lines */
+    /* The partial first and last lines first, so that their reads are in
+     * flight together (and with the interior's). */
+    if (off)
+        avx512_line_get(&head, p);
+    if (tn)
+        avx512_line_get(&tail, pe);
+    if (off) {
+        gp_mov_le64_avx2(d, (const char *)head.b + off, 64 - off);
+        d += 64 - off, p += 64;
     }
-    for (; n >= 128; n -= 128, d += 128, s += 128) {
-        __m512i a = _mm512_stream_load_si512((void *)(uintptr_t)s);
-        __m512i b = _mm512_stream_load_si512((void *)(uintptr_t)(s + 64));
+    /* Whole lines straight to dst, two per iteration. */
+    for (; pe - p >= 128; p += 128, d += 128) {
+        __m512i a = _mm512_stream_load_si512((void *)(uintptr_t)p);
+        __m512i b = _mm512_stream_load_si512((void *)(uintptr_t)(p + 64));
         _mm512_storeu_si512((void *)d, a);
         _mm512_storeu_si512((void *)(d + 64), b);
     }
-    if (n >= 64) {
-        _mm512_storeu_si512((void *)d, _mm512_stream_load_si512((void *)(uintptr_t)s));
-        n -= 64, d += 64, s += 64;
+    if (p != pe) {
+        _mm512_storeu_si512((void *)d, _mm512_stream_load_si512((void *)(uintptr_t)p));
+        d += 64;
     }
-    if (n)
-        gp_get_le64_avx2(d, s, n);
+    if (tn)
+        gp_mov_le64_avx2(d, (const char *)tail.b, tn);
 }
 
 const gp_copy_kernel gp_copy_avx512 = {

@@ -5,6 +5,12 @@
  * neither turn the loops into a memcpy call (which might read or write the
  * mapping with whatever width and order it likes) nor merge, split or drop
  * accesses.
+ * Reads: only the naturally aligned 8-byte words covering [src, src+n),
+ * each with one aligned 8-byte load (no byte or unaligned loads: each plain
+ * load from WC memory is its own uncached round trip, and an unaligned one
+ * may be split in two); the partial first and last word go through a bounce
+ * buffer (see the contract in copy.h for why reading the rest of an aligned
+ * word is safe).
  */
 #define GP_COPY_KERNEL_TU 1
 #include "copy.h"
@@ -29,13 +35,6 @@ static inline void put8x2(char *d, const char *s)
     *(volatile gp_u64u *)(d + 8) = b;
 }
 
-static inline void get8x2(char *d, const char *s)
-{
-    uint64_t a = *(const volatile gp_u64u *)s, b = *(const volatile gp_u64u *)(s + 8);
-    *(gp_u64u *)d = a;
-    *(gp_u64u *)(d + 8) = b;
-}
-
 /* 1 <= n <= 64, loop-free: the first and the last 16 or 32 bytes, as
  * overlapping 8-byte stores (n < 16: two overlapping scalar stores). */
 static inline void generic_put_le64(char *d, const char *s, size_t n)
@@ -50,21 +49,6 @@ static inline void generic_put_le64(char *d, const char *s, size_t n)
         put8x2(d + 16, s + 16);
         put8x2(d + n - 32, s + n - 32);
         put8x2(d + n - 16, s + n - 16);
-    }
-}
-
-static inline void generic_get_le64(char *d, const char *s, size_t n)
-{
-    if (n < 16) {
-        gp_get_lt16(d, s, n);
-    } else if (n <= 32) {
-        get8x2(d, s);
-        get8x2(d + n - 16, s + n - 16);
-    } else {
-        get8x2(d, s);
-        get8x2(d + 16, s + 16);
-        get8x2(d + n - 32, s + n - 32);
-        get8x2(d + n - 16, s + n - 16);
     }
 }
 
@@ -100,30 +84,38 @@ static void generic_to_mapping(void *dst, const void *src, size_t n)
     generic_wc_fence();
 }
 
+/* Reads only the aligned 8-byte words covering [src, src+n), each once: the
+ * first and the last word before the interior ones. */
 static void generic_from_mapping(void *dst, const void *src, size_t n)
 {
+    if (!n)
+        return;
     char *d = dst;
-    const char *s = src;
-    if (n <= 64) {
-        if (n)
-            generic_get_le64(d, s, n);
+    size_t off = (size_t)((uintptr_t)src & 7);          /* src within its word */
+    const volatile gp_u64a *p =
+        (const volatile gp_u64a *)(const void *)((const char *)src - off);
+    size_t nw = (off + n + 7) / 8;                      /* words covering, >= 1 */
+    uint64_t buf[2];                                    /* bounce: first, last word */
+    if (nw == 1) {
+        buf[0] = p[0];
+        gp_mov_lt16(d, (const char *)buf + off, n);
         return;
     }
-    size_t head = (size_t)(-(uintptr_t)s & 63);
-    if (head) {
-        generic_get_le64(d, s, head);
-        d += head, s += head, n -= head;
+    buf[0] = p[0];
+    buf[1] = p[nw - 1];
+    gp_mov_lt16(d, (const char *)buf + off, 8 - off);
+    d += 8 - off;
+    const volatile gp_u64a *q = p + 1, *qe = p + nw - 1;
+    for (; qe - q >= 8; q += 8, d += 64) {
+        uint64_t a = q[0], b = q[1], c = q[2], e = q[3];
+        uint64_t f = q[4], g = q[5], h = q[6], i = q[7];
+        gp_u64u *o = (gp_u64u *)d;
+        o[0] = a; o[1] = b; o[2] = c; o[3] = e;
+        o[4] = f; o[5] = g; o[6] = h; o[7] = i;
     }
-    for (; n >= 64; n -= 64, d += 64, s += 64) {
-        const volatile gp_u64a *p = (const volatile gp_u64a *)(const void *)s;
-        gp_u64u *q = (gp_u64u *)d;
-        uint64_t a = p[0], b = p[1], c = p[2], e = p[3];
-        uint64_t f = p[4], g = p[5], h = p[6], i = p[7];
-        q[0] = a; q[1] = b; q[2] = c; q[3] = e;
-        q[4] = f; q[5] = g; q[6] = h; q[7] = i;
-    }
-    if (n)
-        generic_get_le64(d, s, n);
+    for (; q != qe; q++, d += 8)
+        *(gp_u64u *)d = *q;
+    gp_mov_lt16(d, (const char *)&buf[1], off + n - 8 * (nw - 1));
 }
 
 static int generic_cpu_ok(void) { return 1; }

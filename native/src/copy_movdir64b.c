@@ -5,7 +5,8 @@
  * a single write of the whole line whatever the WC buffers do (the
  * destination must be 64-byte aligned: the head brings it there).  Small
  * sizes, heads and tails use the AVX2 plain-store paths.  MOVDIR64B has no
- * load counterpart: from_mapping is the AVX2 streaming-load path.
+ * load counterpart: from_mapping is the AVX2 streaming-load path (whole
+ * aligned lines, two VMOVNTDQA each, see copy.h).
  */
 #define GP_COPY_KERNEL_TU 1
 #include <immintrin.h>

@@ -1,7 +1,10 @@
 /*
  * copy_sse41.c - SSE4.1 copy kernel ("sse41"), compiled with -msse4.1.
  * Stores: 16-byte MOVNTDQ, four per 64-byte line.  Loads: 16-byte MOVNTDQA
- * (the SSE4.1 instruction this kernel exists for), four per line.
+ * (the SSE4.1 instruction this kernel exists for), four per aligned line,
+ * issued back to back so that the line is one PCIe read into a
+ * streaming-load buffer; only whole aligned lines are read (partial first
+ * and last lines through a bounce buffer, see copy.h).
  */
 #define GP_COPY_KERNEL_TU 1
 #include <smmintrin.h>
@@ -30,10 +33,12 @@ GP_INLINE void sse41_put_le64(char *d, const char *s, size_t n)
     }
 }
 
-GP_INLINE void sse41_get_le64(char *d, const char *s, size_t n)
+/* Same shape as sse41_put_le64, plain on both sides: copies the wanted bytes
+ * out of a bounce buffer.  Writes exactly [d, d+n). */
+GP_INLINE void sse41_mov_le64(char *d, const char *s, size_t n)
 {
     if (n < 16) {
-        gp_get_lt16(d, s, n);
+        gp_mov_lt16(d, s, n);
     } else if (n < 32) {
         __m128i a = _mm_loadu_si128((const __m128i *)s);
         __m128i b = _mm_loadu_si128((const __m128i *)(s + n - 16));
@@ -49,6 +54,23 @@ GP_INLINE void sse41_get_le64(char *d, const char *s, size_t n)
         _mm_storeu_si128((__m128i *)(d + n - 32), c);
         _mm_storeu_si128((__m128i *)(d + n - 16), e);
     }
+}
+
+/* One aligned line of the mapping into a bounce buffer: all four MOVNTDQA
+ * before any of their data is used (the first allocates the streaming-load
+ * buffer, the other three are served from it: one PCIe read). */
+GP_INLINE void sse41_line_get(gp_line64 *buf, const char *line)
+{
+    /* The intrinsic takes a non-const pointer; it only reads. */
+    __m128i *p = (__m128i *)(uintptr_t)line;
+    __m128i a = _mm_stream_load_si128(p);
+    __m128i b = _mm_stream_load_si128(p + 1);
+    __m128i c = _mm_stream_load_si128(p + 2);
+    __m128i e = _mm_stream_load_si128(p + 3);
+    _mm_store_si128((__m128i *)buf->b, a);
+    _mm_store_si128((__m128i *)(buf->b + 16), b);
+    _mm_store_si128((__m128i *)(buf->b + 32), c);
+    _mm_store_si128((__m128i *)(buf->b + 48), e);
 }
 
 static void sse41_to_mapping(void *dst, const void *src, size_t n)
@@ -84,37 +106,46 @@ static void sse41_to_mapping(void *dst, const void *src, size_t n)
     _mm_sfence();
 }
 
+/* Reads only the aligned lines covering [src, src+n), each once. */
 static void sse41_from_mapping(void *dst, const void *src, size_t n)
 {
+    if (!n)
+        return;
     char *d = dst;
-    const char *s = src;
-    if (n <= 64) {
-        if (n)
-            sse41_get_le64(d, s, n);
+    size_t off = (size_t)((uintptr_t)src & 63);          /* src within its line */
+    const char *p = (const char *)src - off;             /* first line */
+    gp_line64 head, tail;
+    if (off + n <= 64) {                                 /* one line */
+        sse41_line_get(&head, p);
+        sse41_mov_le64(d, (const char *)head.b + off, n);
         return;
     }
-    /* Head: plain loads up to the next 64-byte boundary of src; then whole
-     * lines with MOVNTDQA (16-byte aligned), four loads per line so that
-     * the line is fetched once into a streaming-load buffer. */
-    size_t head = (size_t)(-(uintptr_t)s & 63);
-    if (head) {
-        sse41_get_le64(d, s, head);
-        d += head, s += head, n -= head;
+    size_t tn = (size_t)(((uintptr_t)src + n) & 63);    /* bytes wanted of a partial last line */
+    const char *pe = (const char *)src + n - tn;         /* end of the whole lines */
+    /* The partial first and last lines first, so that their reads are in
+     * flight together (and with the interior's). */
+    if (off)
+        sse41_line_get(&head, p);
+    if (tn)
+        sse41_line_get(&tail, pe);
+    if (off) {
+        sse41_mov_le64(d, (const char *)head.b + off, 64 - off);
+        d += 64 - off, p += 64;
     }
-    for (; n >= 64; n -= 64, d += 64, s += 64) {
-        /* The intrinsic takes a non-const pointer; it only reads. */
-        __m128i *p = (__m128i *)(uintptr_t)s;
-        __m128i a = _mm_stream_load_si128(p);
-        __m128i b = _mm_stream_load_si128(p + 1);
-        __m128i c = _mm_stream_load_si128(p + 2);
-        __m128i e = _mm_stream_load_si128(p + 3);
+    /* Whole lines straight to dst. */
+    for (; p != pe; p += 64, d += 64) {
+        __m128i *q = (__m128i *)(uintptr_t)p;
+        __m128i a = _mm_stream_load_si128(q);
+        __m128i b = _mm_stream_load_si128(q + 1);
+        __m128i c = _mm_stream_load_si128(q + 2);
+        __m128i e = _mm_stream_load_si128(q + 3);
         _mm_storeu_si128((__m128i *)d, a);
         _mm_storeu_si128((__m128i *)(d + 16), b);
         _mm_storeu_si128((__m128i *)(d + 32), c);
         _mm_storeu_si128((__m128i *)(d + 48), e);
     }
-    if (n)
-        sse41_get_le64(d, s, n);
+    if (tn)
+        sse41_mov_le64(d, (const char *)tail.b, tn);
 }
 
 const gp_copy_kernel gp_copy_sse41 = {

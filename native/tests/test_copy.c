@@ -6,9 +6,15 @@
  * from src+soff to dst+doff and asserts that
  *   - [dst, dst+n) equals the source byte for byte,
  *   - GUARD bytes on each side of the destination are untouched,
- *   - nothing outside [src, src+n) is read (cases with the source flush
- *     against a PROT_NONE page on either side: a stray read faults, the
- *     fault is caught and reported as a failure).
+ *   - the source is not read beyond what the kernel contract allows
+ *     (copy.h): to_mapping reads only [src, src+n); from_mapping reads whole
+ *     naturally aligned 64-byte lines (generic: 8-byte words), so it may
+ *     read bytes of the lines covering [src, src+n) but never beyond them.
+ *     Cases put a PROT_NONE page just after the last / just before the
+ *     first 64-byte line covering the source, with the source flush against
+ *     it (gap 0) and at every distance 1..63 from it inside that line: a
+ *     read outside the covering lines faults, the fault is caught and
+ *     reported as a failure.
  * Then the public entry points: gdrpy_set_copy_isa / gdrpy_copy_isa /
  * gdrpy_copy_isa_available, the GDRPY_COPY_ISA override (re-executing this
  * binary), size 0, and copies racing with kernel switches.
@@ -186,8 +192,11 @@ static void group_big(copy_fn fn, const char *k, const char *dir)
     }
 }
 
-/* The source flush against a PROT_NONE page: any read outside
- * [src, src+n) faults. */
+/* The source next to a PROT_NONE page: the page sits right after the last
+ * (or right before the first) 64-byte aligned line covering [src, src+n),
+ * `gap` bytes past src+n (or before src), 0 <= gap < 64.  Any read outside
+ * those lines faults; with gap 0 any read outside [src, src+n) on that side
+ * does. */
 static sigjmp_buf g_jb;
 static volatile sig_atomic_t g_probing;
 static uint8_t *g_fenced;           /* [PROT_NONE page][data][PROT_NONE page] */
@@ -203,18 +212,28 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
 }
 
 static void fenced_case(copy_fn fn, const char *k, const char *dir, size_t n, size_t doff,
-                        int at_end)
+                        int at_end, size_t gap)
 {
-    const char *what = at_end ? "reads nothing after src+n (page fence after src)"
-                              : "reads nothing before src (page fence before src)";
+    static const char *const whats[2][2] = {
+        {"reads nothing before src (page fence flush before src)",
+         "reads nothing after src+n (page fence flush after src+n)"},
+        {"reads nothing before the first 64-byte line of the source (page fence 1..63 bytes "
+         "before src)",
+         "reads nothing beyond the last 64-byte line of the source (page fence 1..63 bytes "
+         "after src+n)"},
+    };
+    const char *what = whats[gap != 0][at_end != 0];
     /* The source bytes are a copy of g_src, so check_copy's compare works. */
-    const uint8_t *s = at_end ? g_fenced + g_fenced_len - n : g_fenced;
+    const uint8_t *s = at_end ? g_fenced + g_fenced_len - gap - n : g_fenced + gap;
     uint8_t *d = dst_at(doff);
     g_probing = 1;
     if (sigsetjmp(g_jb, 1) == 0) {
         check_copy(what, fn, k, dir, d, s, n, doff, (uintptr_t)s & 63);
     } else {
-        report_fail(what, k, dir, n, doff, (uintptr_t)s & 63, "read outside [src, src+n): SIGSEGV");
+        char detail[96];
+        snprintf(detail, sizeof detail, "read past the fence %zu bytes %s src%s: SIGSEGV", gap,
+                 at_end ? "after" : "before", at_end ? "+n" : "");
+        report_fail(what, k, dir, n, doff, (uintptr_t)s & 63, detail);
     }
     g_probing = 0;
 }
@@ -222,16 +241,36 @@ static void fenced_case(copy_fn fn, const char *k, const char *dir, size_t n, si
 static void group_fenced(copy_fn fn, const char *k, const char *dir)
 {
     static const size_t doffs[] = {0, 5, 37};
-    for (size_t n = 1; n <= 4096; n++)
+    /* gaps for n > 320 (every gap 1..63 below): both line ends, 8-byte and
+     * 16/32-byte boundaries, plus one that moves with n */
+    static const size_t gaps[] = {1, 7, 8, 9, 31, 32, 33, 56, 63};
+    for (size_t n = 1; n <= 4096; n++) {
         for (size_t i = 0; i < 3; i++) {
-            fenced_case(fn, k, dir, n, doffs[i], 1);
-            fenced_case(fn, k, dir, n, doffs[i], 0);
+            fenced_case(fn, k, dir, n, doffs[i], 1, 0);
+            fenced_case(fn, k, dir, n, doffs[i], 0, 0);
         }
+        if (n <= 320) {
+            for (size_t gap = 1; gap < 64; gap++) {
+                fenced_case(fn, k, dir, n, (n + gap * 5) & 63, 1, gap);
+                fenced_case(fn, k, dir, n, (n * 3 + gap) & 63, 0, gap);
+            }
+        } else {
+            for (size_t i = 0; i <= sizeof gaps / sizeof gaps[0]; i++) {
+                size_t gap = i < sizeof gaps / sizeof gaps[0] ? gaps[i] : 1 + n % 63;
+                fenced_case(fn, k, dir, n, (n + gap * 5) & 63, 1, gap);
+                fenced_case(fn, k, dir, n, (n * 3 + gap) & 63, 0, gap);
+            }
+        }
+    }
     for (size_t i = 0; i < sizeof big_sizes / sizeof big_sizes[0]; i++) {
-        if (big_sizes[i] > g_fenced_len)
+        if (big_sizes[i] + 63 > g_fenced_len)
             continue;
-        fenced_case(fn, k, dir, big_sizes[i], 3, 1);
-        fenced_case(fn, k, dir, big_sizes[i], 0, 0);
+        fenced_case(fn, k, dir, big_sizes[i], 3, 1, 0);
+        fenced_case(fn, k, dir, big_sizes[i], 0, 0, 0);
+        fenced_case(fn, k, dir, big_sizes[i], 17, 1, 1 + big_sizes[i] % 63);
+        fenced_case(fn, k, dir, big_sizes[i], 40, 0, 1 + big_sizes[i] % 63);
+        fenced_case(fn, k, dir, big_sizes[i], 9, 1, 63);
+        fenced_case(fn, k, dir, big_sizes[i], 1, 0, 63);
     }
 }
 
