@@ -981,3 +981,101 @@ cdef class Transfer:
     def __repr__(self):
         return (f"<gdrpy.Transfer h2d<={self._t[0]} d2h<={self._t[1]} "
                 f"mapping={self._m!r}>")
+
+
+
+# ---------------------------------------------------------------------------
+# DLPack export (legacy unversioned DLManagedTensor in a "dltensor" capsule).
+# Struct layouts are DLPack's ABI; the capsule keeps `owner` alive until the
+# consumer calls the deleter, or until the capsule dies unconsumed.
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t
+from libc.stdlib cimport malloc, free
+from cpython.ref cimport PyObject, Py_INCREF, Py_DECREF
+
+cdef extern from *:
+    """
+    typedef struct { int32_t device_type; int32_t device_id; } gp_DLDevice;
+    typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } gp_DLDataType;
+    typedef struct {
+        void *data; gp_DLDevice device; int32_t ndim; gp_DLDataType dtype;
+        int64_t *shape; int64_t *strides; uint64_t byte_offset;
+    } gp_DLTensor;
+    typedef struct gp_DLManagedTensor {
+        gp_DLTensor dl_tensor; void *manager_ctx;
+        void (*deleter)(struct gp_DLManagedTensor *self);
+    } gp_DLManagedTensor;
+    """
+    ctypedef struct gp_DLDevice:
+        int32_t device_type
+        int32_t device_id
+    ctypedef struct gp_DLDataType:
+        uint8_t code
+        uint8_t bits
+        uint16_t lanes
+    ctypedef struct gp_DLTensor:
+        void *data
+        gp_DLDevice device
+        int32_t ndim
+        gp_DLDataType dtype
+        int64_t *shape
+        int64_t *strides
+        uint64_t byte_offset
+    ctypedef struct gp_DLManagedTensor:
+        gp_DLTensor dl_tensor
+        void *manager_ctx
+        void (*deleter)(gp_DLManagedTensor *) noexcept
+
+cdef extern from "Python.h":
+    int gp_capsule_is_valid "PyCapsule_IsValid"(PyObject *o, const char *name)
+    void *gp_capsule_get_pointer "PyCapsule_GetPointer"(PyObject *o, const char *name)
+    object gp_capsule_new "PyCapsule_New"(void *p, const char *name,
+                                           void (*destructor)(PyObject *) noexcept)
+
+
+cdef void _dl_deleter(gp_DLManagedTensor *mt) noexcept with gil:
+    cdef PyObject *owner = <PyObject *>mt.manager_ctx
+    mt.manager_ctx = NULL
+    free(mt)
+    if owner != NULL:
+        Py_DECREF(<object>owner)
+
+
+cdef void _dl_capsule_destructor(PyObject *capsule) noexcept:
+    # Still named "dltensor": nobody consumed it, so release it here.  The
+    # capsule is being destroyed: touch it only through borrowed pointers.
+    cdef gp_DLManagedTensor *mt
+    if gp_capsule_is_valid(capsule, b"dltensor"):
+        mt = <gp_DLManagedTensor *>gp_capsule_get_pointer(capsule, b"dltensor")
+        if mt != NULL and mt.deleter != NULL:
+            mt.deleter(mt)
+
+
+def dlpack_capsule(owner, ptr, nbytes, int device_type, int device_id):
+    """A DLPack capsule of ``nbytes`` uint8 at ``ptr`` owned by ``owner``."""
+    cdef uint64_t p = _u64(ptr, "ptr")
+    cdef Py_ssize_t n = _index(nbytes, "nbytes")
+    cdef gp_DLManagedTensor *mt = <gp_DLManagedTensor *>malloc(
+        sizeof(gp_DLManagedTensor) + sizeof(int64_t))
+    if mt == NULL:
+        raise MemoryError()
+    cdef int64_t *shape = <int64_t *>(<char *>mt + sizeof(gp_DLManagedTensor))
+    shape[0] = n
+    mt.dl_tensor.data = <void *><uintptr_t>p
+    mt.dl_tensor.device.device_type = device_type
+    mt.dl_tensor.device.device_id = device_id
+    mt.dl_tensor.ndim = 1
+    mt.dl_tensor.dtype.code = 1     # kDLUInt
+    mt.dl_tensor.dtype.bits = 8
+    mt.dl_tensor.dtype.lanes = 1
+    mt.dl_tensor.shape = shape
+    mt.dl_tensor.strides = NULL
+    mt.dl_tensor.byte_offset = 0
+    Py_INCREF(owner)
+    mt.manager_ctx = <void *>owner
+    mt.deleter = _dl_deleter
+    try:
+        return gp_capsule_new(mt, b"dltensor", _dl_capsule_destructor)
+    except BaseException:
+        _dl_deleter(mt)
+        raise

@@ -97,7 +97,7 @@ class DeviceBuffer:
         if copy:
             raise BufferError("gdrpy buffers export without copying only")
         dev_type, dev_id = self.__dlpack_device__()
-        return _dlpack_capsule(self, self.ptr, self.size, dev_type, dev_id)
+        return _core.dlpack_capsule(self, self.ptr, self.size, dev_type, dev_id)
 
 
 class SimBuffer(DeviceBuffer):
@@ -263,75 +263,3 @@ def alloc(nbytes: int, device: int = 0, ctx=None, kind: str | None = None) -> De
     if kind == "vmm":
         return VmmBuffer(nbytes, device)
     raise InvalidArgumentError(f"unknown memory kind {kind!r} (vmm or sim)", errno.EINVAL)
-
-
-# --------------------------------------------------------------------------
-# DLPack capsule (legacy, unversioned DLManagedTensor), built with ctypes.
-
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-class _DLManagedTensor(ctypes.Structure):
-    pass
-
-
-_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_DLManagedTensor))
-_DLManagedTensor._fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
-                             ("deleter", _DELETER)]
-
-_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.py_object)
-_live_exports: dict = {}  # id(managed tensor) -> (owner, struct, shape)
-_exports_lock = threading.Lock()
-
-_pyapi = ctypes.pythonapi
-_pyapi.PyCapsule_New.restype = ctypes.py_object
-_pyapi.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CAPSULE_DESTRUCTOR]
-_pyapi.PyCapsule_IsValid.restype = ctypes.c_int
-_pyapi.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_pyapi.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_pyapi.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-
-@_DELETER
-def _dl_deleter(mt_ptr):
-    key = ctypes.cast(mt_ptr, ctypes.c_void_p).value
-    with _exports_lock:
-        _live_exports.pop(key, None)
-
-
-@_CAPSULE_DESTRUCTOR
-def _capsule_destructor(capsule):
-    # Still named "dltensor": nobody consumed it, so we release it here.
-    if _pyapi.PyCapsule_IsValid(capsule, b"dltensor"):
-        ptr = _pyapi.PyCapsule_GetPointer(capsule, b"dltensor")
-        mt = ctypes.cast(ptr, ctypes.POINTER(_DLManagedTensor))
-        mt.contents.deleter(mt)
-
-
-def _dlpack_capsule(owner, ptr, nbytes, dev_type, dev_id):
-    shape = (ctypes.c_int64 * 1)(nbytes)
-    mt = _DLManagedTensor()
-    mt.dl_tensor.data = ptr
-    mt.dl_tensor.device = _DLDevice(dev_type, dev_id)
-    mt.dl_tensor.ndim = 1
-    mt.dl_tensor.dtype = _DLDataType(1, 8, 1)  # kDLUInt, 8 bits
-    mt.dl_tensor.shape = shape
-    mt.dl_tensor.strides = None
-    mt.dl_tensor.byte_offset = 0
-    mt.manager_ctx = None
-    mt.deleter = _dl_deleter
-    key = ctypes.addressof(mt)
-    with _exports_lock:
-        _live_exports[key] = (owner, mt, shape)
-    return _pyapi.PyCapsule_New(key, b"dltensor", _capsule_destructor)

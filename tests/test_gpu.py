@@ -348,3 +348,33 @@ def test_fds_passed_over_a_unix_socket_do_not_expose_memory(tmp_path, gctx):
     finally:
         srv.close()
         b.close()
+
+
+@pytest.mark.parametrize("lib", ["torch", "cupy"])
+def test_dlpack_and_cai_exports_alias_our_memory(cu, gctx, lib):
+    mod = pytest.importorskip(lib)
+    b = gdrpy.memory.alloc(4096, device=0)
+    try:
+        with gctx.pin(b) as p, p.map() as m:
+            m.write(0, b"\x01\x02\x03\x04")
+            if lib == "torch":
+                t = mod.from_dlpack(b)
+                assert t.device.type == "cuda" and t.dtype == mod.uint8 and t.numel() == 4096
+                assert t[:4].cpu().tolist() == [1, 2, 3, 4]
+                t[4] = 9
+                mod.cuda.synchronize()
+                t2 = mod.as_tensor(b, device="cuda")  # __cuda_array_interface__
+                assert int(t2[4].item()) == 9
+                del t, t2
+            else:
+                a = mod.from_dlpack(b)
+                assert a[:4].get().tolist() == [1, 2, 3, 4]
+                a[4] = 9
+                mod.cuda.Device(0).synchronize()
+                assert int(mod.asarray(b)[4].get()) == 9
+                del a
+            assert m.read(4, 1) == b"\x09"
+    finally:
+        import gc
+        gc.collect()
+        b.close()

@@ -363,3 +363,23 @@ def test_write_u64_is_one_aligned_store_visible_on_the_device(ctx, alloc):
             m.write_u64(0, 2**64)
         with pytest.raises(TypeError):
             m.write_u64(0, 1.0)
+
+
+def test_dlpack_export_aliases_memory_and_releases_its_owner(sim_ctx):
+    import sys
+    buf = gdrpy.memory.alloc(4096, ctx=sim_ctx)
+    sim_ctx.memcpy_htod(buf.ptr, b"dlpack!")
+    refs = sys.getrefcount(buf)
+    arr = np.from_dlpack(buf)             # consumed: numpy owns the deleter
+    assert arr.dtype == np.uint8 and arr.shape == (4096,)
+    assert arr[:7].tobytes() == b"dlpack!"
+    assert sys.getrefcount(buf) == refs + 1  # the export keeps its owner alive
+    del arr
+    gc.collect()
+    assert sys.getrefcount(buf) == refs
+    cap = buf.__dlpack__()                # never consumed: the capsule releases it
+    assert sys.getrefcount(buf) == refs + 1
+    del cap
+    gc.collect()
+    assert sys.getrefcount(buf) == refs
+    buf.close()
