@@ -54,8 +54,12 @@ def dtoh(cu, dptr, n):
 
 
 def htod(cu, dptr, data):
+    """cuMemcpyHtoD, then wait: from pageable memory the call may return
+    once the source is staged, before the DMA lands (a read through the
+    mapping right after could see old bytes)."""
     a = np.frombuffer(data, np.uint8)
     _ok(cu.cuMemcpyHtoD(dptr, a.ctypes.data, len(data)))
+    _ok(cu.cuCtxSynchronize())
 
 
 class CuMemAlloc:
