@@ -280,6 +280,51 @@ def time_calls(fn: Callable, args: tuple, count: int, batch: int, out: list) -> 
             app((t1 - t0) / batch)
 
 
+def time_isolated(fn: Callable, args: tuple, count: int, gap_ns: int, out: list) -> None:
+    """Append ``count`` samples (ns) of ``fn(*args)``, each call timed alone
+    after ``gap_ns`` of idle spinning: the latency of a message that arrives
+    after a pause (a tick, an eager send), not the back-to-back throughput.
+    For BAR1 writes the two differ: back to back, each store + sfence waits
+    for the previous write-combining flush."""
+    pc = time.perf_counter_ns
+    app = out.append
+    for _ in range(count):
+        t = pc() + gap_ns
+        while pc() < t:
+            pass
+        t0 = pc()
+        fn(*args)
+        t1 = pc()
+        app(t1 - t0)
+
+
+ISOLATED_SIZES = (1, 8, 64, 512, 4096)
+
+
+def measure_isolated(env: "_Env", transfer, sizes: list, count: int, gap_us: float) -> list:
+    """Rows for gdrpy's mapping paths measured as isolated messages."""
+    rows = []
+    gap = int(gap_us * 1e3)
+    for n in [x for x in sizes if x in ISOLATED_SIZES]:
+        hv = env.host[:n]
+        hb = bytes(hv)
+        cases = [("h2d", "write_isolated", "Mapping.write(bytes)", env.m.write, (0, hb)),
+                 ("h2d", "write_np_isolated", "Mapping.write(numpy)", env.m.write, (0, hv)),
+                 ("h2d", "put_isolated", "Transfer.put(bytes)", transfer.put, (0, hb)),
+                 ("d2h", "read_isolated", "Mapping.read(out=numpy)", env.m.read, (0, n, hv)),
+                 ("d2h", "get_isolated", "Transfer.get(n)", transfer.get, (0, n))]
+        for d, key, label, fn, a in cases:
+            fn(*a)  # warm-up
+            samples: list = []
+            time_isolated(fn, a, count, gap, samples)
+            st = stats(samples)
+            rows.append({"command": "latency", "direction": d, "key": key, "library": "gdrpy",
+                         "method": f"gdrpy {label} isolated", "size": n,
+                         "samples": st.pop("n"), "batch": 1, "gap_us": gap_us, **st,
+                         "verified": None, "error": None, "short": key})
+    return rows
+
+
 def _median_sorted(s: list) -> float:
     n = len(s)
     return float(s[n // 2]) if n & 1 else 0.5 * (s[n // 2 - 1] + s[n // 2])
@@ -1235,6 +1280,15 @@ def cmd_latency(args) -> int:
                 for r in crows:
                     print(_detail_line(r))
                 rows += crows
+            iso = measure_isolated(env, transfer, sizes, 20 if args.quick else 2000,
+                                   args.gap_us)
+            if iso:
+                print(f"\nisolated messages: each call timed alone (clock pair included, "
+                      f"{timer.get('pair_median_ns', 0):.0f} ns) after {args.gap_us:g} us idle")
+                for r in iso:
+                    print(f"  {format_size(r['size']):>5} {r['direction']}  {r['method']:<40} "
+                          f"median {_fmt(r['median_us'])} us  p99 {_fmt(r['p99_us'])} us")
+            rows += iso
         finally:
             for p in provs:
                 with contextlib.suppress(Exception):
@@ -1673,6 +1727,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="do not calibrate the default picker where it has no calibration")
     p.add_argument("--calibrate-budget", type=_pos_float, default=None,
                    help="seconds for that calibration (default 5; --quick 0.5)")
+    p.add_argument("--gap-us", type=_pos_float, default=5.0,
+                   help="idle gap before each isolated-message sample (default 5 us)")
     p.set_defaults(bench_fn=cmd_latency)
 
     p = sub.add_parser("bandwidth", formatter_class=fmt,

@@ -59,13 +59,13 @@ fi
 
 if want bench; then
     step c_copylat 300 native/build/gdrpy_copylat --backend nvrm --json "$WORK/c_copylat.json"
-    step c_gdrapi_copylat 300 native/build/gdrapi_copylat --json "$WORK/c_gdrapi_copylat.json"
+    step c_gdrapi_copylat 300 native/build/gdrapi_copylat --max 16777216
     step bench_latency 300 python3 -m gdrpy bench latency --backend nvrm --c \
         --json "$WORK/latency.json" --plot "$WORK/latency.png"
     step bench_bandwidth 300 python3 -m gdrpy bench bandwidth --backend nvrm --c \
         --json "$WORK/bandwidth.json" --plot "$WORK/bandwidth.png"
     step calibrate 120 python3 -m gdrpy calibrate --backend nvrm
-    step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm \
+    step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 1500 \
         --json "$WORK/transfer.json" --plot "$WORK/transfer.png"
 fi
 

@@ -91,6 +91,34 @@ def main(d):
               f"{cell(row_of(lat, 'cupy', 'd2h', size)):>15}  "
               f"{cell(row_of(lat, 'torch', 'd2h', size)):>15}")
 
+        iso = [r for r in lat.get("rows", []) if r.get("key", "").endswith("_isolated")]
+        if iso:
+            gap = iso[0].get("gap_us")
+            p(f"isolated messages (each call timed alone after {gap} us idle; clock pair included)")
+            for key, label in (("write_isolated", "Mapping.write(bytes)"),
+                               ("write_np_isolated", "Mapping.write(numpy)"),
+                               ("put_isolated", "Transfer.put(bytes)"),
+                               ("read_isolated", "Mapping.read(out=)"),
+                               ("get_isolated", "Transfer.get(n)")):
+                cells = []
+                for size in (8, 64, 4096):
+                    r = next((x for x in iso if x["key"] == key and x["size"] == size), None)
+                    cells.append(f"{size}B {cell(r)}")
+                p(f"  {label:<22} " + "   ".join(cells))
+
+    ga = read(d, "c_gdrapi_copylat.log")
+    if ga:
+        p("")
+        p("libgdrapi drop-in (gdrapi_copylat, C, us):  size  to_map med/p99  from_map med/p99"
+          "  cuMemcpyHtoD  cuMemcpyDtoH")
+        for ln in ga.splitlines():
+            f = ln.split()
+            if f and f[0].isdigit() and int(f[0]) in (1, 8, 64, 4096, 65536, 1 << 20, 16 << 20):
+                p("  " + "  ".join(f"{x:>9}" for x in f))
+        hdr = [ln for ln in ga.splitlines() if ln.startswith("#")][:3]
+        for h in hdr:
+            p("  " + h)
+
     bw = load(d, "bandwidth.json")
     if bw:
         p("")
@@ -123,6 +151,13 @@ def main(d):
         for ln in pins:
             p("  " + re.sub(r"\s+", " ", ln[5:]).replace(" (content-verified for C)", ""))
 
+    cal = re.search(r"calibrated \S+ on device \d+ in ([\d.]+) s.*", read(d, "calibrate.log"))
+    if cal:
+        p("")
+        p(f"calibration from scratch: {cal.group(0)} (target < 10 s)")
+        for ln in read(d, "calibrate.log").splitlines():
+            if "threshold" in ln and ":" in ln:
+                p("  " + ln.strip())
     tr = load(d, "transfer.json")
     if tr:
         s = tr.get("summary", {})
