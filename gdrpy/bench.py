@@ -314,14 +314,25 @@ def measure_isolated(env: "_Env", transfer, sizes: list, count: int, gap_us: flo
                  ("d2h", "read_isolated", "Mapping.read(out=numpy)", env.m.read, (0, n, hv)),
                  ("d2h", "get_isolated", "Transfer.get(n)", transfer.get, (0, n))]
         for d, key, label, fn, a in cases:
-            fn(*a)  # warm-up
+            pat = _pattern(n, len(rows) + 1)
+            if d == "h2d":   # check the bytes arrive, through the copy engine
+                hv[:] = pat
+                if isinstance(a[1], bytes):
+                    a = (0, pat.tobytes())
+                fn(*a)
+                ok = env.pin.ce_read(0, n) == pat.tobytes()
+            else:
+                env.pin.ce_write(0, pat)
+                res = fn(*a)
+                got = bytes(hv) if res is None or res is hv else bytes(res)
+                ok = got == pat.tobytes()
             samples: list = []
             time_isolated(fn, a, count, gap, samples)
             st = stats(samples)
             rows.append({"command": "latency", "direction": d, "key": key, "library": "gdrpy",
                          "method": f"gdrpy {label} isolated", "size": n,
                          "samples": st.pop("n"), "batch": 1, "gap_us": gap_us, **st,
-                         "verified": None, "error": None, "short": key})
+                         "verified": ok, "error": None, "short": key})
     return rows
 
 
