@@ -9,6 +9,8 @@
 #   bench     C copylat (gdrpy and libgdrapi), bench latency/bandwidth (--c),
 #             calibrate, bench transfer
 #   examples  bench pingpong, trading feed, MPI eager
+#   asv       records an asv run of the benchmarks in asv_bench/ (all only
+#             includes it when asv or its wheels in .whl/ are there)
 #
 # A whole run takes longer than one device-tool call allows (10 min): run the
 # stages in separate calls; each prints the summary of what it ran.
@@ -74,6 +76,21 @@ if want examples; then
         --json "$WORK/pingpong.json" --plot "$WORK/pingpong.png"
     step trading_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
     step mpi_eager 300 python3 examples/mpi_eager.py --json "$WORK/mpi_eager.json"
+fi
+
+if want asv; then
+    # asv is not installed on the GPU machine: carry its wheels in .whl/
+    # (see docs/benchmarks.md) and install them beside, not over, the system.
+    if ! python3 -c "import asv" 2>/dev/null && ls .whl/asv-*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/asvsite .whl/*.whl
+    fi
+    rev=$(git rev-parse HEAD 2>/dev/null) || {
+        # the device copy of the tree may have no .git: record a snapshot commit
+        git init -q . && git add -A >/dev/null && git -c user.name=gpu -c user.email=gpu@local \
+            commit -qm "snapshot for asv" && rev=$(git rev-parse HEAD); }
+    step asv 400 env PYTHONPATH="/tmp/asvsite${PYTHONPATH:+:$PYTHONPATH}" bash -c "cd asv_bench \
+        && python3 -m asv machine --yes && python3 -m asv run --python=same --show-stderr \
+           --set-commit-hash $rev && cp -r .asv/results '$WORK/asv_results'"
 fi
 
 python3 scripts/summarize.py "$WORK" > "$WORK/summary.txt" 2>&1

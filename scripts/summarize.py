@@ -202,6 +202,12 @@ def main(d):
             if r["size"] in (1, 8, 64, 1024, 8192, 65536, 1 << 20):
                 p(f"  {r['size']:>8}  {us(r['gdrpy']['median_us']):>7}  {us(r['staged']['median_us']):>7}"
                   f"   ({r['gdrpy'].get('path')})")
+    asvlog = read(d, "asv.log")
+    if asvlog:
+        n_ok = len(re.findall(r"··· \S+\s+ok", asvlog))
+        n_fail = len(re.findall(r"··· \S+\s+failed", asvlog))
+        p("")
+        p(f"asv: {n_ok} benchmarks recorded ok, {n_fail} failed (results in asv_results/)")
     p("=" * 78)
     print("\n".join(out))
 
