@@ -49,6 +49,14 @@ step() {  # step NAME TIMEOUT CMD...: runs CMD, logs to $WORK/NAME.log, records 
     return $rc
 }
 
+# asv is not installed on the GPU machine: its wheels can be carried in .whl/
+# (docs/benchmarks.md); they go beside, not over, the system's packages, so
+# that the asv tests and the asv stage run there too.
+if ! python3 -c "import asv" 2>/dev/null && ls .whl/asv-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/asvsite .whl/*.whl \
+        && export PYTHONPATH="/tmp/asvsite${PYTHONPATH:+:$PYTHONPATH}"
+fi
+
 echo "machine: $(nvidia-smi --query-gpu=name,driver_version,pci.bus_id --format=csv,noheader 2>&1 | head -1)"
 step build 600 bash -c "python3 -m pip install --no-build-isolation --no-deps -e . && make -C native -j16 all" || exit 1
 step info 60 python3 -m gdrpy info
@@ -79,16 +87,11 @@ if want examples; then
 fi
 
 if want asv; then
-    # asv is not installed on the GPU machine: carry its wheels in .whl/
-    # (see docs/benchmarks.md) and install them beside, not over, the system.
-    if ! python3 -c "import asv" 2>/dev/null && ls .whl/asv-*.whl >/dev/null 2>&1; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/asvsite .whl/*.whl
-    fi
     rev=$(git rev-parse HEAD 2>/dev/null) || {
         # the device copy of the tree may have no .git: record a snapshot commit
         git init -q . && git add -A >/dev/null && git -c user.name=gpu -c user.email=gpu@local \
             commit -qm "snapshot for asv" && rev=$(git rev-parse HEAD); }
-    step asv 400 env PYTHONPATH="/tmp/asvsite${PYTHONPATH:+:$PYTHONPATH}" bash -c "cd asv_bench \
+    step asv 400 bash -c "cd asv_bench \
         && python3 -m asv machine --yes && python3 -m asv run --python=same --show-stderr \
            --set-commit-hash $rev && cp -r .asv/results '$WORK/asv_results'"
 fi
