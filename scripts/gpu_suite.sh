@@ -53,7 +53,7 @@ step() {  # step NAME TIMEOUT CMD...: runs CMD, logs to $WORK/NAME.log, records 
 # (docs/benchmarks.md); they go beside, not over, the system's packages, so
 # that the asv tests and the asv stage run there too.
 if ! python3 -c "import asv" 2>/dev/null && ls .whl/asv-*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/asvsite .whl/*.whl \
+    rm -rf /tmp/asvsite && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/asvsite .whl/*.whl \
         && export PYTHONPATH="/tmp/asvsite${PYTHONPATH:+:$PYTHONPATH}"
 fi
 
