@@ -88,41 +88,9 @@ STATUS = {0: "not started", 1: "running", 2: "stopped", 3: "gave up (watchdog ti
 
 SIM_LABEL = "SIM: CPU thread stands in for the GPU kernel"
 
-KERNEL_SRC = r"""
-typedef unsigned long long u64;
-typedef unsigned int u32;
+from gdrpy.pingpong import DEVICE_HELPERS_SRC  # noqa: E402  (the kernels' shared device helpers)
 
-__device__ __forceinline__ u64 gdr_globaltimer()
-{
-    u64 t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
-__device__ __forceinline__ u64 gdr_ld_acquire_u64(const u64 *p)
-{
-    u64 v;
-#if __CUDA_ARCH__ >= 700
-    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-#else
-    v = *(const volatile u64 *)p;
-    __threadfence_system();
-#endif
-    return v;
-}
-
-__device__ __forceinline__ u32 gdr_ld_acquire_u32(const u32 *p)
-{
-    u32 v;
-#if __CUDA_ARCH__ >= 700
-    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-#else
-    v = *(const volatile u32 *)p;
-    __threadfence_system();
-#endif
-    return v;
-}
-
+KERNEL_SRC = DEVICE_HELPERS_SRC + r"""
 struct SymAcc { double pq; double q; u64 count; u64 pad; };
 
 /* One thread.  ring/ctrl/acc: GPU memory (ring and ctrl written by the CPU

@@ -53,7 +53,7 @@ import numpy as np
 
 __all__ = ["add_arguments", "main", "run", "summarize", "parse_size", "parse_sizes",
            "GpuRuntime", "Module", "PinnedHost", "Stream", "KernelArgs", "wait_stream",
-           "SIM_LABEL", "KERNEL_SRC"]
+           "SIM_LABEL", "KERNEL_SRC", "DEVICE_HELPERS_SRC"]
 
 SIM_LABEL = "SIM: CPU thread stands in for the GPU kernel"
 
@@ -81,13 +81,11 @@ DEFAULT_SIZES = "4,64,1K,4K"
 DEFAULT_ITERS = 10000
 QUICK_ITERS = 1000
 
-KERNEL_SRC = r"""
+DEVICE_HELPERS_SRC = r"""
+/* Shared by the NVRTC kernels of gdrpy.pingpong and examples/: polling
+ * words the CPU writes through BAR1 needs system-scope acquire loads. */
 typedef unsigned long long u64;
 typedef unsigned int u32;
-
-#define ST_RUNNING 1u
-#define ST_STOPPED 2u
-#define ST_TIMEOUT 3u
 
 __device__ __forceinline__ u64 gdr_globaltimer()
 {
@@ -96,7 +94,6 @@ __device__ __forceinline__ u64 gdr_globaltimer()
     return t;
 }
 
-/* Poll a word written by the CPU through BAR1: acquire at system scope. */
 __device__ __forceinline__ u64 gdr_ld_acquire_u64(const u64 *p)
 {
     u64 v;
@@ -120,6 +117,14 @@ __device__ __forceinline__ u32 gdr_ld_acquire_u32(const u32 *p)
 #endif
     return v;
 }
+
+"""
+
+KERNEL_SRC = DEVICE_HELPERS_SRC + r"""
+
+#define ST_RUNNING 1u
+#define ST_STOPPED 2u
+#define ST_TIMEOUT 3u
 
 /* checksum = sum(byte[i] * ((i & 255) + 1)) mod 2^32, volatile loads (the
  * payload is rewritten by the CPU between messages: never serve it from L1). */
