@@ -382,3 +382,37 @@ def test_dlpack_and_cai_exports_alias_our_memory(cu, gctx, lib):
         import gc
         gc.collect()
         b.close()
+
+
+
+def _device_count(cu):
+    return int(_ok(cu.cuDeviceGetCount()))
+
+
+def test_each_device_index_maps_its_own_gpu(cu):
+    """Multi-GPU: the context of device d maps memory of device d (through
+    its own /dev/nvidiaN), verified with cuMemcpyDtoH in d's context; memory
+    of another device is refused with a clear error.  Needs >= 2 GPUs."""
+    from gdrpy.memory import primary_context
+    n = _device_count(cu)
+    if n < 2:
+        pytest.skip(f"needs two GPUs, this machine has {n}")
+    bufs = [gdrpy.memory.alloc(PAGE, device=d) for d in range(n)]
+    try:
+        for d in range(n):
+            dev = _ok(cu.cuDeviceGet(d))
+            bus = _ok(cu.cuDeviceGetPCIBusId(32, dev)).split(b"\0", 1)[0].decode().lower()
+            with gdrpy.open(d, BACKEND) as c:
+                assert c.info["pci_bus_id"].lower() == bus
+                with c.pin(bufs[d]) as p, p.map() as m:
+                    m.write(0, f"device {d}".encode())
+                    primary_context(d)
+                    assert dtoh(cu, bufs[d].ptr, 8) == f"device {d}".encode()[:8]
+                other = bufs[(d + 1) % n]
+                with pytest.raises(errors.DeviceNotFoundError) as ei:
+                    c.pin(other)
+                assert str((d + 1) % n) in str(ei.value)
+    finally:
+        for b in bufs:
+            b.close()
+        primary_context(0)

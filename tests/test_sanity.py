@@ -383,3 +383,51 @@ def test_dlpack_export_aliases_memory_and_releases_its_owner(sim_ctx):
     gc.collect()
     assert sys.getrefcount(buf) == refs
     buf.close()
+
+
+def _layout():
+    """Copy-kernel layout: (dst_offset_in_pin, src_misalignment, size) for every size 1..4096 and
+    every destination misalignment 0..63 over a sweep of sizes, with a
+    128-byte guard gap after each copy."""
+    cases, cur = [], 0
+    sweep = [(s, d) for s in range(1, 4097) for d in ((s * 13) % 64,)]
+    sweep += [(s, d) for d in range(64) for s in (1, 7, 63, 64, 65, 127, 4096 + 17, 65536 + 3)]
+    for i, (s, d) in enumerate(sweep):
+        cur = (cur + 63) & ~63
+        cases.append((cur + d, (i * 7 + s) % 64, s))
+        cur += d + s + 128
+    return cases, cur
+
+
+@pytest.mark.parametrize("isa", gdrpy.copy_isa_available())
+def test_every_kernel_every_size_and_misalignment_through_the_mapping(ctx, alloc, isa):
+    cases, total = _layout()
+    b = alloc(total + 4096)
+    rng = np.random.default_rng(5)
+    host = rng.integers(0, 256, 65536 + 4096 + 128, dtype=np.uint8)
+    gdrpy.set_copy_isa(isa)
+    try:
+        with ctx.pin(b) as p, p.map() as m:
+            # writes: background 0xEE must survive around every copy
+            alloc.device_write(b.ptr, b"\xee" * (total + 4096))
+            expect = bytearray(b"\xee" * (total + 4096))
+            for off, soff, s in cases:
+                src = memoryview(host)[soff:soff + s]
+                m.write(off, src)
+                expect[off:off + s] = src
+            got = alloc.device_read(b.ptr, total + 4096)
+            if got != bytes(expect):
+                bad = next(i for i in range(len(got)) if got[i] != expect[i])
+                raise AssertionError(f"{isa}: write mismatch at device offset {bad}")
+            # reads: destination guards in host memory stay untouched
+            dev = rng.integers(0, 256, total + 4096, dtype=np.uint8).tobytes()
+            alloc.device_write(b.ptr, dev)
+            out = np.full(65536 + 4096 + 256, 0x5A, np.uint8)
+            for off, soff, s in cases:
+                out[:] = 0x5A
+                m.read(off, s, out=memoryview(out)[64 + soff:64 + soff + s])
+                assert out[64 + soff:64 + soff + s].tobytes() == dev[off:off + s], (isa, off, s)
+                assert not (out[:64 + soff] != 0x5A).any() and \
+                    not (out[64 + soff + s:] != 0x5A).any(), (isa, "guard", off, s)
+    finally:
+        gdrpy.set_copy_isa("auto")
