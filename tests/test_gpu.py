@@ -416,3 +416,21 @@ def test_each_device_index_maps_its_own_gpu(cu):
         for b in bufs:
             b.close()
         primary_context(0)
+
+
+def test_dmabuf_probe_is_honest(cu):
+    """'available' must mean a mapping works: the probe tries a real dma-buf
+    mmap (the H100 with driver 580 exports dma-bufs but refuses the mmap)."""
+    ok, why = gdrpy.probe("dmabuf", 0)
+    if not ok:
+        assert why and ("dma-buf" in why or "dmabuf" in why), why
+        with pytest.raises(errors.GdrError):
+            gdrpy.open(0, "dmabuf")
+        return
+    b = CuMemAlloc(cu, PAGE)
+    try:
+        with gdrpy.open(0, "dmabuf") as c, c.pin(b.ptr, size=PAGE) as p, p.map() as m:
+            m.write(0, b"dma-buf!")
+            assert dtoh(cu, b.ptr, 8) == b"dma-buf!"
+    finally:
+        b.close()

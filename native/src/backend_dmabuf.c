@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,9 +67,68 @@ static int dmabuf_check(int device)
     return 0;
 }
 
+/* Whether the driver lets the CPU mmap a dma-buf of this GPU's memory.
+ * Export support says little: the H100 with driver 580.x exports and then
+ * refuses the mmap with errno 524.  Only a trial tells, so the probe exports
+ * and maps one page of a small scratch allocation, once per device (the
+ * verdict is cached for the process). */
+#define DMABUF_TRIAL_DEVICES 64
+static pthread_mutex_t trial_lock = PTHREAD_MUTEX_INITIALIZER;
+static int trial_verdict[DMABUF_TRIAL_DEVICES];   /* 0 unknown, 1 maps, 2 refused */
+static char trial_why[DMABUF_TRIAL_DEVICES][256];
+
+static int dmabuf_trial_map(int device)
+{
+    if (device < 0 || device >= DMABUF_TRIAL_DEVICES || !gp_cu.MemAlloc || !gp_cu.MemFree)
+        return 0;   /* cannot try: pin/map will report what happens */
+    pthread_mutex_lock(&trial_lock);
+    int v = trial_verdict[device];
+    if (v == 0) {
+        gp_cuda_scope sc;
+        int rc = gp_cuda_enter(device, &sc);
+        if (rc) {
+            pthread_mutex_unlock(&trial_lock);
+            return rc;
+        }
+        const size_t n = 2u << 20;
+        CUdeviceptr d = 0;
+        int fd = -1;
+        CUresult r = gp_cu.MemAlloc(&d, n);
+        if (r == CUDA_SUCCESS)
+            r = gp_cu.MemGetHandleForAddressRange(&fd, d, n, CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD, 0);
+        if (r != CUDA_SUCCESS) {
+            v = 2;
+            snprintf(trial_why[device], sizeof trial_why[device],
+                     "a trial dma-buf export of device %d failed: %s", device,
+                     gp_cuda_errname(r));
+        } else {
+            void *m = mmap(NULL, (size_t)host_page(), PROT_READ, MAP_SHARED, fd, 0);
+            if (m == MAP_FAILED) {
+                int e = errno;
+                v = 2;
+                snprintf(trial_why[device], sizeof trial_why[device],
+                         "dma-buf mmap refused by the driver (errno %d%s): this NVIDIA driver "
+                         "does not let the CPU map dma-bufs of device %d's memory; use the "
+                         "nvrm or gdrdrv backend", e, e == LINUX_ENOTSUPP ? ", ENOTSUPP" : "",
+                         device);
+            } else {
+                munmap(m, (size_t)host_page());
+                v = 1;
+            }
+        }
+        if (fd >= 0) close(fd);
+        if (d) gp_cu.MemFree(d);
+        gp_cuda_leave(&sc);
+        trial_verdict[device] = v;
+    }
+    pthread_mutex_unlock(&trial_lock);
+    return v == 2 ? gp_err(GDRPY_ENOTSUP, "%s", trial_why[device]) : 0;
+}
+
 static int dmabuf_probe(int device, char *why, size_t whylen)
 {
     int rc = dmabuf_check(device);
+    if (!rc) rc = dmabuf_trial_map(device);
     if (rc && why && whylen) snprintf(why, whylen, "%s", gdrpy_last_error());
     return rc;
 }

@@ -82,6 +82,8 @@ static void do_load(void)
         SYM(MemExportToShareableHandle, "cuMemExportToShareableHandle"),
         SYM(MemGetAllocationPropertiesFromHandle, "cuMemGetAllocationPropertiesFromHandle"),
         OPT(MemGetHandleForAddressRange, "cuMemGetHandleForAddressRange"),
+        OPT(MemAlloc, "cuMemAlloc_v2"),
+        OPT(MemFree, "cuMemFree_v2"),
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].slot = dlsym(h, syms[i].name);

@@ -133,6 +133,8 @@ struct gp_cuda_api {
                                                      CUmemGenericAllocationHandle h);
     CUresult (*MemGetHandleForAddressRange)(void *out, CUdeviceptr p, size_t n, int type,
                                             unsigned long long flags); /* optional */
+    CUresult (*MemAlloc)(CUdeviceptr *p, size_t n);           /* _v2, optional */
+    CUresult (*MemFree)(CUdeviceptr p);                       /* _v2, optional */
 };
 
 GP_HIDDEN extern struct gp_cuda_api gp_cu;
