@@ -441,6 +441,7 @@ class Engine:
             print(f"trading_feed: {e}", file=sys.stderr)
         if self.stuck:
             return
+        self.consumer = None   # (sim) drops its numpy view of the buffer first
         for obj in (self.m, self.pin, self.buf, self.host, self.stream, self.module):
             try:
                 if obj is not None:

@@ -28,6 +28,7 @@ from libc.stdint cimport uint64_t, uintptr_t
 from cpython.pyport cimport PY_SSIZE_T_MAX
 
 from gdrpy._cgdrpy cimport *
+cimport cython
 
 cdef extern from *:
     """
@@ -71,7 +72,7 @@ cdef Py_ssize_t _index(object v, str what) except -1:
     """A non-negative Py_ssize_t from an int-like, with clear errors."""
     cdef Py_ssize_t r
     if not PyLong_CheckExact(v):
-        if isinstance(v, (float, complex, str, bytes)) or v is None:
+        if isinstance(v, (float, complex, str, bytes, bool)) or v is None:
             raise TypeError(f"{what} must be an integer, not {type(v).__name__}")
         try:
             v = v.__index__()
@@ -314,8 +315,9 @@ cdef class Context:
 
     def close(self):
         """Unmap and unpin everything, then close.  Idempotent.  Raises
-        BusyError (and closes nothing) while a mapping has live buffer
-        exports."""
+        BusyError while a mapping has live buffer exports (then nothing is
+        closed) or while another thread's copies are still in flight (then
+        the context stays open: close again once they are done)."""
         if self._h == 0:
             return
         if self._fork_gen != gdrpy_fork_generation:
@@ -326,9 +328,12 @@ cdef class Context:
             (<Pin>p)._check_closable()
         for p in pins:
             (<Pin>p).close()
-        h = self._h
+        cdef gdrpy_ctx_t h = self._h
+        cdef int rc
         self._h = 0
-        _check(gdrpy_close(h))
+        with nogil:   # waits for calls in flight in other threads
+            rc = gdrpy_close(h)
+        _check(rc)
 
     def __enter__(self):
         self._ready()
@@ -339,6 +344,7 @@ cdef class Context:
         return False
 
 
+@cython.no_gc_clear
 cdef class Pin:
     """Pinned device memory ``[addr, addr+size)``; ``map()`` gives a Mapping."""
 
@@ -381,9 +387,12 @@ cdef class Pin:
         self._ctx._ready()
         return 0
 
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Pin objects are made by Context.pin()")
+
     @property
     def closed(self):
-        return self._h == 0 or self._ctx._h == 0
+        return self._h == 0 or self._ctx is None or self._ctx._h == 0
 
     @property
     def context(self):
@@ -442,9 +451,10 @@ cdef class Pin:
         m = self.mapping
         if m is not None:
             m.close()
-        h = self._h
-        self._h = 0
-        _check(gdrpy_unpin(self._ctx._h, h))
+        cdef int rc = gdrpy_unpin(self._ctx._h, self._h)
+        if rc != _errno.EBUSY:   # EBUSY: copies in flight; nothing changed
+            self._h = 0
+        _check(rc)
 
     def ce_write(self, offset, data, stream=None):
         """Copy-engine write (cuMemcpyHtoD, or HtoDAsync on ``stream``) at
@@ -540,6 +550,7 @@ cdef int _get_out_buffer(object out, Py_buffer *view, Py_ssize_t need) except -1
     return 0
 
 
+@cython.no_gc_clear
 cdef class Mapping:
     """CPU view of a pinned range (through BAR1 on a GPU backend).
 
@@ -560,7 +571,11 @@ cdef class Mapping:
     cdef int _inflight
     cdef bint _closed
     cdef unsigned _fork_gen
-    cdef object _transfer      # cached Transfer for gdrpy.put/get
+    # Cached Transfer for gdrpy.put/get.  Mapping <-> Transfer is a reference
+    # cycle: the garbage collector breaks it by clearing the Transfer (Pin and
+    # Mapping are no_gc_clear, so their __dealloc__ still sees their parents
+    # and unmaps/unpins).
+    cdef object _transfer
     cdef object __weakref__
 
     def __cinit__(self):
@@ -668,8 +683,10 @@ cdef class Mapping:
         if (<uintptr_t>(self._ptr + off)) & 7:
             raise InvalidArgumentError(
                 f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
-        if isinstance(value, bool) or not isinstance(value, int):
+        if isinstance(value, (bool, float, complex, str, bytes)) or value is None or \
+                not hasattr(value, "__index__"):
             raise TypeError(f"value must be an int, not {type(value).__name__}")
+        value = value.__index__()
         if value < 0 or value >= 2**64:
             raise InvalidArgumentError(f"value {value} does not fit in 64 bits", _errno.EINVAL)
         gp_store_u64(self._ptr + off, <unsigned long long>value)
@@ -775,13 +792,18 @@ cdef class Mapping:
             self._closed = True
             return
         self._check_closable()
-        self._closed = True
-        _check(gdrpy_unmap(self._pin._ctx._h, self._pin._h))
+        cdef int rc = gdrpy_unmap(self._pin._ctx._h, self._pin._h)
+        if rc != _errno.EBUSY:   # EBUSY: copies in flight; still mapped
+            self._closed = True
+        _check(rc)
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("Mapping objects are made by Pin.map()")
 
     def __repr__(self):
         state = "closed" if self._closed else "open"
-        return (f"<gdrpy.Mapping size={self._size} backend={self._pin._ctx.backend!r} "
-                f"{state}>")
+        backend = self._pin._ctx.backend if self._pin is not None else None
+        return f"<gdrpy.Mapping size={self._size} backend={backend!r} {state}>"
 
     def __enter__(self):
         self._ready()
@@ -953,7 +975,8 @@ cdef class Transfer:
         cdef double t0
         if stream is not None:
             s = _stream_ptr(stream)
-        if isinstance(out, int):
+        if isinstance(out, int) or (getattr(out, "ndim", None) == 0 and
+                                    hasattr(out, "__index__")):   # numpy integer scalars
             n = _index(out, "n")
             out = None
         else:
@@ -1079,3 +1102,43 @@ def dlpack_capsule(owner, ptr, nbytes, int device_type, int device_id):
     except BaseException:
         _dl_deleter(mt)
         raise
+
+
+cdef class _HostView:
+    """A writable buffer over host memory at ``ptr`` that keeps ``owner``
+    alive (sim buffers' numpy views)."""
+    cdef object owner
+    cdef char *ptr
+    cdef Py_ssize_t size
+    cdef Py_ssize_t shape[1]
+    cdef Py_ssize_t strides[1]
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        buffer.buf = self.ptr
+        buffer.obj = self
+        buffer.len = self.size
+        buffer.readonly = 0
+        buffer.itemsize = 1
+        if flags & PyBUF_FORMAT:
+            buffer.format = b"B"
+        else:
+            buffer.format = NULL
+        buffer.ndim = 1
+        buffer.shape = self.shape if (flags & PyBUF_ND) else NULL
+        buffer.strides = self.strides if (flags & PyBUF_STRIDES) == PyBUF_STRIDES else NULL
+        buffer.suboffsets = NULL
+        buffer.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        pass
+
+
+def host_view(owner, ptr, nbytes):
+    """A writable buffer of ``nbytes`` host bytes at ``ptr`` owned by ``owner``."""
+    v = _HostView.__new__(_HostView)
+    (<_HostView>v).owner = owner
+    (<_HostView>v).ptr = <char *><uintptr_t>_u64(ptr, "ptr")
+    (<_HostView>v).size = _index(nbytes, "nbytes")
+    (<_HostView>v).shape[0] = (<_HostView>v).size
+    (<_HostView>v).strides[0] = 1
+    return v

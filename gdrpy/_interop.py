@@ -71,15 +71,15 @@ def device_range(obj, size=None):
         if nbytes == 0:
             raise InvalidArgumentError("cannot pin an empty array", errno.EINVAL)
         return ptr, nbytes, obj
-    if hasattr(obj, "__index__") and not isinstance(obj, (float, str, bytes)):
-        if size is None:
-            raise TypeError("pin(ptr) of a raw device pointer needs size=")
-        return int(obj.__index__()), _as_size(size), None
     if hasattr(obj, "__array_interface__") or isinstance(obj, (bytes, bytearray, memoryview)):
         raise NotSupportedError(
             f"{type(obj).__name__} is host memory: pin() takes device memory "
             "(gdrpy.memory buffers, CuPy arrays, PyTorch CUDA tensors, device pointers)",
             errno.ENOTSUP)
+    if hasattr(obj, "__index__") and not isinstance(obj, (float, str, bytes)):
+        if size is None:
+            raise TypeError("pin(ptr) of a raw device pointer needs size=")
+        return int(obj.__index__()), _as_size(size), None
     raise TypeError(
         f"cannot pin {type(obj).__name__}: expected an object with "
         "__cuda_array_interface__ or a device pointer (int) with size=")

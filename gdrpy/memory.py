@@ -19,7 +19,6 @@ keep their pages alive until unpinned, as on a GPU).
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import threading
 
@@ -47,6 +46,7 @@ class DeviceBuffer:
         self._ptr = ptr
         self.size = size
         self.device = device
+        self._exports = 0   # live DLPack exports (numpy/torch/cupy views)
 
     @property
     def ptr(self) -> int:
@@ -97,7 +97,28 @@ class DeviceBuffer:
         if copy:
             raise BufferError("gdrpy buffers export without copying only")
         dev_type, dev_id = self.__dlpack_device__()
-        return _core.dlpack_capsule(self, self.ptr, self.size, dev_type, dev_id)
+        return _core.dlpack_capsule(_Export(self), self.ptr, self.size, dev_type, dev_id)
+
+    def _check_closable(self) -> None:
+        if self._exports:
+            from .errors import BusyError
+            raise BusyError(f"the buffer has {self._exports} live DLPack export(s) "
+                            "(numpy/torch/cupy views); drop them before freeing it",
+                            errno.EBUSY)
+
+
+class _Export:
+    """Owner of one DLPack export: keeps the buffer alive and counted until
+    the consumer releases the tensor, so that close() can refuse meanwhile."""
+
+    __slots__ = ("buf",)
+
+    def __init__(self, buf):
+        self.buf = buf
+        buf._exports += 1
+
+    def __del__(self):
+        self.buf._exports -= 1
 
 
 class SimBuffer(DeviceBuffer):
@@ -112,6 +133,7 @@ class SimBuffer(DeviceBuffer):
 
     def close(self) -> None:
         if self._ptr is not None:
+            self._check_closable()
             p, self._ptr = self._ptr, None
             _core.sim_free(p)
 
@@ -119,11 +141,10 @@ class SimBuffer(DeviceBuffer):
         return (1, 0)  # kDLCPU: it is host memory
 
     def numpy(self):
-        """The "device side" as a numpy uint8 array (no copy)."""
+        """The "device side" as a numpy uint8 array (no copy).  The array
+        keeps the buffer alive, and close() refuses while it exists."""
         import numpy as np
-        buf = (ctypes.c_uint8 * self.size).from_address(self.ptr)
-        arr = np.frombuffer(buf, dtype=np.uint8)
-        return arr
+        return np.frombuffer(_core.host_view(_Export(self), self.ptr, self.size), np.uint8)
 
 
 # --------------------------------------------------------------------------
@@ -230,6 +251,7 @@ class VmmBuffer(DeviceBuffer):
     def close(self) -> None:
         if self._ptr is None:
             return
+        self._check_closable()
         cu = cuda_driver()
         ptr = self._reserved
         self._ptr = None

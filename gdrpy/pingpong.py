@@ -853,6 +853,7 @@ class PingPong:
         if self.stuck:
             # Never free memory a running kernel may still touch.
             return errs
+        self.consumer = None   # (sim) drops its numpy view of the buffer first
         for obj in (self.m, self.pin, self.buf):
             try:
                 if obj is not None:

@@ -45,6 +45,7 @@ import platform
 import sys
 import threading
 import time
+import warnings
 
 import numpy as np
 
@@ -144,7 +145,11 @@ def default_picker(ctx) -> ThresholdPicker:
         if not p.load():
             auto = os.environ.get("GDRPY_AUTOCALIBRATE", "1") != "0"
             if auto and not ctx.is_sim and p.uncalibrated():
-                calibrate_context(ctx, p, budget_s=5.0)
+                try:
+                    calibrate_context(ctx, p, budget_s=5.0)
+                except Exception as e:  # keep the defaults; never retry on every put
+                    p.reason = f"automatic calibration failed ({e}); using the defaults"
+                    warnings.warn(f"gdrpy: {p.reason}", RuntimeWarning, stacklevel=3)
         _pickers[key] = p
         return p
 

@@ -36,13 +36,30 @@ typedef struct sim_alloc {
 static pthread_mutex_t sim_lock = PTHREAD_MUTEX_INITIALIZER;
 static sim_alloc *sim_list;
 
+/* Drops one reference; the last one unmaps the device-side view (kept until
+ * then so that a copy in flight in another thread never loses its pages),
+ * closes the memfd and forgets the allocation. */
 static void sim_release_locked(sim_alloc *a)
 {
     if (--a->refs > 0) return;
     for (sim_alloc **pp = &sim_list; *pp; pp = &(*pp)->next)
         if (*pp == a) { *pp = a->next; break; }
+    munmap((void *)(uintptr_t)a->base, a->size);
     close(a->fd);
     free(a);
+}
+
+/* A child of fork() starts with this lock in whatever state the forking
+ * thread saw; the child never shares the parent's objects, so reset it. */
+static void sim_atfork_child(void)
+{
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&sim_lock, &fresh, sizeof fresh);
+}
+
+__attribute__((constructor)) static void sim_init(void)
+{
+    pthread_atfork(NULL, NULL, sim_atfork_child);
 }
 
 int gdrpy_sim_alloc(size_t size, uint64_t *dptr)
@@ -122,22 +139,31 @@ int gdrpy_sim_free(uint64_t dptr)
                       (unsigned long long)dptr);
     }
     a->freed = 1;
-    munmap((void *)(uintptr_t)a->base, a->size);
     sim_release_locked(a);
     pthread_mutex_unlock(&sim_lock);
     return 0;
 }
 
-int gp_sim_lookup(uint64_t dptr, size_t n, void **host)
+/* Finds the live allocation holding [dptr, dptr+n) and takes a reference on
+ * it for the duration of a copy (release with sim_put). */
+static int sim_get(uint64_t dptr, size_t n, sim_alloc **out)
 {
     pthread_mutex_lock(&sim_lock);
     sim_alloc *a = sim_find_locked(dptr, n);
+    if (a) a->refs++;
     pthread_mutex_unlock(&sim_lock);
     if (!a)
         return gp_err(GDRPY_EINVAL, "0x%llx (+%zu bytes) is not inside a live sim allocation",
                       (unsigned long long)dptr, n);
-    *host = (void *)(uintptr_t)dptr;
+    *out = a;
     return 0;
+}
+
+static void sim_put(sim_alloc *a)
+{
+    pthread_mutex_lock(&sim_lock);
+    sim_release_locked(a);
+    pthread_mutex_unlock(&sim_lock);
 }
 
 /* ---- backend ---------------------------------------------------------- */
@@ -215,11 +241,13 @@ static int sim_unmap(gp_ctx *c, gp_pin *p)
 static int sim_dev_memcpy(gp_ctx *c, int dir, uint64_t dptr, void *host, size_t n, void *stream)
 {
     (void)stream; /* the sim has no streams: copies complete before returning */
-    void *dev;
-    int rc = gp_sim_lookup(dptr, n, &dev);
+    sim_alloc *a = NULL;
+    int rc = sim_get(dptr, n, &a);
     if (rc) return rc;
+    void *dev = (void *)(uintptr_t)dptr;
     if (dir == 0) memcpy(dev, host, n);
     else memcpy(host, dev, n);
+    sim_put(a);   /* a concurrent sim_free waited for this copy */
     return 0;
 }
 

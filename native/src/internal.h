@@ -110,8 +110,6 @@ GP_HIDDEN extern const struct gp_backend gp_backend_dmabuf;
 static inline uint64_t gp_round_down(uint64_t x, uint64_t a) { return x & ~(a - 1); }
 static inline uint64_t gp_round_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 
-/* sim.c: used by the core's gdrpy_sim_* entry points */
-GP_HIDDEN int gp_sim_lookup(uint64_t dptr, size_t n, void **host);
 
 /* ---- copy kernels (copy.c + copy_<isa>.c) ----------------------------- */
 typedef void (*gp_copy_fn)(void *dst, const void *src, size_t n);
