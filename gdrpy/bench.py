@@ -1304,6 +1304,8 @@ def cmd_latency(args) -> int:
             for p in provs:
                 with contextlib.suppress(Exception):
                     p.close()
+            ops = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            gc.collect()
             env.close()
     _finish(args, "latency", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c)})
     _print_errors(rows)
@@ -1429,6 +1431,8 @@ def cmd_bandwidth(args) -> int:
             for p in provs:
                 with contextlib.suppress(Exception):
                     p.close()
+            ops = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            gc.collect()
             env.close()
     _finish(args, "bandwidth", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c)})
     _print_errors(rows)
@@ -1553,6 +1557,8 @@ def cmd_transfer(args) -> int:
                          _regret_text(g["regret"])], _TRANSFER_COLS), flush=True)
             thr_after = {dd: picker.threshold(dd) for dd in DIRECTIONS}
         finally:
+            ops = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            gc.collect()
             env.close()
     meta["thresholds_after"] = thr_after
     summary = _regret_summary(regret)
