@@ -662,9 +662,17 @@ class _Env:
         self.host = _pattern(nbytes, 3)
 
     def close(self) -> None:
-        for obj in (getattr(self, "m", None), getattr(self, "pin", None), self.buf):
+        from .errors import BusyError
+        for obj in (getattr(self, "m", None), getattr(self, "pin", None)):
             if obj is not None:
                 obj.close()
+        try:
+            self.buf.close()
+        except BusyError as e:
+            # A library's view of the buffer (a torch/cupy tensor) is still
+            # referenced somewhere; freeing would leave it dangling, so keep
+            # the buffer until the process ends, and say so.
+            print(f"note: benchmark buffer kept allocated: {e}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -1304,7 +1312,7 @@ def cmd_latency(args) -> int:
             for p in provs:
                 with contextlib.suppress(Exception):
                     p.close()
-            ops = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
             gc.collect()
             env.close()
     _finish(args, "latency", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c)})
@@ -1431,7 +1439,7 @@ def cmd_bandwidth(args) -> int:
             for p in provs:
                 with contextlib.suppress(Exception):
                     p.close()
-            ops = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
             gc.collect()
             env.close()
     _finish(args, "bandwidth", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c)})
@@ -1557,7 +1565,7 @@ def cmd_transfer(args) -> int:
                          _regret_text(g["regret"])], _TRANSFER_COLS), flush=True)
             thr_after = {dd: picker.threshold(dd) for dd in DIRECTIONS}
         finally:
-            ops = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
             gc.collect()
             env.close()
     meta["thresholds_after"] = thr_after
