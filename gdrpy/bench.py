@@ -1503,13 +1503,15 @@ def cmd_transfer(args) -> int:
     cfg = Cfg.from_args(args, "transfer")
     rows: list = []
     regret: list = []
-    # On a GPU the three variants copy between the same host and device
-    # bytes: the cost of a BAR1 write depends on where in GPU memory it lands
-    # (on the H100, 128-byte puts cost 393, 421 and 402 ns at offsets 0, 64
-    # and 128 MiB of one buffer in one run), so separate regions would
-    # measure placement, not the path choice.  On sim each variant gets its
-    # own region: there "GPU" memory is host memory, and a copy-engine
-    # memcpy right after non-temporal stores to the same lines pays for them.
+    # Each variant has its own host region: sharing one made a copy-engine
+    # get look up to 42% slower after a mapping get had just written the same
+    # host lines.  On a GPU the variants share the device bytes: the cost of
+    # a BAR1 write depends on where in GPU memory it lands (on the H100,
+    # 128-byte puts cost 393, 421 and 402 ns at offsets 0, 64 and 128 MiB of
+    # one buffer in one run), so separate device regions would measure
+    # placement, not the path choice.  On sim ("GPU" memory is host memory)
+    # the device regions stay separate too, for the same reason as the host
+    # ones.
     region = -(-max(max(sizes), 4096) // 65536) * 65536
     with _session(args, "transfer") as (ctx, meta):
         env = _Env(ctx, 3 * region)
@@ -1544,7 +1546,8 @@ def cmd_transfer(args) -> int:
                         name = ("Transfer.put" if d == "h2d" else "Transfer.get") + \
                             (" (auto)" if key == "auto" else f" (always-{key})")
                         off = i * region if ctx.is_sim else 0
-                        hv = env.host[off:off + n]
+                        hoff = i * region
+                        hv = env.host[hoff:hoff + n]
                         ops.append(Op(key, name, key, "gdrpy", d, n,
                                       t.put if d == "h2d" else t.get, (off, hv), hv,
                                       offset=off))
