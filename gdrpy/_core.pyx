@@ -528,6 +528,24 @@ cdef void *_stream_ptr(object stream) except? NULL:
     return <void *>h
 
 
+cdef void _fill_u8_buffer(Py_buffer *buffer, char *ptr, Py_ssize_t size,
+                          Py_ssize_t *shape, Py_ssize_t *strides, int flags) noexcept:
+    """A writable 1-D uint8 view of [ptr, ptr+size) (shape/strides: arrays of
+    one element owned by the exporter); the caller sets buffer.obj."""
+    buffer.buf = ptr
+    buffer.len = size
+    buffer.readonly = 0
+    buffer.itemsize = 1
+    buffer.format = NULL
+    if flags & PyBUF_FORMAT:
+        buffer.format = b"B"
+    buffer.ndim = 1
+    buffer.shape = shape if (flags & PyBUF_ND) else NULL
+    buffer.strides = strides if (flags & PyBUF_STRIDES) == PyBUF_STRIDES else NULL
+    buffer.suboffsets = NULL
+    buffer.internal = NULL
+
+
 cdef int _get_in_buffer(object data, Py_buffer *view) except -1:
     try:
         PyObject_GetBuffer(data, view, PyBUF_ANY_CONTIGUOUS)
@@ -753,20 +771,8 @@ cdef class Mapping:
 
     def __getbuffer__(self, Py_buffer *buffer, int flags):
         self._ready()
-        buffer.buf = self._ptr
         buffer.obj = self
-        buffer.len = self._size
-        buffer.readonly = 0
-        buffer.itemsize = 1
-        if flags & PyBUF_FORMAT:
-            buffer.format = b"B"
-        else:
-            buffer.format = NULL
-        buffer.ndim = 1
-        buffer.shape = self._shape if (flags & PyBUF_ND) else NULL
-        buffer.strides = self._strides if (flags & PyBUF_STRIDES) == PyBUF_STRIDES else NULL
-        buffer.suboffsets = NULL
-        buffer.internal = NULL
+        _fill_u8_buffer(buffer, self._ptr, self._size, self._shape, self._strides, flags)
         self._exports += 1
 
     def __releasebuffer__(self, Py_buffer *buffer):
@@ -1114,20 +1120,8 @@ cdef class _HostView:
     cdef Py_ssize_t strides[1]
 
     def __getbuffer__(self, Py_buffer *buffer, int flags):
-        buffer.buf = self.ptr
         buffer.obj = self
-        buffer.len = self.size
-        buffer.readonly = 0
-        buffer.itemsize = 1
-        if flags & PyBUF_FORMAT:
-            buffer.format = b"B"
-        else:
-            buffer.format = NULL
-        buffer.ndim = 1
-        buffer.shape = self.shape if (flags & PyBUF_ND) else NULL
-        buffer.strides = self.strides if (flags & PyBUF_STRIDES) == PyBUF_STRIDES else NULL
-        buffer.suboffsets = NULL
-        buffer.internal = NULL
+        _fill_u8_buffer(buffer, self.ptr, self.size, self.shape, self.strides, flags)
 
     def __releasebuffer__(self, Py_buffer *buffer):
         pass
