@@ -20,7 +20,7 @@ SHIPPED_HEADERS = ["gdrpy.h", "gdrapi.h"]
 class BuildWithNative(build_ext):
     def run(self):
         jobs = str(max(1, min(8, os.cpu_count() or 1)))
-        subprocess.check_call(["make", "-C", NATIVE, "-j", jobs, "lib"])
+        subprocess.check_call(["make", "-C", NATIVE, "-j", jobs, "lib", "tools"])
         super().run()
         targets = [os.path.join(self.build_lib, "gdrpy")]
         if self.inplace or getattr(self, "editable_mode", False):
@@ -43,7 +43,7 @@ class BuildWithNative(build_ext):
 ext = Extension(
     "gdrpy._core",
     sources=["gdrpy/_core.pyx"],
-    include_dirs=["native/include", "native/src"],
+    include_dirs=["native/include", "native/src/core", "native/src/copy"],
     extra_objects=[os.path.join("native", "build", "libgdrpy.a")],
     libraries=["dl", "pthread"],
     extra_compile_args=["-O2"],

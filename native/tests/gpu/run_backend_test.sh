@@ -6,9 +6,9 @@ OUTDIR=${1:-${OUT:-/tmp}}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 cd "$(dirname "$0")/../.."
 gcc -O2 -g -std=gnu11 -D_GNU_SOURCE -DGDRPY_NVRM_TESTING -Wall -Wextra -Wno-unused-parameter \
-    -Iinclude -Isrc -I"$CUDA/include" \
-    tests/gpu/test_nvrm_backend.c src/error.c src/cudadrv.c src/backend_nvrm.c \
-    src/backend_gdrdrv.c src/backend_dmabuf.c \
+    -Iinclude -Isrc/core -Isrc/copy -I"$CUDA/include" \
+    tests/gpu/test_nvrm_backend.c src/core/error.c src/core/cudadrv.c src/backends/nvrm.c \
+    src/backends/gdrdrv.c src/backends/dmabuf.c \
     -L"$CUDA/lib64" -L"$CUDA/lib64/stubs" -lcuda -ldl -pthread \
     -o "$OUTDIR/test_nvrm_backend"
 "$OUTDIR/test_nvrm_backend"

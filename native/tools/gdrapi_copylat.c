@@ -23,7 +23,7 @@
 #include <time.h>
 
 #include "gdrapi.h"
-#include "../tests/gdrapi_testmem.h"
+#include "gdrapi_testmem.h"
 
 static uint64_t now_ns(void)
 {
