@@ -160,17 +160,23 @@ GDRPY_API int gdrpy_memcpy_htod(gdrpy_ctx_t ctx, uint64_t dptr, const void *src,
 GDRPY_API int gdrpy_memcpy_dtoh(gdrpy_ctx_t ctx, void *dst, uint64_t dptr, size_t n);
 
 /* ---- raw copy kernels (no lock, no check: hot path) ------------------- */
-/* Copy into write-combined memory, then sfence. */
+/* Copy into write-combined (or device) memory, then the architecture's
+ * store fence (x86 SFENCE, aarch64 DSB ST). */
 GDRPY_API void gdrpy_copy_to_mapping(void *map_dst, const void *src, size_t n);
-/* Copy out of a mapping with streaming loads. */
+/* Copy out of a mapping with streaming loads (whole aligned 64-byte lines). */
 GDRPY_API void gdrpy_copy_from_mapping(void *dst, const void *map_src, size_t n);
-/* The kernel in use: "avx512", "avx2", "sse41", "movdir64b", "generic". */
+/* The kernel in use: x86 "avx512", "avx2", "sse41", "movdir64b"; aarch64
+ * "neon", "ls64"; "generic" everywhere. */
 GDRPY_API const char *gdrpy_copy_isa(void);
 /* Forces a kernel by name (as GDRPY_COPY_ISA does); EINVAL if unknown,
  * ENOTSUP if this CPU cannot run it.  NULL or "auto" restores dispatch. */
 GDRPY_API int gdrpy_set_copy_isa(const char *name);
 /* Comma-separated list of kernels this CPU can run. */
 GDRPY_API const char *gdrpy_copy_isa_available(void);
+/* Why the other kernels this build knows of cannot run here, were not
+ * compiled in, or are never chosen by auto: one "name: reason" line each
+ * ("" when none).  Static storage. */
+GDRPY_API const char *gdrpy_copy_isa_notes(void);
 
 /* ---- sim "device" memory (host memory standing in for a GPU) ---------- */
 /* Allocations are 64 KiB aligned, zero-filled, backed by a memfd so that a

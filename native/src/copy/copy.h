@@ -1,21 +1,29 @@
 /*
- * copy.h - copy kernels: the per-ISA kernel objects, the dispatcher's helpers
- * for tests, and (for the kernel files only) the small loop-free building
- * blocks they share.  Not installed; nothing here is ABI.
+ * copy.h - copy kernels: the kernel objects, the dispatcher's helpers for
+ * tests, the per-architecture kernel set, and (for the kernel files only)
+ * the small loop-free building blocks they share.  Not installed; nothing
+ * here is ABI.  Architecture-specific kernels live in x86/ and arm/, each
+ * with its own header (x86/x86.h, arm/arm.h), included at the end of this
+ * one for the target being built; fence.h holds the ordering instructions.
  *
  * Kernel contract (every gp_copy_<isa>):
- *  - to_mapping(dst, src, n): dst is write-combined (WC) memory.  Writes
- *    exactly the bytes [dst, dst+n) and reads only [src, src+n), in any
- *    alignment; overlapping stores are only ever used inside that range and
- *    always carry the same data, so their order does not matter.  Ends with
- *    an sfence when n > 0, so the WC stores are ordered before whatever the
- *    caller does next.  n == 0 touches nothing.
- *  - from_mapping(dst, src, n): src is WC memory.  Writes exactly the bytes
- *    [dst, dst+n), in any alignment.  Reads the source only as whole
- *    naturally aligned 64-byte lines, those covering
- *    [round_down(src, 64), round_up(src+n, 64)), each with streaming loads
- *    (MOVNTDQA family: 4 x 16 B, 2 x 32 B or 1 x 64 B) issued back to back,
- *    so that each line is one PCIe read into a streaming-load (line-fill)
+ *  - to_mapping(dst, src, n): dst is write-combined (WC) or device memory.
+ *    Writes exactly the bytes [dst, dst+n) and reads only [src, src+n), in
+ *    any alignment; overlapping stores are only ever used inside that range
+ *    and always carry the same data, so their order does not matter.  Ends
+ *    with the architecture's store fence (fence.h: SFENCE on x86, DSB ST on
+ *    aarch64) when n > 0, so the stores are ordered before whatever the
+ *    caller does next.  n == 0 touches nothing.  Where the mapping does not
+ *    tolerate unaligned accesses (everywhere but x86: Arm Device memory
+ *    faults on them, see fence.h) every access to dst is naturally aligned
+ *    and no byte of the mapping is written twice.
+ *  - from_mapping(dst, src, n): src is WC or device memory.  Writes exactly
+ *    the bytes [dst, dst+n), in any alignment.  Reads the source only as
+ *    whole naturally aligned 64-byte lines, those covering
+ *    [round_down(src, 64), round_up(src+n, 64)), each with loads issued
+ *    back to back (x86: streaming loads, MOVNTDQA family: 4 x 16 B,
+ *    2 x 32 B or 1 x 64 B; aarch64: one 64-byte NEON LD1 or one LD64B), so
+ *    that each line is one PCIe read into a streaming-load (line-fill)
  *    buffer: n bytes cost one read per line they touch, not one per load
  *    instruction (a plain load from WC memory is its own uncached round
  *    trip, ~1 us on BAR1, and two plain loads of one line are two round
@@ -33,7 +41,8 @@
  *    reads of BAR1 have no side effects (plain memory behind the BAR, no
  *    registers); the extra bytes only ride along in a read that happens
  *    anyway.  Nothing beyond those lines is ever read.  n == 0 touches
- *    nothing.
+ *    nothing.  Where the architecture needs them (fence.h), the loads are
+ *    fenced against the caller's earlier loads and later loads and stores.
  *  - Thread-safe and reentrant: no state at all.
  */
 #ifndef GDRPY_COPY_H
@@ -45,29 +54,33 @@
 #include "internal.h"
 
 /* ---- kernels (one file each) ------------------------------------------ */
-GP_HIDDEN extern const gp_copy_kernel gp_copy_generic;   /* copy_generic.c */
-GP_HIDDEN extern const gp_copy_kernel gp_copy_sse41;     /* copy_sse41.c */
-GP_HIDDEN extern const gp_copy_kernel gp_copy_avx2;      /* copy_avx2.c */
-GP_HIDDEN extern const gp_copy_kernel gp_copy_avx512;    /* copy_avx512.c */
-GP_HIDDEN extern const gp_copy_kernel gp_copy_movdir64b; /* copy_movdir64b.c */
+GP_HIDDEN extern const gp_copy_kernel gp_copy_generic;   /* generic.c, every target */
+/* The per-architecture kernels are declared in x86/x86.h and arm/arm.h. */
 
-/* ---- dispatcher helpers (copy.c) -------------------------------------- */
-/* The kernel called `name` (case-insensitive: "generic", "sse41", "avx2",
- * "avx512", "movdir64b"), whether or not this CPU can run it; NULL if the
- * name is unknown (also for "auto").  Check ->cpu_ok() before calling. */
+/* ---- dispatcher helpers (dispatch.c) ----------------------------------- */
+/* The kernel called `name` (case-insensitive: "generic" and this target's
+ * kernels: x86 "sse41", "avx2", "avx512", "movdir64b"; aarch64 "neon",
+ * "ls64"), whether or not this CPU can run it; NULL if the name is unknown
+ * (also for "auto").  Check ->cpu_ok() before calling. */
 GP_HIDDEN const gp_copy_kernel *gp_copy_kernel_by_name(const char *name);
 /* All kernels, in the dispatcher's preference order; *count gets the number. */
 GP_HIDDEN const gp_copy_kernel *const *gp_copy_kernel_list(size_t *count);
 /* The kernel that "auto" selects on this CPU (never NULL). */
 GP_HIDDEN const gp_copy_kernel *gp_copy_auto_kernel(void);
 
-/* CPU feature probes, CPUID + XGETBV (OS-enabled register state included);
- * defined in copy.c, which is compiled without -m flags, so they are safe to
- * call on any x86-64 CPU.  Used as the kernels' cpu_ok hooks. */
-GP_HIDDEN int gp_cpu_ok_sse41(void);
-GP_HIDDEN int gp_cpu_ok_avx2(void);
-GP_HIDDEN int gp_cpu_ok_avx512(void);    /* AVX-512F + BW, ZMM state on */
-GP_HIDDEN int gp_cpu_ok_movdir64b(void); /* MOVDIR64B + AVX2 */
+/* ---- the target's kernel set (x86/cpu.c, arm/cpu.c; dispatch.c holds the
+ * generic-only set of the other architectures) --------------------------- */
+/* This target's kernels in preference order, generic last. */
+GP_HIDDEN const gp_copy_kernel *const *gp_arch_kernel_list(size_t *count);
+/* What "auto" picks on this CPU (never NULL; only kernels whose cpu_ok()
+ * says yes). */
+GP_HIDDEN const gp_copy_kernel *gp_arch_auto_kernel(void);
+/* "auto, <name>, ..." for messages. */
+GP_HIDDEN extern const char gp_arch_known_names[];
+/* One line per kernel this target knows of that cannot run here, was not
+ * compiled, or that auto never picks, with the reason ("ls64: ...\n");
+ * "" when there is nothing to say.  Static storage, filled once. */
+GP_HIDDEN const char *gp_arch_kernel_notes(void);
 
 /* ======================================================================= */
 #ifdef GP_COPY_KERNEL_TU
@@ -75,6 +88,16 @@ GP_HIDDEN int gp_cpu_ok_movdir64b(void); /* MOVDIR64B + AVX2 */
  * -m flags (static inline: every file gets its own copy). */
 
 #define GP_INLINE static inline __attribute__((always_inline))
+
+#include "fence.h"
+
+/* Test hook: tests/test_copy_align.c compiles the kernel sources with
+ * GP_MAP_TRACE defined to record every access the non-x86 kernels make to
+ * the mapping (address, size), and checks that each is naturally aligned
+ * and inside the range the contract allows.  Nothing in normal builds. */
+#ifndef GP_MAP_TRACE
+#define GP_MAP_TRACE(addr, size) ((void)0)
+#endif
 
 /* Unaligned scalar access without UB; volatile where the access touches the
  * mapping, so that the compiler neither merges, splits nor drops it. */
@@ -85,7 +108,8 @@ typedef uint64_t gp_u64a __attribute__((may_alias));   /* 8-byte aligned */
 
 /* 1 <= n <= 15, dst in the mapping: two overlapping stores of the largest
  * power of two <= n (one store for n == 1).  For n == 8 this is two loads
- * and two stores to the same address, no loop. */
+ * and two stores to the same address, no loop.  Unaligned: only for
+ * mappings that allow it (GP_MAPPING_UNALIGNED_OK, x86 WC memory). */
 GP_INLINE void gp_put_lt16(char *d, const char *s, size_t n)
 {
     if (n >= 8) {
@@ -127,6 +151,52 @@ GP_INLINE void gp_mov_lt16(char *d, const char *s, size_t n)
     }
 }
 
+/* n >= 0 bytes to the mapping with naturally aligned scalar stores only
+ * (1, 2, 4 and 8 bytes), each byte written once, in address order: up to
+ * three stores bring dst to an 8-byte boundary, whole words follow, up to
+ * three stores finish.  For mappings that fault on unaligned accesses (Arm
+ * Device memory, POWER cache-inhibited storage, RISC-V I/O regions).  The
+ * source side may be unaligned (ordinary memory). */
+GP_INLINE void gp_put_aligned(char *d, const char *s, size_t n)
+{
+    if (((uintptr_t)d & 1) && n >= 1) {
+        GP_MAP_TRACE(d, 1);
+        *(volatile uint8_t *)d = *(const uint8_t *)s;
+        d += 1, s += 1, n -= 1;
+    }
+    if (((uintptr_t)d & 2) && n >= 2) {
+        GP_MAP_TRACE(d, 2);
+        *(volatile uint16_t *)(void *)d = *(const gp_u16u *)s;
+        d += 2, s += 2, n -= 2;
+    }
+    if (((uintptr_t)d & 4) && n >= 4) {
+        GP_MAP_TRACE(d, 4);
+        *(volatile uint32_t *)(void *)d = *(const gp_u32u *)s;
+        d += 4, s += 4, n -= 4;
+    }
+    /* Either d is 8-byte aligned now, or a step was skipped because fewer
+     * bytes than its size were left; then every step below is no larger
+     * than the alignment d already has. */
+    for (; n >= 8; d += 8, s += 8, n -= 8) {
+        GP_MAP_TRACE(d, 8);
+        *(volatile uint64_t *)(void *)d = *(const gp_u64u *)s;
+    }
+    if (n >= 4) {
+        GP_MAP_TRACE(d, 4);
+        *(volatile uint32_t *)(void *)d = *(const gp_u32u *)s;
+        d += 4, s += 4, n -= 4;
+    }
+    if (n >= 2) {
+        GP_MAP_TRACE(d, 2);
+        *(volatile uint16_t *)(void *)d = *(const gp_u16u *)s;
+        d += 2, s += 2, n -= 2;
+    }
+    if (n) {
+        GP_MAP_TRACE(d, 1);
+        *(volatile uint8_t *)d = *(const uint8_t *)s;
+    }
+}
+
 /* One 64-byte line of the mapping, as the read kernels stage it: the first
  * and last line of a copy land here whole, and the wanted bytes are copied
  * out.  64-byte aligned, so the line is stored with aligned vector stores
@@ -136,116 +206,15 @@ typedef union {
     uint64_t w[8];
 } __attribute__((aligned(64))) gp_line64;
 
-#ifdef __AVX2__
-#include <immintrin.h>
-/* 1 <= n <= 64, dst in the mapping, with XMM/YMM registers only (no ZMM
- * even in the AVX-512 kernel: small writes are the latency path, which
- * costs only some tens of ns, and the first 512-bit instruction after an
- * idle period can run at reduced throughput while the upper vector lanes
- * power up). */
-GP_INLINE void gp_put_le64_avx2(char *d, const char *s, size_t n)
-{
-    if (n >= 16) {
-        if (n >= 32) {
-            __m256i a = _mm256_loadu_si256((const __m256i *)s);
-            __m256i b = _mm256_loadu_si256((const __m256i *)(s + n - 32));
-            _mm256_storeu_si256((__m256i *)d, a);
-            _mm256_storeu_si256((__m256i *)(d + n - 32), b);
-        } else {
-            __m128i a = _mm_loadu_si128((const __m128i *)s);
-            __m128i b = _mm_loadu_si128((const __m128i *)(s + n - 16));
-            _mm_storeu_si128((__m128i *)d, a);
-            _mm_storeu_si128((__m128i *)(d + n - 16), b);
-        }
-    } else {
-        gp_put_lt16(d, s, n);
-    }
-}
-
-/* 1 <= n <= 64, neither side in the mapping (copies the wanted bytes out of
- * a gp_line64 bounce buffer): XMM/YMM, loop-free, writes exactly [d, d+n). */
-GP_INLINE void gp_mov_le64_avx2(char *d, const char *s, size_t n)
-{
-    if (n >= 16) {
-        if (n >= 32) {
-            __m256i a = _mm256_loadu_si256((const __m256i *)s);
-            __m256i b = _mm256_loadu_si256((const __m256i *)(s + n - 32));
-            _mm256_storeu_si256((__m256i *)d, a);
-            _mm256_storeu_si256((__m256i *)(d + n - 32), b);
-        } else {
-            __m128i a = _mm_loadu_si128((const __m128i *)s);
-            __m128i b = _mm_loadu_si128((const __m128i *)(s + n - 16));
-            _mm_storeu_si128((__m128i *)d, a);
-            _mm_storeu_si128((__m128i *)(d + n - 16), b);
-        }
-    } else {
-        gp_mov_lt16(d, s, n);
-    }
-}
-
-/* One aligned line of the mapping into a bounce buffer: two VMOVNTDQA back
- * to back (the second is served by the streaming-load buffer the first
- * allocated: one PCIe read), then two aligned stores to the stack.  The
- * intrinsic takes a non-const pointer; it only reads. */
-GP_INLINE void gp_line_get_avx2(gp_line64 *buf, const char *line)
-{
-    __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)line);
-    __m256i b = _mm256_stream_load_si256((__m256i *)(uintptr_t)(line + 32));
-    _mm256_store_si256((__m256i *)buf->b, a);
-    _mm256_store_si256((__m256i *)(buf->b + 32), b);
-}
-
-/* from_mapping with AVX2 streaming loads (shared by the avx2 and movdir64b
- * kernels: MOVDIR64B is a store-only instruction).  Reads only the aligned
- * lines covering [src, src+n), each once (see the contract at the top). */
-GP_INLINE void gp_from_mapping_avx2(void *dst, const void *src, size_t n)
-{
-    if (!n)
-        return;
-    char *d = dst;
-    size_t off = (size_t)((uintptr_t)src & 63);          /* src within its line */
-    const char *p = (const char *)src - off;             /* first line */
-    gp_line64 head, tail;
-    if (off + n <= 64) {                                 /* one line */
-        gp_line_get_avx2(&head, p);
-        gp_mov_le64_avx2(d, (const char *)head.b + off, n);
-        return;
-    }
-    size_t tn = (size_t)(((uintptr_t)src + n) & 63);    /* bytes wanted of a partial last line */
-    const char *pe = (const char *)src + n - tn;         /* end of the whole lines */
-    /* The partial first and last lines first, so that their reads are in
-     * flight together (and with the interior's). */
-    if (off)
-        gp_line_get_avx2(&head, p);
-    if (tn)
-        gp_line_get_avx2(&tail, pe);
-    if (off) {
-        gp_mov_le64_avx2(d, (const char *)head.b + off, 64 - off);
-        d += 64 - off, p += 64;
-    }
-    /* Whole lines straight to dst, two per iteration; each line's two
-     * loads back to back. */
-    for (; pe - p >= 128; p += 128, d += 128) {
-        __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)p);
-        __m256i b = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 32));
-        __m256i c = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 64));
-        __m256i e = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 96));
-        _mm256_storeu_si256((__m256i *)d, a);
-        _mm256_storeu_si256((__m256i *)(d + 32), b);
-        _mm256_storeu_si256((__m256i *)(d + 64), c);
-        _mm256_storeu_si256((__m256i *)(d + 96), e);
-    }
-    if (p != pe) {
-        __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)p);
-        __m256i b = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 32));
-        _mm256_storeu_si256((__m256i *)d, a);
-        _mm256_storeu_si256((__m256i *)(d + 32), b);
-        d += 64;
-    }
-    if (tn)
-        gp_mov_le64_avx2(d, (const char *)tail.b, tn);
-}
-#endif /* __AVX2__ */
 
 #endif /* GP_COPY_KERNEL_TU */
+
+/* The target's kernels, their CPU probes and (in kernel files) their
+ * building blocks. */
+#if defined(__x86_64__) || defined(__i386__)
+#include "x86/x86.h"
+#elif defined(__aarch64__)
+#include "arm/arm.h"
+#endif
+
 #endif /* GDRPY_COPY_H */

@@ -1,9 +1,13 @@
 /*
- * copy.c - run-time selection of the copy kernel, and the public copy
- * entry points.  Compiled without -m flags: nothing here may use an
- * instruction the oldest x86-64 CPU lacks (the kernels live in
- * copy_<isa>.c, each compiled with its own flags, and are only called after
- * their cpu_ok() said yes).
+ * dispatch.c - run-time selection of the copy kernel, and the public copy
+ * entry points.  Architecture-neutral: the target's kernel set (its kernels
+ * in preference order, its CPU probes, what "auto" picks) comes from
+ * x86/cpu.c or arm/cpu.c, chosen by the Makefile from the compiler's
+ * target; other architectures get the generic kernel only (below).
+ * Compiled without -m flags: nothing here may use an instruction the
+ * target's oldest CPU lacks (the kernels live in <arch>/<isa>.c, each
+ * compiled with its own flags, and are only called after their cpu_ok()
+ * said yes).
  *
  * Dispatch is filled once, by a constructor (and, should a copy run before
  * constructors have, by the first call through pthread_once).  The hot path
@@ -12,7 +16,8 @@
  * branch.  gdrpy_set_copy_isa() may swap the pointers while other threads
  * copy; each copy runs wholly on the old or the new kernel (both are valid).
  *
- * Auto order, and why (measurements: shared/facts/nvrm-bar1.md, H100 host):
+ * x86-64 auto order, and why (measurements: shared/facts/nvrm-bar1.md,
+ * H100 host):
  *  1. avx512 - on our H100 host AVX-512 non-temporal stores reach the same
  *     BAR1 write bandwidth as AVX2 (18.1-19.1 vs 17.8-19.0 GB/s at 1 MiB,
  *     15.8-16.9 vs 16.3 at 64 MiB: the PCIe/WC-buffer limit, not the ISA),
@@ -47,117 +52,74 @@
  *  know whether that CPU has it), and a MOVDIR64B is a microcoded
  *  read-64/write-64 whose throughput varies by core.  Run
  *  `gdrpy_copylat --isa all` on the host; promote it here if it wins.
+ *
+ * aarch64 (arm/cpu.c): neon (ASIMD, HWCAP_ASIMD), then generic.  ls64
+ * (LD64B/ST64B, HWCAP3_LS64) is compiled where the compiler can and is
+ * selectable, never chosen by auto: those instructions fault on Normal
+ * cacheable memory (the sim backend, host buffers) and are unmeasured on
+ * BAR1.  Reasons for kernels that cannot run are in gdrpy_copy_isa_notes().
  */
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#define GP_X86 1
-#endif
-
 #include "copy.h"
 
-/* ---- CPU features ----------------------------------------------------- */
-static struct {
-    int sse41, avx2, avx512, movdir64b;
-    int avx512_downclocks;  /* 512-bit stores lower the core clock */
-} g_cpu;
-static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
-
-#ifdef GP_X86
-static uint64_t xgetbv0(void)
+/* ---- kernel set of architectures without their own kernels ------------ */
+#if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
+/* fence.h has stopped the build already where it knows no fences. */
+static const gp_copy_kernel *const g_generic_only[] = {&gp_copy_generic};
+const char gp_arch_known_names[] = "auto, generic";
+const gp_copy_kernel *const *gp_arch_kernel_list(size_t *count)
 {
-    uint32_t lo, hi;
-    __asm__ __volatile__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    return ((uint64_t)hi << 32) | lo;
+    *count = 1;
+    return g_generic_only;
+}
+const gp_copy_kernel *gp_arch_auto_kernel(void) { return &gp_copy_generic; }
+const char *gp_arch_kernel_notes(void)
+{
+    return "generic: the only kernel for this architecture (" GP_ARCH_NAME ")\n";
 }
 #endif
-
-static void cpu_probe(void)
-{
-#ifdef GP_X86
-    unsigned a, b, c, d, vendor_ebx = 0;
-    unsigned max_leaf = __get_cpuid_max(0, &vendor_ebx);
-    if (max_leaf < 1)
-        return;
-    __cpuid(1, a, b, c, d);
-    unsigned family = (a >> 8) & 0xf, model = (a >> 4) & 0xf;
-    if (family == 6 || family == 15)
-        model |= ((a >> 16) & 0xf) << 4;
-    if (family == 15)
-        family += (a >> 20) & 0xff;
-    int sse41 = (c >> 19) & 1;
-    int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
-    uint64_t xcr0 = osxsave ? xgetbv0() : 0;
-    int ymm_on = (xcr0 & 0x6) == 0x6;          /* XMM | YMM state */
-    int zmm_on = (xcr0 & 0xe6) == 0xe6;        /* + opmask, ZMM_Hi256, Hi16_ZMM */
-    unsigned b7 = 0, c7 = 0;
-    if (max_leaf >= 7) {
-        __cpuid_count(7, 0, a, b7, c7, d);
-    }
-    g_cpu.sse41 = sse41;
-    g_cpu.avx2 = avx && ymm_on && ((b7 >> 5) & 1);
-    g_cpu.avx512 = g_cpu.avx2 && zmm_on && ((b7 >> 16) & 1) && ((b7 >> 30) & 1);
-    g_cpu.movdir64b = g_cpu.avx2 && ((c7 >> 28) & 1);
-    /* "GenuineIntel": ebx = "Genu" */
-    g_cpu.avx512_downclocks = vendor_ebx == 0x756e6547u && family == 6 && model == 0x55;
-    gp_log(1, "cpu: family %u model 0x%x sse41 %d avx2 %d avx512 %d movdir64b %d%s",
-           family, model, g_cpu.sse41, g_cpu.avx2, g_cpu.avx512, g_cpu.movdir64b,
-           g_cpu.avx512_downclocks ? " (avx512 lowers the clock here)" : "");
-#endif
-}
-
-int gp_cpu_ok_sse41(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.sse41; }
-int gp_cpu_ok_avx2(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.avx2; }
-int gp_cpu_ok_avx512(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.avx512; }
-int gp_cpu_ok_movdir64b(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.movdir64b; }
 
 /* ---- kernel table ----------------------------------------------------- */
-/* Preference order (see the top of this file). */
-static const gp_copy_kernel *const g_kernels[] = {
-    &gp_copy_avx512, &gp_copy_avx2, &gp_copy_movdir64b, &gp_copy_sse41, &gp_copy_generic,
-};
-#define GP_NKERNELS (sizeof g_kernels / sizeof g_kernels[0])
-#define GP_KNOWN_NAMES "auto, avx512, avx2, movdir64b, sse41, generic"
+#define GP_KNOWN_NAMES gp_arch_known_names
 
 const gp_copy_kernel *const *gp_copy_kernel_list(size_t *count)
 {
+    size_t n;
+    const gp_copy_kernel *const *k = gp_arch_kernel_list(&n);
     if (count)
-        *count = GP_NKERNELS;
-    return g_kernels;
+        *count = n;
+    return k;
 }
 
 const gp_copy_kernel *gp_copy_kernel_by_name(const char *name)
 {
     if (!name)
         return NULL;
-    for (size_t i = 0; i < GP_NKERNELS; i++)
-        if (strcasecmp(name, g_kernels[i]->name) == 0)
-            return g_kernels[i];
+    size_t n;
+    const gp_copy_kernel *const *k = gp_arch_kernel_list(&n);
+    for (size_t i = 0; i < n; i++)
+        if (strcasecmp(name, k[i]->name) == 0)
+            return k[i];
     return NULL;
 }
 
 const gp_copy_kernel *gp_copy_auto_kernel(void)
 {
-    pthread_once(&g_cpu_once, cpu_probe);
-    if (gp_copy_avx512.cpu_ok() && !g_cpu.avx512_downclocks)
-        return &gp_copy_avx512;
-    if (gp_copy_avx2.cpu_ok())
-        return &gp_copy_avx2;
-    if (gp_copy_sse41.cpu_ok())
-        return &gp_copy_sse41;
-    return &gp_copy_generic;
+    return gp_arch_auto_kernel();
 }
 
 /* ---- dispatch state --------------------------------------------------- */
 static void to_first_call(void *dst, const void *src, size_t n);
 static void from_first_call(void *dst, const void *src, size_t n);
 
-/* Read with relaxed atomic loads on the hot path (a plain mov on x86). */
+/* Read with relaxed atomic loads on the hot path (a plain load: mov on
+ * x86, ldr on aarch64). */
 static gp_copy_fn g_to = to_first_call;
 static gp_copy_fn g_from = from_first_call;
 static const gp_copy_kernel *g_active;
@@ -177,11 +139,13 @@ static void copy_init(void)
 {
     size_t len = 0;
     g_available[0] = '\0';
-    for (size_t i = 0; i < GP_NKERNELS; i++) {
-        if (!g_kernels[i]->cpu_ok())
+    size_t nk;
+    const gp_copy_kernel *const *ks = gp_arch_kernel_list(&nk);
+    for (size_t i = 0; i < nk; i++) {
+        if (!ks[i]->cpu_ok())
             continue;
         int w = snprintf(g_available + len, sizeof g_available - len, "%s%s",
-                         len ? "," : "", g_kernels[i]->name);
+                         len ? "," : "", ks[i]->name);
         if (w > 0 && (size_t)w < sizeof g_available - len)
             len += (size_t)w;
     }
@@ -245,6 +209,11 @@ const char *gdrpy_copy_isa_available(void)
 {
     pthread_once(&g_once, copy_init);
     return g_available;
+}
+
+const char *gdrpy_copy_isa_notes(void)
+{
+    return gp_arch_kernel_notes();
 }
 
 int gdrpy_set_copy_isa(const char *name)

@@ -111,13 +111,14 @@ static inline uint64_t gp_round_down(uint64_t x, uint64_t a) { return x & ~(a - 
 static inline uint64_t gp_round_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 
 
-/* ---- copy kernels (copy.c + copy_<isa>.c) ----------------------------- */
+/* ---- copy kernels (src/copy/: dispatch.c + one file per ISA) ----------- */
 typedef void (*gp_copy_fn)(void *dst, const void *src, size_t n);
 typedef struct gp_copy_kernel {
     const char *name;
-    gp_copy_fn to_mapping;    /* stores into WC memory, ends with sfence */
+    gp_copy_fn to_mapping;    /* stores into WC memory, ends with the store fence */
     gp_copy_fn from_mapping;  /* loads from WC memory */
     int (*cpu_ok)(void);      /* 1 if this CPU can run it */
+    int device_memory_only;   /* 1: faults on ordinary cacheable memory (ls64) */
 } gp_copy_kernel;
 
 #endif /* GDRPY_INTERNAL_H */

@@ -345,7 +345,7 @@ static inline uint64_t read_cycles(void)
 #endif
 }
 
-static uint64_t now_ns(void)
+static GP_UNUSED uint64_t now_ns(void)   /* used on x86 only */
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

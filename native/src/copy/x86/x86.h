@@ -1,0 +1,135 @@
+/*
+ * x86/x86.h - the x86-64 kernels (sse41.c, avx2.c, avx512.c, movdir64b.c),
+ * their CPU probes (cpu.c) and, for the kernel files, the AVX2 building
+ * blocks they share.  Included by copy.h on x86 targets only.
+ */
+#ifndef GDRPY_COPY_X86_H
+#define GDRPY_COPY_X86_H
+
+GP_HIDDEN extern const gp_copy_kernel gp_copy_sse41;     /* x86/sse41.c */
+GP_HIDDEN extern const gp_copy_kernel gp_copy_avx2;      /* x86/avx2.c */
+GP_HIDDEN extern const gp_copy_kernel gp_copy_avx512;    /* x86/avx512.c */
+GP_HIDDEN extern const gp_copy_kernel gp_copy_movdir64b; /* x86/movdir64b.c */
+
+/* CPU feature probes, CPUID + XGETBV (OS-enabled register state included);
+ * defined in x86/cpu.c, which is compiled without -m flags, so they are
+ * safe to call on any x86-64 CPU.  Used as the kernels' cpu_ok hooks. */
+GP_HIDDEN int gp_cpu_ok_sse41(void);
+GP_HIDDEN int gp_cpu_ok_avx2(void);
+GP_HIDDEN int gp_cpu_ok_avx512(void);    /* AVX-512F + BW, ZMM state on */
+GP_HIDDEN int gp_cpu_ok_movdir64b(void); /* MOVDIR64B + AVX2 */
+
+#ifdef GP_COPY_KERNEL_TU
+#ifdef __AVX2__
+#include <immintrin.h>
+/* 1 <= n <= 64, dst in the mapping, with XMM/YMM registers only (no ZMM
+ * even in the AVX-512 kernel: small writes are the latency path, which
+ * costs only some tens of ns, and the first 512-bit instruction after an
+ * idle period can run at reduced throughput while the upper vector lanes
+ * power up). */
+GP_INLINE void gp_put_le64_avx2(char *d, const char *s, size_t n)
+{
+    if (n >= 16) {
+        if (n >= 32) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)s);
+            __m256i b = _mm256_loadu_si256((const __m256i *)(s + n - 32));
+            _mm256_storeu_si256((__m256i *)d, a);
+            _mm256_storeu_si256((__m256i *)(d + n - 32), b);
+        } else {
+            __m128i a = _mm_loadu_si128((const __m128i *)s);
+            __m128i b = _mm_loadu_si128((const __m128i *)(s + n - 16));
+            _mm_storeu_si128((__m128i *)d, a);
+            _mm_storeu_si128((__m128i *)(d + n - 16), b);
+        }
+    } else {
+        gp_put_lt16(d, s, n);
+    }
+}
+
+/* 1 <= n <= 64, neither side in the mapping (copies the wanted bytes out of
+ * a gp_line64 bounce buffer): XMM/YMM, loop-free, writes exactly [d, d+n). */
+GP_INLINE void gp_mov_le64_avx2(char *d, const char *s, size_t n)
+{
+    if (n >= 16) {
+        if (n >= 32) {
+            __m256i a = _mm256_loadu_si256((const __m256i *)s);
+            __m256i b = _mm256_loadu_si256((const __m256i *)(s + n - 32));
+            _mm256_storeu_si256((__m256i *)d, a);
+            _mm256_storeu_si256((__m256i *)(d + n - 32), b);
+        } else {
+            __m128i a = _mm_loadu_si128((const __m128i *)s);
+            __m128i b = _mm_loadu_si128((const __m128i *)(s + n - 16));
+            _mm_storeu_si128((__m128i *)d, a);
+            _mm_storeu_si128((__m128i *)(d + n - 16), b);
+        }
+    } else {
+        gp_mov_lt16(d, s, n);
+    }
+}
+
+/* One aligned line of the mapping into a bounce buffer: two VMOVNTDQA back
+ * to back (the second is served by the streaming-load buffer the first
+ * allocated: one PCIe read), then two aligned stores to the stack.  The
+ * intrinsic takes a non-const pointer; it only reads. */
+GP_INLINE void gp_line_get_avx2(gp_line64 *buf, const char *line)
+{
+    __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)line);
+    __m256i b = _mm256_stream_load_si256((__m256i *)(uintptr_t)(line + 32));
+    _mm256_store_si256((__m256i *)buf->b, a);
+    _mm256_store_si256((__m256i *)(buf->b + 32), b);
+}
+
+/* from_mapping with AVX2 streaming loads (shared by the avx2 and movdir64b
+ * kernels: MOVDIR64B is a store-only instruction).  Reads only the aligned
+ * lines covering [src, src+n), each once (see the contract at the top). */
+GP_INLINE void gp_from_mapping_avx2(void *dst, const void *src, size_t n)
+{
+    if (!n)
+        return;
+    char *d = dst;
+    size_t off = (size_t)((uintptr_t)src & 63);          /* src within its line */
+    const char *p = (const char *)src - off;             /* first line */
+    gp_line64 head, tail;
+    if (off + n <= 64) {                                 /* one line */
+        gp_line_get_avx2(&head, p);
+        gp_mov_le64_avx2(d, (const char *)head.b + off, n);
+        return;
+    }
+    size_t tn = (size_t)(((uintptr_t)src + n) & 63);    /* bytes wanted of a partial last line */
+    const char *pe = (const char *)src + n - tn;         /* end of the whole lines */
+    /* The partial first and last lines first, so that their reads are in
+     * flight together (and with the interior's). */
+    if (off)
+        gp_line_get_avx2(&head, p);
+    if (tn)
+        gp_line_get_avx2(&tail, pe);
+    if (off) {
+        gp_mov_le64_avx2(d, (const char *)head.b + off, 64 - off);
+        d += 64 - off, p += 64;
+    }
+    /* Whole lines straight to dst, two per iteration; each line's two
+     * loads back to back. */
+    for (; pe - p >= 128; p += 128, d += 128) {
+        __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)p);
+        __m256i b = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 32));
+        __m256i c = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 64));
+        __m256i e = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 96));
+        _mm256_storeu_si256((__m256i *)d, a);
+        _mm256_storeu_si256((__m256i *)(d + 32), b);
+        _mm256_storeu_si256((__m256i *)(d + 64), c);
+        _mm256_storeu_si256((__m256i *)(d + 96), e);
+    }
+    if (p != pe) {
+        __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)p);
+        __m256i b = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 32));
+        _mm256_storeu_si256((__m256i *)d, a);
+        _mm256_storeu_si256((__m256i *)(d + 32), b);
+        d += 64;
+    }
+    if (tn)
+        gp_mov_le64_avx2(d, (const char *)tail.b, tn);
+}
+#endif /* __AVX2__ */
+#endif /* GP_COPY_KERNEL_TU */
+
+#endif /* GDRPY_COPY_X86_H */
