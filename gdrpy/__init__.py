@@ -19,12 +19,12 @@ import os as _os
 
 from . import errors
 from ._core import (Context, Mapping, Pin, backend_names, copy_isa, copy_isa_available,
-                    probe, set_copy_isa, version as _core_version)
+                    copy_isa_notes, probe, set_copy_isa, version as _core_version)
 from ._version import __version__
 from .errors import *  # noqa: F401,F403
 
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
-           "backend_names", "copy_isa", "copy_isa_available", "set_copy_isa",
+           "backend_names", "copy_isa", "copy_isa_available", "copy_isa_notes", "set_copy_isa",
            "library_version", "libdir", "includedir", "bindir", "put", "get",
            "Transfer"] + list(errors.__all__)
 

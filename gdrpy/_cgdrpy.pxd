@@ -65,6 +65,7 @@ cdef extern from "gdrpy.h" nogil:
     const char *gdrpy_copy_isa()
     int gdrpy_set_copy_isa(const char *name)
     const char *gdrpy_copy_isa_available()
+    const char *gdrpy_copy_isa_notes()
 
     int gdrpy_sim_alloc(size_t size, uint64_t *dptr)
     int gdrpy_sim_free(uint64_t dptr)

@@ -158,6 +158,13 @@ def copy_isa_available():
     return [x for x in s.split(",") if x]
 
 
+def copy_isa_notes():
+    """Kernels of this build that cannot run here, were not compiled in, or
+    that auto never picks, each as 'name: reason'."""
+    s = gdrpy_copy_isa_notes().decode()
+    return [x for x in s.split("\n") if x]
+
+
 def set_copy_isa(name):
     """Force a copy kernel by name ('auto' restores dispatch)."""
     if name is not None and not isinstance(name, str):

@@ -401,6 +401,9 @@ def _layout():
 
 @pytest.mark.parametrize("isa", gdrpy.copy_isa_available())
 def test_every_kernel_every_size_and_misalignment_through_the_mapping(ctx, alloc, isa):
+    if isa == "ls64" and ctx.backend == "sim":
+        pytest.skip("LD64B/ST64B fault on ordinary host memory (the sim backend): "
+                    "device mappings only")
     cases, total = _layout()
     b = alloc(total + 4096)
     rng = np.random.default_rng(5)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 
 
 def _gpus():
@@ -56,6 +57,8 @@ def cmd_info(args) -> int:
         "library_version": gdrpy.library_version(),
         "copy_kernel": gdrpy.copy_isa(),
         "copy_kernels_available": gdrpy.copy_isa_available(),
+        "copy_kernel_notes": gdrpy.copy_isa_notes(),
+        "machine": platform.machine(),
         "gpus": [{"index": i, "name": n, "pci_bus_id": b} for i, n, b in gpus],
         "no_gpu_reason": why_no_gpu or None,
         "device": device,
@@ -72,6 +75,12 @@ def cmd_info(args) -> int:
     print(f"gdrpy {data['version']} (libgdrpy {data['library_version']})")
     print(f"copy kernel: {data['copy_kernel']} "
           f"(this CPU can run: {', '.join(data['copy_kernels_available'])})")
+    for note in data["copy_kernel_notes"]:
+        print(f"  {note}")
+    if data["machine"] in ("aarch64", "arm64"):
+        print("aarch64: kernels, fences and the sim backend are tested under emulation; "
+              "BAR1 ordering and the nvrm backend are unverified on Arm hardware "
+              "(docs/arm.md)")
     if gpus:
         print(f"GPUs seen by the CUDA driver: {len(gpus)}")
         for i, n, b in gpus:

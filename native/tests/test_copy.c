@@ -477,6 +477,14 @@ static void test_env_override(void)
     self[l] = '\0';
     const char *autoname = gp_copy_auto_kernel()->name;
     char out[128], err[2048];
+    /* qemu-user without binfmt_misc (cross-architecture CI runs) cannot
+     * exec a foreign binary: the child's execl fails and it exits 127
+     * without printing.  Say so instead of failing the override tests. */
+    if (run_child_isa(self, NULL, out, sizeof out, err, sizeof err) == 127 && !out[0]) {
+        printf("  skip GDRPY_COPY_ISA override: cannot re-execute %s here (an emulator "
+               "without binfmt_misc?)\n", self);
+        return;
+    }
     size_t nk;
     const gp_copy_kernel *const *ks = gp_copy_kernel_list(&nk);
     for (size_t i = 0; i < nk; i++) {

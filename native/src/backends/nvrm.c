@@ -36,6 +36,16 @@
 #include "cudadrv.h"
 #include "internal.h"
 
+#if defined(__aarch64__)
+#define GP_NVRM_ARCH "aarch64"
+#elif defined(__powerpc64__)
+#define GP_NVRM_ARCH "ppc64le"
+#elif defined(__riscv)
+#define GP_NVRM_ARCH "riscv64"
+#else
+#define GP_NVRM_ARCH "non-x86-64"
+#endif
+
 /* ---- ioctl numbers ---------------------------------------------------- */
 #define NV_IOCTL_MAGIC 'F'
 #define NV_IOC(nr, size) _IOC(_IOC_READ | _IOC_WRITE, NV_IOCTL_MAGIC, (nr), (size))
@@ -78,7 +88,13 @@
 #define H_MEM_FIRST 0x5a100000u
 #define H_MEM_LAST 0x5affffffu
 
-/* ---- ioctl argument layouts (x86-64) ---------------------------------- */
+/* ---- ioctl argument layouts ------------------------------------------- */
+/* Measured on x86-64 (shared/facts/nvrm-bar1.md).  The driver builds these
+ * structs from NvU32/NvU64/NvHandle and 8-byte aligned NvP64 fields, whose
+ * sizes and alignments are the same under the x86-64 SysV and the AArch64
+ * AAPCS64 LP64 ABIs, so the layouts are the same on aarch64: the asserts
+ * below hold for whichever target is built, and CI builds both (x86-64
+ * natively, aarch64 with aarch64-linux-gnu-gcc in scripts/ci/70-arm64.sh). */
 typedef struct {
     uint32_t hRoot, hObjectParent, hObjectOld, status;
 } nv_os00_t;
@@ -204,6 +220,17 @@ _Static_assert(offsetof(nv0000_import_t, objects) == 8, "import.objects");
 _Static_assert(offsetof(nv0000_import_t, objectTypes) == 520, "import.objectTypes");
 _Static_assert(offsetof(nv0000_import_t, numObjects) == 648, "import.numObjects");
 _Static_assert(offsetof(nv0000_import_t, index) == 650, "import.index");
+/* 64-bit fields 8-byte aligned (NvP64 / NvU64), as the driver's structs. */
+_Static_assert(_Alignof(nv_os21_t) == 8 && _Alignof(nv_os54_t) == 8 &&
+               _Alignof(nv_os33_fd_t) == 8 && _Alignof(nv_os34_t) == 8 &&
+               _Alignof(nv_card_info_t) == 8 && _Alignof(nv0080_alloc_t) == 8,
+               "64-bit members are 8-byte aligned");
+_Static_assert(sizeof(void *) == 8 && sizeof(long) == 8, "LP64");
+#if defined(__x86_64__) || defined(__aarch64__)
+/* Both use the asm-generic ioctl encoding (dir 31:30, size 29:16, type
+ * 15:8, nr 7:0), as the driver's own nv-ioctl numbers do on each. */
+_Static_assert(NV_IOC(NV_ESC_RM_CONTROL, 32) == 0xc020462au, "ioctl encoding");
+#endif
 
 /* ---- NV status names (values from the driver's nvstatuscodes.h) ------- */
 static const struct { uint32_t code; const char *name; } status_names[] = {
@@ -355,6 +382,25 @@ static int env_force(void)
 {
     const char *s = getenv("GDRPY_NVRM_FORCE");
     return s && atoi(s) == 1;
+}
+
+/* The backend has run on x86-64 GPU hosts only.  Elsewhere the ioctl
+ * layouts are the same (asserted above), but what the driver does with the
+ * mappings is not verified: on arm64 it maps BAR1 Device-nGnRE (kernel-open
+ * nv-pgprot.h), kernels often use 64 KiB pages, and Grace systems take the
+ * coherent C2C paths of RM_MAP_MEMORY.  Refuse there unless forced, rather
+ * than guess. */
+static int arch_gate(void)
+{
+#if defined(__x86_64__)
+    return 0;
+#else
+    if (env_force())
+        return 0;
+    return gp_err(GDRPY_ENOTSUP, "validated on x86-64 only; on %s the ioctl layouts match at "
+                  "compile time but BAR1 mapping is untested on its hardware "
+                  "(GDRPY_NVRM_FORCE=1 tries it)", GP_NVRM_ARCH);
+#endif
 }
 
 /* ---- ioctl wrappers --------------------------------------------------- */
@@ -561,7 +607,12 @@ fail:
 
 static int nvrm_probe(int device, char *why, size_t whylen)
 {
-    int rc = gp_cuda_load(why, whylen);
+    int rc = arch_gate();
+    if (rc) {
+        if (why && whylen) snprintf(why, whylen, "%s", gdrpy_last_error());
+        return rc;
+    }
+    rc = gp_cuda_load(why, whylen);
     if (rc) return rc;
     rc = gp_cuda_check_device(device);
     if (!rc) {
@@ -578,7 +629,9 @@ static int nvrm_probe(int device, char *why, size_t whylen)
 
 static int nvrm_open(gp_ctx *ctx)
 {
-    int rc = gp_cuda_load(NULL, 0);
+    int rc = arch_gate();
+    if (rc) return rc;
+    rc = gp_cuda_load(NULL, 0);
     if (rc) return rc;
     struct nvrm_ctx *nc = calloc(1, sizeof *nc);
     if (!nc) return gp_err(GDRPY_ENOMEM, "nvrm open: out of memory");
@@ -636,7 +689,10 @@ static int map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t 
     }
     m->plinear = a.pLinearAddress;
     m->flags = a.flags;
-    m->mm_len = gp_round_up((off & 4095) + len, 4096);
+    /* The driver aligns the mapping to its own (the kernel's) page size:
+     * 4 KiB on x86-64, often 64 KiB on arm64. */
+    const uint64_t hp = (uint64_t)host_page();
+    m->mm_len = gp_round_up((off & (hp - 1)) + len, hp);
     void *p = mmap(NULL, m->mm_len, PROT_READ | PROT_WRITE, MAP_SHARED, m->devfd, 0);
     if (p == MAP_FAILED) {
         int e = errno;
@@ -1084,8 +1140,9 @@ static int nvrm_map(gp_ctx *ctx, gp_pin *p)
     if (np->map.mm) return gp_err(GDRPY_EAGAIN, "map: already mapped");
     int rc = map_range(nc, np->hMemory, np->rm_off, p->len, &np->map);
     if (rc) return rc;
-    p->map_base = (uint8_t *)np->map.mm + (np->rm_off & 4095);
-    p->map_len = np->map.mm_len - (np->rm_off & 4095);
+    const uint64_t pgmask = (uint64_t)host_page() - 1;
+    p->map_base = (uint8_t *)np->map.mm + (np->rm_off & pgmask);
+    p->map_len = np->map.mm_len - (np->rm_off & pgmask);
     p->mapping_type = map_type_of(np->map.flags);
     return 0;
 }

