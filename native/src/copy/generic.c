@@ -92,7 +92,8 @@ static void generic_to_mapping(void *dst, const void *src, size_t n)
         const gp_u64u *p = (const gp_u64u *)s;
         uint64_t a = p[0], b = p[1], c = p[2], e = p[3];
         uint64_t f = p[4], g = p[5], h = p[6], i = p[7];
-        GP_MAP_TRACE(d, 64);
+        for (int t_ = 0; t_ < 8; t_++)
+            GP_MAP_TRACE(q + t_, 8);
         q[0] = a; q[1] = b; q[2] = c; q[3] = e;
         q[4] = f; q[5] = g; q[6] = h; q[7] = i;
     }
@@ -129,7 +130,8 @@ static void generic_from_mapping(void *dst, const void *src, size_t n)
     d += 8 - off;
     const volatile gp_u64a *q = p + 1, *qe = p + nw - 1;
     for (; qe - q >= 8; q += 8, d += 64) {
-        GP_MAP_TRACE(q, 64);
+        for (int t_ = 0; t_ < 8; t_++)
+            GP_MAP_TRACE(q + t_, 8);
         uint64_t a = q[0], b = q[1], c = q[2], e = q[3];
         uint64_t f = q[4], g = q[5], h = q[6], i = q[7];
         gp_u64u *o = (gp_u64u *)d;
