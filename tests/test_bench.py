@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import sys
 
 import pytest
@@ -143,9 +144,15 @@ def test_latency_with_c_merges_the_c_rows(tmp_path, capsys):
     for n in (8, 4096):
         for d in ("h2d", "d2h"):
             assert (d, "c_kernel", n) in keys and (d, "c_cumemcpy", n) in keys
-    assert ("h2d", "c_raw", 4096) in keys and ("h2d", "c_kernel_rb", 8) in keys
+    assert ("h2d", "c_kernel_rb", 8) in keys
+    if platform.machine() == "x86_64":   # the raw reference loops are AVX loops
+        assert ("h2d", "c_raw", 4096) in keys
     for r in c:
-        assert r["median_us"] > 0 and r["p99_us"] >= r["median_us"]
+        # x86's TSC always sees a copy; a coarse counter (aarch64 CNTVCT, 25 MHz
+        # on some hosts, 62.5 MHz under qemu) may round a short one to 0.
+        assert r["median_us"] >= 0 and r["p99_us"] >= r["median_us"]
+        if platform.machine() == "x86_64":
+            assert r["median_us"] > 0
     assert doc["c_benchmark"]["returncode"] == 0
     assert doc["c_benchmark"]["json"]["backend"] == "sim"
 

@@ -480,7 +480,9 @@ static void emit(const char *op, const char *isa, size_t n, size_t bytes, stats_
     char hs[32], label[64];
     human_size(n, hs, sizeof hs);
     snprintf(label, sizeof label, isa ? "%s [%s]" : "%s", op, isa);
-    double gmed = bytes / st.med, gbest = bytes / st.min;
+    /* A median or minimum of 0 ticks (a coarse counter: aarch64's CNTVCT
+     * runs at 25 MHz - 1 GHz) has no bandwidth: 0, never inf in the JSON. */
+    double gmed = st.med > 0 ? bytes / st.med : 0, gbest = st.min > 0 ? bytes / st.min : 0;
     printf("%8s  %-28s %7ld %11.1f %11.1f %11.1f %9.3f %9.3f", hs, label, st.iters, st.med,
            st.p99, st.min, gmed, gbest);
     if (ref_gbps > 0)

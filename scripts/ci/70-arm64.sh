@@ -31,7 +31,7 @@ step() { echo "--- arm64 [$(( $(date +%s) - T0 )) s] $*"; }
 # input and lifetimes (binding + core), transfers and thresholds (Python API).  The rest (benchmarks,
 # examples, packaging, asv) is left to x86 CI: it exercises no Arm-specific
 # code and costs most under emulation.
-ARM_PYTEST_ARGS=${ARM_PYTEST_ARGS:-"tests/test_arch.py tests/test_native.py tests/test_sanity.py tests/test_badinput.py tests/test_lifetimes.py tests/test_transfer.py tests/test_threshold.py"}
+ARM_PYTEST_ARGS=${ARM_PYTEST_ARGS:-"tests/test_arch.py tests/test_native.py tests/test_sanity.py tests/test_badinput.py tests/test_lifetimes.py tests/test_transfer.py tests/test_threshold.py tests/test_bench.py"}
 SUITE=${ARM_SUITE:-debian:bookworm}
 LIMIT=${ARM_TIMEOUT:-2400}
 
