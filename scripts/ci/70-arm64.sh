@@ -64,16 +64,17 @@ mkdir -p "$R/src" "$R/cross" "$R/wheels" "$W/wheels"
 [ -e "$R/bin/sh" ] || ln -s dash "$R/bin/sh"
 [ -e "$R/usr/bin/cc" ] || ln -s gcc "$R/usr/bin/cc"
 
-# proot 5.1 does not translate faccessat2's path (scripts/ci/arm64/nofaccessat2.c
-# says why that breaks gcc in the root); this wrapper makes glibc fall back.
-gcc -O2 -o "$W/nofaccessat2" scripts/ci/arm64/nofaccessat2.c
+# proot 5.1 does not translate the paths of faccessat2 and statx
+# (scripts/ci/arm64/proot-enosys.c says what breaks); this wrapper makes
+# glibc fall back to the calls it knows.
+gcc -O2 -o "$W/proot-enosys" scripts/ci/arm64/proot-enosys.c
 
 # Runs a command in the arm64 root under qemu-user, with a clean environment
 # (the host's PIP_* settings name files the root does not have).
 arm() {
     timeout --foreground "$LIMIT" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
         LANG=C.UTF-8 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 "${ARM_ENV[@]}" \
-        "$W/nofaccessat2" proot -q qemu-aarch64-static -r "$R" -b /dev -b /proc -b /sys \
+        "$W/proot-enosys" proot -q qemu-aarch64-static -r "$R" -b /dev -b /proc -b /sys \
         -b "$W/cross:/cross" -b "$W/wheels:/wheels" -w /src "$@"
 }
 ARM_ENV=()

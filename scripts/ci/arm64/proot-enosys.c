@@ -1,14 +1,15 @@
 /*
- * nofaccessat2 - run a command with the faccessat2 system call failing with
- * ENOSYS (a seccomp filter, inherited by every child).
+ * proot-enosys - run a command with the faccessat2 and statx system calls
+ * failing with ENOSYS (a seccomp filter, inherited by every child).
  *
- * Why: Debian bookworm's proot (5.1) does not know faccessat2 (Linux 5.8),
- * so it does not translate its path into the guest root; the host's glibc in
- * qemu-aarch64-static uses faccessat2 for every access() of the guest, which
- * then asks the host's file system (gcc cannot find its cc1).  With ENOSYS,
- * glibc falls back to faccessat, which proot translates.
+ * Why: Debian bookworm's proot (5.1) knows neither faccessat2 (Linux 5.8)
+ * nor statx (4.11), so it does not translate their paths into the guest
+ * root: the static qemu-aarch64's glibc uses faccessat2 for every access()
+ * of the guest (gcc then cannot find its cc1), and the guest's coreutils use
+ * statx (ls cannot see a file it just listed).  With ENOSYS, glibc falls back
+ * to faccessat and fstatat, which proot translates.
  *
- *   nofaccessat2 proot -q qemu-aarch64-static -r ROOT ...
+ *   proot-enosys proot -q qemu-aarch64-static -r ROOT ...
  */
 #include <errno.h>
 #include <linux/audit.h>
@@ -24,11 +25,14 @@
 #ifndef __NR_faccessat2
 #define __NR_faccessat2 439
 #endif
+#ifndef __NR_statx
+#define __NR_statx 332
+#endif
 
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: nofaccessat2 COMMAND [ARG...]\n");
+        fprintf(stderr, "usage: proot-enosys COMMAND [ARG...]\n");
         return 2;
     }
 #if defined(__x86_64__)
@@ -36,24 +40,25 @@ int main(int argc, char **argv)
 #elif defined(__aarch64__)
     const unsigned arch = AUDIT_ARCH_AARCH64;
 #else
-#error "nofaccessat2: add this host's AUDIT_ARCH"
+#error "proot-enosys: add this host's AUDIT_ARCH"
 #endif
     struct sock_filter f[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_faccessat2, 0, 1),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_faccessat2, 1, 0),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_statx, 0, 1),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog prog = {.len = sizeof f / sizeof f[0], .filter = f};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
         prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) != 0) {
-        fprintf(stderr, "nofaccessat2: seccomp: %s\n", strerror(errno));
+        fprintf(stderr, "proot-enosys: seccomp: %s\n", strerror(errno));
         return 1;
     }
     execvp(argv[1], argv + 1);
-    fprintf(stderr, "nofaccessat2: %s: %s\n", argv[1], strerror(errno));
+    fprintf(stderr, "proot-enosys: %s: %s\n", argv[1], strerror(errno));
     return 127;
 }
