@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(HERE, "native")
 NBUILD = os.path.join(NATIVE, "build")
 SHIPPED_LIBS = ["libgdrpy.so.0", "libgdrapi.so.2"]
-SHIPPED_HEADERS = ["gdrpy.h", "gdrapi.h"]
+SHIPPED_HEADERS = ["gdrpy.h", "gdrapi.h", "gdrpy_channel.h", "gdrpy_channel.cuh"]
 
 
 class BuildWithNative(build_ext):
@@ -43,6 +43,7 @@ class BuildWithNative(build_ext):
 ext = Extension(
     "gdrpy._core",
     sources=["gdrpy/_core.pyx"],
+    depends=["gdrpy/_channel.pxi", "native/include/gdrpy_channel.h"],
     include_dirs=["native/include", "native/src/core", "native/src/copy"],
     extra_objects=[os.path.join("native", "build", "libgdrpy.a")],
     libraries=["dl", "pthread"],
@@ -52,5 +53,5 @@ ext = Extension(
 setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildWithNative},
-    package_data={"gdrpy": ["lib/*", "include/*.h", "*.pyx", "*.pxd"]},
+    package_data={"gdrpy": ["lib/*", "include/*.h", "include/*.cuh", "*.pyx", "*.pxd", "*.pxi"]},
 )
