@@ -487,6 +487,13 @@ cdef class Channel:
                 PyBuffer_Release(&view)
         return got
 
+    def pin_thread_near_gpu(self, cpu=None):
+        """Restrict the calling thread to one CPU on the GPU's NUMA node
+        (gdrpy.numa.pin_thread_near_gpu); returns the CPU or None (sim, no
+        locality information)."""
+        from gdrpy.numa import pin_thread_near_gpu
+        return pin_thread_near_gpu(self.context, cpu)
+
     def wait_attached(self, timeout=5.0):
         """Wait until a kernel has attached (call after launching it, before
         sending).  ChannelTimeoutError otherwise."""
