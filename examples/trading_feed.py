@@ -14,25 +14,26 @@ What runs
   handler can recompute the expected per-symbol VWAP.
 * The **feed handler** (this process) busy-polls the socket, checks sequence
   numbers (gaps from loss, late packets from reordering, duplicates: all
-  counted and reported, never silently dropped), and writes each tick into
-  a ring of 64-byte slots in GPU memory: the 32-byte tick first, then the
-  slot's ring index (a separate store after the sfence) at byte 56.
-* A **persistent kernel** (NVRTC) consumes the ring in order: it waits for
-  slot ``i`` to carry ring index ``i`` (acquire load, then
-  ``__threadfence()``), updates per-symbol state in GPU memory (volume-
+  counted and reported, never silently dropped), and sends each tick into
+  a :class:`gdrpy.Channel` (a ring of 64-byte slots in GPU memory; one
+  ``send`` = the 32-byte tick, sfence, the slot's sequence word).
+* A **persistent kernel** (NVRTC, on ``gdrpy_channel.cuh``) consumes the
+  channel in order: it waits for message ``i`` (``gdrpy_chan_ready``: an
+  acquire load of its sequence word), updates per-symbol state in GPU memory (volume-
   weighted average price and a signal: +1 when the last price is above
   VWAP by more than ``--band``, -1 below, 0 otherwise), and publishes the
-  results plus "last ring index processed" (the ack) into pinned host memory.
+  results plus "last ring index processed" (the ack) into pinned host memory,
+  then frees the slot (``gdrpy_chan_consume``).
 * Ring overrun: the handler never overwrites a slot the kernel has not
-  acknowledged.  With ``--on-full wait`` (default) it waits for room and
+  acknowledged (the channel itself refuses to).  With ``--on-full wait`` (default) it waits for room and
   counts the stall; with ``--on-full drop`` it drops the tick and counts and
   lists it.  The kernel also checks: a slot from a later lap than expected
   stops it with status "lapped", reported as an error.
 
 The same feed then runs through a **cuMemcpy baseline**: the handler writes
-the tick and then the ring index with two ``cuMemcpyHtoD`` calls
-(``ctx.memcpy_htod``, gdrpy's call from C) into the same ring, consumed by
-the same kernel.
+the tick and then the slot's sequence word with two ``cuMemcpyHtoD`` calls
+(``ctx.memcpy_htod``, gdrpy's call from C) into the same channel ring,
+consumed by the same kernel.
 
 Latency, and how it is measured
 -------------------------------
@@ -69,13 +70,12 @@ TICK = struct.Struct("<QIIdQ")          # seq, symbol, qty, price, send_ns
 assert TICK.size == 32
 SEQ = struct.Struct("<Q")
 END_SEQ = (1 << 64) - 1
-SLOT = 64                               # ring slot: tick @0, ring index @56
-SLOT_MARK = 56
-
-# GPU buffer layout (pinned + mapped)
-CTRL_STOP_AT = 0                        # u64: 0 = run; k = stop once k-1 ticks are processed
-CTRL_ABORT = 8                          # u32: non-zero = exit now
-RING_OFF = 4096
+SLOT = 64                               # channel slot: seq u64, len u32, tag u32, tick (32 B)
+# The channel's layout (gdrpy_channel.h): what the sim consumer thread and the
+# cuMemcpy path need to know.
+CH_DEV_SHUTDOWN, CH_DEV_SENT, CH_RING = 0, 8, 128          # device block
+CH_HDR = 16                                                # slot header
+CH_HOST_CONSUMED, CH_HOST_STATUS, CH_HOST_FINAL = 0, 64, 72  # host block
 
 # host results layout (pinned host memory the kernel writes)
 H_ACK, H_STATUS, H_DISC, H_BADSYM, H_LASTSEQ, H_LAPPED = 0, 8, 16, 24, 32, 40
@@ -88,15 +88,16 @@ STATUS = {0: "not started", 1: "running", 2: "stopped", 3: "gave up (watchdog ti
 
 SIM_LABEL = "SIM: CPU thread stands in for the GPU kernel"
 
-from gdrpy.tools.pingpong import DEVICE_HELPERS_SRC  # noqa: E402  (the kernels' shared device helpers)
+KERNEL_SRC = r"""
+#include "gdrpy_channel.cuh"
+typedef unsigned long long u64;
+typedef unsigned int u32;
 
-KERNEL_SRC = DEVICE_HELPERS_SRC + r"""
 struct SymAcc { double pq; double q; u64 count; u64 pad; };
 
-/* One thread.  ring/ctrl/acc: GPU memory (ring and ctrl written by the CPU
- * through the BAR1 mapping or cuMemcpy); out: pinned host memory. */
-extern "C" __global__ void feed_consumer(const unsigned char *ring, u32 nslots,
-                                         const unsigned char *ctrl, unsigned char *accp,
+/* One thread.  d: the channel (ring in GPU memory, written by the CPU through
+ * the BAR1 mapping or cuMemcpy); acc: GPU memory; out: pinned host memory. */
+extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, unsigned char *accp,
                                          u32 nsym, unsigned char *out, u64 timeout_ns,
                                          double band, u64 delay_ns)
 {
@@ -104,19 +105,16 @@ extern "C" __global__ void feed_consumer(const unsigned char *ring, u32 nslots,
     SymAcc *acc = (SymAcc *)accp;
     volatile u64 *h64 = (volatile u64 *)out;
     volatile u32 *h32 = (volatile u32 *)out;
-    const u64 *stopp = (const u64 *)(ctrl + 0);
-    const u32 *abortp = (const u32 *)(ctrl + 8);
     u64 expected = 1, last_tick = 0, disc = 0, bad = 0;
-    u32 slot_i = 0;
     h32[2] = 1u;                                   /* running */
-    __threadfence_system();
-    u64 idle0 = gdr_globaltimer();
+    gdrpy_chan_attach(d);
+    u64 idle0 = gdrpy_globaltimer();
     u32 polls = 0;
     for (;;) {
-        const unsigned char *slot = ring + (u64)slot_i * 64ull;
-        u64 mark = gdr_ld_acquire_u64((const u64 *)(slot + 56));
+        /* message expected-1 carries sequence word `expected` */
+        u64 mark = gdrpy_ld_acquire_sys_u64(gdrpy_chan_slot(d, expected - 1));
         if (mark == expected) {
-            __threadfence();
+            const volatile unsigned char *slot = gdrpy_chan_msg(d, expected - 1, nullptr, nullptr);
             u64 tseq = *(const volatile u64 *)(slot + 0);
             u32 sym = *(const volatile u32 *)(slot + 8);
             u32 qty = *(const volatile u32 *)(slot + 12);
@@ -139,17 +137,17 @@ extern "C" __global__ void feed_consumer(const unsigned char *ring, u32 nslots,
                 ++bad;
             }
             if (delay_ns) {                        /* test knob: a slow consumer */
-                u64 t = gdr_globaltimer();
-                while (gdr_globaltimer() - t < delay_ns) { }
+                u64 t = gdrpy_globaltimer();
+                while (gdrpy_globaltimer() - t < delay_ns) { }
             }
             h64[2] = disc;
             h64[3] = bad;
             h64[4] = last_tick;
             __threadfence_system();                /* results before the ack */
             h64[0] = expected;                     /* ack: ring index processed */
+            gdrpy_chan_consume(d, expected);       /* the slot is free again */
             ++expected;
-            if (++slot_i == nslots) slot_i = 0;
-            idle0 = gdr_globaltimer();
+            idle0 = gdrpy_globaltimer();
             polls = 0;
             continue;
         }
@@ -158,17 +156,20 @@ extern "C" __global__ void feed_consumer(const unsigned char *ring, u32 nslots,
             __threadfence_system();
             h32[2] = 5u;
             __threadfence_system();
+            gdrpy_chan_stop(d, expected - 1, GDRPY_CHAN_ST_STOPPED);
             return;
         }
         if ((++polls & 63u) == 0) {
-            u64 stop_at = gdr_ld_acquire_u64(stopp);
+            u32 mode = gdrpy_chan_shutdown_mode(d);
             u32 st = 0;
-            if (stop_at != 0 && expected >= stop_at) st = 2u;
-            else if (gdr_ld_acquire_u32(abortp)) st = 4u;
-            else if (gdr_globaltimer() - idle0 > timeout_ns) st = 3u;
+            if (mode == GDRPY_CHAN_DRAIN && expected - 1 >= gdrpy_chan_sent(d)) st = 2u;
+            else if (mode == GDRPY_CHAN_ABORT) st = 4u;
+            else if (gdrpy_globaltimer() - idle0 > timeout_ns) st = 3u;
             if (st) {
                 h32[2] = st;
                 __threadfence_system();
+                gdrpy_chan_stop(d, expected - 1, st == 3u ? GDRPY_CHAN_ST_TIMEOUT
+                                                        : GDRPY_CHAN_ST_STOPPED);
                 return;
             }
         }
@@ -241,13 +242,14 @@ def sender_main(a) -> int:
 
 class SimConsumer(threading.Thread):
     """SIM only: a CPU thread running the kernel's protocol on the sim
-    buffer's device side."""
+    channel: its ring (the sim buffer's device side) and its host block."""
 
-    def __init__(self, dev, out, nslots, nsym, timeout_s, band, acc_off, delay_s=0.0):
+    def __init__(self, dev, hostblk, out, acc, nslots, nsym, timeout_s, band, delay_s=0.0):
         super().__init__(name="gdrpy-sim-feed-consumer", daemon=True)
         self.delay_s = delay_s
-        self.dev, self.out, self.nslots, self.nsym = dev, out, nslots, nsym
-        self.timeout_s, self.band, self.acc_off = timeout_s, band, acc_off
+        self.dev, self.hostblk, self.out, self.acc = dev, hostblk, out, acc
+        self.nslots, self.nsym = nslots, nsym
+        self.timeout_s, self.band = timeout_s, band
         self.error = None
 
     def run(self):
@@ -256,26 +258,36 @@ class SimConsumer(threading.Thread):
         except BaseException as e:
             self.error = e
             self.out[H_STATUS:H_STATUS + 4].view(np.uint32)[0] = ST_ABORTED
+            self._report_stop(0, 2)
+
+    def _report_stop(self, consumed: int, status: int) -> None:
+        hb = self.hostblk
+        hb[CH_HOST_FINAL:CH_HOST_FINAL + 8].view(np.uint64)[0] = consumed
+        hb[CH_HOST_CONSUMED:CH_HOST_CONSUMED + 8].view(np.uint64)[0] = consumed
+        hb[CH_HOST_STATUS:CH_HOST_STATUS + 4].view(np.uint32)[0] = status
 
     def _run(self):
         dev, out = self.dev, self.out
         h64 = out[:64].view(np.uint64)
         h32 = out[:64].view(np.uint32)
-        accv = dev[self.acc_off:self.acc_off + 32 * self.nsym].view(np.float64).reshape(-1, 4)
-        unpack_tick, unpack_q = TICK.unpack_from, SEQ.unpack_from
+        consumed = self.hostblk[CH_HOST_CONSUMED:CH_HOST_CONSUMED + 8].view(np.uint64)
+        accv = self.acc.view(np.float64).reshape(-1, 4)
+        unpack_tick, unpack_q, unpack_i = TICK.unpack_from, SEQ.unpack_from, struct.Struct(
+            "<I").unpack_from
         pack_sym = struct.Struct("<ddQi").pack_into
         band = self.band
-        expected, last_tick, disc, bad, slot_i = 1, 0, 0, 0, 0
+        expected, last_tick, disc, bad = 1, 0, 0, 0
         h32[H_STATUS // 4] = ST_RUNNING
+        self.hostblk[CH_HOST_STATUS:CH_HOST_STATUS + 4].view(np.uint32)[0] = 1   # attached
         idle0 = time.monotonic()
         polls = 0
         sleep = time.sleep
         sums = {}
         while True:
-            off = RING_OFF + slot_i * SLOT
-            mark = unpack_q(dev, off + SLOT_MARK)[0]
+            off = CH_RING + ((expected - 1) % self.nslots) * SLOT
+            mark = unpack_q(dev, off)[0]
             if mark == expected:
-                tseq, sym, qty, px, _ = unpack_tick(dev, off)
+                tseq, sym, qty, px, _ = unpack_tick(dev, off + CH_HDR)
                 if last_tick and tseq != last_tick + 1:
                     disc += 1
                 last_tick = tseq
@@ -295,57 +307,58 @@ class SimConsumer(threading.Thread):
                     sleep(self.delay_s)         # test knob: a slow consumer
                 h64[H_DISC // 8], h64[H_BADSYM // 8], h64[H_LASTSEQ // 8] = disc, bad, last_tick
                 h64[H_ACK // 8] = expected
+                consumed[0] = expected           # the channel slot is free again
                 expected += 1
-                slot_i = slot_i + 1 if slot_i + 1 < self.nslots else 0
                 idle0 = time.monotonic()
                 continue
             if mark > expected:
                 h64[H_LAPPED // 8] = mark
                 h32[H_STATUS // 4] = ST_LAPPED
+                self._report_stop(expected - 1, 2)
                 return
             polls += 1
             if (polls & 15) == 0:
-                stop_at = unpack_q(dev, CTRL_STOP_AT)[0]
-                if stop_at and expected >= stop_at:
-                    h32[H_STATUS // 4] = ST_STOPPED
-                    return
-                if unpack_q(dev, CTRL_ABORT)[0] & 0xFFFFFFFF:
-                    h32[H_STATUS // 4] = ST_ABORTED
-                    return
-                if time.monotonic() - idle0 > self.timeout_s:
-                    h32[H_STATUS // 4] = ST_TIMEOUT
+                mode = unpack_i(dev, CH_DEV_SHUTDOWN)[0]
+                st = 0
+                if mode == 1 and expected - 1 >= unpack_q(dev, CH_DEV_SENT)[0]:
+                    st = ST_STOPPED
+                elif mode == 2:
+                    st = ST_ABORTED
+                elif time.monotonic() - idle0 > self.timeout_s:
+                    st = ST_TIMEOUT
+                if st:
+                    h32[H_STATUS // 4] = st
+                    self._report_stop(expected - 1, 3 if st == ST_TIMEOUT else 2)
                     return
             sleep(0)     # one interpreter, one GIL: let the handler run
 
 
 class Engine:
-    """GPU buffer (ring + control + per-symbol state), its pin and mapping,
-    the host results, and the consumer.  ``close()`` always stops the
-    consumer first."""
+    """The per-symbol state (GPU memory), the host results, the kernel, and
+    per phase a :class:`gdrpy.Channel` (the tick ring) and its consumer.
+    ``close()`` always stops the consumer first."""
 
     def __init__(self, ctx, nslots, nsym, kernel_timeout_s, band, delay_s=0.0):
         import gdrpy
+        if nslots & (nslots - 1):
+            raise ValueError(f"--ring {nslots}: the channel needs a power of two")
         self.delay_s = delay_s
         self.ctx, self.nslots, self.nsym = ctx, nslots, nsym
         self.kernel_timeout_s, self.band = kernel_timeout_s, band
         self.sim = ctx.is_sim
         self.rt = self.module = self.stream = self.host = None
-        self.buf = self.pin = self.m = None
+        self.ch = None
         self.consumer = None
         self.live = False
         self.stuck = False
-        self.acc_off = RING_OFF + nslots * SLOT
-        self.size = self.acc_off + nsym * 32
         self.out_size = H_SYM + nsym * SYM_OUT
-        self.buf = gdrpy.memory.alloc(self.size, ctx=ctx)
-        self.pin = ctx.pin(self.buf)
-        self.m = self.pin.map()
+        self.acc_buf = gdrpy.memory.alloc(nsym * 32, ctx=ctx)
         if self.sim:
             self._out_store = np.zeros(self.out_size, dtype=np.uint8)
             self.out = self._out_store
             self.out_ptr = self.out.ctypes.data
         else:
-            from gdrpy.tools.pingpong import GpuRuntime
+            from gdrpy.tools.cuda_rt import GpuRuntime
             self.rt = GpuRuntime(ctx.device)
             t0 = time.perf_counter()
             self.module = self.rt.compile(KERNEL_SRC, "gdrpy_trading_feed.cu")
@@ -359,24 +372,23 @@ class Engine:
         self.status = ctypes.c_uint32.from_address(self.out_ptr + H_STATUS)
 
     def start(self):
-        self.m.write(0, bytes(self.size))       # ring, control, per-symbol state = 0
+        import gdrpy
+        self.ch = gdrpy.Channel(self.ctx, nslots=self.nslots, slot_size=TICK.size, comp_size=0)
+        self.ctx.memcpy_htod(self.acc_buf.ptr, bytes(self.nsym * 32))   # per-symbol state = 0
         self.out[:] = 0
         if self.sim:
-            self.consumer = SimConsumer(self.buf.numpy(), self.out, self.nslots, self.nsym,
-                                        self.kernel_timeout_s, self.band, self.acc_off,
-                                        self.delay_s)
+            self.consumer = SimConsumer(self.ch.buffer.numpy(), np.asarray(self.ch.host_block()),
+                                        self.out, self.acc_buf.numpy(), self.nslots, self.nsym,
+                                        self.kernel_timeout_s, self.band, self.delay_s)
             self.consumer.start()
         else:
-            from gdrpy.tools.pingpong import KernelArgs, launch
+            from gdrpy.tools.cuda_rt import KernelParams, launch
             self.rt.make_current()
-            p = self.buf.ptr
-            args = KernelArgs((ctypes.c_uint64, p + RING_OFF), (ctypes.c_uint32, self.nslots),
-                              (ctypes.c_uint64, p), (ctypes.c_uint64, p + self.acc_off),
-                              (ctypes.c_uint32, self.nsym), (ctypes.c_uint64, self.host.dptr),
-                              (ctypes.c_uint64, int(self.kernel_timeout_s * 1e9)),
-                              (ctypes.c_double, self.band),
-                              (ctypes.c_uint64, int(self.delay_s * 1e9)))
-            launch(self.rt, self.func, (1,), (1,), args, self.stream,
+            self.args = KernelParams(("bytes", self.ch.desc), ("u64", self.acc_buf.ptr),
+                                     ("u32", self.nsym), ("u64", self.host.dptr),
+                                     ("u64", int(self.kernel_timeout_s * 1e9)),
+                                     ("f64", self.band), ("u64", int(self.delay_s * 1e9)))
+            launch(self.rt, self.func, (1,), (1,), self.args, self.stream,
                    what="cuLaunchKernel(feed_consumer)")
         self.live = True
         deadline = time.monotonic() + max(10.0, self.kernel_timeout_s)
@@ -387,36 +399,40 @@ class Engine:
             if not self.sim and self.stream.done():
                 raise RuntimeError("the consumer kernel exited before it started polling")
             time.sleep(0.0001)
+        self.ch.wait_attached(timeout=10.0)
 
     def _exited(self, timeout_s) -> bool:
         if self.sim:
             self.consumer.join(timeout_s)
             return not self.consumer.is_alive()
-        from gdrpy.tools.pingpong import wait_stream
+        from gdrpy.tools.cuda_rt import wait_stream
         return wait_stream(self.stream, timeout_s)
 
-    def stop(self, final_index: int):
-        """Normal stop: the consumer exits once it has processed ``final_index``."""
-        if not self.live:
-            return
-        self.m.write(CTRL_STOP_AT, (final_index + 1).to_bytes(8, "little"))
-        if not self._exited(self.kernel_timeout_s + 5.0):
-            self.abort()
-            return
-        self.live = False
-
-    def abort(self):
-        if not self.live:
-            return
+    def _end(self, drain: bool) -> None:
         try:
-            self.m.write(CTRL_ABORT, (1).to_bytes(4, "little"))
-        except Exception:
-            pass
+            self.ch.shutdown(drain=drain, timeout=self.kernel_timeout_s + 5.0)
+        except Exception as e:  # noqa: BLE001  (reported; the consumer may be gone already)
+            print(f"trading_feed: channel shutdown: {e}", file=sys.stderr)
         if not self._exited(self.kernel_timeout_s + 5.0):
             self.stuck = True
             raise RuntimeError("the consumer did not exit; its memory is left allocated "
                                "(process exit frees it)")
         self.live = False
+        self.consumer = None     # (sim) its numpy views of the channel's memory go first
+        ch, self.ch = self.ch, None
+        ch.close()
+
+    def stop(self, final_index: int):
+        """Normal stop: the consumer exits once it has processed every tick
+        sent (the channel's drain shutdown)."""
+        if not self.live:
+            return
+        self._end(drain=True)
+
+    def abort(self):
+        if not self.live:
+            return
+        self._end(drain=False)
 
     def results(self):
         h = self.out[:64]
@@ -441,8 +457,8 @@ class Engine:
             print(f"trading_feed: {e}", file=sys.stderr)
         if self.stuck:
             return
-        self.consumer = None   # (sim) drops its numpy view of the buffer first
-        for obj in (self.m, self.pin, self.buf, self.host, self.stream, self.module):
+        self.consumer = None   # (sim) drops its numpy views first
+        for obj in (self.acc_buf, self.host, self.stream, self.module):
             try:
                 if obj is not None:
                     obj.close()
@@ -497,18 +513,18 @@ def run_phase(eng: Engine, path: str, a) -> dict:
     full_timeout_ns = int(eng.kernel_timeout_s * 1e9)
     deadline = now() + int((max_s + 5) * 1e9)
     if path == "gdrpy":
-        mw = eng.m.write
+        send = eng.ch.send
 
         def put(off, idxb):
-            mw(off, pkt)                 # the tick (stores + sfence) ...
-            mw(off + SLOT_MARK, idxb)    # ... then its ring index
+            send(pkt, 0, 1.0)            # the tick, sfence, its sequence word: one call
     else:
         h2d = eng.ctx.memcpy_htod
-        base = eng.buf.ptr
+        base = eng.ch.pin.addr
+        hdr = struct.pack("<II", TICK.size, 0)     # slot header: len, tag
 
         def put(off, idxb):
-            h2d(base + off, pkt)         # cuMemcpyHtoD of the tick ...
-            h2d(base + off + SLOT_MARK, idxb)   # ... then of its ring index
+            h2d(base + off + 8, hdr + bytes(pkt))  # cuMemcpyHtoD of the tick ...
+            h2d(base + off, idxb)                  # ... then of its sequence word
     first_recv = None
     idle = 0
     error = None
@@ -574,7 +590,7 @@ def run_phase(eng: Engine, path: str, a) -> dict:
                         sleep(0)
                 stall_ns += now() - ts
             w += 1
-            put(RING_OFF + ((w - 1) % nslots) * SLOT, w.to_bytes(8, "little"))
+            put(CH_RING + ((w - 1) % nslots) * SLOT, w.to_bytes(8, "little"))
             tw = now()
             recv_ns[w], wr_ns[w], tick_seq[w] = t, tw, seq
             send_ns[w] = unpack_tick(rbuf)[4]
@@ -801,7 +817,7 @@ def main(argv=None) -> int:
             hdr.insert(0, f"*** {SIM_LABEL} (backend sim: no GPU is used; the numbers time "
                           "Python threads, not PCIe) ***")
         else:
-            from gdrpy.tools.pingpong import nvrtc_version
+            from gdrpy.tools.cuda_rt import nvrtc_version
             hdr.append(f"  consumer: persistent kernel, NVRTC {nvrtc_version()} {eng.module.kind} for "
                        f"{eng.module.arch} (compiled in {eng.compile_s:.2f} s)")
         hdr.append("  feed: UDP on 127.0.0.1 from a separate sender process; the handler "
@@ -810,9 +826,9 @@ def main(argv=None) -> int:
                    "memory (upper bound: includes the ack's way back)")
         say("\n".join(hdr))
         paths = ["gdrpy", "cuMemcpy"] if a.paths == "both" else [a.paths]
-        titles = {"gdrpy": "gdrpy mapping (tick, then ring index, stored through the mapping)",
+        titles = {"gdrpy": "gdrpy channel (Channel.send: tick, sfence, sequence word through the mapping)",
                   "cuMemcpy": ("SIM memcpy standing in for cuMemcpyHtoD" if sim else
-                               "cuMemcpyHtoD per tick (tick, then ring index; ctx.memcpy_htod)")}
+                               "cuMemcpyHtoD per tick (tick, then sequence word; ctx.memcpy_htod)")}
         for path in paths:
             ph = run_phase(eng, path, a)
             ph["check"] = check_results(ph, a)
