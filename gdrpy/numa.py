@@ -46,7 +46,7 @@ def device_locality(ctx=None, pci_bus_id: str | None = None, root: str = SYSFS_P
     local_cpulist (text), allowed_local_cpus (also in this process's
     affinity), why (set when something could not be read)."""
     if pci_bus_id is None and ctx is not None:
-        pci_bus_id = ctx.info.get("pci_bus_id") or ""
+        pci_bus_id = "" if ctx.is_sim else (ctx.info.get("pci_bus_id") or "")
     res: dict = {"pci_bus_id": pci_bus_id or None, "numa_node": -1, "local_cpus": [],
                  "local_cpulist": "", "allowed_local_cpus": [], "why": None}
     if not pci_bus_id:
@@ -57,17 +57,19 @@ def device_locality(ctx=None, pci_bus_id: str | None = None, root: str = SYSFS_P
     except ValueError:
         res["why"] = f"unparsable PCI bus id {pci_bus_id!r}"
         return res
+    why: list[str] = []
     try:
         with open(os.path.join(d, "numa_node")) as f:
             res["numa_node"] = int(f.read().strip())
     except (OSError, ValueError) as e:
-        res["why"] = f"cannot read {d}/numa_node: {e}"
+        why.append(f"cannot read {d}/numa_node: {e}")
     try:
         with open(os.path.join(d, "local_cpulist")) as f:
             res["local_cpulist"] = f.read().strip()
         res["local_cpus"] = parse_cpulist(res["local_cpulist"])
     except (OSError, ValueError) as e:
-        res["why"] = f"cannot read {d}/local_cpulist: {e}"
+        why.append(f"cannot read {d}/local_cpulist: {e}")
+    res["why"] = "; ".join(why) or None
     try:
         allowed = os.sched_getaffinity(0)
     except (AttributeError, OSError):
