@@ -86,6 +86,41 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
     return bad;
 }
 
+/* One message, whole warp, latency path: lane k loads payload word k (when
+ * it is inside the slot) together with the header - both loads in flight
+ * at once, instead of header first and payload after - and the checksum of
+ * the first `len` bytes is reduced across the warp.  Longer messages than
+ * 128 bytes take warp_checksum(). */
+__device__ __forceinline__ void one_message(const gdrpy_chan_desc_t &d, u64 i, u32 *len_out,
+                                            u32 *tag_out, u32 *csum_out,
+                                            const volatile unsigned char **msg_out)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    const volatile unsigned char *slot = gdrpy_chan_slot(d, i);
+    const volatile unsigned char *msg = slot + GDRPY_CHAN_HDR;
+    /* word `lane` if it lies inside the slot (slot_stride - 16 bytes, a
+     * multiple of 16, >= slot_size): then every word of a len <= 128
+     * message is loaded */
+    u32 w = 0;
+    if (lane * 4u + 4u <= d.slot_stride - GDRPY_CHAN_HDR) w = ((const volatile u32 *)msg)[lane];
+    u64 h = *(const volatile u64 *)(slot + 8);
+    u32 len = (u32)h < d.slot_size ? (u32)h : d.slot_size;
+    u32 c = 0;
+    if (len <= 128u) {
+        u32 i0 = lane << 2;
+#pragma unroll
+        for (u32 b = 0; b < 4; ++b)
+            if (i0 + b < len) c += ((w >> (8 * b)) & 0xffu) * (((i0 + b) & 255u) + 1u);
+        for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+    } else {
+        c = warp_checksum(msg, len);
+    }
+    *len_out = len;
+    *tag_out = (u32)(h >> 32);
+    *csum_out = c;
+    *msg_out = msg;
+}
+
 /* The serving loop of both kernels.  check: verify every payload and tag;
  * `errors` (2 u64 in page-locked host memory, written by lane 0 only):
  * [0] mismatching messages, [1] first such index + 1.  complete: answer
@@ -96,7 +131,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     const unsigned full = 0xffffffffu;
     const unsigned lane = threadIdx.x & 31u;
     u64 head = 0, comp_head = 0, credit = 0, t_idle = 0, nerr = 0;
-    unsigned spins = 0;
+    unsigned spins = 0, rounds = 0;
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     u32 status = GDRPY_CHAN_ST_STOPPED;
@@ -115,12 +150,16 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             ok = __shfl_sync(full, ok, 0);
             if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
         }
-        /* Several small messages: one per lane, in parallel.  Otherwise
-         * (one message, or big ones) the whole warp walks each message. */
+        /* Several small messages: one per lane, in parallel.  One message:
+         * the whole warp on the latency path.  Big ones: the whole warp
+         * walks each message. */
         u32 mylen = 0, mytag = 0;
         const volatile unsigned char *mymsg = nullptr;
-        if (lane < n) mymsg = gdrpy_chan_msg(d, head + lane, &mylen, &mytag);
-        bool small = __all_sync(full, lane >= n || mylen <= SMALL_MSG);
+        bool small = false;
+        if (n > 1) {
+            if (lane < n) mymsg = gdrpy_chan_msg(d, head + lane, &mylen, &mytag);
+            small = __all_sync(full, lane >= n || mylen <= SMALL_MSG);
+        }
         if (n > 1 && small) {
             bool bad = false;
             if (lane < n) {
@@ -140,8 +179,13 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             }
         } else {
             for (unsigned m = 0; m < n; ++m) {
-                u32 len, tag;
-                const volatile unsigned char *msg = gdrpy_chan_msg(d, head + m, &len, &tag);
+                u32 len, tag, c = 0;
+                const volatile unsigned char *msg;
+                if (complete) {
+                    one_message(d, head + m, &len, &tag, &c, &msg);
+                } else {
+                    msg = gdrpy_chan_msg(d, head + m, &len, &tag);
+                }
                 if (check) {
                     u32 bad = warp_pattern_errors(msg, len, head + m);
                     if (lane == 0 && (bad || tag != (u32)(head + m))) {
@@ -149,27 +193,28 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
                         errors[0] = nerr;
                     }
                 }
-                if (complete) {
-                    u32 c = warp_checksum(msg, len);
-                    if (lane == 0) {
-                        gdrpy_answer a = {head + m + 1, c, len};
-                        gdrpy_chan_comp_fill(d, comp_head + m, (const unsigned char *)&a,
-                                             (u32)sizeof a, tag);
-                    }
+                if (complete && lane == 0) {
+                    gdrpy_answer a = {head + m + 1, c, len};
+                    gdrpy_chan_comp_fill(d, comp_head + m, (const unsigned char *)&a,
+                                         (u32)sizeof a, tag);
                 }
             }
         }
         __syncwarp();
         u32 mode = 0;
         if (lane == 0) {
-            if (complete) gdrpy_chan_comp_publish_n(d, comp_head, n);
-            gdrpy_chan_consume(d, head + n);
-            mode = gdrpy_chan_shutdown_mode(d);
+            if (complete) {
+                gdrpy_chan_comp_publish_n(d, comp_head, n);
+                gdrpy_chan_consume_after_publish(d, head + n);
+            } else {
+                gdrpy_chan_consume(d, head + n);
+            }
+            if ((++rounds & 15u) == 0) mode = gdrpy_chan_shutdown_mode(d);
         }
         if (complete) comp_head += n;
         head += n;
         mode = __shfl_sync(full, mode, 0);
-        if (mode == GDRPY_CHAN_ABORT) break;
+        if (mode == GDRPY_CHAN_ABORT) break;     /* checked every 16 busy rounds */
     }
     __syncwarp();
     if (lane == 0) gdrpy_chan_stop(d, head, status);

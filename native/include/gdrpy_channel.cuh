@@ -213,12 +213,11 @@ __device__ __forceinline__ void gdrpy_chan_comp_fill(const gdrpy_chan_desc_t &d,
     for (; k < len; ++k) s[GDRPY_CHAN_HDR + k] = src[k];
 }
 
-/* Publishes completion j: fence (everything this thread wrote is visible to
- * the host first), then the sequence word. */
+/* Publishes completion j: a system-scope release store of its sequence
+ * word (everything this thread wrote before is visible to the host first). */
 __device__ __forceinline__ void gdrpy_chan_comp_publish(const gdrpy_chan_desc_t &d, gdrpy_u64 j)
 {
-    __threadfence_system();
-    *(volatile gdrpy_u64 *)gdrpy_chan_comp_slot(d, j) = j + 1;
+    gdrpy_st_release_sys_u64(gdrpy_chan_comp_slot(d, j), j + 1);
 }
 
 /* One completion from one thread: wait for the slot, fill, publish. */
@@ -253,38 +252,48 @@ __device__ __forceinline__ void gdrpy_chan_stop(const gdrpy_chan_desc_t &d, gdrp
 
 /* ---- warp-level building blocks --------------------------------------- */
 /* All 32 lanes of one warp: the number of consecutive complete messages
- * from `head` (0..min(nslots, 32)).  Lane 0 polls message `head` (one
- * acquire load while idle); when it is there, lane k checks head + k.
- * After a non-zero return every lane may read any of those messages'
- * payloads (each was observed with an acquire load by one lane, and the
- * warp-synchronous ballot orders the other lanes' later loads after it;
- * payload loads go through gdrpy_chan_msg()'s volatile pointer). */
+ * from `head` (0..min(nslots, 32)); lane k polls message head + k with an
+ * acquire load.  After a non-zero return every lane may read any of those
+ * messages' payloads (each was observed with an acquire load by one lane,
+ * and the warp-synchronous ballot orders the other lanes' later loads after
+ * it; payload loads go through gdrpy_chan_msg()'s volatile pointer). */
 __device__ __forceinline__ unsigned gdrpy_chan_poll_warp(const gdrpy_chan_desc_t &d,
                                                          gdrpy_u64 head)
 {
     const unsigned full = 0xffffffffu;
     const unsigned lane = threadIdx.x & 31u;
-    int r0 = 0;
-    if (lane == 0) r0 = gdrpy_chan_ready(d, head) ? 1 : 0;
-    r0 = __shfl_sync(full, r0, 0);
-    if (!r0) return 0;
     const unsigned window = d.nslots < 32u ? d.nslots : 32u;
-    bool ready = lane == 0 || (lane < window && gdrpy_chan_ready(d, head + lane));
+    /* every lane polls its slot: one load latency per poll, not two */
+    bool ready = lane < window && gdrpy_chan_ready(d, head + lane);
     unsigned mask = __ballot_sync(full, ready);
     return mask == full ? 32u : (unsigned)(__ffs(~mask) - 1);
 }
 
 /* Lane 0 only: publishes completions [first, first + n) whose headers and
  * payloads any lane of the warp has written (the caller __syncwarp()s
- * first): ONE __threadfence_system() (cumulative: it orders the other
- * lanes' writes that the warp barrier made visible to lane 0), then the n
- * sequence words. */
+ * first).  One completion: a system-scope release store of its sequence
+ * word (orders the earlier writes - the other lanes' too, made visible to
+ * lane 0 by the warp barrier: release is cumulative - before it).  Several:
+ * ONE __threadfence_system(), then the n sequence words. */
 __device__ __forceinline__ void gdrpy_chan_comp_publish_n(const gdrpy_chan_desc_t &d,
                                                           gdrpy_u64 first, unsigned n)
 {
+    if (n == 1) {
+        gdrpy_st_release_sys_u64(gdrpy_chan_comp_slot(d, first), first + 1);
+        return;
+    }
     __threadfence_system();
     for (unsigned k = 0; k < n; ++k)
         *(volatile gdrpy_u64 *)gdrpy_chan_comp_slot(d, first + k) = first + k + 1;
+}
+
+/* Messages < n are consumed, right after gdrpy_chan_comp_publish_n() of
+ * this round: that fence/release already ordered the round's payload loads
+ * (whose values the completions carry) before it, so a plain store does. */
+__device__ __forceinline__ void gdrpy_chan_consume_after_publish(const gdrpy_chan_desc_t &d,
+                                                                 gdrpy_u64 n)
+{
+    *(volatile gdrpy_u64 *)(d.host_ctrl + GDRPY_CHAN_HOST_CONSUMED) = n;
 }
 
 /* Idle handling shared by serving loops (all lanes): 0 = keep polling,
@@ -321,9 +330,10 @@ __device__ __forceinline__ gdrpy_u32 gdrpy_chan_idle_warp(const gdrpy_chan_desc_
  * for message head + k; it returns the completion's length (<= comp_size
  * and <= GDRPY_CHAN_MAX_COMP, written to `out`) or < 0 for no completion;
  * the completion carries the message's tag.  Completions keep message
- * order; one __threadfence_system() per round publishes them all, then the
- * consumed count.  Stops on shutdown (drain: after every message sent;
- * abort: at the next round) or after idle_ns without a message (0: never),
+ * order; one fence (or release store) per round publishes them all, then
+ * the consumed count.  Stops on shutdown (drain: after every message sent;
+ * abort: when idle, or after at most 16 busy rounds) or after idle_ns
+ * without a message (0: never),
  * reporting STOPPED / TIMEOUT.  Returns the number of messages consumed.
  * (A plain lambda defined inside the kernel is a device lambda: no
  * __device__ annotation or --extended-lambda needed.) */
@@ -338,7 +348,7 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
     const unsigned lane = threadIdx.x & 31u;
     const unsigned full = 0xffffffffu;
     gdrpy_u64 head = 0, comp_head = 0, credit = 0, t_idle = 0;
-    unsigned spins = 0;
+    unsigned spins = 0, rounds = 0;
     unsigned char out[GDRPY_CHAN_MAX_COMP];
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
@@ -380,11 +390,12 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
         __syncwarp();
         gdrpy_u32 mode = 0;
         if (lane == 0) {
-            gdrpy_chan_consume(d, head);
-            mode = gdrpy_chan_shutdown_mode(d);
+            if (ncomp) gdrpy_chan_consume_after_publish(d, head);
+            else gdrpy_chan_consume(d, head);
+            if ((++rounds & 15u) == 0) mode = gdrpy_chan_shutdown_mode(d);
         }
         mode = __shfl_sync(full, mode, 0);
-        if (mode == GDRPY_CHAN_ABORT) break;
+        if (mode == GDRPY_CHAN_ABORT) break;     /* checked every 16 busy rounds */
     }
     __syncwarp();
     if (lane == 0) gdrpy_chan_stop(d, head, status);
