@@ -72,6 +72,7 @@ cdef extern from "gdrpy_channel.h" nogil:
     enum:
         GDRPY_CHAN_SIM_CHECK
         GDRPY_CHAN_SIM_COMPLETE
+        GDRPY_CHAN_SIM_ECHO
     int gdrpy_chan_sim_consumer_start(gdrpy_chan_t *chan, unsigned flags,
                                       _i64 start_delay_ns, _i64 idle_timeout_ns,
                                       gdrpy_chan_sim_consumer_t **out)
@@ -602,13 +603,15 @@ cdef class Channel:
                 f"{self.comp_nslots} x {self.comp_size} B backend={self.context.backend!r}>")
 
     # ---- test support (sim) ---------------------------------------------
-    def _sim_consumer(self, check=True, complete=True, start_delay=0.0, idle_timeout=10.0):
+    def _sim_consumer(self, check=True, complete=True, start_delay=0.0, idle_timeout=10.0,
+                      echo=False):
         """Start a CPU thread standing in for the GPU kernel (any backend's
-        host-visible ring; meant for sim).  Returns a handle for
-        ``_sim_join``."""
+        host-visible ring; meant for sim): check payloads, answer {seq,
+        checksum, len} (complete) or echo each message (echo).  Returns a
+        handle for ``_sim_join``."""
         self._ready()
         cdef unsigned fl = (GDRPY_CHAN_SIM_CHECK if check else 0) | \
-            (GDRPY_CHAN_SIM_COMPLETE if complete else 0)
+            (GDRPY_CHAN_SIM_COMPLETE if complete else 0) | (GDRPY_CHAN_SIM_ECHO if echo else 0)
         cdef gdrpy_chan_sim_consumer_t *sc = NULL
         cdef _i64 d = _timeout_ns(start_delay)
         cdef _i64 it = _timeout_ns(idle_timeout)

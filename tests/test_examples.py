@@ -251,6 +251,11 @@ def _check_osu_table(out, max_size=4096):
     assert sizes == expect, out
     for r in rows:
         assert float(r[1]) > 0 and float(r[2]) > 0
+    # the channel column (persistent echo kernel per rank) up to the eager limit
+    assert "channel (us)" in out
+    for r in rows:
+        if int(r[0]) <= 8192:
+            assert float(r[4]) > 0, r
 
 
 def test_mpi_eager_local_mode_sim_prints_the_osu_table_labelled_local_and_sim():

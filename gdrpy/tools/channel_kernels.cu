@@ -237,6 +237,59 @@ extern "C" __global__ void gdrpy_chan_check(gdrpy_chan_desc_t d, u64 idle_ns, u6
     serve(d, idle_ns, true, complete != 0, errors);
 }
 
+/* Echo server (examples/mpi_eager.py): every message comes back as a
+ * completion carrying the same bytes (up to comp_size) and tag; the warp
+ * copies each payload with 4-byte volatile loads and stores.  Launch with
+ * 32 threads. */
+extern "C" __global__ void gdrpy_chan_echo(gdrpy_chan_desc_t d, u64 idle_ns)
+{
+    if (threadIdx.x >= 32) return;
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    u64 head = 0, credit = 0, t_idle = 0;
+    unsigned spins = 0, rounds = 0;
+    if (lane == 0) gdrpy_chan_attach(d);
+    __syncwarp();
+    u32 status = GDRPY_CHAN_ST_STOPPED;
+    for (;;) {
+        unsigned n = gdrpy_chan_poll_warp(d, head);
+        if (n == 0) {
+            u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
+            if (stop) { status = stop; break; }
+            continue;
+        }
+        spins = 0;
+        t_idle = 0;
+        int ok = 1;
+        if (lane == 0) ok = gdrpy_chan_comp_wait(d, head + n - 1, &credit, idle_ns) ? 1 : 0;
+        ok = __shfl_sync(full, ok, 0);
+        if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
+        for (unsigned m = 0; m < n; ++m) {
+            u32 len, tag;
+            const volatile unsigned char *msg = gdrpy_chan_msg(d, head + m, &len, &tag);
+            if (len > d.comp_size) len = d.comp_size;
+            volatile unsigned char *c = gdrpy_chan_comp_slot(d, head + m);
+            u32 nw = len >> 2;
+            for (u32 k = lane; k < nw; k += 32)
+                ((volatile u32 *)(c + GDRPY_CHAN_HDR))[k] = ((const volatile u32 *)msg)[k];
+            for (u32 k = (nw << 2) + lane; k < len; k += 32) c[GDRPY_CHAN_HDR + k] = msg[k];
+            if (lane == 0) *(volatile u64 *)(c + 8) = (u64)len | ((u64)tag << 32);
+        }
+        __syncwarp();
+        u32 mode = 0;
+        if (lane == 0) {
+            gdrpy_chan_comp_publish_n(d, head, n);
+            gdrpy_chan_consume_after_publish(d, head + n);
+            if ((++rounds & 15u) == 0) mode = gdrpy_chan_shutdown_mode(d);
+        }
+        head += n;
+        mode = __shfl_sync(full, mode, 0);
+        if (mode == GDRPY_CHAN_ABORT) break;
+    }
+    __syncwarp();
+    if (lane == 0) gdrpy_chan_stop(d, head, status);
+}
+
 /* The cuMemcpy path's one-shot kernel: checksum of `len` bytes at `payload`
  * (device memory), answer {seq, csum, len} to `resp` (device memory). */
 extern "C" __global__ void gdrpy_pp_once(const unsigned char *payload, u32 len, u64 seq,

@@ -199,10 +199,12 @@ GDRPY_API int gdrpy_chan_wait_attached(gdrpy_chan_t *chan, int64_t timeout_ns);
  * a mismatch counts an error.  COMPLETE: one completion per message:
  * payload {u64 seq (= i + 1), u32 checksum, u32 len} (truncated to
  * comp_size), tag = the message's tag; checksum = sum of byte[k] * ((k & 255) + 1)
- * mod 2^32.  Honours shutdown (drain / abort) and stops with status TIMEOUT
- * after idle_timeout_ns (< 0: never) without a message. */
+ * mod 2^32.  ECHO (without COMPLETE): the completion carries the message's
+ * own bytes (up to comp_size).  Honours shutdown (drain / abort) and stops
+ * with status TIMEOUT after idle_timeout_ns (< 0: never) without a message. */
 #define GDRPY_CHAN_SIM_CHECK 1u
 #define GDRPY_CHAN_SIM_COMPLETE 2u
+#define GDRPY_CHAN_SIM_ECHO 4u
 typedef struct gdrpy_chan_sim_consumer gdrpy_chan_sim_consumer_t;
 GDRPY_API int gdrpy_chan_sim_consumer_start(gdrpy_chan_t *chan, unsigned flags,
                                             int64_t start_delay_ns, int64_t idle_timeout_ns,

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -101,10 +102,13 @@ static inline void wait_init(gp_wait *w, int64_t timeout_ns)
 /* 1 when the time is up (checked every 64 calls).  The first 16384 spins
  * (some tens of microseconds: every round trip) poll back to back - PAUSE
  * costs up to ~140 cycles on recent Intel cores, all of it added to the
- * latency of seeing the word change - later ones pause. */
+ * latency of seeing the word change - later ones pause, and after about a
+ * million (milliseconds) each yields the CPU (an oversubscribed host, a CPU
+ * stand-in consumer that needs the core). */
 static inline int wait_expired(gp_wait *w)
 {
-    if (w->spins >= 16384) cpu_relax();
+    if (w->spins >= (1u << 20)) sched_yield();    /* ~ms of spinning: an oversubscribed host */
+    else if (w->spins >= 16384) cpu_relax();
     if ((++w->spins & 63u) != 0 || w->deadline < 0) return 0;
     return now_ns() >= w->deadline;
 }
@@ -605,7 +609,7 @@ static void *sim_consumer_main(void *arg)
                     sc->errors++;
                 }
             }
-            if (sc->flags & GDRPY_CHAN_SIM_COMPLETE) {
+            if (sc->flags & (GDRPY_CHAN_SIM_COMPLETE | GDRPY_CHAN_SIM_ECHO)) {
                 int64_t wait_since = now_ns();
                 while (comp_head - credit >= d->comp_nslots) {
                     credit = __atomic_load_n((const uint64_t *)cread_p, __ATOMIC_ACQUIRE);
@@ -618,12 +622,17 @@ static void *sim_consumer_main(void *arg)
                     }
                     cpu_relax();
                 }
-                struct { uint64_t seq; uint32_t csum, len; } r = {head + 1,
-                    gdrpy_chan_checksum(pl, len), len};
+                struct { uint64_t seq; uint32_t csum, len; } r = {head + 1, 0, len};
+                const void *src = pl;
+                uint32_t rl = len < d->comp_size ? len : d->comp_size;   /* ECHO */
+                if (sc->flags & GDRPY_CHAN_SIM_COMPLETE) {
+                    r.csum = gdrpy_chan_checksum(pl, len);
+                    src = &r;
+                    rl = d->comp_size < sizeof r ? d->comp_size : (uint32_t)sizeof r;
+                }
                 char *cs = comp + (size_t)(comp_head & (d->comp_nslots - 1)) * d->comp_stride;
-                uint32_t rl = d->comp_size < sizeof r ? d->comp_size : (uint32_t)sizeof r;
                 *(volatile uint64_t *)(cs + 8) = (uint64_t)rl | ((uint64_t)tag << 32);
-                memcpy(cs + GDRPY_CHAN_HDR, &r, rl);
+                memcpy(cs + GDRPY_CHAN_HDR, src, rl);
                 __atomic_store_n((uint64_t *)cs, comp_head + 1, __ATOMIC_RELEASE);
                 comp_head++;
             }
@@ -640,7 +649,9 @@ static void *sim_consumer_main(void *arg)
             status = GDRPY_CHAN_ST_TIMEOUT;
             break;
         }
-        cpu_relax();
+        /* a CPU thread, not a GPU: give the core away when idle for long */
+        if (spins >= 4096) sched_yield();
+        else cpu_relax();
     }
 out:
     free(expect);
@@ -656,7 +667,7 @@ int gdrpy_chan_sim_consumer_start(gdrpy_chan_t *c, unsigned flags, int64_t start
 {
     if (!c || !out) return gp_err(GDRPY_EINVAL, "chan_sim_consumer_start: NULL argument");
     *out = NULL;
-    if (flags & ~(GDRPY_CHAN_SIM_CHECK | GDRPY_CHAN_SIM_COMPLETE))
+    if (flags & ~(GDRPY_CHAN_SIM_CHECK | GDRPY_CHAN_SIM_COMPLETE | GDRPY_CHAN_SIM_ECHO))
         return gp_err(GDRPY_EINVAL, "chan_sim_consumer_start: unknown flags 0x%x", flags);
     if (ld_acq32(c->status) != GDRPY_CHAN_ST_NONE)
         return gp_err(GDRPY_EBUSY, "chan_sim_consumer_start: a consumer has already attached");
