@@ -145,7 +145,8 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, unsigned char *acc
             h64[4] = last_tick;
             __threadfence_system();                /* results before the ack */
             h64[0] = expected;                     /* ack: ring index processed */
-            gdrpy_chan_consume(d, expected);       /* the slot is free again */
+            gdrpy_chan_consume_after_publish(d, expected);   /* slot free (the fence above
+                                                                ordered its loads) */
             ++expected;
             idle0 = gdrpy_globaltimer();
             polls = 0;
