@@ -12,7 +12,8 @@ import os
 import pathlib
 import tempfile
 import time
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeGuard
 
 from .values import DIRECTIONS, MAX_THRESHOLD, log
 
@@ -129,7 +130,7 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
         raise
 
 
-def _finite(x: object) -> bool:
+def _finite(x: object) -> TypeGuard[float]:
     return (isinstance(x, (int, float)) and not isinstance(x, bool)
             and math.isfinite(x))
 
