@@ -7,19 +7,7 @@ import time
 
 from ..threshold import ThresholdPicker, format_threshold
 from ..transfer import _pickers, _pickers_lock, calibrate_context, host_identity
-
-
-def _progress_bar(stream=sys.stderr):
-    width = 30
-
-    def progress(frac, msg):
-        n = int(round(frac * width))
-        stream.write(f"\r[{'#' * n}{'.' * (width - n)}] {frac * 100:5.1f}% {msg[:50]:<50}")
-        stream.flush()
-        if frac >= 1.0:
-            stream.write("\n")
-    return progress
-
+from .progress import progress_bar
 
 
 def calibrate_cli(args) -> int:
@@ -31,7 +19,7 @@ def calibrate_cli(args) -> int:
                   "thresholds describe the simulation, not a GPU", file=sys.stderr)
         t0 = time.perf_counter()
         res = calibrate_context(ctx, picker, budget_s=args.budget,
-                                progress=None if args.quiet else _progress_bar(),
+                                progress=None if args.quiet else progress_bar("calibrating"),
                                 save=not args.no_save)
         dt = time.perf_counter() - t0
         with _pickers_lock:

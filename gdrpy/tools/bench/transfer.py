@@ -29,7 +29,7 @@ from .timing import Cfg, Op, _verify, measure_group, timer_overhead
 # ---------------------------------------------------------------------------
 # bench transfer
 
-_TRANSFER_COLS = (("dir", 4, "l"), ("size", 6, "l"), ("auto med", 9, "r"),
+_TRANSFER_COLS = (("dir", 4, "l"), ("size", 8, "l"), ("auto med", 9, "r"),
                   ("auto p99", 9, "r"), ("path", 7, "l"), ("map med", 9, "r"),
                   ("map p99", 9, "r"), ("ce med", 9, "r"), ("ce p99", 9, "r"), ("B", 5, "r"),
                   ("n", 5, "r"), ("ok", 4, "l"), ("regret", 10, "r"))
