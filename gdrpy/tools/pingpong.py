@@ -258,15 +258,19 @@ def summarize(samples_ns) -> dict:
     return _summarize(samples_ns, scale=1e3)
 
 
+_STATS_COLS = ("median", "p90", "p99", "p99.9", "max")
+
+
 def stats_header(first="") -> str:
-    return f"{first:<26s}{'median':>9s}{'p90':>9s}{'p99':>9s}{'p99.9':>9s}{'max':>10s}"
+    return f"{first:<26s}" + "".join(f" {c:>9s}" for c in _STATS_COLS)
 
 
 def stats_row(label: str, st: dict) -> str:
+    """One table row; every cell starts with a space, so columns never run together
+    (a value wider than its column pushes the rest of the row right instead)."""
     if not st.get("n"):
         return f"{label:<26s}   (no samples)"
-    return (f"{label:<26s}{st['median']:9.2f}{st['p90']:9.2f}{st['p99']:9.2f}"
-            f"{st['p99.9']:9.2f}{st['max']:10.2f}")
+    return f"{label:<26s}" + "".join(f" {st[c]:9.2f}" for c in _STATS_COLS)
 
 
 # ---------------------------------------------------------------------------

@@ -49,7 +49,8 @@ def cmd_latency(args) -> int:
             meta["config"] = cfg.as_dict()
             _print_methodology(cfg, timer, f", {cfg.rounds} interleaved round(s)")
             desc = _ready_default_picker(ctx, calibrate=not args.no_calibrate,
-                                         budget=_calibrate_budget(args))
+                                         budget=_calibrate_budget(args),
+                                         save=not args.quick)
             desc.pop("picker")
             print(_picker_line(desc))
             meta["picker"] = desc

@@ -61,7 +61,8 @@ def cmd_transfer(args) -> int:
             _print_methodology(cfg, timer, "; the three variants interleaved sample by sample "
                                "(every order in turn), with the same B")
             desc = _ready_default_picker(ctx, calibrate=not args.no_calibrate,
-                                         budget=_calibrate_budget(args))
+                                         budget=_calibrate_budget(args),
+                                         save=not args.quick)
             picker = desc.pop("picker")
             print(_picker_line(desc))
             meta["picker"] = desc
@@ -146,10 +147,19 @@ def cmd_transfer(args) -> int:
     if w is None:
         print("worst regret: - (no size was measured on all three variants)")
     else:
-        verdict = "yes" if summary["within_5pct"] else \
-            f"NO ({len(summary['over_5pct'])} over)"
+        n_over, n = len(summary["over_5pct"]), summary["measured"]
+        # A --quick run (a handful of samples) or the sim backend (host memory, no GPU)
+        # makes no statement about the picker: say so instead of a yes/no.
+        caveats = [c for c, on in (("--quick: too few samples", args.quick),
+                                   ("sim: no GPU", meta["sim"])) if on]
+        if caveats:
+            verdict = f"not judged ({'; '.join(caveats)}); {n_over} of {n} sizes over 5%"
+        elif summary["within_5pct"]:
+            verdict = "yes"
+        else:
+            verdict = f"no, {n_over} of {n} sizes over 5%"
         print(f"worst regret: {summary['worst_regret'] * 100:+.1f}% ({w['direction']} "
-              f"{format_size(w['size'])}); every size within 5%: {verdict}{sim}")
+              f"{format_size(w['size'])}); every size within 5%: {verdict}")
     return 0
 
 
