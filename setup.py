@@ -65,7 +65,11 @@ class BuildWithNative(build_ext):
             for name in SHIPPED_HEADERS:
                 shutil.copy2(os.path.join(NATIVE, "include", name), os.path.join(incdir, name))
             for name in _tools():
-                shutil.copy2(os.path.join(NBUILD, name), os.path.join(bindir, name))
+                built = os.path.join(NBUILD, name)
+                if not os.path.isfile(built):
+                    raise SystemExit(f"native/tools/{name}.c was not built by `make tools`: "
+                                     f"add $(BUILD)/{name} to TOOLS in native/Makefile")
+                shutil.copy2(built, os.path.join(bindir, name))
 
 
 ext = Extension(
