@@ -53,6 +53,10 @@ static int nvrm_probe(int device, char *why, size_t whylen)
         if (!rc) {
             nvrm_session_close(&nc);
             pthread_mutex_destroy(&nc.hlock);
+            /* The self-test runs at the first open; once it has run, its
+             * verdict is the probe's. */
+            const struct nvrm_dev_state *st = nvrm_selftest_state(device);
+            if (st && !st->usable) rc = gp_err(GDRPY_ENOTSUP, "%s", st->reason);
         }
     }
     if (rc && why && whylen) snprintf(why, whylen, "%s", gdrpy_last_error());
@@ -70,11 +74,26 @@ static int nvrm_open(gp_ctx *ctx)
         free(nc);
         return rc;
     }
+    gp_cuda_hold(ctx->device);
+    /* First open of the device in this process: prove the routes (cached). */
+    gp_cuda_scope sc;
+    rc = gp_cuda_enter(ctx->device, &sc);
+    if (!rc) {
+        rc = nvrm_selftest(ctx->device, nc);
+        gp_cuda_leave(&sc);
+    }
+    if (rc) {
+        gp_err_prefix(rc, "nvrm on CUDA device %d", ctx->device);
+        gp_cuda_unhold(ctx->device);
+        nvrm_session_close(nc);
+        pthread_mutex_destroy(&nc->hlock);
+        free(nc);
+        return rc;
+    }
     gp_cuda_device_info(ctx->device, ctx->info.gpu_name, sizeof ctx->info.gpu_name,
                         ctx->info.pci_bus_id, sizeof ctx->info.pci_bus_id);
     snprintf(ctx->info.driver_version, sizeof ctx->info.driver_version, "%.*s",
              (int)sizeof ctx->info.driver_version - 1, nc->version);
-    gp_cuda_hold(ctx->device);
     ctx->bpriv = nc;
     return 0;
 }
@@ -113,6 +132,18 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     if (va < a_lo) va = a_lo;
     if (hi > a_hi) hi = a_hi;
 
+    /* Routes the self-test disabled stay disabled, with its reason. */
+    const struct nvrm_route_report *rr =
+        cp.kind == GP_CUMEM_VMM ? &nc->st->route_a : &nc->st->route_c;
+    if (!rr->ok) {
+        rc = gp_err(GDRPY_ENOTSUP, "pinning %s (route %c) is disabled on CUDA device %d: the "
+                    "nvrm self-test failed at \"%s\": %s%s", gp_cuda_kind_name(cp.kind),
+                    cp.kind == GP_CUMEM_VMM ? 'A' : 'C', ctx->device, rr->step, rr->detail,
+                    cp.kind == GP_CUMEM_VMM ? "" : "; allocate with cuMemCreate and "
+                    "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (gdrpy.memory does)");
+        goto out;
+    }
+
     struct nvrm_pin *np = calloc(1, sizeof *np);
     if (!np) { rc = gp_err(GDRPY_ENOMEM, "out of memory"); goto out; }
     np->map.devfd = -1;
@@ -136,9 +167,9 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     p->len = hi - va;
     p->page_size = (uint32_t)GDRPY_GPU_PAGE_SIZE;
     if (np->route == 'C') {
-        rc = nvrm_verify_identity(ctx, nc, p, np, &cp);
+        rc = nvrm_verify_identity(ctx, nc, np->hMemory, p->va, np->rm_off, p->addr, p->size);
         if (rc) {
-            nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, np->hMemory, "freeing a refused dup");
+            nvrm_rm_free(nc, nc->hDevice, np->hMemory, "freeing a refused dup");
             nvrm_live_add(&nc->n_mem, -1);
             free(np);
             goto out;
@@ -165,7 +196,7 @@ static int nvrm_unpin(gp_ctx *ctx, gp_pin *p)
         p->map_base = NULL;
         p->map_len = 0;
     }
-    int rc2 = nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, np->hMemory,
+    int rc2 = nvrm_rm_free(nc, nc->hDevice, np->hMemory,
                       "releasing the pinned RM memory");
     nvrm_live_add(&nc->n_mem, -1);
     free(np);
