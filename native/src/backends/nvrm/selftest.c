@@ -105,7 +105,9 @@ static int htod_sync(int device, uint64_t dst, const void *src, size_t n)
 
 /* Data check of [dptr, dptr + CHECK_BYTES) (scratch memory), which is
  * offset `rm_off` of RM memory `hMem`.  write_back 0: the read direction only
- * (used while searching for the IPC layout).  0, or -1 with r filled. */
+ * (used while searching for the IPC layout).  0, or -1 with r filled; -2
+ * when the failure cannot be a wrong offset (a copy or the ioctl itself
+ * failed, rather than RM refusing the range or the data differing). */
 static int data_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t rm_off,
                       uint64_t dptr, int write_back, struct nvrm_route_report *r)
 {
@@ -114,13 +116,13 @@ static int data_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t r
     fill_random(p1, sizeof p1, seed);
     if (htod_sync(device, dptr, p1, sizeof p1)) {
         fail_last(r, "cuMemcpyHtoD of the scratch pattern", nc);
-        return -1;
+        return -2;
     }
     struct nvrm_map m;
     uint64_t off = rm_off + st_skew;
     if (nvrm_map_range(nc, hMem, off, CHECK_BYTES, &m)) {
         fail_last(r, "map (RM_MAP_MEMORY + mmap)", nc);
-        return -1;
+        return nvrm_last_errno || nvrm_last_rm_status == NV_OK ? -2 : -1;
     }
     volatile uint8_t *bar = (volatile uint8_t *)m.mm + (off & 4095);
     uint64_t wbase = dptr;   /* bar points at the byte CUDA calls dptr */
@@ -254,7 +256,7 @@ static int try_layout(int device, struct nvrm_ctx *nc, const struct nvrm_ipc_lay
                       const struct scratch *s, struct nvrm_route_report *r, int *dups)
 {
     const uint32_t *w = s->w;
-    if (*dups >= 96) return -1;   /* bounded search */
+    if (*dups >= 256) return -1;   /* bounded search */
     if (w[L->w_size] != (uint32_t)s->size) return -1;
     uint32_t hcli = w[L->w_client], hobj = w[L->w_mem];
     if (!hcli || !hobj || hcli == nc->hClient) return -1;
@@ -266,7 +268,7 @@ static int try_layout(int device, struct nvrm_ctx *nc, const struct nvrm_ipc_lay
         fail_last(r, "IPC handle layout: RM_DUP_OBJECT", nc);
         return -1;
     }
-    int rc = data_check(device, nc, h, off, s->base, 0, r);
+    int rc = data_check(device, nc, h, off, s->base, 0, r);   /* -2 passes through */
     nvrm_rm_free(nc, nc->hDevice, h, "freeing a self-test dup");
     nvrm_live_add(&nc->n_mem, -1);
     return rc;
@@ -281,31 +283,47 @@ static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
     struct nvrm_ipc_layout L = {.w_size = 4, .w_pages = 6, .w_off = 7, .w_client = 12,
                                 .w_mem = 13};
     int dups = 0;
-    if (try_layout(device, nc, &L, &s[1], r, &dups) == 0 &&
-        try_layout(device, nc, &L, &s[0], r, &dups) == 0) {
+    int t1 = try_layout(device, nc, &L, &s[1], r, &dups);
+    int t0 = t1 == 0 ? try_layout(device, nc, &L, &s[0], r, &dups) : t1;
+    if (t1 == -2 || t0 == -2) {
+        /* Mapping or copying itself fails: no word layout would help. */
+        return -1;
+    }
+    if (t1 == 0 && t0 == 0) {
         *out = L;
         out->searched = 0;
     } else {
         int found = 0;
+        /* Candidates: the size word holds both sizes; the client word is the
+         * same in both handles; a (client, memory) pair must be one RM_DUP
+         * accepts; the offset word (or none: offset 0) must make the mapping
+         * show the scratch pattern.  One dup per pair, bounded. */
         for (int i = 0; i < 16 && !found; i++) {
             if (s[0].w[i] != (uint32_t)s[0].size || s[1].w[i] != (uint32_t)s[1].size) continue;
             for (int c = 0; c < 16 && !found; c++) {
                 if (c == i || !s[0].w[c] || s[0].w[c] != s[1].w[c]) continue;
-                for (int m = 0; m < 16 && !found; m++) {
-                    if (m == c || m == i || !s[1].w[m]) continue;
+                for (int m = 0; m < 16 && !found && dups < 256; m++) {
+                    if (m == c || m == i || !s[1].w[m] || s[1].w[m] == s[1].w[c]) continue;
+                    uint32_t h;
+                    dups++;
+                    if (nvrm_dup(nc, s[1].w[c], s[1].w[m], &h, "self-test: RM_DUP_OBJECT of "
+                                 "an IPC word pair"))
+                        continue;
                     for (int o = -1; o < 16 && !found; o++) {
                         if (o == i || o == c || o == m) continue;
-                        if (o >= 0 && (s[1].w[o] >= (1u << 30) || ((s[1].base ^ s[1].w[o]) & 4095)))
-                            continue;
+                        uint64_t off = o >= 0 ? s[1].w[o] : 0;
+                        if (off >= (1u << 30) || ((s[1].base ^ off) & 4095)) continue;
+                        if (data_check(device, nc, h, off, s[1].base, 0, r) != 0) continue;
                         struct nvrm_ipc_layout t = {.w_size = i, .w_pages = -1, .w_off = o,
                                                     .w_client = c, .w_mem = m};
-                        if (try_layout(device, nc, &t, &s[1], r, &dups) == 0 &&
-                            try_layout(device, nc, &t, &s[0], r, &dups) == 0) {
+                        if (try_layout(device, nc, &t, &s[0], r, &dups) == 0) {
                             *out = t;
                             out->searched = 1;
                             found = 1;
                         }
                     }
+                    nvrm_rm_free(nc, nc->hDevice, h, "freeing a self-test dup");
+                    nvrm_live_add(&nc->n_mem, -1);
                 }
             }
         }
@@ -315,11 +333,14 @@ static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
             for (int k = 0; k < 16; k++)
                 u += (size_t)snprintf(words + u, sizeof words - u, "%s%x", k ? " " : "",
                                       s[1].w[k]);
+            char last[sizeof r->step + 160];
+            snprintf(last, sizeof last, "%s: %.150s", r->step[0] ? r->step : "-",
+                     r->detail[0] ? r->detail : "-");
             fail_step(r, "IPC handle layout", "no layout of the cuIpcGetMemHandle words maps "
                       "the scratch allocation (%zu bytes at 0x%llx; words %s; %d duplications "
-                      "tried; last failure: %s: %s) [driver %s, CUDA %d]", s[1].size,
-                      (unsigned long long)s[1].base, words, dups, r->step[0] ? r->step : "-",
-                      r->detail[0] ? r->detail : "-", nc->version, nc->cuda_version);
+                      "tried; last failure: %s) [driver %s, CUDA %d]", s[1].size,
+                      (unsigned long long)s[1].base, words, dups, last, nc->version,
+                      nc->cuda_version);
             return -1;
         }
     }
