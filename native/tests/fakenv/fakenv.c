@@ -51,7 +51,8 @@ struct obj { uint32_t h; uint64_t fb_off, size; int live; };
 static struct obj objs[MAXO];          /* CUDA's RM objects (client CUDA_CLIENT) */
 static int nobjs;
 
-struct alloc { uint64_t va, size; int obj; uint64_t off; int vmm; int live; int64_t skew; };
+struct alloc { uint64_t va, size; int obj; uint64_t off; int vmm; int live; int64_t skew;
+                int kind; /* 0 device, 1 host, 2 managed */ };
 static struct alloc allocs[MAXO];
 static int nallocs;
 static int legacy_chunk = -1;
@@ -92,6 +93,13 @@ static int new_obj(uint64_t size)
     return i;
 }
 
+static struct alloc *new_alloc(void)
+{
+    for (int i = 0; i < nallocs; i++)
+        if (!allocs[i].live) return &allocs[i];
+    return nallocs < MAXO ? &allocs[nallocs++] : NULL;
+}
+
 static struct alloc *find_alloc(uint64_t va)
 {
     for (int i = 0; i < nallocs; i++)
@@ -104,6 +112,7 @@ static uint8_t *host_of(uint64_t va, size_t n)
 {
     struct alloc *a = find_alloc(va);
     if (!a || va + n > a->va + a->size) return NULL;
+    if (a->kind == 1) return (uint8_t *)(uintptr_t)va;
     return fb + objs[a->obj].fb_off + a->off + (va - a->va);
 }
 
@@ -186,10 +195,10 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
         legacy_chunk = new_obj(need > CHUNK ? need : CHUNK);
         legacy_used = 0;
     }
-    if (legacy_chunk < 0 || nallocs >= MAXO) { pthread_mutex_unlock(&L); return 2; }
-    struct alloc *a = &allocs[nallocs++];
+    struct alloc *a = legacy_chunk < 0 ? NULL : new_alloc();
+    if (!a) { pthread_mutex_unlock(&L); return 2; }
     *a = (struct alloc){VA_LEGACY + objs[legacy_chunk].fb_off + legacy_used, n, legacy_chunk,
-                        legacy_used, 0, 1, skew_armed};
+                        legacy_used, 0, 1, skew_armed, 0};
     legacy_used += need;
     *p = a->va;
     pthread_mutex_unlock(&L);
@@ -199,7 +208,7 @@ API CUresult cuMemFree_v2(CUdeviceptr p)
 {
     pthread_mutex_lock(&L);
     struct alloc *a = find_alloc(p);
-    int ok = a && a->va == p && !a->vmm;
+    int ok = a && a->va == p && !a->vmm && a->kind != 1;
     if (ok) a->live = 0;
     pthread_mutex_unlock(&L);
     return ok ? 0 : 1;
@@ -216,9 +225,10 @@ static void attr(struct alloc *a, int at, void *out)
 {
     uint64_t v = 0;
     if (a) switch (at) {
-    case 2: v = 2; break;                         /* MEMORY_TYPE device */
+    case 2: v = a->kind == 1 ? 1 : 2; break;      /* MEMORY_TYPE host / device */
+    case 8: v = a->kind == 2; break;              /* IS_MANAGED */
     case 9: v = 0; break;                         /* DEVICE_ORDINAL */
-    case 10: v = !a->vmm; break;                  /* legacy IPC capable */
+    case 10: v = !a->vmm && !a->kind; break;      /* legacy IPC capable */
     case 11: v = a->va; break;
     case 12: v = a->size; break;
     case 13: v = 1; break;
@@ -305,8 +315,9 @@ API CUresult cuMemAddressFree(CUdeviceptr p, size_t s) { return 0; }
 API CUresult cuMemMap(CUdeviceptr va, size_t s, size_t off, uint64_t h, unsigned long long f)
 {
     pthread_mutex_lock(&L);
-    if (nallocs >= MAXO) { pthread_mutex_unlock(&L); return 2; }
-    allocs[nallocs++] = (struct alloc){va, s, (int)h - 1, off, 1, 1, 0};
+    struct alloc *a = new_alloc();
+    if (!a) { pthread_mutex_unlock(&L); return 2; }
+    *a = (struct alloc){va, s, (int)h - 1, off, 1, 1, 0, 0};
     pthread_mutex_unlock(&L);
     return 0;
 }
@@ -334,6 +345,49 @@ API CUresult cuMemGetAllocationPropertiesFromHandle(prop_t *p, uint64_t h)
     p->location_type = 1;
     return 0;
 }
+API CUresult cuCtxSynchronize(void) { return 0; }
+API CUresult cuStreamCreate(void **s, unsigned f) { *s = (void *)0x5678; return 0; }
+API CUresult cuStreamDestroy_v2(void *s) { return 0; }
+API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
+{
+    pthread_mutex_lock(&L);
+    uint8_t *h = host_of(d, n);
+    pthread_mutex_unlock(&L);
+    if (!h) return 1;
+    memset(h, v, n);
+    return 0;
+}
+static CUresult other_alloc(uint64_t *p, size_t n, int kind)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *na = new_alloc();
+    if (!na) { pthread_mutex_unlock(&L); return 2; }
+    uint64_t va;
+    int obj = 0;
+    if (kind == 1) {
+        va = (uint64_t)(uintptr_t)calloc(1, n);
+    } else {
+        obj = new_obj(n);
+        if (obj < 0) { pthread_mutex_unlock(&L); return 2; }
+        va = VA_LEGACY + objs[obj].fb_off;
+    }
+    *na = (struct alloc){va, n, obj, 0, 0, 1, 0, kind};
+    *p = va;
+    pthread_mutex_unlock(&L);
+    return 0;
+}
+API CUresult cuMemAllocHost_v2(void **p, size_t n) { return other_alloc((uint64_t *)p, n, 1); }
+API CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) { return other_alloc((uint64_t *)p, n, 1); }
+API CUresult cuMemFreeHost(void *p)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *a = find_alloc((uint64_t)(uintptr_t)p);
+    if (a) a->live = 0;
+    pthread_mutex_unlock(&L);
+    return a ? 0 : 1;
+}
+API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { return other_alloc(p, n, 2); }
+
 static int (*real_close)(int);
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static int (*real_ioctl)(int, unsigned long, ...);
@@ -436,6 +490,8 @@ static struct handle *h_find(uint32_t client, uint32_t h)
 }
 static struct handle *h_add(uint32_t client, uint32_t h, int obj)
 {
+    for (int i = 0; i < nhs; i++)
+        if (!hs[i].live) { hs[i] = (struct handle){client, h, obj, 1}; return &hs[i]; }
     if (nhs >= 4 * MAXO) return NULL;
     hs[nhs] = (struct handle){client, h, obj, 1};
     return &hs[nhs++];
