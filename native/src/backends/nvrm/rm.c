@@ -225,6 +225,30 @@ int nvrm_open_node(const char *path, int *fd)
     return gp_err(GDRPY_EIO, "cannot open %s: errno %d (%s)", path, e, strerror(e));
 }
 
+/* The version from /proc/driver/nvidia/version ("... Kernel Module  580.159.04
+ * ..." or "... Kernel Module for x86_64  580.159.04 ..."): a fallback when the
+ * driver answers the version query with an empty string. */
+static void proc_version(char *out, size_t n)
+{
+    FILE *f = fopen("/proc/driver/nvidia/version", "re");
+    if (!f) return;
+    char line[256];
+    if (fgets(line, sizeof line, f)) {
+        char *p = strstr(line, "Kernel Module");
+        for (; p && *p; p++) {
+            if (*p >= '0' && *p <= '9' && p[-1] == ' ') {
+                size_t k = 0;
+                while (p[k] && ((p[k] >= '0' && p[k] <= '9') || p[k] == '.')) k++;
+                if (k > 2 && memchr(p, '.', k)) {
+                    snprintf(out, n, "%.*s", (int)k, p);
+                    break;
+                }
+            }
+        }
+    }
+    fclose(f);
+}
+
 int nvrm_session_open(int device, struct nvrm_ctx *nc)
 {
     memset(nc, 0, sizeof *nc);
@@ -250,6 +274,7 @@ int nvrm_session_open(int device, struct nvrm_ctx *nc)
     if (rc) goto fail;
     ver.version[sizeof ver.version - 1] = '\0';
     snprintf(nc->version, sizeof nc->version, "%s", ver.version);
+    if (!nc->version[0]) proc_version(nc->version, sizeof nc->version);
     {
         char why[256];
         const struct nvrm_abi *t = nvrm_abi_select(nc->version, getenv("GDRPY_NVRM_FORCE"),

@@ -432,7 +432,12 @@ int nvrm_selftest(int device, struct nvrm_ctx *nc)
                       device, MAX_DEV);
     pthread_mutex_lock(&st_lock);
     struct nvrm_dev_state *st = &st_dev[device];
-    if (!st->done) {
+    /* A route that could not even get its scratch memory (e.g. the GPU was
+     * full) says nothing about the driver: test again at the next open. */
+    int again = st->done &&
+                ((!st->route_a.ok && !strncmp(st->route_a.step, "scratch allocation", 18)) ||
+                 (!st->route_c.ok && !strncmp(st->route_c.step, "scratch allocation", 18)));
+    if (!st->done || again) {
         memset(st, 0, sizeof *st);
         double t0 = now_ms();
         snprintf(st->version, sizeof st->version, "%s", nc->version);
