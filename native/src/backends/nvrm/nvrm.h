@@ -87,7 +87,7 @@ struct nvrm_dev_state {
     struct nvrm_ipc_layout ipc;
     double ms;                  /* cost of the self-test */
     int corrupt;                /* GDRPY_NVRM_TEST_CORRUPT_ABI in effect */
-    char reason[640];           /* why the backend is unusable (usable == 0) */
+    char reason[1024];          /* why the backend is unusable (usable == 0) */
 };
 
 static inline void nvrm_live_add(uint64_t *c, int d)

@@ -438,32 +438,37 @@ int nvrm_selftest(int device, struct nvrm_ctx *nc)
                 ((!st->route_a.ok && !strncmp(st->route_a.step, "scratch allocation", 18)) ||
                  (!st->route_c.ok && !strncmp(st->route_c.step, "scratch allocation", 18)));
     if (!st->done || again) {
-        memset(st, 0, sizeof *st);
-        double t0 = now_ms();
-        snprintf(st->version, sizeof st->version, "%s", nc->version);
-        snprintf(st->branch, sizeof st->branch, "%s", nc->abi.branch);
-        snprintf(st->tag, sizeof st->tag, "%s", nc->abi.tag);
-        st->newer = nc->abi_newer;
-        st->cuda_version = nc->cuda_version;
-        const char *cs = getenv("GDRPY_NVRM_TEST_CORRUPT_ABI");
-        st->corrupt = cs ? atoi(cs) : 0;
-        st_skew = st->corrupt == 2 ? CORRUPT_SKEW : 0;
-        nc->st = st;
-        test_route_a(device, nc, st);
-        test_route_c(device, nc, st);
-        st_skew = 0;
-        st->ms = now_ms() - t0;
-        st->usable = st->route_a.ok || st->route_c.ok;
-        if (!st->usable) {
-            char why[sizeof st->reason];
-            snprintf(why, sizeof why, "the nvrm self-test failed on every route "
-                     "(driver %s, ABI table %s from %s%s): route A at \"%s\": %.200s; route C "
-                     "at \"%s\": %.200s", st->version, st->branch, st->tag,
-                     st->corrupt ? ", GDRPY_NVRM_TEST_CORRUPT_ABI set" : "", st->route_a.step,
-                     st->route_a.detail, st->route_c.step, st->route_c.detail);
-            memcpy(st->reason, why, sizeof why);
+        /* Run into a fresh state and publish it at the end: contexts already
+         * pinning through the old one keep reading consistent values. */
+        struct nvrm_dev_state *t = calloc(1, sizeof *t);
+        if (!t) {
+            pthread_mutex_unlock(&st_lock);
+            return gp_err(GDRPY_ENOMEM, "nvrm self-test: out of memory");
         }
-        st->done = 1;
+        double t0 = now_ms();
+        snprintf(t->version, sizeof t->version, "%s", nc->version);
+        snprintf(t->branch, sizeof t->branch, "%s", nc->abi.branch);
+        snprintf(t->tag, sizeof t->tag, "%s", nc->abi.tag);
+        t->newer = nc->abi_newer;
+        t->cuda_version = nc->cuda_version;
+        const char *cs = getenv("GDRPY_NVRM_TEST_CORRUPT_ABI");
+        t->corrupt = cs ? atoi(cs) : 0;
+        st_skew = t->corrupt == 2 ? CORRUPT_SKEW : 0;
+        nc->st = t;
+        test_route_a(device, nc, t);
+        test_route_c(device, nc, t);
+        st_skew = 0;
+        t->ms = now_ms() - t0;
+        t->usable = t->route_a.ok || t->route_c.ok;
+        if (!t->usable)
+            snprintf(t->reason, sizeof t->reason, "the nvrm self-test failed on every route "
+                     "(driver %s, ABI table %s from %s%s): route A at \"%s\": %.200s; route C "
+                     "at \"%s\": %.200s", t->version, t->branch, t->tag,
+                     t->corrupt ? ", GDRPY_NVRM_TEST_CORRUPT_ABI set" : "", t->route_a.step,
+                     t->route_a.detail, t->route_c.step, t->route_c.detail);
+        t->done = 1;
+        *st = *t;
+        free(t);
         gp_log(2, "nvrm: self-test on device %d: route A %s, route C %s, %.2f ms", device,
                st->route_a.ok ? "ok" : "disabled", st->route_c.ok ? "ok" : "disabled", st->ms);
     }
