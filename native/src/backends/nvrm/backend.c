@@ -2,24 +2,27 @@
  * backends/nvrm/backend.c - BAR1 mappings through the NVIDIA driver's own resource
  * manager (RM) interface: /dev/nvidiactl + /dev/nvidiaN, no extra module.
  *
- * The ioctl sequence and every layout below follow /work/shared/facts/
- * nvrm-bar1.md (measured on driver 580.159.04); the structs are our own
- * definitions, checked with _Static_assert.
+ * The ioctl sequence follows facts/nvrm-bar1.md (measured on driver
+ * 580.159.04); what is sent to the driver comes from the ABI table of the
+ * running driver's branch (abi.h, table.c), and the first open of a device
+ * runs the self-test (selftest.c), which decides which routes are used.
+ * docs/nvrm.md describes both.
  *
  * Per context: one /dev/nvidiactl fd, one RM root client, one RM device
  * object (the GPU matched to the CUDA ordinal by PCI address).
  * Per pin: one RM memory handle in our client that keeps the pages alive
  *   route A - cuMemCreate memory: export as POSIX fd, import into our client;
  *   route C - cuMemAlloc memory: RM_DUP_OBJECT of CUDA's own RM handle, found
- *             through the (undocumented) cuIpcGetMemHandle words, verified
- *             against cuMemcpyDtoH before the pin is accepted.
+ *             through the (undocumented) cuIpcGetMemHandle words whose layout
+ *             the self-test proved, checked read-only before the pin is
+ *             accepted (nothing of the caller's is ever written).
  * Per mapping: one /dev/nvidiaN fd carrying one RM CPU mapping, mmap'ed
  * MAP_SHARED and MADV_DONTFORK.
  *
  * Thread safety: the core holds ctx->lock around pin/unpin/map/unmap; the
- * RM handle counter has its own lock; everything else is per object.
- */
-/*
+ * RM handle counter has its own lock; the self-test state has its own lock
+ * and never changes once published; everything else is per object.
+ *
  * This file: the gp_backend hooks.  See nvrm.h for the other files.
  */
 #ifndef _GNU_SOURCE
