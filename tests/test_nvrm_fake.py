@@ -8,8 +8,10 @@ tests/test_gpu_nvrm.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -58,3 +60,32 @@ def test_nvrm_logic_on_the_stand_in_driver(built, mode):
     r = subprocess.run([os.path.join(built, "test_nvrm_fake"), mode], capture_output=True,
                        text=True, env=env, timeout=300)
     _check(r.stdout + r.stderr, r.returncode, f"test_nvrm_fake {mode}")
+
+
+def _info_json(built, **env):
+    fake = os.path.join(built, "fakenv", "libcuda.so.1")
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("GDRPY_", "FAKE_", "LD_PRELOAD"))}
+    e.update(LD_PRELOAD=fake, LD_LIBRARY_PATH=os.path.dirname(fake),
+             PYTHONPATH=os.path.dirname(HERE), **env)
+    r = subprocess.run([sys.executable, "-m", "gdrpy", "info", "--json"], capture_output=True,
+                       text=True, env=e, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout)
+
+
+def test_info_reports_the_self_test_through_python(built):
+    d = _info_json(built)
+    st = d["nvrm_selftest"]
+    assert st["usable"] and st["routes"]["A"]["ok"] and st["routes"]["C"]["ok"], st
+    assert st["table"] == {"branch": "580", "tag": "580.142", "driver_newer_than_tables": False}
+    assert st["selftest_ms"] > 0 and d["auto"] == "nvrm"
+    assert st["routes"]["C"]["ipc_layout"]["how"] == "known CUDA 13.0 layout confirmed"
+
+
+def test_info_shows_a_corrupted_table_as_unavailable(built):
+    d = _info_json(built, GDRPY_NVRM_TEST_CORRUPT_ABI="1")
+    st = d["nvrm_selftest"]
+    assert not st["usable"] and "RM_MAP_MEMORY" in st["reason"], st
+    assert d["backends"]["nvrm"] == {"available": False, "why": st["reason"]}
+    assert d["auto"] != "nvrm"
