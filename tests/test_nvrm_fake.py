@@ -29,6 +29,7 @@ MODES = {
     "newer": {"FAKE_NV_VERSION": "610.1.2"},
     "old": {"FAKE_NV_VERSION": "470.256.02"},
     "mapbase-alloc": {"FAKE_MAPBASE": "alloc"},
+    "fresh-chunks": {"FAKE_FRESH_CHUNKS": "2"},
 }
 
 

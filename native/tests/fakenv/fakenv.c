@@ -11,6 +11,7 @@
  *   FAKE_IPC_LAYOUT     "cuda13" (default) or "alt" (words moved around)
  *   FAKE_MAPBASE        "chunk" (default: MAPPING_BASE_ADDR = the RM chunk's
  *                       VA) or "alloc" (= the allocation's own base)
+ *   FAKE_FRESH_CHUNKS   the first N cuMemAlloc calls each start a new RM chunk
  *   FAKE_IPC_SKEW       bytes added to the offset word of allocations made
  *                       after fake_arm_skew() (a driver whose words lie)
  * Not a driver: no security, one device, no freeing of video memory.
@@ -191,7 +192,11 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
     pthread_mutex_lock(&L);
     fb_init();
     uint64_t need = (n + 4095) & ~4095ull;
-    if (legacy_chunk < 0 || legacy_used + need > objs[legacy_chunk].size) {
+    static int fresh_done;
+    const char *fc = getenv("FAKE_FRESH_CHUNKS");
+    int fresh = fc && fresh_done < atoi(fc);
+    if (fresh) fresh_done++;
+    if (fresh || legacy_chunk < 0 || legacy_used + need > objs[legacy_chunk].size) {
         legacy_chunk = new_obj(need > CHUNK ? need : CHUNK);
         legacy_used = 0;
     }

@@ -216,6 +216,23 @@ static void mode_v535(int match)
     }
 }
 
+/* both scratch allocations at offset 0: a third one proves the offset word */
+static void mode_fresh_chunks(void)
+{
+    CHECK(selftest() == 0, "%s", gdrpy_last_error());
+    CHECK(strstr(report, "\"offset_proven\": true") != NULL, "offset proven");
+    CHECK(strstr(report, "\"mapping_base_checked\": true") != NULL, "mapbase");
+    gdrpy_ctx_t ctx;
+    CHECK(gdrpy_open(0, GDRPY_BACKEND_NVRM, &ctx) == 0, "%s", gdrpy_last_error());
+    uint64_t a = alloc_filled(4096, 1), b = alloc_filled(4096, 1);   /* b at offset != 0 */
+    gdrpy_pin_t pin;
+    CHECK(pin_once(ctx, b, 4096, &pin) == 0, "%s", gdrpy_last_error());
+    gdrpy_unpin(ctx, pin);
+    cuMemFree(a);
+    cuMemFree(b);
+    gdrpy_close(ctx);
+}
+
 static void mode_newer(void)
 {
     CHECK(selftest() == 0, "%s", gdrpy_last_error());
@@ -276,6 +293,7 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "v535")) mode_v535(1);
     else if (!strcmp(mode, "v535-wrong")) mode_v535(0);
     else if (!strcmp(mode, "newer")) mode_newer();
+    else if (!strcmp(mode, "fresh-chunks")) mode_fresh_chunks();
     else if (!strcmp(mode, "old")) mode_old();
     else if (!strcmp(mode, "mapbase-alloc")) mode_mapbase_alloc();
     else { printf("unknown mode %s\n", mode); return 2; }
