@@ -25,6 +25,7 @@ from ._core import (
     backend_names,
     copy_isa,
     copy_isa_available,
+    nvrm_selftest,
     probe,
     set_copy_isa,
 )
@@ -33,7 +34,7 @@ from ._version import __version__ as __version__
 from .errors import *  # noqa: F403
 
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
-           "backend_names", "copy_isa", "copy_isa_available", "set_copy_isa",
+           "backend_names", "nvrm_selftest", "copy_isa", "copy_isa_available", "set_copy_isa",
            "library_version", "libdir", "includedir", "bindir", "put", "get",
            "Transfer"] + list(errors.__all__)
 
