@@ -14,7 +14,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(HERE, "native")
 NBUILD = os.path.join(NATIVE, "build")
 SHIPPED_LIBS = ["libgdrpy.so.0", "libgdrapi.so.2"]
-SHIPPED_HEADERS = ["gdrpy.h", "gdrapi.h"]
+SHIPPED_HEADERS = ["gdrpy.h", "gdrpy_host.h", "gdrapi.h"]
 
 
 class BuildWithNative(build_ext):
@@ -52,5 +52,5 @@ ext = Extension(
 setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildWithNative},
-    package_data={"gdrpy": ["lib/*", "include/*.h", "*.pyx", "*.pxd"]},
+    package_data={"gdrpy": ["lib/*", "include/*.h", "*.pyx", "*.pxd", "*.pxi"]},
 )

@@ -13,6 +13,9 @@
   *not* claim to be CUDA memory: it exposes ``__dlpack__`` as CPU memory and
   ``numpy()`` for its "device side".
 
+Page-locked *host* memory for the copy engines: ``host_alloc(nbytes, ctx=ctx)``
+(a :class:`HostBuffer`; see gdrpy.hostmem, also for ``ctx.register(buf)``).
+
 Every buffer is a context manager; ``close()`` frees it (pins taken on it
 keep their pages alive until unpinned, as on a GPU).
 """
@@ -24,8 +27,10 @@ import threading
 
 from . import _core
 from .errors import DriverError, InvalidArgumentError, NotSupportedError
+from .hostmem import HostBuffer, Registration, host_alloc  # page-locked host memory
 
-__all__ = ["alloc", "DeviceBuffer", "VmmBuffer", "SimBuffer", "cuda_driver"]
+__all__ = ["alloc", "DeviceBuffer", "VmmBuffer", "SimBuffer", "cuda_driver",
+           "host_alloc", "HostBuffer", "Registration"]
 
 
 def _as_nbytes(nbytes) -> int:
