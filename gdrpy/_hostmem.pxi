@@ -335,10 +335,10 @@ def host_register(Context ctx not None, obj):
     cdef Registration reg = <Registration>r
     try:
         PyObject_GetBuffer(obj, &reg._view, PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS)
-    except BufferError:
+    except (BufferError, ValueError):
         try:
             PyObject_GetBuffer(obj, &reg._view, PyBUF_ANY_CONTIGUOUS)
-        except BufferError as e:
+        except (BufferError, ValueError) as e:
             raise InvalidArgumentError(f"register needs a contiguous buffer: {e}",
                                        _errno.EINVAL) from None
     if reg._view.len == 0:

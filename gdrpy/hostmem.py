@@ -27,7 +27,7 @@ from typing import Any
 
 from . import _core
 
-__all__ = ["host_alloc", "register", "kind_of", "HostBuffer", "Registration", "live"]
+__all__ = ["HostBuffer", "Registration", "host_alloc", "kind_of", "live", "register"]
 
 HostBuffer = _core.HostBuffer
 Registration = _core.Registration

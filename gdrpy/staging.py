@@ -36,7 +36,7 @@ from typing import Any
 from . import _core
 from .threshold import cache_dir, identity_key, parse_threshold
 
-__all__ = ["StagingPlan", "default_plan", "calibrate_plan", "parse_plan_env"]
+__all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env"]
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -182,7 +182,7 @@ def default_plan(ctx) -> StagingPlan:
                     try:
                         plan = calibrate_plan(ctx, budget_s=3.0)
                         save_plan(ident, plan)
-                    except Exception as e:   # keep the defaults
+                    except Exception as e:  # noqa: BLE001 - keep the defaults, say why
                         plan = StagingPlan(source=f"default (calibration failed: {e})")
             plan = parse_plan_env(env, plan)
             _plans[key] = plan
@@ -279,11 +279,11 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
             while n <= max_bytes // 4 and time.perf_counter() < deadline + budget_s * 0.5:
                 src = host[:n]
                 if d == "h2d":
-                    ops = (lambda: pin.ce_write(0, src, method="direct"),
-                           lambda: pin.ce_write(0, src, method="staged"))
+                    ops = (lambda s=src: pin.ce_write(0, s, method="direct"),
+                           lambda s=src: pin.ce_write(0, s, method="staged"))
                 else:
-                    ops = (lambda: pin.ce_read(0, n, src, method="direct"),
-                           lambda: pin.ce_read(0, n, src, method="staged"))
+                    ops = (lambda s=src, k=n: pin.ce_read(0, k, s, method="direct"),
+                           lambda s=src, k=n: pin.ce_read(0, k, s, method="staged"))
                 reps = 7 if n <= 4 * MIB else 3
                 td, ts = [], []
                 for _ in range(reps):     # interleaved

@@ -6,8 +6,14 @@ import sys
 import time
 
 from ..threshold import ThresholdPicker, format_threshold
-from ..transfer import (HOST_KINDS, _pickers, _pickers_lock, calibrate_context, host_identity,
-                        picker_identity)
+from ..transfer import (
+    HOST_KINDS,
+    _pickers,
+    _pickers_lock,
+    calibrate_context,
+    host_identity,
+    picker_identity,
+)
 
 
 def _progress_bar(stream=sys.stderr):
