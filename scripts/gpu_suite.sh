@@ -72,7 +72,10 @@ if want bench; then
     step c_gdrapi_copylat 300 native/build/gdrapi_copylat --max 16777216
     step bench_latency 300 python3 -m gdrpy bench latency --backend nvrm --c \
         --json "$WORK/latency.json" --plot "$WORK/latency.png"
-    step bench_bandwidth 300 python3 -m gdrpy bench bandwidth --backend nvrm --c \
+    # also the host-memory kinds (issue 14): put/get from page-locked, registered and
+    # pageable memory next to cuMemcpy/torch pinned and pageable, 4 KiB..256 MiB, and
+    # the <= 64 KiB latency table of the same run
+    step bench_bandwidth 560 python3 -m gdrpy bench bandwidth --backend nvrm --c \
         --json "$WORK/bandwidth.json" --plot "$WORK/bandwidth.png"
     step calibrate 120 python3 -m gdrpy calibrate --backend nvrm
     step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 1500 \

@@ -62,5 +62,7 @@ def calibrate_cli(args) -> int:
                           f"  ce {meas.ce_s * 1e6:9.2f} us")
             if not args.no_save:
                 print(f"  stored in {picker.cache_file}")
-        print(f"calibrated in {time.perf_counter() - t0:.2f} s")
+        print(f"calibrated {ctx.backend} on device {ctx.device} in "
+              f"{time.perf_counter() - t0:.2f} s (staging plan, pageable and page-locked "
+              "pickers)")
     return 0

@@ -23,6 +23,13 @@ from .latency import _c_for_json, _print_errors
 from .native import _c_summary_line, c_rows, run_copylat
 from .plot import _finish
 from .session import _Env, _print_methodology, _session
+from .hostkinds import (
+    LATENCY_SIZES,
+    HostKinds,
+    kinds_summary,
+    latency_table,
+    verify_bytes_op,
+)
 from .timing import Cfg, _verify, measure_group, timer_overhead
 
 # ---------------------------------------------------------------------------
@@ -64,6 +71,9 @@ def cmd_bandwidth(args) -> int:
                         r = op.row("bandwidth") | {"short": op.short}
                         print(_detail_line(r), flush=True)
                         rows.append(r)
+            kinds_rows, lat_rows, kinds_text, verdict = _host_kinds(ctx, env, sizes, cfg, args,
+                                                                     meta)
+            rows += kinds_rows
             if c is not None and "json" in c:
                 crows = [r for r in c_rows(c, "bandwidth") if r["size"] in set(sizes)
                          and r["key"] in ("c_kernel", "c_raw", "c_cumemcpy")]
@@ -77,11 +87,75 @@ def cmd_bandwidth(args) -> int:
             ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
             gc.collect()
             env.close()
-    _finish(args, "bandwidth", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c)})
-    _print_errors(rows)
+    _finish(args, "bandwidth", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c),
+                                            "latency_rows": lat_rows,
+                                            "host_kinds_verdict": verdict})
+    _print_errors(rows + lat_rows)
     print()
     print(_bandwidth_summary(rows, sizes, meta, c is not None and "json" in c))
+    print()
+    print(kinds_text)
+    print()
+    print(latency_table(lat_rows))
     return 0
+
+
+def _host_kinds(ctx, env, sizes: list, cfg, args, meta: dict):
+    """Put/get for each host-memory kind next to cuMemcpy and torch (pinned and
+    pageable), interleaved per size; then the small-message latencies."""
+    hk = HostKinds(ctx, env)
+    rows: list = []
+    lat_rows: list = []
+    try:
+        print()
+        print(f"host-memory kinds: {hk.kinds_text()}; staging plan "
+              f"{hk.t.plan.as_dict()}; thresholds {hk.t.thresholds_by_kind()}")
+        meta["host_kinds"] = {"plan": hk.t.plan.as_dict(),
+                              "thresholds": hk.t.thresholds_by_kind(),
+                              "staging_ring": _core_staging(ctx), "notes": hk.notes}
+        for note in hk.notes:
+            print(f"note: {note}")
+        print(_fixed_header(_DETAIL_COLS))
+        salt = 1000
+        for n in sizes:
+            for d in DIRECTIONS:
+                ops = hk.ops(d, n)
+                for op in ops:
+                    salt += 1
+                    _verify(op, env, salt)
+                measure_group(ops, cfg)
+                for op in ops:
+                    r = op.row("bandwidth") | {"short": op.short,
+                                               "method_chosen": hk.t.method_for(
+                                                   d, n, op.extra.get("host_kind", "pageable"))
+                                               if op.library == "gdrpy" else None}
+                    print(_detail_line(r), flush=True)
+                    rows.append(r)
+        lcfg = Cfg.from_args(args, "latency")
+        for n in LATENCY_SIZES:
+            for d in DIRECTIONS:
+                ops = hk.latency_ops(d, n)
+                for op in ops:
+                    salt += 1
+                    if op.key == "lat_put_bytes":
+                        verify_bytes_op(op, env)
+                    else:
+                        _verify(op, env, salt)
+                measure_group(ops, lcfg)
+                for op in ops:
+                    r = op.row("latency") | {"short": op.short}
+                    print(_detail_line(r), flush=True)
+                    lat_rows.append(r)
+        text, verdict = kinds_summary(rows, sizes, meta["sim"])
+        ops = op = None
+    finally:
+        hk.close()
+    return rows, lat_rows, text, verdict
+
+
+def _core_staging(ctx) -> dict:
+    from gdrpy import _core
+    return _core.staging_config(ctx)
 
 
 def _bandwidth_summary(rows: list, sizes: list, meta: dict, have_c: bool) -> str:

@@ -310,10 +310,19 @@ static int driver_locked(int device, uintptr_t p, size_t n, int *locked)
     unsigned type[2] = {0, 0};
     unsigned long long id[2] = {0, 0};
     uintptr_t at[2] = {p, p + n - 1};
+    unsigned nattr = 2;
     for (int i = 0; i < 2; i++) {
         void *data[2] = {&type[i], &id[i]};
         /* Unknown (pageable) addresses give CUDA_SUCCESS and zeroed values. */
-        CUresult r = gp_cu.PointerGetAttributes(2, attrs, data, (CUdeviceptr)at[i]);
+        CUresult r = gp_cu.PointerGetAttributes(nattr, attrs, data, (CUdeviceptr)at[i]);
+        if (r && nattr == 2) {
+            /* a driver that cannot report the buffer id of host memory:
+             * compare the memory types only */
+            nattr = 1;
+            id[0] = id[1] = 0;
+            i = -1;
+            continue;
+        }
         if (r) { type[i] = 0; break; }
         if (type[i] != CU_MEMORYTYPE_HOST) break;
     }
