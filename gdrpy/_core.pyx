@@ -881,7 +881,8 @@ cdef class Transfer:
     Two pickers hold the thresholds: ``picker`` for pageable memory and
     ``picker_locked`` for page-locked memory (one picker given explicitly
     serves both).  The host memory is classified (gdrpy_host_kind: gdrpy's
-    own ranges, then two cuPointerGetAttributes) only for messages of at
+    own ranges, then - unless Python or numpy allocated the memory - two
+    cuPointerGetAttributes) only for messages of at
     least ``classify_min`` bytes: below it every kind takes the same path, so
     small messages pay nothing.  The thresholds are cached as C integers and
     re-read every 4096 calls and after every timed sample, so choosing costs
@@ -1025,7 +1026,10 @@ cdef class Transfer:
         cdef int kind = 0
         if type(obj) is HostBuffer:
             return 1
-        _check(gdrpy_host_kind(self._pin._ctx._h, buf, <size_t>n, &kind))
+        if _python_owned(obj):
+            kind = gdrpy_host_kind_known(buf, <size_t>n)
+        else:
+            _check(gdrpy_host_kind(self._pin._ctx._h, buf, <size_t>n, &kind))
         return 1 if kind != GDRPY_HOST_PAGEABLE else 0
 
     cdef inline int _method(self, int i, int kind, Py_ssize_t n) noexcept:

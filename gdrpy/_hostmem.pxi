@@ -20,6 +20,7 @@ cdef extern from "gdrpy_host.h" nogil:
     int gdrpy_host_register(gdrpy_ctx_t ctx, void *p, size_t size)
     int gdrpy_host_unregister(void *p)
     int gdrpy_host_kind(gdrpy_ctx_t ctx, const void *p, size_t size, int *kind)
+    int gdrpy_host_kind_known(const void *p, size_t size)
     uint64_t gdrpy_host_live()
     int gdrpy_staging_set(gdrpy_ctx_t ctx, size_t chunk, unsigned depth, unsigned threads)
     int gdrpy_staging_get(gdrpy_ctx_t ctx, size_t *chunk, unsigned *depth, unsigned *threads)
@@ -41,6 +42,36 @@ cdef enum:
     CE_LOCKED = 1     # cuMemcpy, the caller's memory is page-locked (no extra wait)
     CE_STAGED = 2     # through the context's staging ring
 _CE_METHODS = {"direct": CE_DIRECT, "locked": CE_LOCKED, "staged": CE_STAGED}
+
+
+try:
+    import numpy as _np
+    _ndarray = _np.ndarray
+except ImportError:   # numpy is a dependency; without it nothing is an ndarray
+    _ndarray = None
+
+
+cdef int _python_owned(object obj) noexcept:
+    """1 if obj's memory was allocated by Python or numpy itself (bytes,
+    bytearray, an ndarray whose base chain ends in an ndarray owning its
+    data, memoryviews of those): no other library page-locked it, unless it
+    registered it behind our back, so the driver need not be asked."""
+    cdef int i
+    for i in range(8):
+        t = type(obj)
+        if t is bytes or t is bytearray:
+            return 1
+        if t is memoryview:
+            obj = (<memoryview>obj).obj
+            continue
+        if t is _ndarray:
+            b = (<object>obj).base
+            if b is None:
+                return 1
+            obj = b
+            continue
+        return 0
+    return 0
 
 
 def host_live():

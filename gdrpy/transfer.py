@@ -193,7 +193,7 @@ def make_measure(ctx, max_bytes: int = CALIBRATION_MAX_BYTES, kind: str = "pagea
     perf = time.perf_counter
 
     def method(direction, nbytes):
-        if kind == "locked" and nbytes >= plan.locked_gain_min:
+        if kind == "locked":
             return "locked"
         return "staged" if nbytes >= plan.staged_min[direction] else "direct"
 

@@ -60,6 +60,9 @@ GDRPY_API int gdrpy_host_register(gdrpy_ctx_t ctx, void *p, size_t size);
 /* EINVAL unless p is the start of a live registration. */
 GDRPY_API int gdrpy_host_unregister(void *p);
 GDRPY_API int gdrpy_host_kind(gdrpy_ctx_t ctx, const void *p, size_t size, int *kind);
+/* gdrpy's own table only (no driver call): PINNED, REGISTERED or PAGEABLE.
+ * For memory the caller knows no other library page-locked. */
+GDRPY_API int gdrpy_host_kind_known(const void *p, size_t size);
 /* Live allocations + registrations (leak checks). */
 GDRPY_API uint64_t gdrpy_host_live(void);
 

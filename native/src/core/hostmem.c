@@ -331,13 +331,8 @@ static int driver_locked(int device, uintptr_t p, size_t n, int *locked)
     return 0;
 }
 
-int gdrpy_host_kind(gdrpy_ctx_t ctx, const void *p, size_t size, int *kind)
+static int table_kind(uintptr_t a, size_t size)
 {
-    if (!kind) return gp_err(GDRPY_EINVAL, "host_kind: output pointer is NULL");
-    *kind = GDRPY_HOST_PAGEABLE;
-    if (!p || size == 0) return 0;
-    uintptr_t a = (uintptr_t)p;
-    if (a + size < a) return gp_err(GDRPY_EINVAL, "host_kind: range wraps around");
     int found = -1;
     pthread_mutex_lock(&h_lock);
     for (hrange *e = h_list; e; e = e->next)
@@ -346,6 +341,25 @@ int gdrpy_host_kind(gdrpy_ctx_t ctx, const void *p, size_t size, int *kind)
             break;
         }
     pthread_mutex_unlock(&h_lock);
+    return found;
+}
+
+int gdrpy_host_kind_known(const void *p, size_t size)
+{
+    uintptr_t a = (uintptr_t)p;
+    if (!p || size == 0 || a + size < a) return GDRPY_HOST_PAGEABLE;
+    int k = table_kind(a, size);
+    return k < 0 ? GDRPY_HOST_PAGEABLE : k;
+}
+
+int gdrpy_host_kind(gdrpy_ctx_t ctx, const void *p, size_t size, int *kind)
+{
+    if (!kind) return gp_err(GDRPY_EINVAL, "host_kind: output pointer is NULL");
+    *kind = GDRPY_HOST_PAGEABLE;
+    if (!p || size == 0) return 0;
+    uintptr_t a = (uintptr_t)p;
+    if (a + size < a) return gp_err(GDRPY_EINVAL, "host_kind: range wraps around");
+    int found = table_kind(a, size);
     if (found >= 0) { *kind = found; return 0; }
     int device = 0, sim = 0;
     int rc = ctx_target(ctx, "host_kind", &device, &sim);
