@@ -300,6 +300,7 @@ typedef struct gp_stage {
     uint64_t sim_ev[ST_MAX_DEPTH];
     st_pool pool;
     int pool_on;
+    int warned;
 } gp_stage;
 
 static pthread_mutex_t st_create_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -619,7 +620,16 @@ static int staged(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *host, size
     if (st) {
         pthread_mutex_lock(&st->op_lock);
         rc = ring_build(st, c);
-        if (rc == GDRPY_ENOTSUP) { direct = 1; rc = 0; }
+        if (rc) {
+            /* no ring (no events in this driver, no page-locked memory left):
+             * the direct copy is correct, only slower */
+            if (!st->warned) {
+                gp_log(3, "staging ring unavailable, copying directly: %s", gdrpy_last_error());
+                st->warned = 1;
+            }
+            direct = 1;
+            rc = 0;
+        }
         if (!rc && !direct && !stream_ok(st, (CUstream)stream)) direct = 1;
         if (!rc && !direct) {
             int pushed = 0;
