@@ -188,7 +188,7 @@ def test_staged_copies_are_exact_at_every_size_and_offset(ctx, dev, cfg, monkeyp
     monkeypatch.setenv("GDRPY_SIM_CE_DELAY_US", "200")
     pin, m = dev
     _core.staging_config(ctx, *cfg)
-    assert _core.staging_config(ctx) == dict(zip(("chunk", "depth", "threads"), cfg))
+    assert _core.staging_config(ctx) == dict(zip(("chunk", "depth", "threads"), cfg, strict=True))
     salt = 0
     for n in SIZES:
         for off in (0, 1, 4096 + 7):
@@ -206,7 +206,7 @@ def test_staged_copies_are_exact_at_every_size_and_offset(ctx, dev, cfg, monkeyp
 
 
 def test_staged_copies_with_a_stream_are_ordered(ctx, dev):
-    pin, m = dev
+    pin, _ = dev
     _core.staging_config(ctx, 128 * KIB, 2, 1)
     stream, destroy = _stream(ctx)
     try:
@@ -279,7 +279,7 @@ def test_method_per_size_and_kind(ctx, dev):
 
 @pytest.mark.parametrize("kind", ["pinned", "registered", "pageable"])
 def test_put_get_round_trip_for_each_host_kind(ctx, dev, kind):
-    pin, m = dev
+    _, m = dev
     t = _transfer(m, 64 * KIB, 2 * KIB, 32 * KIB, 2 * KIB, staged_min=256 * KIB)
     _core.staging_config(ctx, 64 * KIB, 3, 2)
     n_max = 6 * MIB + 3

@@ -19,10 +19,6 @@ from .common import (
     format_size,
     parse_sizes,
 )
-from .latency import _c_for_json, _print_errors
-from .native import _c_summary_line, c_rows, run_copylat
-from .plot import _finish
-from .session import _Env, _print_methodology, _session
 from .hostkinds import (
     LATENCY_SIZES,
     HostKinds,
@@ -30,6 +26,10 @@ from .hostkinds import (
     latency_table,
     verify_bytes_op,
 )
+from .latency import _c_for_json, _print_errors
+from .native import _c_summary_line, c_rows, run_copylat
+from .plot import _finish
+from .session import _Env, _print_methodology, _session
 from .timing import Cfg, _verify, measure_group, timer_overhead
 
 # ---------------------------------------------------------------------------
