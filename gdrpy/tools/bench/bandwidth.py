@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import sys
 
 from .alternatives import _alternatives, _gdrpy_ops
 from .common import (
@@ -87,6 +89,8 @@ def cmd_bandwidth(args) -> int:
             ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
             gc.collect()
             env.close()
+    if args.plot:
+        _kinds_plot(args.plot, meta, [r for r in rows if r["key"] in KIND_KEYS])
     _finish(args, "bandwidth", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c),
                                             "latency_rows": lat_rows,
                                             "host_kinds_verdict": verdict})
@@ -151,6 +155,20 @@ def _host_kinds(ctx, env, sizes: list, cfg, args, meta: dict):
     finally:
         hk.close()
     return rows, lat_rows, text, verdict
+
+
+KIND_KEYS = {f"{op}_{k}" for op in ("put", "get") for k in ("pinned", "registered", "pageable")} \
+    | {f"{lib}_{k}" for lib in ("cumemcpy", "torch") for k in ("pinned", "pageable")}
+
+
+def _kinds_plot(path: str, meta: dict, rows: list) -> None:
+    """<plot>_kinds.png: only the host-memory kinds and their references."""
+    from .plot import _save_plot
+    root, ext = os.path.splitext(path)
+    try:
+        _save_plot(f"{root}_kinds{ext or '.png'}", "bandwidth", meta, rows, {})
+    except Exception as e:  # noqa: BLE001 - a plot never costs the measurements
+        print(f"note: kinds plot failed: {type(e).__name__}: {e}", file=sys.stderr)
 
 
 def _core_staging(ctx) -> dict:
