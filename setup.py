@@ -73,6 +73,8 @@ ext = Extension(
     sources=["gdrpy/_core.pyx"],
     include_dirs=["native/include", "native/src/core", "native/src/copy"],
     extra_objects=[os.path.join("native", "build", "libgdrpy.a")],
+    # relink when the C core changes, not only when _core.pyx does
+    depends=[os.path.join("native", "build", "libgdrpy.a"), "gdrpy/_cgdrpy.pxd"],
     libraries=["dl", "pthread"],
     extra_compile_args=["-O2"],
 )

@@ -73,6 +73,6 @@ def test_sdist_carries_native_tests_and_license(tmp_path):
                  "native/src/core/core.c", "native/tools/gdrpy_copylat.c",
                  "tests/conftest.py", "gdrpy/_core.pyx", "gdrpy/_version.py"):
         assert need in names, f"{need} missing from the sdist"
-    leaked = sorted(n for n in names if n.startswith("native/build/") or n.endswith(".so")
-                    or n.endswith(".o"))
+    leaked = sorted(n for n in names if n.startswith("native/build/")
+                    or n.endswith((".so", ".o")))
     assert not leaked, f"build outputs in the sdist: {leaked[:5]}"

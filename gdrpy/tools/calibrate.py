@@ -1,4 +1,5 @@
-"""``python -m gdrpy calibrate``: measure and store this host's put/get thresholds."""
+"""``python -m gdrpy calibrate``: measure and store this host's staging plan and
+put/get thresholds (for pageable and for page-locked host memory)."""
 
 from __future__ import annotations
 
@@ -14,19 +15,7 @@ from ..transfer import (
     host_identity,
     picker_identity,
 )
-
-
-def _progress_bar(stream=sys.stderr):
-    width = 30
-
-    def progress(frac, msg):
-        n = int(round(frac * width))
-        stream.write(f"\r[{'#' * n}{'.' * (width - n)}] {frac * 100:5.1f}% {msg[:50]:<50}")
-        stream.flush()
-        if frac >= 1.0:
-            stream.write("\n")
-    return progress
-
+from .progress import progress_bar
 
 
 def calibrate_cli(args) -> int:
@@ -48,7 +37,8 @@ def calibrate_cli(args) -> int:
         for kind in HOST_KINDS:
             picker = ThresholdPicker(identity=picker_identity(ctx, kind))
             res = calibrate_context(ctx, picker, budget_s=args.budget / 2,
-                                    progress=None if args.quiet else _progress_bar(),
+                                    progress=None if args.quiet else
+                                    progress_bar(f"calibrating ({kind})"),
                                     save=not args.no_save, kind=kind)
             with _pickers_lock:
                 _pickers[(ctx.device, ctx.backend, kind)] = picker

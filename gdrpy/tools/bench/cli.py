@@ -125,7 +125,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="also run the C benchmark gdrpy_copylat (installed in `python -m gdrpy "
                         "bindir`; in a checkout: make -C native bench) and merge its rows")
     p.add_argument("--copylat", metavar="PATH", default=None,
-                   help="path of gdrpy_copylat (default: $GDRPY_COPYLAT, native/build/, bindir, PATH)")
+                   help="path of gdrpy_copylat (default: $GDRPY_COPYLAT, native/build/, "
+                        "bindir, PATH)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="do not calibrate the default picker where it has no calibration")
     p.add_argument("--calibrate-budget", type=_pos_float, default=None,

@@ -29,7 +29,7 @@ from .timing import Cfg, Op, _verify, measure_group, timer_overhead
 # ---------------------------------------------------------------------------
 # bench transfer
 
-_TRANSFER_COLS = (("dir", 4, "l"), ("size", 6, "l"), ("auto med", 9, "r"),
+_TRANSFER_COLS = (("dir", 4, "l"), ("size", 8, "l"), ("auto med", 9, "r"),
                   ("auto p99", 9, "r"), ("path", 7, "l"), ("map med", 9, "r"),
                   ("map p99", 9, "r"), ("ce med", 9, "r"), ("ce p99", 9, "r"), ("B", 5, "r"),
                   ("n", 5, "r"), ("ok", 4, "l"), ("regret", 10, "r"))
@@ -61,7 +61,8 @@ def cmd_transfer(args) -> int:
             _print_methodology(cfg, timer, "; the three variants interleaved sample by sample "
                                "(every order in turn), with the same B")
             desc = _ready_default_picker(ctx, calibrate=not args.no_calibrate,
-                                         budget=_calibrate_budget(args))
+                                         budget=_calibrate_budget(args),
+                                         save=not args.quick)
             picker = desc.pop("picker")
             print(_picker_line(desc))
             meta["picker"] = desc
@@ -110,7 +111,9 @@ def cmd_transfer(args) -> int:
                          _regret_text(g["regret"])], _TRANSFER_COLS), flush=True)
             thr_after = {dd: picker.threshold(dd) for dd in DIRECTIONS}
         finally:
-            ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            # the last ops hold views of the buffer (torch/cupy/numpy): drop them
+            ops = []
+            op = None  # type: ignore[assignment]
             gc.collect()
             env.close()
     meta["thresholds_after"] = thr_after
@@ -144,10 +147,19 @@ def cmd_transfer(args) -> int:
     if w is None:
         print("worst regret: - (no size was measured on all three variants)")
     else:
-        verdict = "yes" if summary["within_5pct"] else \
-            f"NO ({len(summary['over_5pct'])} over)"
+        n_over, n = len(summary["over_5pct"]), summary["measured"]
+        # A --quick run (a handful of samples) or the sim backend (host memory, no GPU)
+        # makes no statement about the picker: say so instead of a yes/no.
+        caveats = [c for c, on in (("--quick: too few samples", args.quick),
+                                   ("sim: no GPU", meta["sim"])) if on]
+        if caveats:
+            verdict = f"not judged ({'; '.join(caveats)}); {n_over} of {n} sizes over 5%"
+        elif summary["within_5pct"]:
+            verdict = "yes"
+        else:
+            verdict = f"no, {n_over} of {n} sizes over 5%"
         print(f"worst regret: {summary['worst_regret'] * 100:+.1f}% ({w['direction']} "
-              f"{format_size(w['size'])}); every size within 5%: {verdict}{sim}")
+              f"{format_size(w['size'])}); every size within 5%: {verdict}")
     return 0
 
 
