@@ -25,6 +25,7 @@ calibrates automatically.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import statistics
@@ -182,7 +183,7 @@ def default_plan(ctx) -> StagingPlan:
                     try:
                         plan = calibrate_plan(ctx, budget_s=3.0)
                         save_plan(ident, plan)
-                    except Exception as e:  # noqa: BLE001 - keep the defaults, say why
+                    except Exception as e:  # keep the defaults, say why
                         plan = StagingPlan(source=f"default (calibration failed: {e})")
             plan = parse_plan_env(env, plan)
             _plans[key] = plan
@@ -209,6 +210,13 @@ def _timer(op: Callable[[], Any], reps: int) -> float:
         op()
         ts.append(time.perf_counter() - t0)
     return statistics.median(ts)
+
+
+def _ce(pin: Any, direction: str, host: Any, method: str) -> None:
+    if direction == "h2d":
+        pin.ce_write(0, host, method=method)
+    else:
+        pin.ce_read(0, len(host), host, method=method)
 
 
 def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
@@ -278,12 +286,8 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
             wins = []
             while n <= max_bytes // 4 and time.perf_counter() < deadline + budget_s * 0.5:
                 src = host[:n]
-                if d == "h2d":
-                    ops = (lambda s=src: pin.ce_write(0, s, method="direct"),
-                           lambda s=src: pin.ce_write(0, s, method="staged"))
-                else:
-                    ops = (lambda s=src, k=n: pin.ce_read(0, k, s, method="direct"),
-                           lambda s=src, k=n: pin.ce_read(0, k, s, method="staged"))
+                ops = (functools.partial(_ce, pin, d, src, "direct"),
+                       functools.partial(_ce, pin, d, src, "staged"))
                 reps = 7 if n <= 4 * MIB else 3
                 td, ts = [], []
                 for _ in range(reps):     # interleaved

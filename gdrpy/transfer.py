@@ -188,7 +188,7 @@ def make_measure(ctx, max_bytes: int = CALIBRATION_MAX_BYTES, kind: str = "pagea
         host_mv = memoryview(hb)
     else:
         host = np.zeros(max_bytes, np.uint8)
-        host_mv = memoryview(host)
+        host_mv = host.data
     plan = default_plan(ctx)
     perf = time.perf_counter
 

@@ -440,3 +440,24 @@ def test_gpu_ce_methods_with_and_without_stream(method):
         buf.close()
     finally:
         ctx.close()
+
+
+def test_plan_calibration_runs_and_its_cache_round_trips(tmp_path, monkeypatch):
+    from gdrpy.staging import calibrate_plan, load_plan, save_plan
+    from gdrpy.transfer import host_identity
+    monkeypatch.setenv("GDRPY_CACHE_DIR", str(tmp_path))
+    with gdrpy.open(0, "sim") as c:
+        plan = calibrate_plan(c, budget_s=0.5, max_bytes=4 * MIB)
+        assert plan.source == "calibration"
+        assert 64 * KIB <= plan.chunk <= 64 * MIB and 2 <= plan.depth <= 8
+        assert set(plan.staged_min) == {"h2d", "d2h"}
+        assert any("gbps" in s for s in plan.sweep)
+        ident = host_identity(c)
+        assert save_plan(ident, plan)
+        back = load_plan(ident)
+        assert back is not None and back.source == "cache"
+        assert back.as_dict() | {"source": "x"} == plan.as_dict() | {"source": "x"}
+        assert load_plan({**ident, "cpu_model": "another"}) is None   # other identity
+        path = next(tmp_path.glob("staging-*.json"))
+        path.write_text("{not json")
+        assert load_plan(ident) is None                               # corrupt: ignored

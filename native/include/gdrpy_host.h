@@ -46,9 +46,9 @@ extern "C" {
 
 enum {
     GDRPY_HOST_PAGEABLE = 0,
-    GDRPY_HOST_PINNED = 1,      /* gdrpy_host_alloc */
-    GDRPY_HOST_REGISTERED = 2,  /* gdrpy_host_register */
-    GDRPY_HOST_LOCKED = 3       /* page-locked by another allocator */
+    GDRPY_HOST_PINNED = 1,     /* gdrpy_host_alloc */
+    GDRPY_HOST_REGISTERED = 2, /* gdrpy_host_register */
+    GDRPY_HOST_LOCKED = 3      /* page-locked by another allocator */
 };
 
 GDRPY_API int gdrpy_host_alloc(gdrpy_ctx_t ctx, size_t size, void **out);

@@ -18,20 +18,25 @@
 static int passed, failed;
 static const char *cur;
 
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "  FAIL %s:%d %s: %s (last error: %s)\n", __FILE__,      \
-                    __LINE__, cur, #cond, gdrpy_last_error());                       \
-            return 1;                                                                \
-        }                                                                            \
+#define CHECK(cond)                                                             \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "  FAIL %s:%d %s: %s (last error: %s)\n", __FILE__, \
+                    __LINE__, cur, #cond, gdrpy_last_error());                  \
+            return 1;                                                           \
+        }                                                                       \
     } while (0)
 
-#define RUN(fn)                                                                      \
-    do {                                                                             \
-        cur = #fn;                                                                   \
-        if (fn()) { failed++; printf("FAIL %s\n", #fn); }                           \
-        else { passed++; printf("ok   %s\n", #fn); }                                \
+#define RUN(fn)                       \
+    do {                              \
+        cur = #fn;                    \
+        if (fn()) {                   \
+            failed++;                 \
+            printf("FAIL %s\n", #fn); \
+        } else {                      \
+            passed++;                 \
+            printf("ok   %s\n", #fn); \
+        }                             \
     } while (0)
 
 #define KIB 1024u
@@ -47,7 +52,7 @@ struct dev {
     gdrpy_ctx_t c;
     uint64_t d;
     gdrpy_pin_t pin;
-    unsigned char *map;   /* the device side through a mapping */
+    unsigned char *map; /* the device side through a mapping */
 };
 
 static int dev_open(struct dev *v)
@@ -75,7 +80,8 @@ static const size_t sizes[] = {1, 63, 4095, 64 * KIB - 1, 64 * KIB, 64 * KIB + 1
 static int one_shape(struct dev *v, size_t chunk, unsigned depth, unsigned threads)
 {
     CHECK(gdrpy_staging_set(v->c, chunk, depth, threads) == 0);
-    size_t ck; unsigned dp, th;
+    size_t ck;
+    unsigned dp, th;
     CHECK(gdrpy_staging_get(v->c, &ck, &dp, &th) == 0);
     CHECK(ck == chunk && dp == depth && th == threads);
     unsigned char *src = malloc(10 * MIB), *dst = malloc(10 * MIB + 2);
@@ -91,7 +97,7 @@ static int one_shape(struct dev *v, size_t chunk, unsigned depth, unsigned threa
             memset(dst, 0xA5, n + 2);
             CHECK(gdrpy_ce_read_staged(v->c, v->pin, o, dst + 1, n, NULL) == 0);
             CHECK(memcmp(dst + 1, v->map + o, n) == 0);
-            CHECK(dst[0] == 0xA5 && dst[n + 1] == 0xA5);   /* nothing written outside */
+            CHECK(dst[0] == 0xA5 && dst[n + 1] == 0xA5); /* nothing written outside */
         }
     }
     free(src);
@@ -133,7 +139,10 @@ static void *stage_worker(void *p)
     struct worker_arg *a = p;
     size_t n = MIB + 333 * a->idx, off = (size_t)a->idx * 2 * MIB;
     unsigned char *src = malloc(n), *dst = malloc(n);
-    if (!src || !dst) { a->rc = 1; return NULL; }
+    if (!src || !dst) {
+        a->rc = 1;
+        return NULL;
+    }
     for (unsigned it = 0; it < 20 && !a->rc; it++) {
         fill(src, n, a->idx * 100 + it);
         if (gdrpy_ce_write_staged(a->v->c, a->v->pin, off, src, n, NULL) ||
@@ -193,12 +202,12 @@ static int host_table_accepts_only_what_it_handed_out(void)
     CHECK(gdrpy_host_kind(c, (char *)p + 10, 100, &k) == 0 && k == GDRPY_HOST_PINNED);
     CHECK(gdrpy_host_kind(c, p, 3 * MIB + 2, &k) == 0 && k == GDRPY_HOST_PAGEABLE);
     CHECK(gdrpy_host_kind_known(p, 5) == GDRPY_HOST_PINNED);
-    CHECK(gdrpy_host_register(c, (char *)p + 4096, 100) == GDRPY_EBUSY);   /* overlaps */
+    CHECK(gdrpy_host_register(c, (char *)p + 4096, 100) == GDRPY_EBUSY); /* overlaps */
     CHECK(gdrpy_host_free((char *)p + 1) == GDRPY_EINVAL);
-    CHECK(gdrpy_close(c) == 0);          /* the allocation outlives the context */
+    CHECK(gdrpy_close(c) == 0); /* the allocation outlives the context */
     memset(p, 1, 3 * MIB + 1);
     CHECK(gdrpy_host_free(p) == 0);
-    CHECK(gdrpy_host_free(p) == GDRPY_EINVAL);   /* double free: refused */
+    CHECK(gdrpy_host_free(p) == GDRPY_EINVAL); /* double free: refused */
     CHECK(gdrpy_host_live() == base);
 
     CHECK(gdrpy_open(0, GDRPY_BACKEND_SIM, &c) == 0);
@@ -218,7 +227,7 @@ static int host_table_accepts_only_what_it_handed_out(void)
     free(buf);
     CHECK(gdrpy_host_live() == base);
     gdrpy_close(c);
-    CHECK(gdrpy_host_alloc(c, 10, &p) == GDRPY_EBADF);   /* closed context */
+    CHECK(gdrpy_host_alloc(c, 10, &p) == GDRPY_EBADF); /* closed context */
     return 0;
 }
 

@@ -106,6 +106,26 @@ def cmd_bandwidth(args) -> int:
     return 0
 
 
+def _run_group(ops: list, env, cfg, salt: int, command: str, t=None) -> list:
+    """Verify, time (interleaved) and report one group of ops; returns the rows.
+    The ops (and the host views they hold) die with this call."""
+    for i, op in enumerate(ops):
+        if op.key == "lat_put_bytes":
+            verify_bytes_op(op, env)
+        else:
+            _verify(op, env, salt + i)
+    measure_group(ops, cfg)
+    rows = []
+    for op in ops:
+        r = op.row(command) | {"short": op.short}
+        if t is not None and op.library == "gdrpy":
+            r["method_chosen"] = t.method_for(op.direction, op.nbytes,
+                                              op.extra.get("host_kind", "pageable"))
+        print(_detail_line(r), flush=True)
+        rows.append(r)
+    return rows
+
+
 def _host_kinds(ctx, env, sizes: list, cfg, args, meta: dict):
     """Put/get for each host-memory kind next to cuMemcpy and torch (pinned and
     pageable), interleaved per size; then the small-message latencies."""
@@ -125,35 +145,14 @@ def _host_kinds(ctx, env, sizes: list, cfg, args, meta: dict):
         salt = 1000
         for n in sizes:
             for d in DIRECTIONS:
-                ops = hk.ops(d, n)
-                for op in ops:
-                    salt += 1
-                    _verify(op, env, salt)
-                measure_group(ops, cfg)
-                for op in ops:
-                    r = op.row("bandwidth") | {"short": op.short,
-                                               "method_chosen": hk.t.method_for(
-                                                   d, n, op.extra.get("host_kind", "pageable"))
-                                               if op.library == "gdrpy" else None}
-                    print(_detail_line(r), flush=True)
-                    rows.append(r)
+                rows += _run_group(hk.ops(d, n), env, cfg, salt, "bandwidth", hk.t)
+                salt += 100
         lcfg = Cfg.from_args(args, "latency")
         for n in LATENCY_SIZES:
             for d in DIRECTIONS:
-                ops = hk.latency_ops(d, n)
-                for op in ops:
-                    salt += 1
-                    if op.key == "lat_put_bytes":
-                        verify_bytes_op(op, env)
-                    else:
-                        _verify(op, env, salt)
-                measure_group(ops, lcfg)
-                for op in ops:
-                    r = op.row("latency") | {"short": op.short}
-                    print(_detail_line(r), flush=True)
-                    lat_rows.append(r)
+                lat_rows += _run_group(hk.latency_ops(d, n), env, lcfg, salt, "latency")
+                salt += 100
         text, verdict = kinds_summary(rows, sizes, meta["sim"])
-        ops = op = None
     finally:
         hk.close()
     return rows, lat_rows, text, verdict
@@ -169,7 +168,7 @@ def _kinds_plot(path: str, meta: dict, rows: list) -> None:
     root, ext = os.path.splitext(path)
     try:
         _save_plot(f"{root}_kinds{ext or '.png'}", "bandwidth", meta, rows, {})
-    except Exception as e:  # noqa: BLE001 - a plot never costs the measurements
+    except Exception as e:  # a plot never costs the measurements
         print(f"note: kinds plot failed: {type(e).__name__}: {e}", file=sys.stderr)
 
 

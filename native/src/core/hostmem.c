@@ -31,9 +31,9 @@
 typedef struct hrange {
     struct hrange *next;
     uintptr_t base;
-    size_t size;      /* requested bytes */
-    size_t maplen;    /* sim allocations: bytes mmap'ed */
-    int kind;         /* GDRPY_HOST_PINNED or GDRPY_HOST_REGISTERED */
+    size_t size;   /* requested bytes */
+    size_t maplen; /* sim allocations: bytes mmap'ed */
+    int kind;      /* GDRPY_HOST_PINNED or GDRPY_HOST_REGISTERED */
     int sim;
     int device;
 } hrange;
@@ -166,7 +166,10 @@ int gdrpy_host_alloc(gdrpy_ctx_t ctx, size_t size, void **out)
         }
     } else {
         rc = primary_push(device, "host_alloc");
-        if (rc) { free(e); return rc; }
+        if (rc) {
+            free(e);
+            return rc;
+        }
         if (!gp_cu.MemHostAlloc || !gp_cu.MemFreeHost) {
             primary_pop();
             primary_release(device);
@@ -199,7 +202,8 @@ int gdrpy_host_free(void *p)
     pthread_mutex_unlock(&h_lock);
     if (!e)
         return gp_err(GDRPY_EINVAL, "host_free: %p is not the start of a live gdrpy host "
-                      "allocation (freed twice?)", p);
+                                    "allocation (freed twice?)",
+                      p);
     int rc = 0;
     if (e->sim) {
         munmap(p, e->maplen);
@@ -208,10 +212,10 @@ int gdrpy_host_free(void *p)
         if (!rc) {
             CUresult r = gp_cu.MemFreeHost(p);
             primary_pop();
-            primary_release(e->device);   /* the push's retain */
+            primary_release(e->device); /* the push's retain */
             if (r) rc = gp_cuda_err(0, r, "cuMemFreeHost", "host_free of %p", p);
         }
-        if (!rc) primary_release(e->device);   /* the allocation's */
+        if (!rc) primary_release(e->device); /* the allocation's */
         else gp_log(3, "host_free: %s (the primary context stays retained)", gdrpy_last_error());
     }
     free(e);
@@ -244,7 +248,8 @@ int gdrpy_host_register(gdrpy_ctx_t ctx, void *p, size_t size)
         pthread_mutex_unlock(&h_lock);
         free(e);
         return gp_err(GDRPY_EBUSY, "host_register: [%p, +%zu) overlaps a live gdrpy %s at "
-                      "[0x%llx, +%zu)", p, size,
+                                   "[0x%llx, +%zu)",
+                      p, size,
                       o->kind == GDRPY_HOST_PINNED ? "host allocation" : "registration",
                       (unsigned long long)o->base, o->size);
     }
@@ -260,11 +265,12 @@ int gdrpy_host_register(gdrpy_ctx_t ctx, void *p, size_t size)
             if (r) {
                 primary_release(device);
                 rc = gp_cuda_err(r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED ? GDRPY_EBUSY
-                                 : r == CUDA_ERROR_NOT_SUPPORTED ? GDRPY_ENOTSUP : 0,
+                                 : r == CUDA_ERROR_NOT_SUPPORTED                ? GDRPY_ENOTSUP
+                                                                                : 0,
                                  r, "cuMemHostRegister", "host_register of [%p, +%zu) on "
-                                 "device %d%s", p, size, device,
-                                 r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED ?
-                                 " (part of it is page-locked already)" : "");
+                                                         "device %d%s",
+                                 p, size, device,
+                                 r == CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED ? " (part of it is page-locked already)" : "");
             }
         }
     }
@@ -282,7 +288,8 @@ int gdrpy_host_unregister(void *p)
     pthread_mutex_unlock(&h_lock);
     if (!e)
         return gp_err(GDRPY_EINVAL, "host_unregister: %p is not the start of a live gdrpy "
-                      "registration (unregistered twice?)", p);
+                                    "registration (unregistered twice?)",
+                      p);
     int rc = 0;
     if (!e->sim) {
         rc = primary_push(e->device, "host_unregister");
@@ -323,7 +330,10 @@ static int driver_locked(int device, uintptr_t p, size_t n, int *locked)
             i = -1;
             continue;
         }
-        if (r) { type[i] = 0; break; }
+        if (r) {
+            type[i] = 0;
+            break;
+        }
         if (type[i] != CU_MEMORYTYPE_HOST) break;
     }
     gp_cuda_leave(&sc);
@@ -360,7 +370,10 @@ int gdrpy_host_kind(gdrpy_ctx_t ctx, const void *p, size_t size, int *kind)
     uintptr_t a = (uintptr_t)p;
     if (a + size < a) return gp_err(GDRPY_EINVAL, "host_kind: range wraps around");
     int found = table_kind(a, size);
-    if (found >= 0) { *kind = found; return 0; }
+    if (found >= 0) {
+        *kind = found;
+        return 0;
+    }
     int device = 0, sim = 0;
     int rc = ctx_target(ctx, "host_kind", &device, &sim);
     if (rc) return rc;

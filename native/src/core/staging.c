@@ -47,9 +47,9 @@
 #define ST_MAX_THREADS 16
 #define ST_MIN_CHUNK (64u << 10)
 #define ST_MAX_CHUNK (64u << 20)
-#define ST_SMALL_CHUNK (128u << 10)   /* smallest chunk a short message is cut into */
-#define ST_MIN_PART (256u << 10)      /* smallest per-thread share of a chunk */
-#define ST_SPIN_S 200e-6              /* a worker spins this long before sleeping */
+#define ST_SMALL_CHUNK (128u << 10) /* smallest chunk a short message is cut into */
+#define ST_MIN_PART (256u << 10)    /* smallest per-thread share of a chunk */
+#define ST_SPIN_S 200e-6            /* a worker spins this long before sleeping */
 #define SIM_QUEUE 64
 
 static double now_s(void)
@@ -73,19 +73,19 @@ static inline void cpu_relax(void)
 typedef struct st_worker {
     pthread_t th;
     struct st_pool *pool;
-    unsigned seq;         /* jobs posted (atomic) */
-    unsigned done;        /* jobs finished (atomic) */
+    unsigned seq;  /* jobs posted (atomic) */
+    unsigned done; /* jobs finished (atomic) */
     char *d;
     const char *s;
     size_t n;
 } st_worker;
 
 typedef struct st_pool {
-    unsigned n;           /* workers (threads - 1) */
+    unsigned n; /* workers (threads - 1) */
     pthread_mutex_t m;
     pthread_cond_t cv;
-    unsigned sleepers;    /* atomic */
-    int quit;             /* atomic */
+    unsigned sleepers; /* atomic */
+    int quit;          /* atomic */
     st_worker w[ST_MAX_THREADS];
 } st_pool;
 
@@ -99,7 +99,10 @@ static void *worker_main(void *arg)
         double t_end = now_s() + ST_SPIN_S;
         for (unsigned i = 1;; i++) {
             if (__atomic_load_n(&w->seq, __ATOMIC_ACQUIRE) != seen ||
-                __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) { got = 1; break; }
+                __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) {
+                got = 1;
+                break;
+            }
             cpu_relax();
             if ((i & 63) == 0 && now_s() > t_end) break;
         }
@@ -129,7 +132,7 @@ static int pool_start(st_pool *p, unsigned workers)
         if (pthread_create(&p->w[i].th, NULL, worker_main, &p->w[i]) != 0) break;
         p->n++;
     }
-    return 0;   /* fewer workers than asked for only slows the copies */
+    return 0; /* fewer workers than asked for only slows the copies */
 }
 
 static void pool_stop(st_pool *p)
@@ -195,7 +198,7 @@ typedef struct sim_ce {
     pthread_mutex_t m;
     pthread_cond_t cv_work, cv_done;
     sim_op q[SIM_QUEUE];
-    uint64_t submitted, completed;   /* under m */
+    uint64_t submitted, completed; /* under m */
     int quit;
     unsigned delay_us;
 } sim_ce;
@@ -292,11 +295,11 @@ typedef struct gp_stage {
     size_t ring_chunk;
     unsigned ring_depth;
     unsigned ring_threads;
-    unsigned next;                  /* slot the next copy starts at */
-    int pending[ST_MAX_DEPTH];      /* a DMA of the slot may be in flight */
-    CUcontext pctx;                 /* real: retained primary context */
+    unsigned next;             /* slot the next copy starts at */
+    int pending[ST_MAX_DEPTH]; /* a DMA of the slot may be in flight */
+    CUcontext pctx;            /* real: retained primary context */
     CUevent ev[ST_MAX_DEPTH];
-    sim_ce *sce;                    /* sim */
+    sim_ce *sce; /* sim */
     uint64_t sim_ev[ST_MAX_DEPTH];
     st_pool pool;
     int pool_on;
@@ -319,7 +322,8 @@ __attribute__((constructor)) static void st_init(void)
 static unsigned default_threads(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned t = n >= 16 ? 4 : n >= 8 ? 2 : 1;
+    unsigned t = n >= 16 ? 4 : n >= 8 ? 2
+                                      : 1;
     return t;
 }
 
@@ -362,7 +366,7 @@ static void ring_free(gp_stage *st)
 {
     if (!st->ready) return;
     if (st->sim) {
-        if (st->sce) sim_ce_stop(st->sce);   /* drains the queue first */
+        if (st->sce) sim_ce_stop(st->sce); /* drains the queue first */
         st->sce = NULL;
         if (st->ring) munmap(st->ring, st->ring_bytes);
     } else {
@@ -427,9 +431,12 @@ static int ring_build(gp_stage *st, gp_ctx *c)
         CUresult r = gp_cu.DeviceGet(&d, c->device);
         if (!r) r = gp_cu.DevicePrimaryCtxRetain(&st->pctx, d);
         if (r) return gp_cuda_err(0, r, "cuDevicePrimaryCtxRetain", "staging ring");
-        st->ready = 1;   /* from here ring_free undoes what was done */
+        st->ready = 1; /* from here ring_free undoes what was done */
         rc = st_push(st);
-        if (rc) { ring_free(st); return rc; }
+        if (rc) {
+            ring_free(st);
+            return rc;
+        }
         void *p = NULL;
         r = gp_cu.MemHostAlloc(&p, st->ring_bytes, CU_MEMHOSTALLOC_PORTABLE);
         if (r) {
@@ -613,7 +620,10 @@ static int staged(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *host, size
     gp_pin *p;
     int rc = gp_copy_begin(h, ph, offset, n, host, what, &c, &p);
     if (rc) return rc;
-    if (!n) { gp_copy_end(c, p); return 0; }
+    if (!n) {
+        gp_copy_end(c, p);
+        return 0;
+    }
     uint64_t dptr = p->addr + offset;
     gp_stage *st = stage_of(c);
     int direct = st == NULL;
@@ -699,7 +709,8 @@ int gdrpy_staging_set(gdrpy_ctx_t h, size_t chunk, unsigned depth, unsigned thre
 {
     if (chunk && (chunk < ST_MIN_CHUNK || chunk > ST_MAX_CHUNK || chunk % 4096))
         return gp_err(GDRPY_EINVAL, "staging_set: chunk %zu must be a multiple of 4096 in "
-                      "[%u, %u]", chunk, ST_MIN_CHUNK, ST_MAX_CHUNK);
+                                    "[%u, %u]",
+                      chunk, ST_MIN_CHUNK, ST_MAX_CHUNK);
     if (depth && (depth < 2 || depth > ST_MAX_DEPTH))
         return gp_err(GDRPY_EINVAL, "staging_set: depth %u must be in [2, %d]", depth,
                       ST_MAX_DEPTH);
