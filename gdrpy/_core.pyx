@@ -892,9 +892,11 @@ cdef class Transfer:
     message's memory kind (online adaptation).
 
     ``stream`` (any stream object or handle; None: synchronous):
-      * put over the copy engine: enqueued on the stream; the call returns
-        once the source has been consumed (staged and pageable sources are
-        copied out before it returns), so the caller may reuse it;
+      * put over the copy engine: enqueued on the stream.  A pageable source
+        (direct or staged) has been consumed when the call returns, so the
+        caller may reuse it at once; a page-locked source is read by the copy
+        engine later, as with cuMemcpyHtoDAsync: keep it unchanged until the
+        stream has reached the copy;
       * put over the mapping: waits for the stream's earlier work first, then
         stores; work launched on the stream afterwards sees the data;
       * get (either path): ordered after the stream's earlier work; returns
