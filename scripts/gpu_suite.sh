@@ -80,6 +80,9 @@ if want bench; then
     step calibrate 120 python3 -m gdrpy calibrate --backend nvrm
     step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 1500 \
         --json "$WORK/transfer.json" --plot "$WORK/transfer.png"
+    # the page-locked picker's regret (issue 14): messages from/to host_alloc memory
+    step bench_transfer_pinned 400 python3 -m gdrpy bench transfer --backend nvrm --iters 600 \
+        --host pinned --json "$WORK/transfer_pinned.json" --plot "$WORK/transfer_pinned.png"
 fi
 
 if want examples; then

@@ -175,13 +175,19 @@ def main(d):
         for ln in read(d, "calibrate.log").splitlines():
             if "threshold" in ln and ":" in ln:
                 p("  " + ln.strip())
-    tr = load(d, "transfer.json")
-    if tr:
+    for fname, label in (("transfer.json", "transfer"),
+                         ("transfer_pinned.json", "transfer, page-locked host memory")):
+        tr = load(d, fname)
+        if not tr:
+            continue
         s = tr.get("summary", {})
         pk = tr.get("meta", {}).get("picker", {})
         p("")
-        p(f"transfer: thresholds {pk.get('thresholds')} ({pk.get('sources')}); "
+        p(f"{label}: thresholds {pk.get('thresholds')} ({pk.get('sources')}); "
           f"calibration {pk.get('calibration_s', '-')} s")
+        byk = tr.get("meta", {}).get("thresholds_by_kind")
+        if byk:
+            p(f"  thresholds by kind: {byk}")
         worst = s.get("worst_regret")
         p(f"  worst regret {100 * worst:+.1f}% at {s.get('worst_at')}; every size within 5%: "
           f"{'YES' if s.get('within_5pct') else 'NO'} ({s.get('measured')} sizes x directions)"
