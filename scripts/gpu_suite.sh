@@ -9,6 +9,9 @@
 #   bench     C copylat (gdrpy and libgdrapi), bench latency/bandwidth (--c),
 #             calibrate, bench transfer
 #   examples  bench pingpong, trading feed, MPI eager
+#   large     issue 14 only (named explicitly, not part of all): the host-memory
+#             tests, bench bandwidth by host-memory kind, bench transfer for
+#             pageable and page-locked memory
 #   asv       records an asv run of the benchmarks in asv_bench/ (all only
 #             includes it when asv or its wheels in .whl/ are there)
 #
@@ -80,7 +83,22 @@ if want bench; then
     step calibrate 120 python3 -m gdrpy calibrate --backend nvrm
     step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 1500 \
         --json "$WORK/transfer.json" --plot "$WORK/transfer.png"
-    # the page-locked picker's regret (issue 14): messages from/to host_alloc memory
+fi
+
+# Issue 14 (large messages by host-memory kind) on its own, in one call of a few
+# minutes: named explicitly only (`scripts/gpu_suite.sh large`), never part of `all`.
+if [[ " $STAGES " == *" large "* ]]; then
+    step pytest_large 600 python3 -m pytest -q -rs -p no:cacheprovider \
+        tests/test_hostmem.py tests/test_native.py -k "hostmem or staging" \
+        --junitxml="$WORK/junit_large.xml"
+    step bench_bandwidth 560 python3 -m gdrpy bench bandwidth --backend nvrm \
+        --json "$WORK/bandwidth.json" --plot "$WORK/bandwidth.png"
+    step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 600 \
+        --json "$WORK/transfer.json" --plot "$WORK/transfer.png"
+fi
+
+# the page-locked picker's regret (issue 14): messages from/to host_alloc memory
+if want bench || [[ " $STAGES " == *" large "* ]]; then
     step bench_transfer_pinned 400 python3 -m gdrpy bench transfer --backend nvrm --iters 600 \
         --host pinned --json "$WORK/transfer_pinned.json" --plot "$WORK/transfer_pinned.png"
 fi
