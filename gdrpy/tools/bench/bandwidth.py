@@ -44,7 +44,7 @@ def cmd_bandwidth(args) -> int:
     skipped: list = []
     c = None
     with _session(args, "bandwidth") as (ctx, meta):
-        env = _Env(ctx, max(sizes))
+        env = _Env(ctx, max(max(sizes), max(LATENCY_SIZES)))
         provs: list = []
         try:
             timer = timer_overhead()

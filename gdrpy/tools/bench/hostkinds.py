@@ -30,6 +30,13 @@ class HostKinds:
         import gdrpy
         self.ctx, self.env = ctx, env
         self.t = env.m.transfer()             # what gdrpy.put/get use
+        # the same pickers with the kind machinery switched off (never classify,
+        # never stage): the pre-issue-14 path, for the same-run latency comparison
+        from gdrpy.staging import NEVER, StagingPlan
+        self.t_plain = gdrpy.Transfer(env.m, self.t.picker, self.t.picker,
+                                      StagingPlan(staged_min={"h2d": NEVER, "d2h": NEVER},
+                                                  locked_gain_min=NEVER,
+                                                  threads=self.t.plan.threads))
         self.hb = gdrpy.memory.host_alloc(env.size, ctx=ctx)
         self.pinned = self.hb.numpy()
         self.reg_arr = np.zeros(env.size, np.uint8)
@@ -127,10 +134,14 @@ class HostKinds:
                        t.put, (0, hv.tobytes()), hv),
                     Op("lat_put", "gdrpy put(numpy)", "put numpy", "gdrpy", d, n,
                        t.put, (0, hv), hv),
+                    Op("lat_put_plain", "gdrpy put(numpy), kinds off", "put plain", "gdrpy",
+                       d, n, self.t_plain.put, (0, hv), hv),
                     Op("lat_write", "gdrpy Mapping.write(numpy)", "write", "gdrpy", d, n,
                        m.write, (0, hv), hv)]
         return [Op("lat_get", "gdrpy get(numpy out)", "get numpy", "gdrpy", d, n,
                    t.get, (0, hv), hv),
+                Op("lat_get_plain", "gdrpy get(numpy out), kinds off", "get plain", "gdrpy",
+                   d, n, self.t_plain.get, (0, hv), hv),
                 Op("lat_read", "gdrpy Mapping.read(out)", "read", "gdrpy", d, n,
                    m.read, (0, n, hv), hv)]
 
@@ -214,8 +225,8 @@ def kinds_summary(rows: list, sizes: list, sim: bool) -> tuple[str, dict]:
 def latency_table(rows: list) -> str:
     cell = {(r["direction"], r["size"], r["key"]): r for r in rows}
     body = []
-    for d, keys in (("h2d", ("lat_put_bytes", "lat_put", "lat_write")),
-                    ("d2h", ("lat_get", "lat_read"))):
+    for d, keys in (("h2d", ("lat_put_bytes", "lat_put", "lat_put_plain", "lat_write")),
+                    ("d2h", ("lat_get", "lat_get_plain", "lat_read"))):
         for n in LATENCY_SIZES:
             line = [d, format_size(n)]
             for k in keys:
@@ -223,8 +234,10 @@ def latency_table(rows: list) -> str:
                 line.append(f"{_fmt(r['median_us'])} / {_fmt(r['p99_us'])}"
                             if r and not r.get("error") else "-")
             if d == "d2h":
-                line.append("")
+                line.insert(2, "")
             body.append(line)
-    return ("<= 64 KiB latencies, same run (median / p99 us); h2d columns: put(bytes), "
-            "put(numpy), Mapping.write; d2h: get(numpy), Mapping.read\n"
-            + _table(["dir", "size", "put bytes | get", "put numpy | read", "write"], body))
+    return ("<= 64 KiB latencies, same run (median / p99 us). 'kinds off': the same pickers "
+            "with host-memory classification and staging disabled (the path before issue 14)."
+            "\n"
+            + _table(["dir", "size", "put(bytes)", "put | get (numpy)", "kinds off",
+                      "write | read"], body))
