@@ -27,10 +27,8 @@ import threading
 
 from . import _core
 from .errors import DriverError, InvalidArgumentError, NotSupportedError
-from .hostmem import HostBuffer, Registration, host_alloc  # page-locked host memory
 
-__all__ = ["alloc", "DeviceBuffer", "VmmBuffer", "SimBuffer", "cuda_driver",
-           "host_alloc", "HostBuffer", "Registration"]
+__all__ = ["alloc", "DeviceBuffer", "VmmBuffer", "SimBuffer", "cuda_driver"]
 
 
 def _as_nbytes(nbytes) -> int:
@@ -290,3 +288,9 @@ def alloc(nbytes: int, device: int = 0, ctx=None, kind: str | None = None) -> De
     if kind == "vmm":
         return VmmBuffer(nbytes, device)
     raise InvalidArgumentError(f"unknown memory kind {kind!r} (vmm or sim)", errno.EINVAL)
+
+
+# Page-locked host memory for the copy engines (gdrpy.hostmem; issue 14).
+from .hostmem import HostBuffer, Registration, host_alloc  # noqa: E402
+
+__all__ += ["host_alloc", "HostBuffer", "Registration"]
