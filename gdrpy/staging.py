@@ -235,7 +235,7 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
 
     from . import memory
     t_start = time.perf_counter()
-    deadline = t_start + budget_s
+    deadline = t_start + 0.6 * budget_s     # ring search; the staged_min sweep gets the rest
     buf = memory.alloc(max_bytes, ctx=ctx)
     pin = ctx.pin(buf)
     host = np.ones(max_bytes, np.uint8)   # touched: pages are present
@@ -284,7 +284,8 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
         for d in ("h2d", "d2h"):
             n = 64 * KIB
             wins = []
-            while n <= max_bytes // 4 and time.perf_counter() < deadline + budget_s * 0.5:
+            end = t_start + budget_s * (0.8 if d == "h2d" else 1.0)
+            while n <= max_bytes // 4 and time.perf_counter() < end:
                 src = host[:n]
                 ops = (functools.partial(_ce, pin, d, src, "direct"),
                        functools.partial(_ce, pin, d, src, "staged"))

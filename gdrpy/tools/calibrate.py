@@ -26,17 +26,18 @@ def calibrate_cli(args) -> int:
             print("note: backend sim - host memory stands in for the GPU; these "
                   "thresholds describe the simulation, not a GPU", file=sys.stderr)
         t0 = time.perf_counter()
-        plan = calibrate_plan(ctx, budget_s=max(1.0, args.budget / 3))
+        plan = calibrate_plan(ctx, budget_s=max(0.5, args.budget / 4))
         set_plan(ctx, plan)
         if not args.no_save:
             save_plan(host_identity(ctx), plan)
+        def staged(n: int) -> str:
+            return "never" if n >= 1 << 40 else format_threshold(n)
         print(f"staging plan: chunk {plan.chunk >> 10} KiB, depth {plan.depth}, "
-              f"threads {plan.threads}; staged from h2d "
-              f"{format_threshold(plan.staged_min['h2d'])}, d2h "
-              f"{format_threshold(plan.staged_min['d2h'])}")
+              f"threads {plan.threads}; staged from h2d {staged(plan.staged_min['h2d'])}, "
+              f"d2h {staged(plan.staged_min['d2h'])}")
         for kind in HOST_KINDS:
             picker = ThresholdPicker(identity=picker_identity(ctx, kind))
-            res = calibrate_context(ctx, picker, budget_s=args.budget / 2,
+            res = calibrate_context(ctx, picker, budget_s=args.budget * 3 / 8,
                                     progress=None if args.quiet else
                                     progress_bar(f"calibrating ({kind})"),
                                     save=not args.no_save, kind=kind)
