@@ -955,8 +955,8 @@ cdef class Transfer:
             sm = int(self.plan.staged_min[d])
             self._staged_min[i] = max(0, min(sm, PY_SSIZE_T_MAX_))
             cm = min(self._staged_min[i], int(self.plan.locked_gain_min))
-            if self._t[2 + i] < self._t[i]:
-                cm = min(cm, self._t[2 + i] + 1)
+            if self._t[2 + i] != self._t[i]:     # the kinds' thresholds differ: from
+                cm = min(cm, min(self._t[2 + i], self._t[i]) + 1)   # the lower one up
             self._classify_min[i] = max(0, cm)
         self._every = max(2, 2 * int(getattr(self.picker, "_probe_every", 64)))
         self._calls = 0
