@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(HERE, "native")
 NBUILD = os.path.join(NATIVE, "build")
 SHIPPED_LIBS = ["libgdrpy.so.0", "libgdrapi.so.2"]
-SHIPPED_HEADERS = ["gdrpy.h", "gdrapi.h"]
+SHIPPED_HEADERS = ["gdrpy.h", "gdrpy_host.h", "gdrapi.h"]
 
 
 def _check_versions():
@@ -86,6 +86,6 @@ ext = Extension(
 setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildWithNative},
-    package_data={"gdrpy": ["lib/*", "include/*.h", "bin/*", "*.pyx", "*.pxd", "*.pyi",
+    package_data={"gdrpy": ["lib/*", "include/*.h", "bin/*", "*.pyx", "*.pxd", "*.pxi", "*.pyi",
                             "py.typed"]},
 )

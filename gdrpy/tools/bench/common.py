@@ -16,7 +16,7 @@ SIM_NOTE = "SIM: host memory stands in for the GPU; no GPU numbers"
 
 DEFAULT_SIZES = {
     "latency": "1,8,64,512,4K,64K,1M",
-    "bandwidth": "64K,256K,1M,4M,16M,64M",
+    "bandwidth": "4K,16K,64K,256K,1M,2M,4M,8M,16M,64M,256M",
     "transfer": ",".join([str(1 << i) for i in range(27)] + ["3K", "96K", "192K", "384K"]),
 }
 

@@ -185,6 +185,19 @@ def _ready_default_picker(ctx, calibrate: bool = True, budget: float = 5.0,
         desc.update(calibrated_now=True, calibration_s=time.perf_counter() - t0,
                     budget_s=budget, truncated=bool(getattr(res, "truncated", False)),
                     saved=save)
+    # page-locked host memory has its own picker (gdrpy.transfer.default_picker)
+    old = os.environ.get("GDRPY_AUTOCALIBRATE")
+    os.environ["GDRPY_AUTOCALIBRATE"] = "0"
+    try:
+        locked = default_picker(ctx, "locked")
+    finally:
+        if old is None:
+            os.environ.pop("GDRPY_AUTOCALIBRATE", None)
+        else:
+            os.environ["GDRPY_AUTOCALIBRATE"] = old
+    if calibrate and any(locked.source(d) == "default" for d in DIRECTIONS):
+        calibrate_context(ctx, locked, budget_s=budget, save=save, kind="locked")
+    desc["thresholds_locked"] = {d: locked.threshold(d) for d in DIRECTIONS}
     desc["thresholds"] = {d: picker.threshold(d) for d in DIRECTIONS}
     desc["thresholds_text"] = {d: format_threshold(picker.threshold(d)) for d in DIRECTIONS}
     desc["sources"] = {d: picker.source(d) for d in DIRECTIONS}

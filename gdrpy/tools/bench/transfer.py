@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 from .common import (
     DEFAULT_SIZES,
@@ -54,7 +55,18 @@ def cmd_transfer(args) -> int:
     region = -(-max(max(sizes), 4096) // 65536) * 65536
     with _session(args, "transfer") as (ctx, meta):
         env = _Env(ctx, 3 * region)
+        pinned = getattr(args, "host", "pageable") == "pinned"
+        hostbuf = None
+        host: Any = env.host
+        hv: Any = None
         try:
+            if pinned:     # page-locked host memory: the page-locked picker decides
+                hostbuf = gdrpy.memory.host_alloc(3 * region, ctx=ctx)
+                host = hostbuf.numpy()
+                host[:] = env.host
+                meta["host_memory"] = "pinned (gdrpy.memory.host_alloc)"
+            else:
+                meta["host_memory"] = "pageable (numpy)"
             timer = timer_overhead()
             meta["timer"] = timer
             meta["config"] = cfg.as_dict()
@@ -69,6 +81,10 @@ def cmd_transfer(args) -> int:
             auto = env.m.transfer()       # what gdrpy.put/get use: the default picker
             if auto.picker is not picker:
                 auto = gdrpy.Transfer(env.m, picker)
+            kind = "pinned" if pinned else "pageable"
+            print(f"host memory: {meta['host_memory']}; thresholds by kind "
+                  f"{auto.thresholds_by_kind()}")
+            meta["thresholds_by_kind"] = auto.thresholds_by_kind()
             variants = (
                 ("auto", auto),
                 ("mapping", gdrpy.Transfer(env.m, ThresholdPicker(
@@ -87,7 +103,7 @@ def cmd_transfer(args) -> int:
                             (" (auto)" if key == "auto" else f" (always-{key})")
                         off = i * region if ctx.is_sim else 0
                         hoff = i * region
-                        hv = env.host[hoff:hoff + n]
+                        hv = host[hoff:hoff + n]
                         ops.append(Op(key, name, key, "gdrpy", d, n,
                                       t.put if d == "h2d" else t.get, (off, hv), hv,
                                       offset=off))
@@ -95,7 +111,7 @@ def cmd_transfer(args) -> int:
                         salt += 1
                         _verify(op, env, salt)
                     measure_group(ops, cfg, per_sample=True, same_batch=True)
-                    path = auto.path_for(d, n)
+                    path = auto.path_for(d, n, kind)
                     new = [op.row("transfer") | {"variant": op.key, "short": op.key}
                            for op in ops]
                     new[0]["path"] = path
@@ -114,7 +130,10 @@ def cmd_transfer(args) -> int:
             # the last ops hold views of the buffer (torch/cupy/numpy): drop them
             ops = []
             op = None  # type: ignore[assignment]
+            host = hv = None
             gc.collect()
+            if hostbuf is not None:
+                hostbuf.close()
             env.close()
     meta["thresholds_after"] = thr_after
     summary = _regret_summary(regret)

@@ -28,6 +28,7 @@ typedef int CUdevice;
 typedef uint64_t CUdeviceptr;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 typedef uint64_t CUmemGenericAllocationHandle;
 typedef struct { unsigned char reserved[64]; } CUipcMemHandle;
 
@@ -84,6 +85,14 @@ _Static_assert(sizeof(gp_CUmemAccessDesc) == 12, "CUmemAccessDesc size");
 #define CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE 17
 #define CU_POINTER_ATTRIBUTE_MAPPING_SIZE 18
 #define CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR 19
+
+#define CUDA_ERROR_NOT_READY 600
+#define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
+#define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
+
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_EVENT_DISABLE_TIMING 0x02
 
 #define CU_MEMORYTYPE_HOST 1
 #define CU_MEMORYTYPE_DEVICE 2
@@ -158,6 +167,17 @@ struct gp_cuda_api {
                              size_t count);
     CUresult (*MemGetAllocationGranularity)(size_t *g, const gp_CUmemAllocationProp *prop,
                                             int option);
+    /* page-locked host memory and events (optional: hostmem.c and staging.c
+     * report ENOTSUP without them) */
+    CUresult (*MemHostAlloc)(void **p, size_t n, unsigned flags);
+    CUresult (*MemFreeHost)(void *p);
+    CUresult (*MemHostRegister)(void *p, size_t n, unsigned flags);    /* _v2 */
+    CUresult (*MemHostUnregister)(void *p);
+    CUresult (*EventCreate)(CUevent *e, unsigned flags);
+    CUresult (*EventDestroy)(CUevent e);                                /* _v2 */
+    CUresult (*EventRecord)(CUevent e, CUstream s);
+    CUresult (*EventSynchronize)(CUevent e);
+    CUresult (*EventQuery)(CUevent e);
 };
 
 GP_HIDDEN extern struct gp_cuda_api gp_cu;
@@ -218,6 +238,12 @@ GP_HIDDEN void gp_cuda_leave(gp_cuda_scope *s);
  * the stream's own context when a stream is given. */
 GP_HIDDEN int gp_cuda_memcpy(int device, int dir, uint64_t dptr, void *host, size_t n,
                              void *stream);
+
+/* The same for host memory known to be page-locked: a synchronous
+ * cuMemcpyHtoD from page-locked memory returns after the DMA, so the extra
+ * wait that pageable sources need is left out. */
+GP_HIDDEN int gp_cuda_memcpy_locked(int device, int dir, uint64_t dptr, void *host, size_t n,
+                                    void *stream);
 
 /* ---- pointer classification ------------------------------------------- */
 enum {
