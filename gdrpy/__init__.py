@@ -18,18 +18,29 @@ from __future__ import annotations
 import os as _os
 
 from . import errors
-from ._core import (Channel, Context, Mapping, Pin, backend_names, copy_isa,
-                    copy_isa_available, probe, set_copy_isa, version as _core_version)
-from ._version import __version__
-from .errors import *  # noqa: F401,F403
+from ._core import (
+    Channel,
+    Context,
+    Mapping,
+    Pin,
+    backend_names,
+    copy_isa,
+    copy_isa_available,
+    nvrm_selftest,
+    probe,
+    set_copy_isa,
+)
+from ._core import version as _core_version
+from ._version import __version__ as __version__
+from .errors import *  # noqa: F403
 
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
-           "backend_names", "copy_isa", "copy_isa_available", "set_copy_isa",
+           "backend_names", "nvrm_selftest", "copy_isa", "copy_isa_available", "set_copy_isa",
            "library_version", "libdir", "includedir", "bindir", "put", "get",
            "Transfer", "Channel", "put_many"] + list(errors.__all__)
 
 
-def open(device: int = 0, backend: str | None = None) -> Context:  # noqa: A001
+def open(device: int = 0, backend: str | None = None) -> Context:
     """Open GPU ``device`` with ``backend`` (default: ``$GDRPY_BACKEND`` or
     ``"auto"``, which picks the first real GPU backend that works and never
     ``sim``).  Raises BackendUnavailableError naming why each backend failed."""
@@ -61,7 +72,6 @@ def bindir() -> str:
 
 
 from . import memory  # noqa: E402
-
 from .transfer import Transfer, get, put  # noqa: E402
 
 

@@ -13,6 +13,9 @@
   *not* claim to be CUDA memory: it exposes ``__dlpack__`` as CPU memory and
   ``numpy()`` for its "device side".
 
+Page-locked *host* memory for the copy engines: ``host_alloc(nbytes, ctx=ctx)``
+(a :class:`HostBuffer`; see gdrpy.hostmem, also for ``ctx.register(buf)``).
+
 Every buffer is a context manager; ``close()`` frees it (pins taken on it
 keep their pages alive until unpinned, as on a GPU).
 """
@@ -43,7 +46,7 @@ class DeviceBuffer:
     kind = "abstract"
 
     def __init__(self, ptr: int, size: int, device: int):
-        self._ptr = ptr
+        self._ptr: int | None = ptr
         self.size = size
         self.device = device
         self._exports = 0   # live DLPack exports (numpy/torch/cupy views)
@@ -164,7 +167,7 @@ def cuda_driver():
                     from cuda.bindings import driver as cu
                 except ImportError:  # older cuda-python layout
                     try:
-                        from cuda import cuda as cu  # type: ignore
+                        from cuda import cuda as cu
                     except ImportError as e:
                         raise NotSupportedError(
                             f"cuda-python (cuda-bindings) is not installed: {e}",
@@ -285,3 +288,9 @@ def alloc(nbytes: int, device: int = 0, ctx=None, kind: str | None = None) -> De
     if kind == "vmm":
         return VmmBuffer(nbytes, device)
     raise InvalidArgumentError(f"unknown memory kind {kind!r} (vmm or sim)", errno.EINVAL)
+
+
+# Page-locked host memory for the copy engines (gdrpy.hostmem; issue 14).
+from .hostmem import HostBuffer, Registration, host_alloc  # noqa: E402
+
+__all__ += ["host_alloc", "HostBuffer", "Registration"]

@@ -57,7 +57,8 @@ def main(d):
     fails = [ln for ln in steps.splitlines() if "rc=" in ln and "rc=0 " not in ln]
     p(f"steps: {sum('rc=' in ln for ln in steps.splitlines())} run, {len(fails)} failed"
       + ("".join(f"\n  FAILED {ln[4:]}" for ln in fails)))
-    tail = [ln for ln in read(d, "pytest.log").splitlines() if re.search(r"\d+ (passed|failed)", ln)]
+    tail = [ln for ln in read(d, "pytest.log").splitlines()
+            if re.search(r"\d+ (passed|failed)", ln)]
     if tail:
         p(f"pytest: {tail[-1].strip('= ')}")
     for name in ("c_core_gpu.log", "c_nvrm_backend.log"):
@@ -141,6 +142,22 @@ def main(d):
                 p(f"  C write kernel / raw at {size >> 20} MiB: "
                   f"{100 * a['gbps_median'] / b['gbps_median']:.1f}% (target >= 95%)")
 
+    if bw and bw.get("host_kinds_verdict"):
+        p("")
+        p("large messages by host-memory kind (% of pinned cuMemcpy, same run; issue 14)")
+        for key, v in bw["host_kinds_verdict"].items():
+            if v.get("min_pct") is None:
+                p(f"  {key:<16} not measured")
+                continue
+            p(f"  {key:<16} >= {v['from'] >> 20} MiB: worst {v['min_pct']:.1f}% at "
+              f"{v['at'] >> 20} MiB (target {v['target_pct']:.0f}%): "
+              f"{'PASS' if v['ok'] else 'FAIL'}")
+        lat = bw.get("latency_rows") or []
+        if lat:
+            p("  <= 64 KiB latencies (median/p99 us): " + "; ".join(
+                f"{r['key'][4:]} {r['size']}B {r['median_us']:.3f}/{r['p99_us']:.3f}"
+                for r in lat if r.get("median_us") is not None and r["size"] in (8, 65536)))
+
     harness = read(d, "c_nvrm_backend.log")
     pins = [ln for ln in harness.splitlines()
             if ln.startswith("TIME") and re.search(r"(pin|map) 64 (KiB|MiB)", ln)
@@ -158,13 +175,19 @@ def main(d):
         for ln in read(d, "calibrate.log").splitlines():
             if "threshold" in ln and ":" in ln:
                 p("  " + ln.strip())
-    tr = load(d, "transfer.json")
-    if tr:
+    for fname, label in (("transfer.json", "transfer"),
+                         ("transfer_pinned.json", "transfer, page-locked host memory")):
+        tr = load(d, fname)
+        if not tr:
+            continue
         s = tr.get("summary", {})
         pk = tr.get("meta", {}).get("picker", {})
         p("")
-        p(f"transfer: thresholds {pk.get('thresholds')} ({pk.get('sources')}); "
+        p(f"{label}: thresholds {pk.get('thresholds')} ({pk.get('sources')}); "
           f"calibration {pk.get('calibration_s', '-')} s")
+        byk = tr.get("meta", {}).get("thresholds_by_kind")
+        if byk:
+            p(f"  thresholds by kind: {byk}")
         worst = s.get("worst_regret")
         p(f"  worst regret {100 * worst:+.1f}% at {s.get('worst_at')}; every size within 5%: "
           f"{'YES' if s.get('within_5pct') else 'NO'} ({s.get('measured')} sizes x directions)"
@@ -199,7 +222,8 @@ def main(d):
         for name, r in tf.get("paths", {}).items():
             lat = (r.get("latency_us") or {}).get("tick_to_gpu_ack", {})
             p(f"  {name:<9} {us(lat.get('median'))} / {us(lat.get('p99'))}   "
-              f"processed {r.get('processed')}/{r.get('sent')}  gaps {r.get('gaps', {}).get('missing')}"
+              f"processed {r.get('processed')}/{r.get('sent')}  "
+              f"gaps {r.get('gaps', {}).get('missing')}"
               f"  full {r.get('ring', {}).get('full_events')}  check "
               f"{'ok' if (r.get('check') or {}).get('ok') else 'FAILED'}")
 
@@ -210,7 +234,8 @@ def main(d):
           "  size  gdrpy  cuMemcpy-staged")
         for r in mp.get("rows", []):
             if r["size"] in (1, 8, 64, 1024, 8192, 65536, 1 << 20):
-                p(f"  {r['size']:>8}  {us(r['gdrpy']['median_us']):>7}  {us(r['staged']['median_us']):>7}"
+                p(f"  {r['size']:>8}  {us(r['gdrpy']['median_us']):>7}  "
+                  f"{us(r['staged']['median_us']):>7}"
                   f"   ({r['gdrpy'].get('path')})")
     asvlog = read(d, "asv.log")
     if asvlog:

@@ -38,6 +38,10 @@ import time
 
 import numpy as np
 
+from .._sizes import format_size, parse_size
+from .._sizes import parse_sizes as _parse_sizes
+from .stats import summarize as _summarize
+
 __all__ = [
     "SIM_LABEL",
     "Server",
@@ -65,63 +69,45 @@ TARGETS = {"python_us": 2.6, "c_us": 1.6, "batch_ratio": 2.0}
 
 
 # ---------------------------------------------------------------------------
-# Sizes and statistics
+# Sizes and statistics (gdrpy._sizes, gdrpy.tools.stats: one rule everywhere)
 
-def parse_size(text) -> int:
-    """'4', '64B', '1K', '4KiB', '1M' -> bytes."""
-    s = str(text).strip().upper().replace("IB", "").rstrip("B")
-    mult = 1
-    if s.endswith("K"):
-        mult, s = 1 << 10, s[:-1]
-    elif s.endswith("M"):
-        mult, s = 1 << 20, s[:-1]
-    try:
-        n = int(s) * mult
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4, 64, 1K, 4K)") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return n
+fmt_size = format_size
 
 
 def parse_sizes(text) -> list[int]:
-    out = [parse_size(t) for t in str(text).split(",") if t.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError("no sizes given")
-    return out
+    """``--sizes`` for argparse: gdrpy._sizes.parse_sizes, errors as usage errors."""
+    try:
+        return _parse_sizes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def fmt_size(n: int) -> str:
-    if n >= 1 << 20 and n % (1 << 20) == 0:
-        return f"{n >> 20} MiB"
-    if n >= 1 << 10 and n % (1 << 10) == 0:
-        return f"{n >> 10} KiB"
-    return f"{n} B"
-
-
-PERCENTILES = (("median", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
+def _parse_size_arg(text) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def summarize(samples_ns) -> dict:
-    """Statistics in microseconds: median, p90, p99, p99.9, max, min, mean, n."""
-    a = np.asarray(samples_ns, dtype=np.float64) / 1e3
-    if a.size == 0:
-        return {"n": 0}
-    q = np.percentile(a, [p for _, p in PERCENTILES])
-    out = {name: float(v) for (name, _), v in zip(PERCENTILES, q)}
-    out.update(max=float(a.max()), min=float(a.min()), mean=float(a.mean()), n=int(a.size))
-    return out
+    """Statistics in microseconds: median, p90, p99, p99.9 (nearest rank:
+    gdrpy.tools.stats), max, min, mean and the sample count n."""
+    return _summarize(samples_ns, scale=1e3)
+
+
+_STATS_COLS = ("median", "p90", "p99", "p99.9", "max")
 
 
 def stats_header(first="") -> str:
-    return f"{first:<30s}{'median':>9s}{'p90':>9s}{'p99':>9s}{'p99.9':>9s}{'max':>10s}"
+    return f"{first:<30s}" + "".join(f" {c:>9s}" for c in _STATS_COLS)
 
 
 def stats_row(label: str, st: dict) -> str:
+    """One table row; every cell starts with a space, so columns never run
+    together."""
     if not st.get("n"):
         return f"{label:<30s}   (no samples)"
-    return (f"{label:<30s}{st['median']:9.2f}{st['p90']:9.2f}{st['p99']:9.2f}"
-            f"{st['p99.9']:9.2f}{st['max']:10.2f}")
+    return f"{label:<30s}" + "".join(f" {st[c]:9.2f}" for c in _STATS_COLS)
 
 
 def _c_stats(row: dict) -> dict:
@@ -555,13 +541,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
          help=f"round trips per size and path (default {DEFAULT_ITERS}, --quick {QUICK_ITERS})")
     _add(parser, "--warmup", type=int, default=None,
          help="untimed round trips before each size (default iters/10, at least 10)")
-    _add(parser, "--json", nargs="?", const="-", default=None, metavar="PATH",
-         help="write the results as JSON to PATH ('-': stdout, table omitted)")
+    _add(parser, "--json", nargs="?", const="-", default=None, metavar="FILE",
+         help="write the results as JSON to FILE ('-' or no FILE: stdout, table omitted)")
     _add(parser, "--quick", action="store_true", help=f"{QUICK_ITERS} round trips per size")
     _add(parser, "--no-baseline", action="store_true", help="skip the cuMemcpy path")
     _add(parser, "--no-c", action="store_true", help="skip the C tool")
     _add(parser, "--batch", type=int, default=BATCH, help=f"ticks per batch (default {BATCH})")
-    _add(parser, "--tick-size", type=parse_size, default=TICK_SIZE,
+    _add(parser, "--tick-size", type=_parse_size_arg, default=TICK_SIZE,
          help=f"tick payload for the batch comparison (default {TICK_SIZE} B)")
     _add(parser, "--cpu", type=int, default=None, help="pin the measuring thread to this CPU")
     _add(parser, "--no-near-gpu", action="store_true",
@@ -622,6 +608,8 @@ def _main(args) -> int:
 def _standalone(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m gdrpy.tools.pingpong",
                                 description=(__doc__ or "").split("\n\n")[0])
+    from .. import __version__
+    p.add_argument("--version", action="version", version=f"gdrpy {__version__}")
     add_arguments(p)
     try:
         return main(p.parse_args(argv))
