@@ -25,7 +25,8 @@ What runs
   results plus "last ring index processed" (the ack) into pinned host memory,
   then frees the slot (``gdrpy_chan_consume``).
 * Ring overrun: the handler never overwrites a slot the kernel has not
-  acknowledged (the channel itself refuses to).  With ``--on-full wait`` (default) it waits for room and
+  acknowledged (the channel itself refuses to).  With ``--on-full wait``
+  (default) it waits for room and
   counts the stall; with ``--on-full drop`` it drops the tick and counts and
   lists it.  The kernel also checks: a slot from a later lap than expected
   stops it with status "lapped", reported as an error.
@@ -412,7 +413,7 @@ class Engine:
     def _end(self, drain: bool) -> None:
         try:
             self.ch.shutdown(drain=drain, timeout=self.kernel_timeout_s + 5.0)
-        except Exception as e:  # noqa: BLE001  (reported; the consumer may be gone already)
+        except Exception as e:
             print(f"trading_feed: channel shutdown: {e}", file=sys.stderr)
         if not self._exited(self.kernel_timeout_s + 5.0):
             self.stuck = True
@@ -829,7 +830,8 @@ def main(argv=None) -> int:
                    "memory (upper bound: includes the ack's way back)")
         say("\n".join(hdr))
         paths = ["gdrpy", "cuMemcpy"] if a.paths == "both" else [a.paths]
-        titles = {"gdrpy": "gdrpy channel (Channel.send: tick, sfence, sequence word through the mapping)",
+        titles = {"gdrpy": "gdrpy channel (Channel.send: tick, sfence, sequence word through "
+                           "the mapping)",
                   "cuMemcpy": ("SIM memcpy standing in for cuMemcpyHtoD" if sim else
                                "cuMemcpyHtoD per tick (tick, then sequence word; ctx.memcpy_htod)")}
         for path in paths:

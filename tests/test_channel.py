@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gdrpy._core import chan_checksum, chan_pattern
 
 import gdrpy
+from gdrpy._core import chan_checksum, chan_pattern
 from gdrpy.errors import (
     BusyError,
     ChannelClosedError,
@@ -48,7 +48,7 @@ def sctx():
 
 def test_pattern_and_checksum_match_the_c_helpers():
     rows = patterns(1234567, 3, 40)
-    for r, i in zip(rows, range(1234567, 1234570)):
+    for r, i in zip(rows, range(1234567, 1234570), strict=True):
         assert bytes(r) == chan_pattern(i, 40)
         assert chan_checksum(r) == int(checksums(r[None, :])[0])
 

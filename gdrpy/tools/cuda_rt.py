@@ -91,7 +91,7 @@ def _nvrtc():
         from cuda.bindings import nvrtc
     except ImportError:
         try:
-            from cuda import nvrtc  # type: ignore  # older cuda-python layout
+            from cuda import nvrtc  # type: ignore[no-redef,unused-ignore]  # older layout
         except ImportError as e:
             from ..errors import NotSupportedError
             raise NotSupportedError(f"cuda-python's NVRTC binding is missing: {e}",
@@ -103,7 +103,7 @@ def nvrtc_version() -> str:
     try:
         err, major, minor = _nvrtc().nvrtcVersion()
         return "?" if err else f"{major}.{minor}"
-    except Exception:  # noqa: BLE001  (no NVRTC: report "?")
+    except Exception:
         return "?"
 
 
@@ -116,7 +116,7 @@ def nvrtc_compile(src: str, cc: tuple, name: str = "gdrpy_kernels.cu", options=(
     nvrtc = _nvrtc()
     try:
         err, archs = nvrtc.nvrtcGetSupportedArchs()
-    except Exception as e:  # noqa: BLE001  (libnvrtc missing)
+    except Exception as e:
         raise NotSupportedError(f"NVRTC is not available ({e})", errno.ENOTSUP) from None
     want = cc[0] * 10 + cc[1]
     archs = sorted(int(a) for a in archs) if not err else []
@@ -134,7 +134,7 @@ def nvrtc_compile(src: str, cc: tuple, name: str = "gdrpy_kernels.cu", options=(
         if e:
             try:
                 msg = nvrtc.nvrtcGetErrorString(e)[1].decode()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 msg = str(e)
             raise DriverError(f"{what} failed: {msg}", errno.EIO)
         return res[1] if isinstance(res, tuple) and len(res) > 1 else None

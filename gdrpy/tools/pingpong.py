@@ -444,7 +444,8 @@ def summary(res: dict) -> dict:
         out["c_median_us"], out["c_p99_us"] = c["median"], c["p99"]
     b = res["batch"]
     for lang in ("python", "c"):
-        one, many = _get(res, f"{lang}-tick", res["tick"]), _get(res, f"{lang}-batch{b}", res["tick"])
+        one = _get(res, f"{lang}-tick", res["tick"])
+        many = _get(res, f"{lang}-batch{b}", res["tick"])
         if one and many:
             out[f"{lang}_tick_median_us"] = one["median"]
             out[f"{lang}_batch_median_us"] = many["median"]
