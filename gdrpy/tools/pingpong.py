@@ -522,6 +522,39 @@ def format_report(res: dict) -> str:
     return "\n".join(lines)
 
 
+def plot(res: dict, path: str) -> None:
+    """Median round trip per size and path (bars: min..p99), log scale."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise RuntimeError(f"--plot needs matplotlib ({e}): pip install matplotlib") from None
+    sizes = res["sizes"]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    xs = np.arange(len(sizes))
+    paths = (("python", "tab:blue"), ("c", "tab:green"), ("cuMemcpy", "tab:orange"))
+    for k, (name, color) in enumerate(paths):
+        st = {s: _get(res, name, s) for s in sizes}
+        if not all(st.values()):
+            continue
+        med = [st[s]["median"] for s in sizes]
+        lo = [st[s]["median"] - st[s]["min"] for s in sizes]
+        hi = [st[s]["p99"] - st[s]["median"] for s in sizes]
+        ax.errorbar(xs + (k - 1) * 0.2, med, yerr=[lo, hi], fmt="o", capsize=4, color=color,
+                    label=f"{name} (median, min..p99)")
+    ax.set_xticks(xs, [fmt_size(s) for s in sizes])
+    ax.set_yscale("log")
+    ax.set_ylabel("round trip (us)")
+    ax.set_title("gdrpy pingpong through gdrpy.Channel" +
+                 (f" - {SIM_LABEL}" if res["sim"] else f" - {res['gpu']}"), fontsize=10)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 # ---------------------------------------------------------------------------
 # CLI
 
@@ -544,6 +577,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
          help="untimed round trips before each size (default iters/10, at least 10)")
     _add(parser, "--json", nargs="?", const="-", default=None, metavar="FILE",
          help="write the results as JSON to FILE ('-' or no FILE: stdout, table omitted)")
+    _add(parser, "--plot", default=None, metavar="FILE.png", help="save a plot (needs matplotlib)")
     _add(parser, "--quick", action="store_true", help=f"{QUICK_ITERS} round trips per size")
     _add(parser, "--no-baseline", action="store_true", help="skip the cuMemcpy path")
     _add(parser, "--no-c", action="store_true", help="skip the C tool")
@@ -603,6 +637,13 @@ def _main(args) -> int:
             with open(json_to, "w") as f:
                 json.dump(res, f, indent=2)
             print(f"results written to {json_to}")
+    plot_to = getattr(args, "plot", None)
+    if plot_to:
+        try:
+            plot(res, plot_to)
+        except RuntimeError as e:
+            print(f"gdrpy pingpong: {e}", file=sys.stderr)
+            return 2
     return 0
 
 

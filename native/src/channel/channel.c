@@ -591,6 +591,7 @@ static void *sim_consumer_main(void *arg)
     if (sc->delay_ns > 0) sleep_ns(sc->delay_ns);
     int64_t idle_since = now_ns();
     unsigned spins = 0;
+    int yielding = 0;
     for (;;) {
         const char *s = ring + (size_t)(head & (d->nslots - 1)) * d->slot_stride;
         /* ABORT is looked at before every message (a GPU kernel would look
@@ -640,6 +641,7 @@ static void *sim_consumer_main(void *arg)
             __atomic_store_n(consumed_p, head, __ATOMIC_RELEASE);
             idle_since = 0;
             spins = 0;
+            yielding = 0;
             continue;
         }
         uint32_t mode = __atomic_load_n((const uint32_t *)mode_p, __ATOMIC_ACQUIRE);
@@ -649,8 +651,10 @@ static void *sim_consumer_main(void *arg)
             status = GDRPY_CHAN_ST_TIMEOUT;
             break;
         }
-        /* a CPU thread, not a GPU: give the core away when idle for long */
-        if (spins >= 4096) sched_yield();
+        /* a CPU thread, not a GPU: after 200 us idle, give the core away
+         * between polls (an oversubscribed host) */
+        if ((spins & 63u) == 0 && now_ns() - idle_since > 200000) yielding = 1;
+        if (yielding) sched_yield();
         else cpu_relax();
     }
 out:
