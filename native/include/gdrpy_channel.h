@@ -70,52 +70,52 @@ extern "C" {
 #endif
 
 /* Status codes used by the channel besides gdrpy_status_t. */
-#define GDRPY_ETIMEDOUT 110    /* the wait ran out of time */
+#define GDRPY_ETIMEDOUT 110 /* the wait ran out of time */
 /* GDRPY_EAGAIN (11): ring full / nothing to receive with timeout_ns == 0.
  * GDRPY_EPIPE: the channel is shut down (send after shutdown). */
 #define GDRPY_EPIPE 32
 
 /* ---- layout constants (ABI) ------------------------------------------- */
-#define GDRPY_CHAN_HDR 16u               /* seq u64, len u32, tag u32 */
+#define GDRPY_CHAN_HDR 16u /* seq u64, len u32, tag u32 */
 #define GDRPY_CHAN_ALIGN 64u
-#define GDRPY_CHAN_DEV_CTRL 128u         /* device control block before slot 0 */
-#define GDRPY_CHAN_DEV_SHUTDOWN 0u       /* u32 mode */
-#define GDRPY_CHAN_DEV_SENT 8u           /* u64 */
-#define GDRPY_CHAN_DEV_COMP_READ 64u     /* u64 */
-#define GDRPY_CHAN_HOST_CTRL 128u        /* host block before completion slot 0 */
-#define GDRPY_CHAN_HOST_CONSUMED 0u      /* u64 */
-#define GDRPY_CHAN_HOST_STATUS 64u       /* u32 */
-#define GDRPY_CHAN_HOST_FINAL 72u        /* u64 */
+#define GDRPY_CHAN_DEV_CTRL 128u     /* device control block before slot 0 */
+#define GDRPY_CHAN_DEV_SHUTDOWN 0u   /* u32 mode */
+#define GDRPY_CHAN_DEV_SENT 8u       /* u64 */
+#define GDRPY_CHAN_DEV_COMP_READ 64u /* u64 */
+#define GDRPY_CHAN_HOST_CTRL 128u    /* host block before completion slot 0 */
+#define GDRPY_CHAN_HOST_CONSUMED 0u  /* u64 */
+#define GDRPY_CHAN_HOST_STATUS 64u   /* u32 */
+#define GDRPY_CHAN_HOST_FINAL 72u    /* u64 */
 
 #define GDRPY_CHAN_RUN 0u
 #define GDRPY_CHAN_DRAIN 1u
 #define GDRPY_CHAN_ABORT 2u
 
-#define GDRPY_CHAN_ST_NONE 0u            /* no kernel has attached */
+#define GDRPY_CHAN_ST_NONE 0u /* no kernel has attached */
 #define GDRPY_CHAN_ST_RUNNING 1u
-#define GDRPY_CHAN_ST_STOPPED 2u         /* drained or aborted on request */
-#define GDRPY_CHAN_ST_TIMEOUT 3u         /* the kernel's own watchdog fired */
+#define GDRPY_CHAN_ST_STOPPED 2u /* drained or aborted on request */
+#define GDRPY_CHAN_ST_TIMEOUT 3u /* the kernel's own watchdog fired */
 
 #define GDRPY_CHAN_MAX_SLOTS (1u << 20)
 #define GDRPY_CHAN_MAX_SLOT_SIZE (1u << 20)
 
-typedef struct gdrpy_chan gdrpy_chan_t;   /* opaque */
+typedef struct gdrpy_chan gdrpy_chan_t; /* opaque */
 
 typedef struct gdrpy_chan_config {
-    uint32_t nslots;       /* message slots: a power of two, 2..2^20 */
-    uint32_t slot_size;    /* payload bytes per message, 1..2^20 */
-    uint32_t comp_nslots;  /* completion slots: power of two; 0 = nslots */
-    uint32_t comp_size;    /* payload bytes per completion, 0..2^20 */
-    uint32_t flags;        /* 0 (reserved) */
+    uint32_t nslots;      /* message slots: a power of two, 2..2^20 */
+    uint32_t slot_size;   /* payload bytes per message, 1..2^20 */
+    uint32_t comp_nslots; /* completion slots: power of two; 0 = nslots */
+    uint32_t comp_size;   /* payload bytes per completion, 0..2^20 */
+    uint32_t flags;       /* 0 (reserved) */
     uint32_t reserved;
 } gdrpy_chan_config_t;
 
 /* What a kernel needs (pass by value as a kernel argument; 64 bytes). */
 typedef struct gdrpy_chan_desc {
-    uint64_t dev_ctrl;     /* device address of the device block */
-    uint64_t ring;         /* device address of message slot 0 */
-    uint64_t host_ctrl;    /* device address of the host block */
-    uint64_t comp;         /* device address of completion slot 0 */
+    uint64_t dev_ctrl;  /* device address of the device block */
+    uint64_t ring;      /* device address of message slot 0 */
+    uint64_t host_ctrl; /* device address of the host block */
+    uint64_t comp;      /* device address of completion slot 0 */
     uint32_t nslots, slot_stride, slot_size;
     uint32_t comp_nslots, comp_stride, comp_size;
     uint32_t reserved[2];
@@ -129,14 +129,14 @@ typedef struct gdrpy_chan_msg {
 } gdrpy_chan_msg_t;
 
 typedef struct gdrpy_chan_stats {
-    uint64_t sent;          /* messages published by the host */
-    uint64_t consumed;      /* messages the kernel reported consumed */
-    uint64_t received;      /* completions read by the host */
-    uint64_t full_waits;    /* sends that found the ring full */
-    uint32_t status;        /* GDRPY_CHAN_ST_* as the kernel reported it */
-    uint32_t shutdown;      /* GDRPY_CHAN_RUN / DRAIN / ABORT requested */
-    uint64_t final_consumed;/* consumed when the kernel stopped */
-    uint64_t dropped;       /* sent but never consumed (abort / kernel timeout) */
+    uint64_t sent;           /* messages published by the host */
+    uint64_t consumed;       /* messages the kernel reported consumed */
+    uint64_t received;       /* completions read by the host */
+    uint64_t full_waits;     /* sends that found the ring full */
+    uint32_t status;         /* GDRPY_CHAN_ST_* as the kernel reported it */
+    uint32_t shutdown;       /* GDRPY_CHAN_RUN / DRAIN / ABORT requested */
+    uint64_t final_consumed; /* consumed when the kernel stopped */
+    uint64_t dropped;        /* sent but never consumed (abort / kernel timeout) */
 } gdrpy_chan_stats_t;
 
 /* Bytes of device memory (the pin) a channel with `cfg` needs. */
@@ -220,7 +220,7 @@ GDRPY_API uint32_t gdrpy_chan_checksum(const void *buf, size_t len);
 
 /* ---- vectored put ------------------------------------------------------ */
 typedef struct gdrpy_iov {
-    size_t offset;         /* relative to the pinned address */
+    size_t offset; /* relative to the pinned address */
     const void *buf;
     size_t len;
 } gdrpy_iov_t;

@@ -18,20 +18,25 @@
 static int passed, failed;
 static const char *cur;
 
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "  FAIL %s:%d %s: %s (last error: %s)\n", __FILE__,      \
-                    __LINE__, cur, #cond, gdrpy_last_error());                       \
-            return 1;                                                                \
-        }                                                                            \
+#define CHECK(cond)                                                             \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "  FAIL %s:%d %s: %s (last error: %s)\n", __FILE__, \
+                    __LINE__, cur, #cond, gdrpy_last_error());                  \
+            return 1;                                                           \
+        }                                                                       \
     } while (0)
 
-#define RUN(fn)                                                                      \
-    do {                                                                             \
-        cur = #fn;                                                                   \
-        if (fn()) { failed++; printf("FAIL %s\n", #fn); }                           \
-        else { passed++; printf("ok   %s\n", #fn); }                                \
+#define RUN(fn)                       \
+    do {                              \
+        cur = #fn;                    \
+        if (fn()) {                   \
+            failed++;                 \
+            printf("FAIL %s\n", #fn); \
+        } else {                      \
+            passed++;                 \
+            printf("ok   %s\n", #fn); \
+        }                             \
     } while (0)
 
 typedef struct {
@@ -75,8 +80,11 @@ static int ordering_1e6_messages_checked_both_ways(void)
     const uint64_t N = 1000000;
     unsigned char msg[96];
     uint64_t got = 0, bad = 0;
-    struct { uint64_t seq; uint32_t csum, len; } r[64];
-    uint32_t csum_of[64];   /* ring of expected checksums by index & 63 */
+    struct {
+        uint64_t seq;
+        uint32_t csum, len;
+    } r[64];
+    uint32_t csum_of[64]; /* ring of expected checksums by index & 63 */
     uint32_t len_of[64];
     for (uint64_t i = 0; i < N; i++) {
         uint32_t len = (uint32_t)(1 + (i * 7) % 96);
@@ -111,7 +119,8 @@ static int ordering_1e6_messages_checked_both_ways(void)
     CHECK(gdrpy_chan_sim_consumer_join(sc, &consumed, &errors, &first) == 0);
     if (errors || bad)
         fprintf(stderr, "  consumer errors %llu (first bad message %llu), host bad "
-                "completions %llu\n", (unsigned long long)errors, (unsigned long long)first,
+                        "completions %llu\n",
+                (unsigned long long)errors, (unsigned long long)first,
                 (unsigned long long)bad);
     CHECK(errors == 0 && bad == 0);
     CHECK(consumed == N && st.sent == N && st.final_consumed == N && st.dropped == 0);
@@ -142,7 +151,7 @@ static int batch_of_32_one_fence_all_checked(void)
         CHECK(gdrpy_chan_recv_many(e.ch, NULL, 0, NULL, NULL, 32, 32, 2000000000LL, &n) == 0);
         CHECK(n == 32);
     }
-    CHECK(gdrpy_chan_send_batch(e.ch, m, 65, 0) == GDRPY_EINVAL);   /* > nslots */
+    CHECK(gdrpy_chan_send_batch(e.ch, m, 65, 0) == GDRPY_EINVAL); /* > nslots */
     CHECK(gdrpy_chan_shutdown(e.ch, GDRPY_CHAN_DRAIN, 5000000000LL, NULL) == 0);
     uint64_t consumed, errors, first;
     CHECK(gdrpy_chan_sim_consumer_join(sc, &consumed, &errors, &first) == 0);
@@ -163,7 +172,7 @@ static int ring_full_eagain_then_timeout_then_progress(void)
     gdrpy_chan_pattern(8, msg, 32);
     CHECK(gdrpy_chan_send(e.ch, msg, 32, 8, 0) == GDRPY_EAGAIN);
     CHECK(strstr(gdrpy_last_error(), "full") != NULL);
-    CHECK(gdrpy_chan_send(e.ch, msg, 32, 8, 2000000) == GDRPY_ETIMEDOUT);   /* 2 ms */
+    CHECK(gdrpy_chan_send(e.ch, msg, 32, 8, 2000000) == GDRPY_ETIMEDOUT); /* 2 ms */
     gdrpy_chan_stats_t st;
     CHECK(gdrpy_chan_get_stats(e.ch, &st) == 0);
     CHECK(st.sent == 8 && st.consumed == 0 && st.full_waits == 2);
@@ -270,7 +279,7 @@ static int bad_arguments_are_rejected(void)
 {
     gdrpy_chan_config_t cfg = {3, 64, 0, 16, 0, 0};
     size_t n;
-    CHECK(gdrpy_chan_device_bytes(&cfg, &n) == GDRPY_EINVAL);   /* not a power of two */
+    CHECK(gdrpy_chan_device_bytes(&cfg, &n) == GDRPY_EINVAL); /* not a power of two */
     cfg.nslots = 4;
     cfg.slot_size = 0;
     CHECK(gdrpy_chan_device_bytes(&cfg, &n) == GDRPY_EINVAL);
@@ -318,7 +327,7 @@ static int writev_checks_every_range_first(void)
     const char a[] = "hello", b[] = "world!";
     gdrpy_iov_t iov[3] = {{0, a, 5}, {100, b, 6}, {4095, b, 2}};
     CHECK(gdrpy_writev(c, p, iov, 3) == GDRPY_ERANGE);
-    CHECK(memcmp(up, "\0\0\0\0\0", 5) == 0);                /* nothing written */
+    CHECK(memcmp(up, "\0\0\0\0\0", 5) == 0); /* nothing written */
     iov[2].len = 1;
     CHECK(gdrpy_writev(c, p, iov, 3) == 0);
     CHECK(memcmp(up, "hello", 5) == 0 && memcmp((char *)up + 100, "world!", 6) == 0);
@@ -329,7 +338,7 @@ static int writev_checks_every_range_first(void)
     CHECK(gdrpy_writev(c, p, &z, 1) == GDRPY_EINVAL);
     CHECK(gdrpy_writev(c, 0, iov, 1) == GDRPY_EBADF);
     gdrpy_unmap(c, p);
-    CHECK(gdrpy_writev(c, p, iov, 1) == GDRPY_EINVAL);      /* not mapped */
+    CHECK(gdrpy_writev(c, p, iov, 1) == GDRPY_EINVAL); /* not mapped */
     gdrpy_unpin(c, p);
     gdrpy_sim_free(d);
     gdrpy_close(c);

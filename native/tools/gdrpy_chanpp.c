@@ -87,10 +87,10 @@ static void load_cuda(void)
 {
     void *h = dlopen("libcuda.so.1", RTLD_NOW);
     if (!h) die("cannot load libcuda.so.1: %s", dlerror());
-#define L(f, n)                                                              \
-    do {                                                                     \
-        *(void **)&cu.f = dlsym(h, n);                                       \
-        if (!cu.f) die("libcuda lacks %s", n);                         \
+#define L(f, n)                                \
+    do {                                       \
+        *(void **)&cu.f = dlsym(h, n);         \
+        if (!cu.f) die("libcuda lacks %s", n); \
     } while (0)
     L(Init, "cuInit");
     L(DeviceGet, "cuDeviceGet");
@@ -150,7 +150,10 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--sim")) { sim = 1; continue; }
+        if (!strcmp(a, "--sim")) {
+            sim = 1;
+            continue;
+        }
         if (!v) die("option %s needs a value", a);
         if (!strcmp(a, "--cubin")) cubin = v;
         else if (!strcmp(a, "--kernel")) kname = v;
@@ -216,7 +219,7 @@ int main(int argc, char **argv)
         fseek(f, 0, SEEK_END);
         long fl = ftell(f);
         fseek(f, 0, SEEK_SET);
-        char *img = calloc(1, (size_t)fl + 1);   /* NUL-terminated (PTX) */
+        char *img = calloc(1, (size_t)fl + 1); /* NUL-terminated (PTX) */
         if (!img || fread(img, 1, (size_t)fl, f) != (size_t)fl) die("cannot read %s", cubin);
         fclose(f);
         cucheck(cu.ModuleLoadData(&mod, img), "cuModuleLoadData");
@@ -261,11 +264,15 @@ int main(int argc, char **argv)
             rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
             if (!rc) rc = gdrpy_chan_recv(ch, &ans[0], sizeof ans[0], NULL, NULL, tmo);
             int64_t t1 = now_ns();
-            if (rc) { fprintf(stderr, "gdrpy_chanpp: %s\n", gdrpy_last_error()); break; }
+            if (rc) {
+                fprintf(stderr, "gdrpy_chanpp: %s\n", gdrpy_last_error());
+                break;
+            }
             seq++;
             if (ans[0].seq != seq || ans[0].csum != want || ans[0].len != s) {
                 fprintf(stderr, "gdrpy_chanpp: wrong answer to message %llu (%zu B): seq %llu "
-                        "csum 0x%x len %u (expected csum 0x%x)\n", (unsigned long long)seq, s,
+                                "csum 0x%x len %u (expected csum 0x%x)\n",
+                        (unsigned long long)seq, s,
                         (unsigned long long)ans[0].seq, ans[0].csum, ans[0].len, want);
                 rc = 1;
                 break;
@@ -291,7 +298,10 @@ int main(int argc, char **argv)
             if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], NULL, NULL, (size_t)batch,
                                                (size_t)batch, tmo, &got);
             int64_t t1 = now_ns();
-            if (rc) { fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error()); break; }
+            if (rc) {
+                fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
+                break;
+            }
             for (int k = 0; k < batch; k++)
                 if (ans[k].seq != seq + 1 + (uint64_t)k ||
                     ans[k].csum != gdrpy_chan_checksum(bm[k].buf, s)) {

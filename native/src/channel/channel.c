@@ -37,13 +37,13 @@ struct gdrpy_chan {
     uint64_t credit;                   /* last consumed count read */
     uint64_t full_waits;
     uint32_t mask, stride, slot_size;
-    uint32_t shutdown;                 /* mode requested, 0 = none */
+    uint32_t shutdown; /* mode requested, 0 = none */
     /* ---- consumer (recv*) ---- */
-    char *comp __attribute__((aligned(64)));   /* CPU address of completion slot 0 */
-    uint64_t rhead;                    /* completions read */
-    uint64_t published;                /* rhead last published to the device */
+    char *comp __attribute__((aligned(64))); /* CPU address of completion slot 0 */
+    uint64_t rhead;                          /* completions read */
+    uint64_t published;                      /* rhead last published to the device */
     uint32_t cmask, cstride, csize, half;
-    char *dev_c;                       /* = dev (consumer's copy) */
+    char *dev_c; /* = dev (consumer's copy) */
     const volatile uint32_t *status_c;
     /* ---- cold ---- */
     gdrpy_ctx_t ctx __attribute__((aligned(64)));
@@ -89,7 +89,7 @@ static inline int stopped(uint32_t st)
 
 /* A waiting loop's clock: checks the deadline every 64 spins. */
 typedef struct {
-    int64_t deadline;  /* < 0: none */
+    int64_t deadline; /* < 0: none */
     unsigned spins;
 } gp_wait;
 
@@ -107,7 +107,7 @@ static inline void wait_init(gp_wait *w, int64_t timeout_ns)
  * stand-in consumer that needs the core). */
 static inline int wait_expired(gp_wait *w)
 {
-    if (w->spins >= (1u << 20)) sched_yield();    /* ~ms of spinning: an oversubscribed host */
+    if (w->spins >= (1u << 20)) sched_yield(); /* ~ms of spinning: an oversubscribed host */
     else if (w->spins >= 16384) cpu_relax();
     if ((++w->spins & 63u) != 0 || w->deadline < 0) return 0;
     return now_ns() >= w->deadline;
@@ -168,13 +168,15 @@ int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_
     if (info.size < need) {
         gp_chan_pin_hold(ctx, pin, 0, NULL, NULL, NULL);
         return gp_err(GDRPY_ERANGE, "chan_create: the pin holds %llu bytes; %u slots of %u "
-                      "bytes need %zu", (unsigned long long)info.size, cfg->nslots,
+                                    "bytes need %zu",
+                      (unsigned long long)info.size, cfg->nslots,
                       cfg->slot_size, need);
     }
     if ((info.addr & (GDRPY_CHAN_ALIGN - 1)) != 0) {
         gp_chan_pin_hold(ctx, pin, 0, NULL, NULL, NULL);
         return gp_err(GDRPY_EINVAL, "chan_create: the pinned address 0x%llx is not 64-byte "
-                      "aligned", (unsigned long long)info.addr);
+                                    "aligned",
+                      (unsigned long long)info.addr);
     }
     gdrpy_chan_t *c = aligned_alloc(64, gp_round_up(sizeof *c, 64));
     if (!c) {
@@ -234,13 +236,14 @@ int gdrpy_chan_destroy(gdrpy_chan_t *c)
     uint32_t st = ld_acq32(c->status);
     if (st == GDRPY_CHAN_ST_RUNNING) {
         rc = gp_err(GDRPY_EBUSY, "chan_destroy: the kernel has not reported stopped; its "
-                    "completion ring (%zu bytes of page-locked memory) is left allocated so "
-                    "that the GPU never writes to freed memory", c->hm.size);
+                                 "completion ring (%zu bytes of page-locked memory) is left allocated so "
+                                 "that the GPU never writes to freed memory",
+                    c->hm.size);
         gp_log(3, "%s", gdrpy_last_error());
     } else {
         gp_hostmem_free(&c->hm);
     }
-    gp_chan_pin_hold(c->ctx, c->pin, 0, NULL, NULL, NULL);   /* EBADF if the ctx is gone */
+    gp_chan_pin_hold(c->ctx, c->pin, 0, NULL, NULL, NULL); /* EBADF if the ctx is gone */
     free(c);
     return rc;
 }
@@ -283,11 +286,13 @@ static int wait_credit(gdrpy_chan_t *c, uint64_t last, int64_t timeout_ns, const
             c->credit = ld_acq64(c->consumed);
             if (last - c->credit < nslots) return 0;
             return gp_err(GDRPY_EPIPE, "%s: the ring is full and the kernel has stopped "
-                          "(status %u)", what, ld_acq32(c->status));
+                                       "(status %u)",
+                          what, ld_acq32(c->status));
         }
         if (wait_expired(&w))
             return gp_err(GDRPY_ETIMEDOUT, "%s: the ring stayed full (%llu of %llu slots "
-                          "unconsumed) for %.6f s", what,
+                                           "unconsumed) for %.6f s",
+                          what,
                           (unsigned long long)(c->head - c->credit), (unsigned long long)nslots,
                           timeout_ns * 1e-9);
     }
@@ -296,7 +301,7 @@ static int wait_credit(gdrpy_chan_t *c, uint64_t last, int64_t timeout_ns, const
 static inline void put_payload(char *dst, const void *src, size_t len)
 {
     if (len > 256)
-        gdrpy_copy_to_mapping(dst, src, len);   /* tuned kernel; ends with a fence */
+        gdrpy_copy_to_mapping(dst, src, len); /* tuned kernel; ends with a fence */
     else if (len)
         gp_wc_store_nofence(dst, src, len);
 }
@@ -319,9 +324,9 @@ int gdrpy_chan_send(gdrpy_chan_t *c, const void *buf, size_t len, uint32_t tag,
     char *s = c->ring + (size_t)(i & c->mask) * c->stride;
     gp_wc_store_u64(s + 8, (uint64_t)len | ((uint64_t)tag << 32));
     put_payload(s + GDRPY_CHAN_HDR, buf, len);
-    gp_wc_fence();                   /* payload and len/tag before seq */
+    gp_wc_fence(); /* payload and len/tag before seq */
     gp_wc_store_u64(s, i + 1);
-    gp_wc_fence();                   /* push the sequence word out now */
+    gp_wc_fence(); /* push the sequence word out now */
     c->head = i + 1;
     return 0;
 }
@@ -338,7 +343,8 @@ int gdrpy_chan_send_batch(gdrpy_chan_t *c, const gdrpy_chan_msg_t *m, size_t n,
     for (size_t k = 0; k < n; k++) {
         if (m[k].len > c->slot_size)
             return gp_err(GDRPY_EINVAL, "chan_send_batch: message %zu: %u bytes do not fit a "
-                          "%u-byte slot", k, m[k].len, c->slot_size);
+                                        "%u-byte slot",
+                          k, m[k].len, c->slot_size);
         if (m[k].len && !m[k].buf)
             return gp_err(GDRPY_EINVAL, "chan_send_batch: message %zu: buffer is NULL", k);
     }
@@ -354,7 +360,7 @@ int gdrpy_chan_send_batch(gdrpy_chan_t *c, const gdrpy_chan_msg_t *m, size_t n,
         gp_wc_store_u64(s + 8, (uint64_t)m[k].len | ((uint64_t)m[k].tag << 32));
         if (m[k].len) gp_wc_store_nofence(s + GDRPY_CHAN_HDR, m[k].buf, m[k].len);
     }
-    gp_wc_fence();                   /* every payload before any sequence word */
+    gp_wc_fence(); /* every payload before any sequence word */
     for (size_t k = 0; k < n; k++)
         gp_wc_store_u64(c->ring + (size_t)((i + k) & c->mask) * c->stride, i + k + 1);
     gp_wc_fence();
@@ -366,8 +372,7 @@ int gdrpy_chan_send_batch(gdrpy_chan_t *c, const gdrpy_chan_msg_t *m, size_t n,
 
 static inline int comp_ready(const gdrpy_chan_t *c, uint64_t j)
 {
-    return ld_acq64((const volatile uint64_t *)(c->comp + (size_t)(j & c->cmask) * c->cstride))
-           == j + 1;
+    return ld_acq64((const volatile uint64_t *)(c->comp + (size_t)(j & c->cmask) * c->cstride)) == j + 1;
 }
 
 static inline void publish_read(gdrpy_chan_t *c)
@@ -391,7 +396,8 @@ static int wait_comp(gdrpy_chan_t *c, uint64_t j, int64_t timeout_ns, const char
         if ((w.spins & 63u) == 63u && stopped(ld_acq32(c->status_c))) {
             if (comp_ready(c, j)) return 0;
             return gp_err(GDRPY_EPIPE, "%s: the kernel has stopped (status %u) and completion "
-                          "%llu will not come", what, ld_acq32(c->status_c),
+                                       "%llu will not come",
+                          what, ld_acq32(c->status_c),
                           (unsigned long long)j);
         }
         if (wait_expired(&w))
@@ -449,7 +455,7 @@ int gdrpy_chan_recv_many(gdrpy_chan_t *c, void *buf, size_t stride, uint32_t *le
             return gp_err(GDRPY_EAGAIN, "chan_recv_many: %zu of %zu completions there", avail, min);
         while (avail < min) {
             int rc = wait_comp(c, j + avail, timeout_ns, "chan_recv_many");
-            if (rc) return rc;   /* nothing taken: the completions stay */
+            if (rc) return rc; /* nothing taken: the completions stay */
             avail++;
         }
         while (avail < max && comp_ready(c, j + avail)) avail++;
@@ -511,7 +517,7 @@ int gdrpy_chan_shutdown(gdrpy_chan_t *c, unsigned mode, int64_t timeout_ns,
                       mode);
     if (c->shutdown != mode && c->shutdown != GDRPY_CHAN_ABORT) {
         gp_wc_store_u64(c->dev + GDRPY_CHAN_DEV_SENT, c->head);
-        gp_wc_fence();               /* the count before the mode */
+        gp_wc_fence(); /* the count before the mode */
         gp_wc_store_u32(c->dev + GDRPY_CHAN_DEV_SHUTDOWN, mode);
         gp_wc_fence();
         c->shutdown = mode;
@@ -523,7 +529,8 @@ int gdrpy_chan_shutdown(gdrpy_chan_t *c, unsigned mode, int64_t timeout_ns,
         while (!stopped(ld_acq32(c->status))) {
             if (timeout_ns == 0 || wait_expired(&w)) {
                 rc = gp_err(GDRPY_ETIMEDOUT, "chan_shutdown: the kernel did not report stopped "
-                            "within %.6f s (%llu of %llu messages consumed)", timeout_ns * 1e-9,
+                                             "within %.6f s (%llu of %llu messages consumed)",
+                            timeout_ns * 1e-9,
                             (unsigned long long)ld_acq64(c->consumed),
                             (unsigned long long)c->head);
                 break;
@@ -623,9 +630,12 @@ static void *sim_consumer_main(void *arg)
                     }
                     cpu_relax();
                 }
-                struct { uint64_t seq; uint32_t csum, len; } r = {head + 1, 0, len};
+                struct {
+                    uint64_t seq;
+                    uint32_t csum, len;
+                } r = {head + 1, 0, len};
                 const void *src = pl;
-                uint32_t rl = len < d->comp_size ? len : d->comp_size;   /* ECHO */
+                uint32_t rl = len < d->comp_size ? len : d->comp_size; /* ECHO */
                 if (sc->flags & GDRPY_CHAN_SIM_COMPLETE) {
                     r.csum = gdrpy_chan_checksum(pl, len);
                     src = &r;

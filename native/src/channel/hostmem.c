@@ -29,10 +29,10 @@ static void hm_load(void)
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
     if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD);
     if (!h) return;
-    hm_cu.HostAlloc = (CUresult(*)(void **, size_t, unsigned))dlsym(h, "cuMemHostAlloc");
+    hm_cu.HostAlloc = (CUresult (*)(void **, size_t, unsigned))dlsym(h, "cuMemHostAlloc");
     hm_cu.HostGetDevicePointer =
-        (CUresult(*)(CUdeviceptr *, void *, unsigned))dlsym(h, "cuMemHostGetDevicePointer_v2");
-    hm_cu.FreeHost = (CUresult(*)(void *))dlsym(h, "cuMemFreeHost");
+        (CUresult (*)(CUdeviceptr *, void *, unsigned))dlsym(h, "cuMemHostGetDevicePointer_v2");
+    hm_cu.FreeHost = (CUresult (*)(void *))dlsym(h, "cuMemFreeHost");
     hm_ok = hm_cu.HostAlloc && hm_cu.HostGetDevicePointer && hm_cu.FreeHost;
     /* keep the reference: libcuda stays loaded for the process anyway */
 }
@@ -57,7 +57,7 @@ int gp_hostmem_alloc(int device, int is_real, size_t size, gp_hostmem *out)
     pthread_once(&hm_once, hm_load);
     if (!hm_ok)
         return gp_err(GDRPY_ENXIO, "host_alloc: cuMemHostAlloc / cuMemHostGetDevicePointer_v2 / "
-                      "cuMemFreeHost not found in libcuda");
+                                   "cuMemFreeHost not found in libcuda");
     gp_cuda_scope s;
     rc = gp_cuda_enter(device, &s);
     if (rc) return rc;

@@ -14,10 +14,10 @@
 #include "internal.h"
 
 typedef struct gp_hostmem {
-    void *ptr;        /* CPU address (NULL when empty) */
-    uint64_t dptr;    /* device address of ptr */
+    void *ptr;     /* CPU address (NULL when empty) */
+    uint64_t dptr; /* device address of ptr */
     size_t size;
-    int cuda;         /* 1: cuMemHostAlloc, 0: aligned_alloc */
+    int cuda; /* 1: cuMemHostAlloc, 0: aligned_alloc */
     int device;
 } gp_hostmem;
 
