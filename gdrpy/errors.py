@@ -98,3 +98,20 @@ def error_for_code(code: int, message: str) -> GdrError:
     if code == _errno.ENOMEM:
         return GdrError(message, code)
     return _BY_CODE.get(code, GdrError)(message, code)
+
+
+# ---- channel (gdrpy.Channel) -------------------------------------------------
+
+class ChannelFullError(GdrError):
+    """The channel's ring is full and the call was told not to wait (EAGAIN)."""
+
+
+class ChannelTimeoutError(GdrError, TimeoutError):
+    """A channel wait ran out of time (ETIMEDOUT)."""
+
+
+class ChannelClosedError(GdrError):
+    """The channel is shut down, or its kernel stopped (EPIPE)."""
+
+
+__all__ += ["ChannelFullError", "ChannelTimeoutError", "ChannelClosedError"]
