@@ -22,7 +22,6 @@
  * Test knobs: --inject-skip K skips every K-th seq (simulated loss, counted
  * as "skipped").
  */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <getopt.h>
 #include <netinet/in.h>
