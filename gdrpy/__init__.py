@@ -20,13 +20,13 @@ import os as _os
 from . import errors
 from ._core import (Context, Mapping, Pin, backend_names, copy_isa, copy_isa_available,
                     probe, set_copy_isa, version as _core_version)
+from ._version import __version__
 from .errors import *  # noqa: F401,F403
-
-__version__ = "0.1.0"
 
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
            "backend_names", "copy_isa", "copy_isa_available", "set_copy_isa",
-           "library_version", "libdir", "put", "get", "Transfer"] + list(errors.__all__)
+           "library_version", "libdir", "includedir", "bindir", "put", "get",
+           "Transfer"] + list(errors.__all__)
 
 
 def open(device: int = 0, backend: str | None = None) -> Context:  # noqa: A001
@@ -51,6 +51,12 @@ def libdir() -> str:
 def includedir() -> str:
     """Directory holding gdrpy.h and gdrapi.h."""
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
+
+
+def bindir() -> str:
+    """Directory holding the C tools installed with the package (gdrpy_copylat,
+    gdrapi_copylat, ...), as GDRCopy installs gdrcopy_copylat."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "bin")
 
 
 from . import memory  # noqa: E402
