@@ -186,6 +186,10 @@ GDRPY_API int gdrpy_chan_recv_many(gdrpy_chan_t *chan, void *buf, size_t stride,
 GDRPY_API int gdrpy_chan_shutdown(gdrpy_chan_t *chan, unsigned mode, int64_t timeout_ns,
                                   gdrpy_chan_stats_t *st);
 GDRPY_API int gdrpy_chan_get_stats(gdrpy_chan_t *chan, gdrpy_chan_stats_t *out);
+/* Waits until a kernel has attached (status no longer NONE): call it after
+ * launching the kernel, before sending, so that shutdown and destroy know a
+ * kernel is there.  GDRPY_ETIMEDOUT / GDRPY_EAGAIN (timeout_ns == 0). */
+GDRPY_API int gdrpy_chan_wait_attached(gdrpy_chan_t *chan, int64_t timeout_ns);
 
 /* ---- a CPU thread standing in for the GPU kernel (tests, sim) --------- */
 /* It does what the reference checking kernel does (tests/, gdrpy.tools):
