@@ -129,7 +129,7 @@ def lib():
         "feed_simc_start": (vp, [vp, i32, vp, u32, u64, u64, u64, i32]),
         "feed_simc_join": (i32, [vp, ctypes.c_double]),
         "feed_cchan_open": (vp, [i32, ctypes.c_char_p, u64, u64, u32, ctypes.c_char_p, i32]),
-        "feed_cchan_chan": (vp, [vp]), "feed_cchan_ctx": (u64, [vp]),
+        "feed_cchan_chan": (vp, [vp]), "feed_chan_device_bytes": (u64, [u32]), "feed_cchan_ctx": (u64, [vp]),
         "feed_cchan_desc": (i32, [vp, vp]),
         "feed_cchan_shutdown": (i32, [vp, i32, ctypes.c_double, vp]),
         "feed_cchan_close": (None, [vp]), "feed_sim_alloc": (u64, [u64]),
@@ -185,7 +185,9 @@ class Ring:
         L = env.lib
         self.chan = self.cchan = self.buf = None
         self._free = []
-        self.dev_bytes = gdrpy.Channel.device_bytes(nslots, TICK, 0, 2)
+        self.dev_bytes = int(L.feed_chan_device_bytes(nslots))
+        if not self.dev_bytes:
+            raise RuntimeError(L.feed_last_error().decode())
         cpu_dev = self.sim and handler == "c"       # sim memory of libfeedcore's own copy
         if path == "gdrpy" and handler == "py":
             self.chan = gdrpy.Channel(env.ctx, nslots=nslots, slot_size=TICK, comp_size=0,

@@ -674,6 +674,18 @@ fail:
     return NULL;
 }
 
+uint64_t feed_chan_device_bytes(uint32_t nslots)
+{
+    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE,
+                               .comp_nslots = 2, .comp_size = 0};
+    size_t n = 0;
+    if (gdrpy_chan_device_bytes(&cfg, &n)) {
+        snprintf(feed_err, sizeof feed_err, "gdrpy_chan_device_bytes: %s", gdrpy_last_error());
+        return 0;
+    }
+    return n;
+}
+
 void *feed_cchan_chan(feed_cchan_t *c) { return c->chan; }
 uint64_t feed_cchan_ctx(feed_cchan_t *c) { return c->ctx; }
 

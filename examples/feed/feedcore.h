@@ -128,6 +128,7 @@ FEED_API int feed_simc_join(feed_simc_t *c, double timeout_s);   /* 0 ok, 1 stil
 typedef struct feed_cchan feed_cchan_t;
 FEED_API feed_cchan_t *feed_cchan_open(int device, const char *backend, uint64_t dptr,
                                        uint64_t size, uint32_t nslots, char *err, int errlen);
+FEED_API uint64_t feed_chan_device_bytes(uint32_t nslots);   /* 0 on error */
 FEED_API void *feed_cchan_chan(feed_cchan_t *c);
 FEED_API uint64_t feed_cchan_ctx(feed_cchan_t *c);
 FEED_API int feed_cchan_desc(feed_cchan_t *c, void *out64);
