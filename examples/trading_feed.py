@@ -45,8 +45,9 @@ def _rates(text: str) -> list[float]:
             continue
         mult = 1e6 if t.endswith("m") else 1e3 if t.endswith("k") else 1
         out.append(float(t.rstrip("mk")) * mult)
-    if not out or min(out) <= 0:
-        raise argparse.ArgumentTypeError(f"bad rate list {text!r} (e.g. 20k,100k,1M)")
+    if not out or min(out) < 0:
+        raise argparse.ArgumentTypeError(f"bad rate list {text!r} (e.g. 20k,100k,1M; "
+                                         "0 = as fast as the sender can)")
     return out
 
 
@@ -79,6 +80,8 @@ def main(argv=None) -> int:
     p.add_argument("--proof-seconds", type=float, default=10.0)
     p.add_argument("--no-proof", action="store_true")
     p.add_argument("--ring", type=int, default=4096, help="channel slots (power of two)")
+    p.add_argument("--shm-slots", type=int, default=1 << 16,
+                   help="shared-memory source ring slots (power of two)")
     p.add_argument("--batch", type=int, default=64, help="most ticks per batch")
     p.add_argument("--symbols", type=int, default=16)
     p.add_argument("--seed", type=int, default=7)
@@ -94,6 +97,8 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None, metavar="PATH", help="results as JSON ('-': stdout)")
     p.add_argument("--plot", default=None, metavar="SVG", help="rate vs end-to-end p99 plot")
     a = p.parse_args(argv)
+    if a.shm_slots < 2 or a.shm_slots & (a.shm_slots - 1):
+        p.error("--shm-slots: power of two >= 2")
     if a.ring < 2 or a.ring & (a.ring - 1) or a.batch < 1 or a.symbols < 1 or a.symbols > 65536:
         p.error("--ring: power of two >= 2; --batch >= 1; 1 <= --symbols <= 65536")
     if a.sources is None:
@@ -136,7 +141,7 @@ def main(argv=None) -> int:
                                 seed=a.seed, nslots=a.ring, batch=a.batch, cpus=cpus,
                                 rcvbuf=a.rcvbuf, on_full=a.on_full, inject_skip=a.inject_skip,
                                 delay_ns=a.consumer_delay_ns, per_packet=a.per_packet,
-                                ticks=a.ticks)
+                                ticks=a.ticks, shm_slots=a.shm_slots)
                             r["kind"] = "run"
                             pts.append(r)
                             log(sweep.fmt_row(r))
