@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(HERE, "native")
 NBUILD = os.path.join(NATIVE, "build")
 SHIPPED_LIBS = ["libgdrpy.so.0", "libgdrapi.so.2"]
-SHIPPED_HEADERS = ["gdrpy.h", "gdrapi.h"]
+SHIPPED_HEADERS = ["gdrpy.h", "gdrapi.h", "gdrpy_channel.h", "gdrpy_channel.cuh"]
 
 
 def _check_versions():
@@ -71,6 +71,7 @@ class BuildWithNative(build_ext):
 ext = Extension(
     "gdrpy._core",
     sources=["gdrpy/_core.pyx"],
+    depends=["gdrpy/_channel.pxi", "native/include/gdrpy_channel.h"],
     include_dirs=["native/include", "native/src/core", "native/src/copy"],
     extra_objects=[os.path.join("native", "build", "libgdrpy.a")],
     libraries=["dl", "pthread"],
@@ -80,6 +81,6 @@ ext = Extension(
 setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildWithNative},
-    package_data={"gdrpy": ["lib/*", "include/*.h", "bin/*", "*.pyx", "*.pxd", "*.pyi",
-                            "py.typed"]},
+    package_data={"gdrpy": ["lib/*", "include/*.h", "include/*.cuh", "bin/*", "*.pyx", "*.pxd",
+                            "*.pxi", "*.pyi", "py.typed"]},
 )

@@ -18,15 +18,15 @@ from __future__ import annotations
 import os as _os
 
 from . import errors
-from ._core import (Context, Mapping, Pin, backend_names, copy_isa, copy_isa_available,
-                    probe, set_copy_isa, version as _core_version)
+from ._core import (Channel, Context, Mapping, Pin, backend_names, copy_isa,
+                    copy_isa_available, probe, set_copy_isa, version as _core_version)
 from ._version import __version__
 from .errors import *  # noqa: F401,F403
 
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
            "backend_names", "copy_isa", "copy_isa_available", "set_copy_isa",
            "library_version", "libdir", "includedir", "bindir", "put", "get",
-           "Transfer"] + list(errors.__all__)
+           "Transfer", "Channel", "put_many"] + list(errors.__all__)
 
 
 def open(device: int = 0, backend: str | None = None) -> Context:  # noqa: A001
@@ -49,7 +49,8 @@ def libdir() -> str:
 
 
 def includedir() -> str:
-    """Directory holding gdrpy.h and gdrapi.h."""
+    """Directory holding gdrpy.h, gdrapi.h, gdrpy_channel.h and the CUDA device
+    header gdrpy_channel.cuh."""
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
 
 
@@ -62,3 +63,14 @@ def bindir() -> str:
 from . import memory  # noqa: E402
 
 from .transfer import Transfer, get, put  # noqa: E402
+
+
+def put_many(dst, items) -> int:
+    """Vectored put into mapping ``dst`` (a Mapping or an object with a
+    ``mapping``): ``items`` = [(offset, buffer), ...], every range checked
+    first, one store fence at the end.  Returns the total bytes."""
+    m = dst if isinstance(dst, Mapping) else getattr(dst, "mapping", None)
+    if not isinstance(m, Mapping):
+        from .errors import InvalidArgumentError
+        raise InvalidArgumentError(f"put_many needs a Mapping, not {type(dst).__name__}", 22)
+    return m.put_many(items)

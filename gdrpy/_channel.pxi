@@ -62,6 +62,9 @@ cdef extern from "gdrpy_channel.h" nogil:
     int gdrpy_chan_shutdown(gdrpy_chan_t *chan, unsigned mode, _i64 timeout_ns,
                             gdrpy_chan_stats_t *st)
     int gdrpy_chan_get_stats(gdrpy_chan_t *chan, gdrpy_chan_stats_t *out)
+    int gdrpy_chan_wait_attached(gdrpy_chan_t *chan, _i64 timeout_ns)
+    void gdrpy_chan_pattern(uint64_t i, void *buf, size_t len)
+    _u32 gdrpy_chan_checksum(const void *buf, size_t len)
     int gdrpy_writev(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_iov_t *iov, size_t n)
 
     ctypedef struct gdrpy_chan_sim_consumer_t:
@@ -82,6 +85,12 @@ cdef extern from "gdrpy_channel.h" nogil:
 DEF SPIN_WITH_GIL_NS = 50000
 
 _ST_NAMES = {0: "none", 1: "running", 2: "stopped", 3: "timeout"}
+
+# Memory of channels whose kernel did not stop when they were closed: the
+# GPU may still read the ring and write completions, so the ring's buffer,
+# pin and mapping are kept here for the life of the process (never freed
+# under a running kernel).  C keeps the host block the same way.
+_orphaned = []
 
 
 cdef _i64 _timeout_ns(object timeout) except? -2:
@@ -247,8 +256,17 @@ cdef class Channel:
         self.buffer = None
 
     def __dealloc__(self):
+        # Not closed: stop the kernel quickly (abort), then free, keeping
+        # the memory if it still runs (see close()).
+        cdef gdrpy_chan_stats_t s
         if self._c != NULL and self._fork_gen == gdrpy_fork_generation:
-            gdrpy_chan_destroy(self._c)
+            gdrpy_chan_get_stats(self._c, &s)
+            if s.status == 1:
+                gdrpy_chan_shutdown(self._c, GDRPY_CHAN_ABORT, 100000000, NULL)
+            try:
+                self._destroy()
+            except BaseException:
+                pass
         self._c = NULL
 
     cdef inline int _ready(self) except -1:
@@ -286,27 +304,21 @@ cdef class Channel:
         at most ``slot_size`` bytes)."""
         self._ready()
         cdef Py_buffer view
-        cdef const char *p
-        cdef Py_ssize_t n
         cdef int rc
         cdef _i64 t = _timeout_ns(timeout)
         if PyBytes_CheckExact(payload):
-            p = PyBytes_AS_STRING(payload)
-            n = PyBytes_GET_SIZE(payload)
-            rc = gdrpy_chan_send(self._c, p, <size_t>n, tag, 0)
-            if rc == _errno.EAGAIN and t != 0:
-                rc = self._send_wait(p, n, tag, t)
-            return _chan_check(rc)
+            return _chan_check(self._send(PyBytes_AS_STRING(payload),
+                                          PyBytes_GET_SIZE(payload), tag, t))
         _get_in_buffer(payload, &view)
         try:
-            rc = gdrpy_chan_send(self._c, view.buf, <size_t>view.len, tag, 0)
-            if rc == _errno.EAGAIN and t != 0:
-                rc = self._send_wait(<const char *>view.buf, view.len, tag, t)
+            rc = self._send(<const char *>view.buf, view.len, tag, t)
         finally:
             PyBuffer_Release(&view)
         return _chan_check(rc)
 
-    cdef int _send_wait(self, const char *p, Py_ssize_t n, _u32 tag, _i64 t):
+    cdef inline int _send(self, const char *p, Py_ssize_t n, _u32 tag, _i64 t):
+        # Spin up to SPIN_WITH_GIL_NS with the GIL (the common case costs no
+        # wait at all), then go on without it.
         cdef _i64 first = SPIN_WITH_GIL_NS if (t < 0 or t > SPIN_WITH_GIL_NS) else t
         cdef int rc = gdrpy_chan_send(self._c, p, <size_t>n, tag, first)
         if rc == GDRPY_ETIMEDOUT and (t < 0 or t > first):
@@ -386,15 +398,11 @@ cdef class Channel:
 
     cdef int _recv_wait(self, void *buf, size_t cap, _i64 t):
         cdef _u32 ln = 0, tg = 0
-        cdef int rc = gdrpy_chan_recv(self._c, buf, cap, &ln, &tg, 0)
-        cdef _i64 first
-        if rc == _errno.EAGAIN and t != 0:
-            first = SPIN_WITH_GIL_NS if (t < 0 or t > SPIN_WITH_GIL_NS) else t
-            rc = gdrpy_chan_recv(self._c, buf, cap, &ln, &tg, first)
-            if rc == GDRPY_ETIMEDOUT and (t < 0 or t > first):
-                with nogil:
-                    rc = gdrpy_chan_recv(self._c, buf, cap, &ln, &tg,
-                                         t - first if t > 0 else -1)
+        cdef _i64 first = SPIN_WITH_GIL_NS if (t < 0 or t > SPIN_WITH_GIL_NS) else t
+        cdef int rc = gdrpy_chan_recv(self._c, buf, cap, &ln, &tg, first)
+        if rc == GDRPY_ETIMEDOUT and (t < 0 or t > first):
+            with nogil:
+                rc = gdrpy_chan_recv(self._c, buf, cap, &ln, &tg, t - first if t > 0 else -1)
         if rc == 0:
             self.last_len = ln
             self.last_tag = tg
@@ -479,6 +487,16 @@ cdef class Channel:
                 PyBuffer_Release(&view)
         return got
 
+    def wait_attached(self, timeout=5.0):
+        """Wait until a kernel has attached (call after launching it, before
+        sending).  ChannelTimeoutError otherwise."""
+        self._ready()
+        cdef _i64 t = _timeout_ns(timeout)
+        cdef int rc
+        with nogil:
+            rc = gdrpy_chan_wait_attached(self._c, t)
+        _chan_check(rc)
+
     def stats(self):
         """dict: sent, consumed, received, full_waits, status, shutdown,
         final_consumed, dropped."""
@@ -506,8 +524,10 @@ cdef class Channel:
     def close(self, timeout=5.0):
         """Shut down (drain) if not done yet, free the channel, unmap and
         unpin its buffer (and free it if the channel allocated it).
-        Idempotent.  Raises ChannelTimeoutError if a running kernel does not
-        stop (the channel is freed anyway; its host block is kept)."""
+        Idempotent.  If the kernel does not report stopped within
+        ``timeout`` the channel is freed anyway but its memory is kept (the
+        GPU may still use it; a ResourceWarning says so) and the shutdown
+        error is raised."""
         if self._c == NULL:
             return
         if self._fork_gen != gdrpy_fork_generation:
@@ -519,12 +539,28 @@ cdef class Channel:
                 self.shutdown(True, timeout)
             except Exception as e:  # still free what we can
                 err = e
-        cdef gdrpy_chan_t *c = self._c
-        self._c = NULL
-        gdrpy_chan_destroy(c)
-        self._release_memory()
+        self._destroy()
         if err is not None:
             raise err
+
+    cdef _destroy(self):
+        cdef gdrpy_chan_stats_t s
+        cdef gdrpy_chan_t *c = self._c
+        gdrpy_chan_get_stats(c, &s)
+        self._c = NULL
+        gdrpy_chan_destroy(c)
+        if s.status == 1:       # attached and still running
+            import warnings
+            warnings.warn("gdrpy.Channel closed while its kernel still runs: its GPU and "
+                          "host memory are kept for the life of the process",
+                          ResourceWarning, stacklevel=3)
+            _orphaned.append((self.buffer, self.pin, self.mapping, self._hold))
+            self._hold = None
+            self.mapping = None
+            self.pin = None
+            self.buffer = None
+        else:
+            self._release_memory()
 
     def __enter__(self):
         self._ready()
@@ -612,3 +648,22 @@ def mapping_put_many(Mapping m not None, items):
             PyBuffer_Release(&views[i])
         _free(views)
         _free(iov)
+
+
+def chan_pattern(i, n):
+    """Message ``i``'s check pattern (``n`` bytes) as the reference consumers
+    expect it (gdrpy_chan_pattern)."""
+    cdef Py_ssize_t cnt = _index(n, "n")
+    out = PyBytes_FromStringAndSize(NULL, cnt)
+    gdrpy_chan_pattern(_u64(i, "i"), PyBytes_AS_STRING(out), <size_t>cnt)
+    return out
+
+
+def chan_checksum(data):
+    """sum(byte[k] * ((k & 255) + 1)) mod 2**32 (gdrpy_chan_checksum)."""
+    cdef Py_buffer view
+    _get_in_buffer(data, &view)
+    try:
+        return gdrpy_chan_checksum(view.buf, <size_t>view.len)
+    finally:
+        PyBuffer_Release(&view)

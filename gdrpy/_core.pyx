@@ -709,6 +709,12 @@ cdef class Mapping:
             raise InvalidArgumentError(f"value {value} does not fit in 64 bits", _errno.EINVAL)
         gp_store_u64(self._ptr + off, <unsigned long long>value)
 
+    def put_many(self, items):
+        """Vectored put: ``items`` = [(offset, buffer), ...]; every range is
+        checked first, then all are stored with ONE store fence at the end
+        (``gdrpy_writev``).  Returns the total bytes."""
+        return mapping_put_many(self, items)
+
     def read_u64(self, offset):
         """Load one aligned 8-byte little-endian value at ``offset`` (a single
         load: never torn)."""
@@ -1136,3 +1142,6 @@ def host_view(owner, ptr, nbytes):
     (<_HostView>v).shape[0] = (<_HostView>v).size
     (<_HostView>v).strides[0] = 1
     return v
+
+
+include "_channel.pxi"

@@ -550,7 +550,10 @@ uint32_t gdrpy_chan_checksum(const void *buf, size_t len)
 
 struct gdrpy_chan_sim_consumer {
     pthread_t thread;
-    gdrpy_chan_t *c;
+    /* copies: the thread never touches the channel object, which may be
+     * destroyed while it runs (as a kernel outlives a channel) */
+    gdrpy_chan_desc_t desc;
+    char *ring, *dev, *host;
     unsigned flags;
     int64_t delay_ns, idle_ns;
     uint64_t consumed, errors, first_bad;
@@ -565,15 +568,14 @@ static void sleep_ns(int64_t ns)
 static void *sim_consumer_main(void *arg)
 {
     struct gdrpy_chan_sim_consumer *sc = arg;
-    gdrpy_chan_t *c = sc->c;
-    const gdrpy_chan_desc_t *d = &c->desc;
+    const gdrpy_chan_desc_t *d = &sc->desc;
     /* The device block through the mapping (the same memory the GPU would
      * read), the host block directly. */
-    const char *ring = c->ring;
-    const volatile uint32_t *mode_p = (const volatile uint32_t *)(c->dev + GDRPY_CHAN_DEV_SHUTDOWN);
-    const volatile uint64_t *sent_p = (const volatile uint64_t *)(c->dev + GDRPY_CHAN_DEV_SENT);
-    const volatile uint64_t *cread_p = (const volatile uint64_t *)(c->dev + GDRPY_CHAN_DEV_COMP_READ);
-    char *host = c->host;
+    const char *ring = sc->ring;
+    const volatile uint32_t *mode_p = (const volatile uint32_t *)(sc->dev + GDRPY_CHAN_DEV_SHUTDOWN);
+    const volatile uint64_t *sent_p = (const volatile uint64_t *)(sc->dev + GDRPY_CHAN_DEV_SENT);
+    const volatile uint64_t *cread_p = (const volatile uint64_t *)(sc->dev + GDRPY_CHAN_DEV_COMP_READ);
+    char *host = sc->host;
     char *comp = host + GDRPY_CHAN_HOST_CTRL;
     uint64_t *consumed_p = (uint64_t *)(host + GDRPY_CHAN_HOST_CONSUMED);
     unsigned char *expect = malloc(d->slot_size ? d->slot_size : 1);
@@ -657,7 +659,10 @@ int gdrpy_chan_sim_consumer_start(gdrpy_chan_t *c, unsigned flags, int64_t start
         return gp_err(GDRPY_EBUSY, "chan_sim_consumer_start: a consumer has already attached");
     struct gdrpy_chan_sim_consumer *sc = calloc(1, sizeof *sc);
     if (!sc) return gp_err(GDRPY_ENOMEM, "chan_sim_consumer_start: out of memory");
-    sc->c = c;
+    sc->desc = c->desc;
+    sc->ring = c->ring;
+    sc->dev = c->dev;
+    sc->host = c->host;
     sc->flags = flags;
     sc->delay_ns = start_delay_ns;
     sc->idle_ns = idle_timeout_ns;
