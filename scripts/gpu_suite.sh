@@ -8,7 +8,10 @@
 #             core test on nvrm, the nvrm backend harness
 #   bench     C copylat (gdrpy and libgdrapi), bench latency/bandwidth (--c),
 #             calibrate, bench transfer
-#   examples  bench pingpong, trading feed, MPI eager
+#   examples  bench pingpong, trading feed (one run per handler and path), MPI eager
+#   feed      the trading feed's capacity sweep (UDP and shared memory, C and
+#             Python handlers, gdrpy and cuMemcpy paths), its 10 s proof
+#             points and half-capacity latency: about 4-5 min (issue 21)
 #   asv       records an asv run of the benchmarks in asv_bench/ (all only
 #             includes it when asv or its wheels in .whl/ are there)
 #
@@ -94,6 +97,11 @@ if want examples; then
     else
         step mpi_eager 300 python3 examples/mpi_eager.py --json "$WORK/mpi_eager.json"
     fi
+fi
+
+if want feed; then
+    step feed_sweep 540 python3 examples/trading_feed.py --sweep --backend nvrm \
+        --json "$WORK/feed_sweep.json" --plot "$WORK/feed_sweep.svg"
 fi
 
 if want asv; then

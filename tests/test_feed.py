@@ -20,7 +20,7 @@ BACKENDS = [pytest.param("sim", id="sim"), pytest.param(None, id="gpu", marks=py
 
 def feed(args, backend, timeout=240, expect_rc=0):
     cmd = FEED + ["--json", "-"] + args + (["--backend", backend] if backend else [])
-    rc, out, err = run(cmd, timeout=timeout, expect_rc=expect_rc,
+    _, out, err = run(cmd, timeout=timeout, expect_rc=expect_rc,
                        env_extra={"PYTHONPATH": ROOT})
     rep = json.loads(out)
     return rep, err
@@ -49,7 +49,7 @@ def assert_clean(r):
 def test_feed_no_torn_reordered_or_duplicated_ticks_at_full_speed(backend, handler):
     # rate 0: the shm sender publishes as fast as it can; the NIC-style ring
     # drops what does not fit (counted), the channel ring pushes back
-    rep, err = feed(["--handlers", handler, "--paths", "gdrpy,cuMemcpy", "--sources", "shm",
+    rep, _ = feed(["--handlers", handler, "--paths", "gdrpy,cuMemcpy", "--sources", "shm",
                      "--rate", "0", "--ticks", "300000", "--seconds", "3"], backend)
     assert len(rep["points"]) == 2
     for r in rep["points"]:
@@ -66,7 +66,7 @@ def test_feed_no_torn_reordered_or_duplicated_ticks_at_full_speed(backend, handl
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("source", ["udp", "shm"])
 def test_feed_injected_loss_is_counted_exactly(backend, source):
-    rep, err = feed(["--handlers", "c,py", "--paths", "gdrpy", "--sources", source,
+    rep, _ = feed(["--handlers", "c,py", "--paths", "gdrpy", "--sources", source,
                      "--rate", "20000", "--ticks", "7000", "--seconds", "3",
                      "--inject-skip", "9"], backend)
     for r in rep["points"]:
@@ -86,7 +86,7 @@ def test_feed_slow_consumer_overload_loss_is_exact(backend):
     # ring fills (back-pressure, counted), the handler stalls, the shm
     # producer's ring overflows and drops (counted by the producer); what the
     # producer dropped is exactly what the handler and the consumer miss
-    rep, err = feed(["--handlers", "c,py", "--paths", "gdrpy", "--sources", "shm",
+    rep, _ = feed(["--handlers", "c,py", "--paths", "gdrpy", "--sources", "shm",
                      "--rate", "100000", "--ticks", "40000", "--seconds", "3",
                      "--ring", "256", "--shm-slots", "1024", "--consumer-delay-ns", "20000"],
                     backend)
@@ -101,7 +101,7 @@ def test_feed_slow_consumer_overload_loss_is_exact(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_feed_ring_full_drop_policy_counts_every_tick(backend):
-    rep, err = feed(["--handlers", "c,py", "--paths", "gdrpy", "--sources", "udp",
+    rep, _ = feed(["--handlers", "c,py", "--paths", "gdrpy", "--sources", "udp",
                      "--rate", "50000", "--ticks", "5000", "--seconds", "3", "--ring", "16",
                      "--batch", "16", "--on-full", "drop", "--consumer-delay-ns", "50000"],
                     backend)
@@ -115,7 +115,7 @@ def test_feed_ring_full_drop_policy_counts_every_tick(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_feed_c_and_python_handlers_agree_on_both_paths(backend):
-    rep, err = feed(["--handlers", "c,py", "--paths", "gdrpy,cuMemcpy", "--sources", "shm",
+    rep, _ = feed(["--handlers", "c,py", "--paths", "gdrpy,cuMemcpy", "--sources", "shm",
                      "--rate", "50000", "--ticks", "20000", "--seconds", "5",
                      "--symbols", "37"], backend)
     pts = rep["points"]
@@ -130,7 +130,7 @@ def test_feed_c_and_python_handlers_agree_on_both_paths(backend):
 
 def test_feed_quick_sweep_writes_report_and_plot(tmp_path):
     svg = tmp_path / "feed.svg"
-    rep, err = feed(["--sweep", "--quick", "--handlers", "c", "--paths", "gdrpy,cuMemcpy",
+    rep, _ = feed(["--sweep", "--quick", "--handlers", "c", "--paths", "gdrpy,cuMemcpy",
                      "--plot", str(svg)], "sim")
     assert rep["sim"] and rep["consumer"] == SIM_LABEL
     kinds = {(r["source"], r["path"]) for r in rep["points"]}
@@ -146,5 +146,5 @@ def test_feed_quick_sweep_writes_report_and_plot(tmp_path):
 
 
 def test_feed_rejects_bad_options():
-    rc, out, err = run(FEED + ["--ring", "1000", "--backend", "sim"], expect_rc=2)
+    _, _, err = run(FEED + ["--ring", "1000", "--backend", "sim"], expect_rc=2)
     assert "power of two" in err

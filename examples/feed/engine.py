@@ -102,7 +102,7 @@ def build() -> None:
     newest = max(os.path.getmtime(s) for s in srcs)
     if all(os.path.exists(o) and os.path.getmtime(o) >= newest for o in outs):
         return
-    r = subprocess.run(["make", "-s", "-C", HERE], capture_output=True, text=True)
+    r = subprocess.run(["make", "-s", "-C", HERE], capture_output=True, text=True, check=False)
     if r.returncode != 0:
         raise RuntimeError(f"building examples/feed failed:\n{r.stdout}{r.stderr}")
 
@@ -129,7 +129,7 @@ def lib():
         "feed_simc_start": (vp, [vp, i32, vp, u32, u64, u64, u64, i32]),
         "feed_simc_join": (i32, [vp, ctypes.c_double]),
         "feed_cchan_open": (vp, [i32, ctypes.c_char_p, u64, u64, u32, ctypes.c_char_p, i32]),
-        "feed_cchan_chan": (vp, [vp]), "feed_chan_device_bytes": (u64, [u32]), "feed_cchan_ctx": (u64, [vp]),
+        "feed_cchan_chan": (vp, [vp]), "feed_cchan_host_block": (vp, [vp]), "feed_chan_device_bytes": (u64, [u32]), "feed_cchan_ctx": (u64, [vp]),
         "feed_cchan_desc": (i32, [vp, vp]),
         "feed_cchan_shutdown": (i32, [vp, i32, ctypes.c_double, vp]),
         "feed_cchan_close": (None, [vp]), "feed_sim_alloc": (u64, [u64]),
@@ -222,9 +222,16 @@ class Ring:
         d = struct.unpack_from("<QQQQIII", self.desc)
         self.dev_ctrl, self.ring, self.host_ctrl = d[0], d[1], d[2]
         self.slot_stride = d[5]
-        # the consumed word's CPU address: page-locked host memory has one
-        # address for CPU and GPU (unified addressing); sim: host memory
-        self.consumed_ptr = self.hostblk if path == "cuMemcpy" else self.host_ctrl
+        # the consumed word's CPU address.  gdrpy.Channel shows only the
+        # device address of its host block: page-locked host memory has the
+        # same address on CPU and GPU under unified addressing (every 64-bit
+        # Linux CUDA context); sim: host memory anyway
+        if path == "cuMemcpy":
+            self.consumed_ptr = self.hostblk
+        elif self.cchan is not None:
+            self.consumed_ptr = int(L.feed_cchan_host_block(self.cchan))
+        else:
+            self.consumed_ptr = self.host_ctrl
         self.out, self.out_dev = env.host_alloc(OUT_SYM + 24 * nsym)
         self.acc = None
         if not self.sim:
@@ -262,6 +269,7 @@ class Ring:
 
     def shutdown(self, sent: int, timeout: float = 20.0) -> str:
         """Drain: the consumer stops once it has consumed `sent` messages."""
+        import gdrpy
         if not self.live:
             return self.status()
         env = self.env
@@ -276,7 +284,7 @@ class Ring:
             else:
                 self._htod(self.dev_ctrl + 8, struct.pack("<Q", sent))
                 self._htod(self.dev_ctrl + 0, struct.pack("<I", 1))
-        except Exception as e:      # a timeout: reported below by the status
+        except (gdrpy.errors.GdrError, RuntimeError) as e:   # a timeout: see the status
             err = str(e)
         t0 = time.monotonic()
         done = ctypes.c_uint32.from_address(self.out + 56)

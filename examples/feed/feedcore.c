@@ -687,6 +687,7 @@ uint64_t feed_chan_device_bytes(uint32_t nslots)
 }
 
 void *feed_cchan_chan(feed_cchan_t *c) { return c->chan; }
+void *feed_cchan_host_block(feed_cchan_t *c) { return gdrpy_chan_host_block(c->chan); }
 uint64_t feed_cchan_ctx(feed_cchan_t *c) { return c->ctx; }
 
 int feed_cchan_desc(feed_cchan_t *c, void *out64)

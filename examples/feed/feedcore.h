@@ -130,6 +130,7 @@ FEED_API feed_cchan_t *feed_cchan_open(int device, const char *backend, uint64_t
                                        uint64_t size, uint32_t nslots, char *err, int errlen);
 FEED_API uint64_t feed_chan_device_bytes(uint32_t nslots);   /* 0 on error */
 FEED_API void *feed_cchan_chan(feed_cchan_t *c);
+FEED_API void *feed_cchan_host_block(feed_cchan_t *c);    /* CPU address */
 FEED_API uint64_t feed_cchan_ctx(feed_cchan_t *c);
 FEED_API int feed_cchan_desc(feed_cchan_t *c, void *out64);
 FEED_API int feed_cchan_shutdown(feed_cchan_t *c, int drain, double timeout_s, uint64_t *stats5);
