@@ -98,6 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--stages", action="store_true", help="per-stage latency rows")
     p.add_argument("--json", default=None, metavar="PATH", help="results as JSON ('-': stdout)")
     p.add_argument("--plot", default=None, metavar="SVG", help="rate vs end-to-end p99 plot")
+    p.add_argument("--markdown", default=None, metavar="MD", help="tables for docs/results.md")
     a = p.parse_args(argv)
     if a.shm_slots < 2 or a.shm_slots & (a.shm_slots - 1):
         p.error("--shm-slots: power of two >= 2")
@@ -194,6 +195,10 @@ def main(argv=None) -> int:
                         "gdrpy trading feed: offered rate vs end-to-end p99" +
                         (f" ({SIM_LABEL})" if rep["sim"] else ""))
         log(f"plot written to {a.plot}")
+    if a.markdown:
+        with open(a.markdown, "w") as f:
+            f.write(sweep.markdown(rep))
+        log(f"markdown written to {a.markdown}")
     if a.json:
         text = json.dumps(rep, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist")
                           else str(o))

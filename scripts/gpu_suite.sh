@@ -101,7 +101,7 @@ fi
 
 if want feed; then
     step feed_sweep 540 python3 examples/trading_feed.py --sweep --backend nvrm \
-        --json "$WORK/feed_sweep.json" --plot "$WORK/feed_sweep.svg"
+        --json "$WORK/feed_sweep.json" --plot "$WORK/feed_sweep.svg" --markdown "$WORK/feed_sweep.md"
 fi
 
 if want asv; then

@@ -82,7 +82,7 @@ class ShmRing:
 
 
 def py_handler(ring: Ring, env, src: str, sock, shm: ShmRing | None, batch: int,
-               max_s: float, on_full: str, idle_end_s: float) -> dict:
+               max_s: float, on_full: str, idle_end_s: float, per_packet: int = 1) -> dict:
     """The Python handler; returns the same counters as the C handler."""
     import gdrpy
     L = env.lib
@@ -143,12 +143,14 @@ def py_handler(ring: Ring, env, src: str, sock, shm: ShmRing | None, batch: int,
 
     # sources
     if src == "udp":
-        cap = 64
-        rbuf = np.zeros((batch, cap), dtype=np.uint8)
-        lens = np.zeros(batch, dtype=np.uint32)
+        dlen = TICK * per_packet                   # a full datagram
+        cap = max(64, dlen)
+        ndg = max(1, min(batch // per_packet, 256))
+        rbuf = np.zeros((ndg, cap), dtype=np.uint8)
+        lens = np.zeros(ndg, dtype=np.uint32)
         recv = L.feed_udp_recv_batch
         fd, rptr, lptr = sock.fileno(), rbuf.ctypes.data, lens.ctypes.data
-        nmax = min(batch, 256)
+        nmax = ndg
     else:
         hdr, slots, marks = shm.hdr, shm.slots, shm.marks
         smask = shm.nslots - 1
@@ -174,10 +176,10 @@ def py_handler(ring: Ring, env, src: str, sock, shm: ShmRing | None, batch: int,
                 continue
             t_recv = now()
             ln = lens[:n]
-            if (ln == TICK).all():
-                ticks = rbuf[:n, :TICK]
-            else:
-                keep = []
+            if (ln == dlen).all():
+                ticks = rbuf[:n, :dlen].reshape(n * per_packet, TICK)
+            else:                                   # END, short or malformed datagrams
+                parts = []
                 for k in range(n):
                     if ln[k] >= 56 and int(rbuf[k, :8].view(np.uint64)[0]) == END_SEQ:
                         e = rbuf[k, :56].view(np.uint64)
@@ -186,11 +188,11 @@ def py_handler(ring: Ring, env, src: str, sock, shm: ShmRing | None, batch: int,
                              st["snd_failed"], st["snd_t0"], st["snd_t1"]) = (int(x) for x in e[1:7])
                         st["end_seen"] = 1
                         end = True
-                    elif ln[k] == TICK:
-                        keep.append(k)
+                    elif ln[k] and ln[k] % TICK == 0:
+                        parts.append(rbuf[k, :ln[k]].reshape(-1, TICK))
                     else:
                         st["bad_packets"] += 1
-                ticks = rbuf[keep, :TICK]
+                ticks = np.concatenate(parts) if parts else rbuf[:0, :TICK]
             t_data = t_recv
         else:
             idx = (np.uint64(tail) + ar) & np.uint64(smask)
@@ -324,7 +326,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
             if rc:
                 err = f"C handler: {hs.msg.decode(errors='replace')}"
         else:
-            st = py_handler(ring, env, src, sock, shm, batch, max_s, on_full, 0.5)
+            st = py_handler(ring, env, src, sock, shm, batch, max_s, on_full, 0.5, per_packet)
         out, _ = sender.communicate(timeout=seconds + 20)
         snd = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         rec["sender"] = snd

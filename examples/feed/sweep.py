@@ -278,3 +278,34 @@ def write_svg(points: list[dict], path: str, title: str) -> None:
     el.append("</svg>")
     with open(path, "w") as f:
         f.write("\n".join(el))
+
+
+def markdown(rep: dict) -> str:
+    """The report as markdown tables (for docs/results.md)."""
+    L = [f"Consumer: {rep.get('consumer')}; threads: {rep.get('threads')}.", "",
+         "| kind | source | handler | path | offered/s | sender/s | processed/s | lost | "
+         "ring full | e2e p50 | p99 | p99.9 | send->recv p99 | handler p99 | ring+GPU+ack p99 "
+         "| bound |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rep["points"]:
+        lat = r["latency_us"]
+        e = lat["end_to_end"]
+
+        def f(st, k):
+            return f"{st[k]:.2f}" if st.get("n") else "-"
+        pp = f" ({r['per_packet']}/dgram)" if r.get("per_packet", 1) > 1 else ""
+        L.append(f"| {r.get('kind')} | {r['source']}{pp} | {r['handler']} | {r['path']} | "
+                 f"{r['offered_per_s']:,.0f} | {(r.get('sender_per_s') or 0):,.0f} | "
+                 f"{(r.get('processed_per_s') or 0):,.0f} | {(r.get('loss') or {}).get('lost')} | "
+                 f"{(r.get('ring') or {}).get('full_events')} | {f(e, 'median')} | {f(e, 'p99')} | "
+                 f"{f(e, 'p99.9')} | {f(lat['socket_or_shm'], 'p99')} | "
+                 f"{f(lat['handler'], 'p99')} | {f(lat['ring_consumer_ack'], 'p99')} | "
+                 f"{bound_stage(r)} |")
+    if rep.get("zero_loss_capacity"):
+        L += ["", "Highest zero-loss offered rate (sweep points): " + ", ".join(
+            f"{k} {v:,.0f}/s" for k, v in rep["zero_loss_capacity"].items()) + "."]
+    if rep.get("done_when"):
+        L += ["", "Done-when:", ""]
+        L += [f"- **{'PASS' if d['ok'] else 'SHORT'}** {d['what']}: {d['measured']}"
+              + (f"; bound: {d['bound']}" if d.get("bound") else "") for d in rep["done_when"]]
+    return "\n".join(L) + "\n"
