@@ -401,6 +401,7 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
     uint64_t t_start = now_ns();
     uint64_t deadline = t_start + cfg->max_ns;
     uint64_t consumed_seen = 0;
+    uint64_t t_data = t_start;
     for (;;) {
         int end = 0;
         uint64_t t_call = now_ns();
@@ -410,9 +411,13 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
         if (n == 0) {
             st->empty_polls++;
             if (end) break;
+            /* UDP: the END datagrams can be lost with the others when the
+             * socket overflows: nothing for idle_end_ns after data = the end */
+            if (cfg->idle_end_ns && st->received && t_call - t_data > cfg->idle_end_ns) break;
             continue;
         }
         uint64_t t_recv = now_ns();
+        t_data = t_recv;
         if (!st->t_first_recv) st->t_first_recv = t_recv;
         /* sequence check: forward in-order and forward-jumping ticks */
         uint32_t m = 0;

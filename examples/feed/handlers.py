@@ -319,7 +319,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
                        dev_ctrl=ring.dev_ctrl, ring=ring.ring, consumed=ring.consumed_ptr,
                        nslots=nslots, slot_stride=ring.slot_stride, batch=batch,
                        acks=env.acks, max_ns=int(max_s * 1e9),
-                       full_timeout_ns=int(10e9), idle_end_ns=int(0.5e9))
+                       full_timeout_ns=int(10e9),
+                       idle_end_ns=int(0.5e9) if src == "udp" else 0)
             hs = HStats()
             rc = L.feed_handler_run(ctypes.byref(cfg), ctypes.byref(hs))
             st = {f: int(getattr(hs, f)) for f in (x[0] for x in HStats._fields_[:-3])}
