@@ -257,7 +257,9 @@ class Gpu:
         return int(self.cu.cuStreamQuery(self.stream)[0]) == 0
 
     def memset(self, dptr: int, nbytes: int) -> None:
-        _chk(self.cu.cuMemsetD8(dptr, 0, nbytes), "cuMemsetD8")
+        """Zero device memory on the kernel's stream: ordered before the next
+        launch (a plain cuMemsetD8 may still run when the kernel starts)."""
+        _chk(self.cu.cuMemsetD8Async(dptr, 0, nbytes, self.stream), "cuMemsetD8Async")
 
     def close(self) -> None:
         cu = self.cu
