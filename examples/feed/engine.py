@@ -202,10 +202,11 @@ class Ring:
             else:
                 self.buf = gdrpy.memory.alloc(self.dev_bytes, ctx=env.ctx)
                 self.dptr = self.buf.ptr
-                if self.sim:
-                    ctypes.memset(self.dptr, 0, self.dev_bytes)
-                else:
-                    env.gpu.memset(self.dptr, self.dev_bytes)
+                if path == "cuMemcpy":       # (a channel zeroes its memory itself)
+                    if self.sim:
+                        ctypes.memset(self.dptr, 0, self.dev_bytes)
+                    else:
+                        env.gpu.memset(self.dptr, self.dev_bytes)
             if path == "gdrpy":
                 err = ctypes.create_string_buffer(256)
                 self.cchan = L.feed_cchan_open(env.device, env.backend.encode(), self.dptr,
