@@ -148,3 +148,21 @@ def test_feed_quick_sweep_writes_report_and_plot(tmp_path):
 def test_feed_rejects_bad_options():
     _, _, err = run(FEED + ["--ring", "1000", "--backend", "sim"], expect_rc=2)
     assert "power of two" in err
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("skip", [0, 5])
+def test_feed_python_handler_single_tick_path_is_exact(backend, skip):
+    # --batch 1: every receive holds one tick, so the Python handler's
+    # numpy-free path carries the feed; an injected gap sends it to the
+    # general path for that tick
+    rep, _ = feed(["--handlers", "py", "--paths", "gdrpy", "--sources", "udp", "--batch", "1",
+                   "--rate", "5000", "--ticks", "3000", "--seconds", "3",
+                   "--inject-skip", str(skip)], backend)
+    (r,) = rep["points"]
+    assert_clean(r)
+    assert r["mean_batch"] == 1.0, describe(r)
+    lo = r["loss"]
+    assert lo["lost"] == lo["injected"] == (3000 // skip if skip else 0), describe(r)
+    if not skip:
+        assert r["reference_match"], describe(r)
