@@ -82,5 +82,6 @@ setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildWithNative},
     package_data={"gdrpy": ["lib/*", "include/*.h", "include/*.cuh", "bin/*", "*.pyx", "*.pxd",
-                            "*.pxi", "*.pyi", "py.typed"]},
+                            "*.pxi", "*.pyi", "py.typed"],
+                  "gdrpy.tools": ["*.cu"]},
 )

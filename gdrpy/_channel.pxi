@@ -487,6 +487,31 @@ cdef class Channel:
                 PyBuffer_Release(&view)
         return got
 
+    def host_block(self):
+        """A writable buffer over the channel's page-locked host block
+        (consumed count, status, completion ring: gdrpy_channel.h's layout),
+        for CPU code standing in for the kernel (sim) and for diagnostics.
+        It keeps the channel object alive, not its memory: do not use it
+        after close()."""
+        self._ready()
+        cdef gdrpy_chan_desc_t d
+        gdrpy_chan_get_desc(self._c, &d)
+        return host_view(self, <uintptr_t>gdrpy_chan_host_block(self._c),
+                         128 + <Py_ssize_t>d.comp_nslots * d.comp_stride)
+
+    @property
+    def consumed(self):
+        """Messages the consumer has reported consumed (one load)."""
+        self._ready()
+        return gp_load_u64(gdrpy_chan_host_block(self._c))
+
+    def pin_thread_near_gpu(self, cpu=None):
+        """Restrict the calling thread to one CPU on the GPU's NUMA node
+        (gdrpy.numa.pin_thread_near_gpu); returns the CPU or None (sim, no
+        locality information)."""
+        from gdrpy.numa import pin_thread_near_gpu
+        return pin_thread_near_gpu(self.context, cpu)
+
     def wait_attached(self, timeout=5.0):
         """Wait until a kernel has attached (call after launching it, before
         sending).  ChannelTimeoutError otherwise."""

@@ -12,6 +12,7 @@
 #   feed      the trading feed's capacity sweep (UDP and shared memory, C and
 #             Python handlers, gdrpy and cuMemcpy paths), its 10 s proof
 #             points and half-capacity latency: about 4-5 min (issue 21)
+#   channel   (only when named) issue 15: channel tests, pingpong SUMMARY, trading feed
 #   asv       records an asv run of the benchmarks in asv_bench/ (all only
 #             includes it when asv or its wheels in .whl/ are there)
 #
@@ -84,7 +85,7 @@ fi
 
 if want examples; then
     step bench_pingpong 300 python3 -m gdrpy bench pingpong --backend nvrm \
-        --json "$WORK/pingpong.json" --plot "$WORK/pingpong.png"
+        --json "$WORK/pingpong.json"
     step trading_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
     # MPI mode needs an mpiexec: the GPU image has mpi4py but no MPI launcher;
     # PyPI's mpich wheel carried in .whl/mpi/ provides one (docs/examples.md).
@@ -102,6 +103,19 @@ fi
 if want feed; then
     step feed_sweep 540 python3 examples/trading_feed.py --sweep --backend nvrm \
         --json "$WORK/feed_sweep.json" --plot "$WORK/feed_sweep.svg" --markdown "$WORK/feed_sweep.md"
+fi
+
+# Issue 15 on its own (not part of `all`: test and examples cover it there):
+# the channel's tests (sim + GPU), then the pingpong benchmark whose SUMMARY
+# lines are the issue's numbers, then the trading feed on the channel.
+if [[ " $STAGES " == *" channel "* ]]; then
+    step channel_c_tests 120 env GDRPY_BACKEND=sim native/build/test_channel
+    step channel_tests 600 python3 -m pytest -q -rs -p no:cacheprovider tests/test_channel.py \
+        tests/test_channel_gpu.py tests/test_numa.py
+    step channel_pingpong 300 python3 -m gdrpy bench pingpong --backend nvrm \
+        --json "$WORK/pingpong.json"
+    grep -A6 '^SUMMARY' "$WORK/channel_pingpong.log"
+    step channel_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
 fi
 
 if want asv; then

@@ -173,14 +173,24 @@ def main(d):
     pp = load(d, "pingpong.json")
     if pp:
         p("")
-        p("ping-pong round trip (us): payload  gdrpy median/p99   cuMemcpy+launch median/p99")
+        p("ping-pong round trip through gdrpy.Channel (us), median / p99:")
+        p("  payload     python            C                 cuMemcpy+launch")
         by = {}
         for r in pp.get("results", []):
             by.setdefault(r["size"], {})[r["path"]] = r["stats_us"]
-        for size, v in sorted(by.items()):
-            g, c = v.get("gdrpy", {}), v.get("cuMemcpy", {})
-            p(f"  {size:>6} B   {us(g.get('median'))} / {us(g.get('p99'))}"
-              f"        {us(c.get('median'))} / {us(c.get('p99'))}")
+        for size in pp.get("sizes", []):
+            v = by.get(size, {})
+            cols = [v.get(k, {}) for k in ("python", "c", "cuMemcpy")]
+            p(f"  {size:>6} B   " + "   ".join(f"{us(c.get('median'))} / {us(c.get('p99'))}"
+                                           for c in cols))
+        sm = pp.get("summary") or {}
+        if sm:
+            p(f"  issue 15: Python {us(sm.get('python_median_us'))} us (<= 2.6), "
+              f"C {us(sm.get('c_median_us'))} us (<= 1.6), batch/tick Python "
+              f"{sm.get('python_batch_ratio', float('nan')):.2f}x, C "
+              f"{sm.get('c_batch_ratio', float('nan')):.2f}x (< 2)")
+        if (pp.get("c_tool") or {}).get("error"):
+            p(f"  C tool: {pp['c_tool']['error']}")
 
     for fname in ("trading_feed.json", "feed_sweep.json"):
         tf = load(d, fname)

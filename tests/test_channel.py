@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from gdrpy._core import chan_checksum, chan_pattern
 
 import gdrpy
-from gdrpy._core import chan_checksum, chan_pattern
-from gdrpy.errors import (BusyError, ChannelClosedError, ChannelFullError, ChannelTimeoutError,
-                          ClosedError, InvalidArgumentError, OutOfRangeError)
+from gdrpy.errors import (
+    BusyError,
+    ChannelClosedError,
+    ChannelFullError,
+    ChannelTimeoutError,
+    ClosedError,
+    InvalidArgumentError,
+    OutOfRangeError,
+)
 
 COMP = np.dtype([("seq", "<u8"), ("csum", "<u4"), ("len", "<u4")])
 

@@ -64,11 +64,15 @@ def test_pingpong_sim_reports_percentiles_for_each_size_and_path_and_labels_the_
     assert SIM_LABEL in out and SIM_LABEL in err
     assert_percentile_header(out)
     for size in ("4 B", "64 B", "1 KiB"):
-        for path in ("gdrpy", "cuMemcpy"):
-            rows = [ln for ln in out.splitlines() if ln.strip().startswith(size) and path in ln]
+        for path in ("python", "c", "cuMemcpy"):
+            rows = [ln for ln in out.splitlines()
+                    if ln.strip().startswith(size) and ln.split()[2:3] == [path]]
             assert rows, f"no {size} {path} row:\n{out}"
             nums = [float(x) for x in rows[0].split()[-5:]]
             assert all(x > 0 for x in nums) and nums == sorted(nums), rows[0]
+    summary = out[out.index("SUMMARY"):]
+    assert "Python channel round trip 4 B" in summary and "C channel round trip 4 B" in summary
+    assert "batch of 32 ticks" in summary and "[SIM: not GPU numbers]" in summary
 
 
 def test_pingpong_sim_json_has_every_statistic():
@@ -76,12 +80,20 @@ def test_pingpong_sim_json_has_every_statistic():
                                    "--json"])
     res = json.loads(out)
     assert res["sim"] is True and res["consumer"] == SIM_LABEL
-    assert [(r["size"], r["path"]) for r in res["results"]] == \
-        [(4, "gdrpy"), (4, "cuMemcpy"), (4096, "gdrpy"), (4096, "cuMemcpy")]
+    got = {(r["size"], r["path"]) for r in res["results"]}
+    for s in (4, 4096):
+        for path in ("python", "c", "cuMemcpy"):
+            assert (s, path) in got, (s, path, got)
+    for path in ("python-tick", "python-batch32", "c-tick", "c-batch32"):
+        assert (32, path) in got, (path, got)
     for r in res["results"]:
         st = r["stats_us"]
-        assert st["n"] == 40
+        assert st["n"] == (40 if r["path"] in ("python", "c", "cuMemcpy") else st["n"])
         assert 0 < st["min"] <= st["median"] <= st["p90"] <= st["p99"] <= st["p99.9"] <= st["max"]
+    sm = res["summary"]
+    for k in ("python_median_us", "python_p99_us", "c_median_us", "c_p99_us",
+              "python_batch_ratio", "c_batch_ratio"):
+        assert sm[k] > 0, k
 
 
 def test_pingpong_rejects_a_bad_size_with_a_clear_message():
@@ -108,9 +120,13 @@ def test_pingpong_gpu_persistent_kernel_and_cumemcpy_paths_answer_correctly():
     res = json.loads(out)
     assert res["sim"] is False and res["backend"] != "sim"
     assert res["module"] in ("cubin", "ptx")
-    assert len(res["results"]) == 6
-    for r in res["results"]:
-        assert r["stats_us"]["n"] == 500 and r["stats_us"]["median"] > 0
+    assert not res.get("c_tool", {}).get("error"), res.get("c_tool")
+    got = {(r["size"], r["path"]): r["stats_us"] for r in res["results"]}
+    for s in (4, 64, 4096):
+        for path in ("python", "c", "cuMemcpy"):
+            st = got[(s, path)]
+            assert st["n"] == 500 and st["median"] > 0, (s, path, st)
+    assert res["summary"]["c_batch_ratio"] > 0 and res["summary"]["python_batch_ratio"] > 0
 
 
 @pytest.mark.gpu
@@ -118,7 +134,7 @@ def test_pingpong_gpu_table_has_no_sim_label():
     rc, out, err = run(PINGPONG + ["--sizes", "4", "--iters", "200"], timeout=300)
     assert SIM_LABEL not in out
     assert_percentile_header(out)
-    assert "speedup of the median" in out
+    assert "SUMMARY" in out and "[SIM" not in out
 
 
 # examples/trading_feed.py: tests/test_feed.py

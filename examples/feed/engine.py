@@ -19,7 +19,7 @@ TICK = 32
 SHM_HDR, SHM_SLOT, SHM_MAGIC = 4096, 64, 0x4D48534445454646
 OUT_SYM = 64
 HBUCKETS = 1024 + 40 * 512
-H_E2E, H_SOCKET, H_HANDLER, H_GPU = range(4)
+H_E2E, H_SOCKET, H_HANDLER, H_GPU, H_RECV_ACK = range(5)
 ST_NAMES = {0: "none", 1: "running", 2: "stopped", 3: "timeout"}
 SIM_LABEL = "SIM: CPU thread stands in for the GPU kernel"
 
@@ -177,14 +177,22 @@ class Ring:
 
     def __init__(self, env, handler: str, path: str, nslots: int, nsym: int, seed: int,
                  delay_ns: int = 0, idle_ns: int = 20_000_000_000):
-        import gdrpy
         self.env, self.handler, self.path = env, handler, path
         self.nslots, self.nsym, self.seed = nslots, nsym, seed
         self.delay_ns, self.idle_ns = delay_ns, idle_ns
         self.sim = env.sim
-        L = env.lib
-        self.chan = self.cchan = self.buf = None
+        self.chan = self.cchan = self.buf = self._hb = self.acc = None
         self._free = []
+        self.live = False
+        try:
+            self._setup(env, handler, path, nslots, nsym)
+        except BaseException:
+            self.close()
+            raise
+
+    def _setup(self, env, handler: str, path: str, nslots: int, nsym: int) -> None:
+        import gdrpy
+        L = env.lib
         self.dev_bytes = int(L.feed_chan_device_bytes(nslots))
         if not self.dev_bytes:
             raise RuntimeError(L.feed_last_error().decode())
@@ -223,23 +231,19 @@ class Ring:
         d = struct.unpack_from("<QQQQIII", self.desc)
         self.dev_ctrl, self.ring, self.host_ctrl = d[0], d[1], d[2]
         self.slot_stride = d[5]
-        # the consumed word's CPU address.  gdrpy.Channel shows only the
-        # device address of its host block: page-locked host memory has the
-        # same address on CPU and GPU under unified addressing (every 64-bit
-        # Linux CUDA context); sim: host memory anyway
+        # the consumed word's CPU address (the channel's host block)
         if path == "cuMemcpy":
             self.consumed_ptr = self.hostblk
         elif self.cchan is not None:
             self.consumed_ptr = int(L.feed_cchan_host_block(self.cchan))
         else:
-            self.consumed_ptr = self.host_ctrl
+            self._hb = np.frombuffer(self.chan.host_block(), dtype=np.uint8)
+            self.consumed_ptr = self._hb.ctypes.data
         self.out, self.out_dev = env.host_alloc(OUT_SYM + 24 * nsym)
-        self.acc = None
         if not self.sim:
             self.acc = gdrpy.memory.alloc(24 * nsym, ctx=env.ctx)
             env.gpu.memset(self.acc.ptr, 24 * nsym)
         self.simc = None
-        self.live = False
 
     # -- consumer lifecycle
     def start(self, cpu: int = -1) -> None:
@@ -320,6 +324,7 @@ class Ring:
     def close(self) -> None:
         if self.live:
             return          # never free what a running consumer may touch
+        self._hb = None
         if self.chan is not None:
             self.chan.close()
         if self.cchan is not None:

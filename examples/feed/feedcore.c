@@ -159,6 +159,7 @@ static void *acks_main(void *arg)
                 hadd(&a->h[FEED_H_SOCKET], (int64_t)(e->recv_ns - e->send_ns));
                 hadd(&a->h[FEED_H_HANDLER], (int64_t)(e->wr_ns - e->recv_ns));
                 hadd(&a->h[FEED_H_GPU], (int64_t)(t - e->wr_ns));
+                hadd(&a->h[FEED_H_RECV_ACK], (int64_t)(t - e->recv_ns));
             }
             done = c;
             st_rel(&a->done, done);

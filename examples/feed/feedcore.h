@@ -30,7 +30,9 @@ typedef struct feed_hist {
     uint64_t b[FEED_HBUCKETS];
 } feed_hist_t;
 
-enum { FEED_H_E2E = 0, FEED_H_SOCKET, FEED_H_HANDLER, FEED_H_GPU, FEED_H_COUNT };
+/* end-to-end (send -> ack seen), send -> recv, recv -> written, written ->
+ * ack seen, and recv -> ack seen (the handler's view: the old "tick -> ack") */
+enum { FEED_H_E2E = 0, FEED_H_SOCKET, FEED_H_HANDLER, FEED_H_GPU, FEED_H_RECV_ACK, FEED_H_COUNT };
 
 /* Per-tick stamps, written by the handler for ring index i (1-based) at
  * ts[i & mask]: send (from the tick), recv (the batch's receive returned),

@@ -306,17 +306,31 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
               inject_skip: int = 0, delay_ns: int = 0, per_packet: int = 1,
               cpus: tuple = (-1, -1, -1, -1), ticks: int = 0, check: bool = True) -> dict:
     """One measured run; returns its record (JSON-able)."""
-    from engine import H_E2E, H_GPU, H_HANDLER, H_SOCKET, hist_stats, reference_sums
+    from engine import (
+        H_E2E,
+        H_GPU,
+        H_HANDLER,
+        H_RECV_ACK,
+        H_SOCKET,
+        hist_stats,
+        reference_sums,
+    )
     L = env.lib
     c_snd, c_hnd, c_ack, c_con = cpus
     batch = min(batch, nslots)
-    ring = Ring(env, handler, path, nslots, nsym, seed, delay_ns=delay_ns)
-    sock = shm = sender = None
     rec: dict = {"handler": handler, "path": path, "source": src, "offered_per_s": rate,
                  "seconds": seconds, "ring_slots": nslots, "batch_max": batch,
                  "sim": env.sim, "on_full": on_full, "per_packet": per_packet}
     err = None
     snmp0 = None
+    sock = shm = sender = None
+    try:
+        ring = Ring(env, handler, path, nslots, nsym, seed, delay_ns=delay_ns)
+    except Exception as e:  # noqa: BLE001 - a point that could not be set up is reported
+        rec.update(error=f"setting up the ring: {type(e).__name__}: {e}",
+                   latency_us={k: {"n": 0} for k in ("end_to_end", "socket_or_shm", "handler",
+                                                     "ring_consumer_ack", "recv_to_ack")})
+        return rec
     try:
         ring.start(cpu=c_con)
         if L.feed_acks_start(env.acks, ring.consumed_ptr, c_ack):
@@ -394,7 +408,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
     lat = {"end_to_end": hist_stats(L, env.acks, H_E2E),
            "socket_or_shm": hist_stats(L, env.acks, H_SOCKET),
            "handler": hist_stats(L, env.acks, H_HANDLER),
-           "ring_consumer_ack": hist_stats(L, env.acks, H_GPU)}
+           "ring_consumer_ack": hist_stats(L, env.acks, H_GPU),
+           "recv_to_ack": hist_stats(L, env.acks, H_RECV_ACK)}
     rec["latency_us"] = lat
     rec["stamp_waits"] = int(L.feed_acks_stamp_waits(env.acks))
     st = rec.get("handler_stats")

@@ -98,7 +98,7 @@ def stage_row(r: dict) -> str:
     L = r["latency_us"]
     parts = []
     for k, name in (("socket_or_shm", "send->recv"), ("handler", "recv->written"),
-                    ("ring_consumer_ack", "written->ack seen")):
+                    ("ring_consumer_ack", "written->ack seen"), ("recv_to_ack", "recv->ack seen")):
         s = L[k]
         parts.append(f"{name} {s.get('median', float('nan')):.2f}/{s.get('p99', float('nan')):.2f}")
     return "      stages p50/p99 us: " + ", ".join(parts)
@@ -283,9 +283,9 @@ def write_svg(points: list[dict], path: str, title: str) -> None:
 def markdown(rep: dict) -> str:
     """The report as markdown tables (for docs/results.md)."""
     L = [f"Consumer: {rep.get('consumer')}; threads: {rep.get('threads')}.", "",
-         "| kind | source | handler | path | offered/s | sender/s | processed/s | lost | "
-         "ring full | e2e p50 | p99 | p99.9 | send->recv p99 | handler p99 | ring+GPU+ack p99 "
-         "| bound |",
+         ("| kind | source | handler | path | offered/s | sender/s | processed/s | lost | "
+          "ring full | e2e p50 | p99 | p99.9 | send->recv p99 | handler p99 | "
+          "ring+GPU+ack p99 | bound |"),
          "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rep["points"]:
         lat = r["latency_us"]

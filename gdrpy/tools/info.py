@@ -33,6 +33,14 @@ def _gpus():
     return out, ("" if out else "the CUDA driver reports no devices")
 
 
+def _locality(auto_info) -> dict | None:
+    """The GPU's NUMA node and nearby CPUs (sysfs), when a GPU backend works."""
+    if not auto_info or not auto_info.get("pci_bus_id"):
+        return None
+    from ..numa import device_locality
+    return device_locality(pci_bus_id=auto_info["pci_bus_id"])
+
+
 def cmd_info(args) -> int:
     import gdrpy
     gpus, why_no_gpu = _gpus()
@@ -65,6 +73,7 @@ def cmd_info(args) -> int:
         "auto_error": auto_err,
         "auto_info": auto_info,
         "libdir": gdrpy.libdir(),
+        "gpu_locality": _locality(auto_info),
     }
     if args.json:
         print(json.dumps(data, indent=2))
@@ -95,6 +104,11 @@ def cmd_info(args) -> int:
         if auto_info and auto != "sim":
             print(f"  {auto_info['gpu_name']} [{auto_info['pci_bus_id']}] "
                   f"driver {auto_info['driver_version']}")
+            loc = data["gpu_locality"]
+            if loc and loc.get("pci_bus_id"):
+                print(f"  NUMA node {loc['numa_node']}, nearby CPUs "
+                      f"{loc['local_cpulist'] or '?'}"
+                      + (f" ({loc['why']})" if loc.get("why") else ""))
     else:
         print("auto selects: nothing - no GPU backend works on this machine.")
         print("  To run everything on host memory instead, use backend='sim' or "

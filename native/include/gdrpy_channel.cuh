@@ -1,17 +1,17 @@
 /*
  * gdrpy_channel.cuh - device side of the gdrpy message channel
  * (gdrpy_channel.h): helpers for persistent kernels.  Header-only CUDA C++,
- * usable with nvcc and NVRTC (no other includes needed; define
- * GDRPY_CHAN_NO_STDINT if your NVRTC lacks <stdint.h> types... it does not
- * use them).  `python -m gdrpy includedir` prints where it is.
+ * usable with nvcc and NVRTC (it includes nothing).  `python -m gdrpy
+ * includedir` prints where it is.
  *
  * Usage (one warp serves the channel; see gdrpy_chan_serve_warp below):
  *
  *   #include "gdrpy_channel.cuh"
  *   extern "C" __global__ void k(gdrpy_chan_desc_t d, unsigned long long idle_ns) {
+ *       if (threadIdx.x >= 32) return;      // one warp serves
  *       gdrpy_chan_serve_warp(d, idle_ns,
- *           [] __device__ (unsigned long long i, const volatile unsigned char *msg,
- *                          unsigned len, unsigned tag, unsigned char *out) -> int {
+ *           [](unsigned long long i, const volatile unsigned char *msg,
+ *              unsigned len, unsigned tag, unsigned char *out) -> int {
  *               out[0] = msg[0];            // build the completion
  *               return 1;                   // its length; < 0: no completion
  *           });
@@ -200,10 +200,14 @@ __device__ __forceinline__ void gdrpy_chan_comp_fill(const gdrpy_chan_desc_t &d,
 {
     volatile unsigned char *s = gdrpy_chan_comp_slot(d, j);
     if (len > d.comp_size) len = d.comp_size;
-    *(volatile gdrpy_u32 *)(s + 8) = len;
-    *(volatile gdrpy_u32 *)(s + 12) = tag;
+    /* len and tag in one 8-byte store; the payload in 8-byte stores where
+     * the source allows (each store is one PCIe write) */
+    *(volatile gdrpy_u64 *)(s + 8) = (gdrpy_u64)len | ((gdrpy_u64)tag << 32);
     gdrpy_u32 k = 0;
-    if ((((gdrpy_u64)src) & 3) == 0)
+    if ((((gdrpy_u64)src) & 7) == 0)
+        for (; k + 8 <= len; k += 8)
+            *(volatile gdrpy_u64 *)(s + GDRPY_CHAN_HDR + k) = *(const gdrpy_u64 *)(src + k);
+    if ((((gdrpy_u64)src + k) & 3) == 0)
         for (; k + 4 <= len; k += 4)
             *(volatile gdrpy_u32 *)(s + GDRPY_CHAN_HDR + k) = *(const gdrpy_u32 *)(src + k);
     for (; k < len; ++k) s[GDRPY_CHAN_HDR + k] = src[k];
@@ -247,19 +251,82 @@ __device__ __forceinline__ void gdrpy_chan_stop(const gdrpy_chan_desc_t &d, gdrp
     __threadfence_system();
 }
 
+/* ---- warp-level building blocks --------------------------------------- */
+/* All 32 lanes of one warp: the number of consecutive complete messages
+ * from `head` (0..min(nslots, 32)).  Lane 0 polls message `head` (one
+ * acquire load while idle); when it is there, lane k checks head + k.
+ * After a non-zero return every lane may read any of those messages'
+ * payloads (each was observed with an acquire load by one lane, and the
+ * warp-synchronous ballot orders the other lanes' later loads after it;
+ * payload loads go through gdrpy_chan_msg()'s volatile pointer). */
+__device__ __forceinline__ unsigned gdrpy_chan_poll_warp(const gdrpy_chan_desc_t &d,
+                                                         gdrpy_u64 head)
+{
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    int r0 = 0;
+    if (lane == 0) r0 = gdrpy_chan_ready(d, head) ? 1 : 0;
+    r0 = __shfl_sync(full, r0, 0);
+    if (!r0) return 0;
+    const unsigned window = d.nslots < 32u ? d.nslots : 32u;
+    bool ready = lane == 0 || (lane < window && gdrpy_chan_ready(d, head + lane));
+    unsigned mask = __ballot_sync(full, ready);
+    return mask == full ? 32u : (unsigned)(__ffs(~mask) - 1);
+}
+
+/* Lane 0 only: publishes completions [first, first + n) whose headers and
+ * payloads any lane of the warp has written (the caller __syncwarp()s
+ * first): ONE __threadfence_system() (cumulative: it orders the other
+ * lanes' writes that the warp barrier made visible to lane 0), then the n
+ * sequence words. */
+__device__ __forceinline__ void gdrpy_chan_comp_publish_n(const gdrpy_chan_desc_t &d,
+                                                          gdrpy_u64 first, unsigned n)
+{
+    __threadfence_system();
+    for (unsigned k = 0; k < n; ++k)
+        *(volatile gdrpy_u64 *)gdrpy_chan_comp_slot(d, first + k) = first + k + 1;
+}
+
+/* Idle handling shared by serving loops (all lanes): 0 = keep polling,
+ * else the status to stop with.  Looks at the shutdown word every 16th call
+ * and at the clock every 256th; `*t_idle` is lane 0's start of idleness. */
+__device__ __forceinline__ gdrpy_u32 gdrpy_chan_idle_warp(const gdrpy_chan_desc_t &d,
+                                                         gdrpy_u64 head, gdrpy_u64 idle_ns,
+                                                         unsigned *spins, gdrpy_u64 *t_idle)
+{
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    gdrpy_u32 stop = 0;
+    ++*spins;
+    if (lane == 0) {
+        if ((*spins & 15u) == 0) {
+            gdrpy_u32 mode = gdrpy_chan_shutdown_mode(d);
+            if (mode == GDRPY_CHAN_ABORT || (mode == GDRPY_CHAN_DRAIN && head >= gdrpy_chan_sent(d)))
+                stop = GDRPY_CHAN_ST_STOPPED;
+        }
+        if (!stop && idle_ns && (*spins & 255u) == 0) {
+            gdrpy_u64 now = gdrpy_globaltimer();
+            if (*t_idle == 0) *t_idle = now;
+            else if (now - *t_idle > idle_ns) stop = GDRPY_CHAN_ST_TIMEOUT;
+        }
+    }
+    return __shfl_sync(full, stop, 0);
+}
+
 /* ---- a complete serving loop for one warp ----------------------------- */
 /* Call from all 32 lanes of ONE warp (other warps must not call it).  Each
- * round, lane k looks at message head + k; the ready prefix (up to 32
- * messages) is handled in parallel, lane k calling
+ * round takes the ready messages (up to 32) and lane k calls
  *     int handler(u64 index, const volatile unsigned char *payload,
  *                 u32 len, u32 tag, unsigned char *out)
- * which returns the completion's length (<= comp_size, written to `out`, a
- * per-lane buffer of GDRPY_CHAN_MAX_COMP bytes) or < 0 for none, and the
- * completion's tag through... the message's tag is reused.  Completions are
- * written in message order, one fence per lane, then the consumed count is
- * published once per round.  Stops on shutdown (drain/abort) or after
- * idle_ns without a message (0: never), reporting STOPPED / TIMEOUT.
- * Returns the number of messages consumed. */
+ * for message head + k; it returns the completion's length (<= comp_size
+ * and <= GDRPY_CHAN_MAX_COMP, written to `out`) or < 0 for no completion;
+ * the completion carries the message's tag.  Completions keep message
+ * order; one __threadfence_system() per round publishes them all, then the
+ * consumed count.  Stops on shutdown (drain: after every message sent;
+ * abort: at the next round) or after idle_ns without a message (0: never),
+ * reporting STOPPED / TIMEOUT.  Returns the number of messages consumed.
+ * (A plain lambda defined inside the kernel is a device lambda: no
+ * __device__ annotation or --extended-lambda needed.) */
 #ifndef GDRPY_CHAN_MAX_COMP
 #define GDRPY_CHAN_MAX_COMP 64
 #endif
@@ -270,41 +337,21 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
 {
     const unsigned lane = threadIdx.x & 31u;
     const unsigned full = 0xffffffffu;
-    gdrpy_u64 head = 0, comp_head = 0, credit = 0;
+    gdrpy_u64 head = 0, comp_head = 0, credit = 0, t_idle = 0;
+    unsigned spins = 0;
     unsigned char out[GDRPY_CHAN_MAX_COMP];
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
-    gdrpy_u64 t_idle = gdrpy_globaltimer();
     gdrpy_u32 status = GDRPY_CHAN_ST_STOPPED;
-    unsigned spins = 0;
     for (;;) {
-        unsigned window = d.nslots < 32u ? d.nslots : 32u;
-        bool ready = lane < window && gdrpy_chan_ready(d, head + lane);
-        unsigned mask = __ballot_sync(full, ready);
-        unsigned n = __ffs(~mask) - 1u;          /* ready prefix length */
-        if (mask == full) n = 32u;
+        unsigned n = gdrpy_chan_poll_warp(d, head);
         if (n == 0) {
-            /* idle: shutdown? watchdog? */
-            gdrpy_u32 mode = 0;
-            if (lane == 0) mode = gdrpy_chan_shutdown_mode(d);
-            mode = __shfl_sync(full, mode, 0);
-            if (mode == GDRPY_CHAN_ABORT) break;
-            if (mode == GDRPY_CHAN_DRAIN) {
-                gdrpy_u64 sent = 0;
-                if (lane == 0) sent = gdrpy_chan_sent(d);
-                sent = __shfl_sync(full, sent, 0);
-                if (head >= sent) break;
-                continue;
-            }
-            if (idle_ns && (++spins & 255u) == 0) {
-                gdrpy_u64 now = 0;
-                if (lane == 0) now = gdrpy_globaltimer();
-                now = __shfl_sync(full, now, 0);
-                if (now - t_idle > idle_ns) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
-            }
+            gdrpy_u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
+            if (stop) { status = stop; break; }
             continue;
         }
         spins = 0;
+        t_idle = 0;
         int clen = -1;
         gdrpy_u32 tag = 0;
         if (lane < n) {
@@ -317,30 +364,25 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
         unsigned cmask = __ballot_sync(full, clen >= 0);
         unsigned ncomp = __popc(cmask);
         if (ncomp) {
-            /* credit for the last completion of this round covers all */
-            bool ok = true;
+            int ok = 1;
             if (lane == 0)
-                ok = gdrpy_chan_comp_wait(d, comp_head + ncomp - 1, &credit, idle_ns);
-            ok = __shfl_sync(full, ok ? 1 : 0, 0) != 0;
+                ok = gdrpy_chan_comp_wait(d, comp_head + ncomp - 1, &credit, idle_ns) ? 1 : 0;
+            ok = __shfl_sync(full, ok, 0);
             if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
-            if (clen >= 0) {
-                gdrpy_u64 j = comp_head + __popc(cmask & ((1u << lane) - 1u));
-                gdrpy_chan_comp_fill(d, j, out, (gdrpy_u32)clen, tag);
-                gdrpy_chan_comp_publish(d, j);
-            }
+            if (clen >= 0)
+                gdrpy_chan_comp_fill(d, comp_head + __popc(cmask & ((1u << lane) - 1u)), out,
+                                     (gdrpy_u32)clen, tag);
+            __syncwarp();
+            if (lane == 0) gdrpy_chan_comp_publish_n(d, comp_head, ncomp);
             comp_head += ncomp;
         }
         head += n;
         __syncwarp();
-        if (lane == 0) gdrpy_chan_consume(d, head);
-        t_idle = 0;
-        if (idle_ns) {
-            if (lane == 0) t_idle = gdrpy_globaltimer();
-            t_idle = __shfl_sync(full, t_idle, 0);
-        }
-        /* ABORT while busy: checked once per round */
         gdrpy_u32 mode = 0;
-        if (lane == 0) mode = gdrpy_chan_shutdown_mode(d);
+        if (lane == 0) {
+            gdrpy_chan_consume(d, head);
+            mode = gdrpy_chan_shutdown_mode(d);
+        }
         mode = __shfl_sync(full, mode, 0);
         if (mode == GDRPY_CHAN_ABORT) break;
     }
