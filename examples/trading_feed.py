@@ -82,7 +82,7 @@ def main(argv=None) -> int:
     p.add_argument("--ring", type=int, default=4096, help="channel slots (power of two)")
     p.add_argument("--shm-slots", type=int, default=1 << 16,
                    help="shared-memory source ring slots (power of two)")
-    p.add_argument("--batch", type=int, default=64, help="most ticks per batch")
+    p.add_argument("--batch", type=int, default=128, help="most ticks per batch")
     p.add_argument("--symbols", type=int, default=16)
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--rcvbuf", type=int, default=64 << 20,

@@ -301,7 +301,7 @@ def py_handler(ring: Ring, env, src: str, sock, shm: ShmRing | None, batch: int,
 
 
 def run_point(env, handler: str, path: str, src: str, rate: float, seconds: float, *,
-              nsym: int = 16, seed: int = 7, nslots: int = 4096, batch: int = 64,
+              nsym: int = 16, seed: int = 7, nslots: int = 4096, batch: int = 128,
               shm_slots: int = 1 << 16, rcvbuf: int = 64 << 20, on_full: str = "wait",
               inject_skip: int = 0, delay_ns: int = 0, per_packet: int = 1,
               cpus: tuple = (-1, -1, -1, -1), ticks: int = 0, check: bool = True) -> dict:
