@@ -89,6 +89,8 @@ def main(argv=None) -> int:
                    help="socket receive buffer to ask for (bytes; default 64 MiB, about 70k "
                         "queued datagrams: tens of ms at 1-2M/s)")
     p.add_argument("--per-packet", type=int, default=1, help="ticks per UDP datagram")
+    p.add_argument("--no-gso", action="store_true",
+                   help="UDP sender: one send per datagram instead of UDP_SEGMENT batches")
     p.add_argument("--on-full", choices=("wait", "drop"), default="wait")
     p.add_argument("--inject-skip", type=int, default=0, metavar="K",
                    help="test: the sender skips every K-th seq (counted loss)")
@@ -144,7 +146,7 @@ def main(argv=None) -> int:
                                 seed=a.seed, nslots=a.ring, batch=a.batch, cpus=cpus,
                                 rcvbuf=a.rcvbuf, on_full=a.on_full, inject_skip=a.inject_skip,
                                 delay_ns=a.consumer_delay_ns, per_packet=a.per_packet,
-                                ticks=a.ticks, shm_slots=a.shm_slots)
+                                ticks=a.ticks, shm_slots=a.shm_slots, gso=not a.no_gso)
                             r["kind"] = "run"
                             pts.append(r)
                             log(sweep.fmt_row(r))

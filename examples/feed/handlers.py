@@ -256,6 +256,10 @@ def py_handler(ring: Ring, env, src: str, sock, shm: ShmRing | None, batch: int,
                 keep = []
                 for k in range(m):
                     q = int(seqs[k])
+                    if q == END_SEQ:               # a cut END datagram: never a tick
+                        st["bad_packets"] += 1
+                        end = True
+                        continue
                     if q == exp:
                         exp += 1
                     elif q > exp:
@@ -304,7 +308,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
               nsym: int = 16, seed: int = 7, nslots: int = 4096, batch: int = 128,
               shm_slots: int = 1 << 16, rcvbuf: int = 64 << 20, on_full: str = "wait",
               inject_skip: int = 0, delay_ns: int = 0, per_packet: int = 1,
-              cpus: tuple = (-1, -1, -1, -1), ticks: int = 0, check: bool = True) -> dict:
+              cpus: tuple = (-1, -1, -1, -1), ticks: int = 0, check: bool = True,
+              gso: bool = True) -> dict:
     """One measured run; returns its record (JSON-able)."""
     from engine import (
         H_E2E,
@@ -343,6 +348,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
             cmd += ["--ticks", str(ticks)]
         pass_fds: tuple = ()
         if src == "udp":
+            if gso:
+                cmd.append("--gso")
             sock, rec["rcvbuf"] = udp_socket(rcvbuf)
             cmd += ["--port", str(sock.getsockname()[1])]
             snmp0 = udp_rcvbuf_errors()

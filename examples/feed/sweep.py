@@ -114,7 +114,7 @@ def run_sweep(env, a, log=print) -> dict:
     shm = a.shm_rates or (QUICK_SHM if a.quick else SHM_RATES)
     secs = a.seconds or (0.5 if a.quick else 2.0)
     common = {"nsym": a.symbols, "seed": a.seed, "nslots": a.ring, "batch": a.batch,
-              "cpus": cpus, "rcvbuf": a.rcvbuf, "per_packet": a.per_packet}
+              "cpus": cpus, "rcvbuf": a.rcvbuf, "per_packet": a.per_packet, "gso": not a.no_gso}
     points: list[dict] = []
     t0 = time.monotonic()
     log(HEADER)
