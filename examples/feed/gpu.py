@@ -47,7 +47,12 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
             u64 base = head + batch;
             unsigned n;
             if (published) {
-                u64 pub = gdrpy_ld_acquire_sys_u64((const void *)(d.dev_ctrl + 96));
+                /* one lane loads the count and broadcasts it: lanes loading
+                 * it themselves could see different values (divergence) */
+                u64 pub = 0;
+                if (lane == 0) pub = gdrpy_ld_acquire_sys_u64((const void *)(d.dev_ctrl + 96));
+                pub = __shfl_sync(full, pub, 0);
+                __syncwarp();
                 u64 avail = pub > base ? pub - base : 0;
                 n = avail > window ? window : (unsigned)avail;
             } else {
