@@ -172,9 +172,11 @@ def main(argv=None) -> int:
         for r in rep["points"]:
             r.pop("vwap", None)
         bad = [r for r in rep["points"] if r.get("error") or r.get("checks_ok") is False]
+        failed = [(r["source"], r["handler"], r["path"], r["offered_per_s"], r.get("error"))
+                  for r in bad]
         log(f"checks: {len(rep['points']) - len(bad)} of {len(rep['points'])} runs clean "
             "(no torn, reordered or duplicated ticks; consumer count = forwarded; loss "
-            "accounted)" + (f"; FAILED: {[(r['source'], r['handler'], r['path'], r['offered_per_s'], r.get('error')) for r in bad]}" if bad else ""))
+            "accounted)" + (f"; FAILED: {failed}" if bad else ""))
         if rep.get("zero_loss_capacity"):
             log("highest zero-loss offered rate: " + ", ".join(
                 f"{k} {v:,.0f}/s" for k, v in rep["zero_loss_capacity"].items()))

@@ -202,7 +202,8 @@ def main(d):
             e = (r.get("latency_us") or {}).get("end_to_end", {})
             lo = r.get("loss") or {}
             p(f"  {r.get('kind', ''):<13} {r.get('source')}/{r.get('handler')}/{r.get('path'):<8} "
-              f"{r.get('offered_per_s', 0):>11,.0f}/s  processed {r.get('processed_per_s') or 0:>11,.0f}/s"
+              f"{r.get('offered_per_s', 0):>11,.0f}/s  "
+              f"processed {r.get('processed_per_s') or 0:>11,.0f}/s"
               f"  lost {lo.get('lost')}  full {(r.get('ring') or {}).get('full_events')}  "
               f"{us(e.get('median'))} / {us(e.get('p99'))}"
               f"{'' if r.get('checks_ok') else '  CHECK FAILED'}")

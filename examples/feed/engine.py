@@ -129,7 +129,8 @@ def lib():
         "feed_simc_start": (vp, [vp, i32, vp, u32, u64, u64, u64, i32]),
         "feed_simc_join": (i32, [vp, ctypes.c_double]),
         "feed_cchan_open": (vp, [i32, ctypes.c_char_p, u64, u64, u32, ctypes.c_char_p, i32]),
-        "feed_cchan_chan": (vp, [vp]), "feed_cchan_host_block": (vp, [vp]), "feed_chan_device_bytes": (u64, [u32]), "feed_cchan_ctx": (u64, [vp]),
+        "feed_cchan_chan": (vp, [vp]), "feed_cchan_host_block": (vp, [vp]),
+        "feed_chan_device_bytes": (u64, [u32]), "feed_cchan_ctx": (u64, [vp]),
         "feed_cchan_desc": (i32, [vp, vp]),
         "feed_cchan_shutdown": (i32, [vp, i32, ctypes.c_double, vp]),
         "feed_cchan_close": (None, [vp]), "feed_sim_alloc": (u64, [u64]),
@@ -316,7 +317,7 @@ class Ring:
         sums = np.ctypeslib.as_array((ctypes.c_uint64 * (3 * self.nsym)).from_address(
             self.out + OUT_SYM)).reshape(self.nsym, 3).copy()
         keys = ("processed", "torn", "missing", "gaps", "backward", "last_seq", "badlen")
-        r = {k: int(v) for k, v in zip(keys, o)}
+        r = {k: int(v) for k, v in zip(keys, o, strict=True)}
         r["final"] = ctypes.c_uint32.from_address(self.out + 56).value == 1
         r["sums"] = sums
         return r

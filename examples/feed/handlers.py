@@ -67,7 +67,8 @@ class ShmRing:
         self.mm = mmap.mmap(self.fd, self.size)
         self.hdr = np.frombuffer(self.mm, dtype=np.uint64, count=SHM_HDR // 8)
         self.hdr[0], self.hdr[1] = SHM_MAGIC, nslots
-        self.slots = np.frombuffer(self.mm, dtype=np.uint8, offset=SHM_HDR).reshape(nslots, SHM_SLOT)
+        self.slots = np.frombuffer(self.mm, dtype=np.uint8,
+                                   offset=SHM_HDR).reshape(nslots, SHM_SLOT)
         self.marks = self.slots.view(np.uint64)[:, 7]
         self.addr = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
 
@@ -216,8 +217,10 @@ def py_handler(ring: Ring, env, src: str, sock, shm: ShmRing | None, batch: int,
                     if ln[k] >= 56 and int(rbuf[k, :8].view(np.uint64)[0]) == END_SEQ:
                         e = rbuf[k, :56].view(np.uint64)
                         if not st["end_seen"]:
-                            (st["snd_sent"], st["snd_generated"], st["snd_skipped"],
-                             st["snd_failed"], st["snd_t0"], st["snd_t1"]) = (int(x) for x in e[1:7])
+                            for key, x in zip(("snd_sent", "snd_generated", "snd_skipped",
+                                               "snd_failed", "snd_t0", "snd_t1"), e[1:7],
+                                              strict=True):
+                                st[key] = int(x)
                         st["end_seen"] = 1
                         end = True
                     elif ln[k] and ln[k] % TICK == 0:
@@ -331,7 +334,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
     sock = shm = sender = None
     try:
         ring = Ring(env, handler, path, nslots, nsym, seed, delay_ns=delay_ns)
-    except Exception as e:  # noqa: BLE001 - a point that could not be set up is reported
+    except Exception as e:  # a point that could not be set up is reported
         rec.update(error=f"setting up the ring: {type(e).__name__}: {e}",
                    latency_us={k: {"n": 0} for k in ("end_to_end", "socket_or_shm", "handler",
                                                      "ring_consumer_ack", "recv_to_ack")})
@@ -385,7 +388,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         snd = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         rec["sender"] = snd
         rec["handler_stats"] = st
-    except BaseException as e:  # noqa: BLE001 - recorded; the consumer is stopped below
+    except BaseException as e:  # recorded; the consumer is stopped below
         err = f"{type(e).__name__}: {e}"
         if sender is not None and sender.poll() is None:
             sender.kill()
@@ -448,7 +451,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
     rec["mean_batch"] = st["forwarded"] / st["batches"] if st["batches"] else 0
     if check:
         pq, q, cnt = res["sums"][:, 0], res["sums"][:, 1], res["sums"][:, 2]
-        rec["vwap"] = [float(a) / float(b) / 1e4 if b else 0.0 for a, b in zip(pq, q)]
+        rec["vwap"] = [float(a) / float(b) / 1e4 if b else 0.0 for a, b in zip(pq, q, strict=True)]
         rec["sums_digest"] = int(np.bitwise_xor.reduce(
             (pq * np.uint64(3) + q * np.uint64(5) + cnt).astype(np.uint64)))
         ok = (res["torn"] == 0 and res["backward"] == 0 and res["badlen"] == 0
