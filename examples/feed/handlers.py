@@ -404,6 +404,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         err = err or str(e)
         rec["consumer_status"] = ring.status()
     L.feed_acks_stop(env.acks)
+    rec["consumer_stuck"] = ring.live      # did not stop: its memory stays allocated
     res = ring.results()
     if snmp0 is not None:
         snmp1 = udp_rcvbuf_errors()

@@ -44,12 +44,20 @@ def pick_cpus(ctx) -> tuple[tuple, str]:
                f"sim consumer {c[3]}")
 
 
+def kept_up(r: dict) -> bool:
+    """Processed at (95% of) the rate the sender achieved: the source's buffer
+    did not just soak up a backlog that a longer run would overflow."""
+    snd = r.get("sender_per_s") or 0
+    return (r.get("processed_per_s") or 0) >= 0.95 * snd
+
+
 def zero_loss(r: dict) -> bool:
+    """Nothing lost, the rate really offered, and kept up with."""
     lo = r.get("loss")
     if not lo or r.get("error"):
         return False
     snd = r.get("sender_per_s") or 0
-    return lo["lost"] - lo["injected"] == 0 and snd >= 0.95 * r["offered_per_s"]
+    return lo["lost"] - lo["injected"] == 0 and snd >= 0.95 * r["offered_per_s"] and kept_up(r)
 
 
 def bound_stage(r: dict) -> str:
@@ -64,8 +72,14 @@ def bound_stage(r: dict) -> str:
     busy = r.get("handler_busy") or 0.0
     if snd < 0.95 * offered:
         return f"sender (offered only {snd:,.0f}/s of {offered:,.0f}/s)"
-    if lo["lost"] - lo["injected"] == 0:
+    if lo["lost"] - lo["injected"] == 0 and kept_up(r):
         return "none (zero loss)"
+    if lo["lost"] - lo["injected"] == 0:
+        lag = (f"no loss, but processed {(r.get('processed_per_s') or 0):,.0f}/s of "
+               f"{snd:,.0f}/s: a backlog built up")
+        if rg.get("full_events"):
+            return f"consumer kernel (ring full {rg['full_events']} times; {lag})"
+        return f"handler (busy {busy:.0%}; {lag})"
     if rg.get("full_events"):
         return (f"consumer kernel (ring full {rg['full_events']} times, "
                 f"{rg['stalled_ms']:.1f} ms stalled)")
@@ -104,6 +118,18 @@ def stage_row(r: dict) -> str:
     return "      stages p50/p99 us: " + ", ".join(parts)
 
 
+class ConsumerStuck(RuntimeError):
+    """A consumer did not stop: later kernels would queue behind it."""
+
+
+def _run(env, log, *args, **kw) -> dict:
+    r = run_point(env, *args, **kw)
+    if r.get("consumer_stuck"):
+        log(fmt_row(r))
+        raise ConsumerStuck(f"the consumer of {args[:4]} did not stop; the sweep ends here")
+    return r
+
+
 def run_sweep(env, a, log=print) -> dict:
     cpus, pin_note = pick_cpus(env.ctx)
     log(f"threads: {pin_note}")
@@ -116,13 +142,40 @@ def run_sweep(env, a, log=print) -> dict:
     common = {"nsym": a.symbols, "seed": a.seed, "nslots": a.ring, "batch": a.batch,
               "cpus": cpus, "rcvbuf": a.rcvbuf, "per_packet": a.per_packet, "gso": not a.no_gso}
     points: list[dict] = []
+    report: dict = {"points": points, "threads": pin_note, "zero_loss_capacity": {}}
     t0 = time.monotonic()
+    try:
+        _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, secs, common)
+    except ConsumerStuck as e:
+        log(str(e))
+        report["aborted"] = str(e)
+    report["wall_s"] = time.monotonic() - t0
+    report["done_when"] = done_when(points)
+    return report
+
+
+def _capacity(points: list[dict]) -> dict:
+    """Highest zero-loss offered rate per source/handler/path (sweep points)."""
+    cap: dict = {}
+    for r in points:
+        if r.get("kind") != "sweep":
+            continue
+        k = f"{r['source']}/{r['handler']}/{r['path']}"
+        if zero_loss(r):
+            cap[k] = max(cap.get(k, 0), r["offered_per_s"])
+        else:
+            cap.setdefault(k, 0)
+    return cap
+
+
+def _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, secs,
+            common) -> None:
     log(HEADER)
     for src in sources:
         for h in handlers:
             for p in paths:
                 for rate in (udp if src == "udp" else shm):
-                    r = run_point(env, h, p, src, rate, secs, **common)
+                    r = _run(env, log, h, p, src, rate, secs, **common)
                     r["kind"] = "sweep"
                     points.append(r)
                     log(fmt_row(r))
@@ -132,52 +185,41 @@ def run_sweep(env, a, log=print) -> dict:
                         log(f"     ({src}/{h}/{p}: higher rates skipped: this one is already "
                             "at twice the capacity or more)")
                         break
-    report: dict = {"points": points, "threads": pin_note}
-    # highest zero-loss rate per (source, handler, path)
-    cap = {}
-    for r in points:
-        k = f"{r['source']}/{r['handler']}/{r['path']}"
-        if zero_loss(r):
-            cap[k] = max(cap.get(k, 0), r["offered_per_s"])
-        else:
-            cap.setdefault(k, 0)
-    report["zero_loss_capacity"] = cap
-    if not a.quick and not a.no_proof:
-        proof_s = a.proof_seconds
-        log(f"\nproof points ({proof_s:.0f} s each, gdrpy path) and half-capacity latency:")
-        log(HEADER)
-        for (src, h), rate in TARGETS.items():
-            if src not in sources or h not in handlers or "gdrpy" not in paths:
-                continue
-            r = run_point(env, h, "gdrpy", src, rate, proof_s, **common)
-            r["kind"] = "proof"
+    cap = report["zero_loss_capacity"] = _capacity(points)
+    if a.quick or a.no_proof:
+        return
+    proof_s = a.proof_seconds
+    log(f"\nproof points ({proof_s:.0f} s each, gdrpy path) and half-capacity latency:")
+    log(HEADER)
+    for (src, h), rate in TARGETS.items():
+        if src not in sources or h not in handlers or "gdrpy" not in paths:
+            continue
+        r = _run(env, log, h, "gdrpy", src, rate, proof_s, **common)
+        r["kind"] = "proof"
+        points.append(r)
+        log(fmt_row(r))
+        log(stage_row(r))
+        b = bound_stage(r)
+        if src == "udp" and a.per_packet == 1 and b.startswith(("sender", "socket")):
+            # one datagram per tick is bound by the kernel's UDP path: the
+            # same rate with 4 ticks per datagram (as MoldUDP64 packs
+            # messages) shows what the handler and the GPU path carry
+            r = _run(env, log, h, "gdrpy", src, rate, proof_s, **{**common, "per_packet": 4})
+            r["kind"] = "proof_packed"
             points.append(r)
-            log(fmt_row(r))
+            log(fmt_row(r) + "  [4 ticks/datagram]")
             log(stage_row(r))
-            b = bound_stage(r)
-            if src == "udp" and a.per_packet == 1 and b.startswith(("sender", "socket")):
-                # one datagram per tick is bound by the kernel's UDP path: the
-                # same rate with 4 ticks per datagram (as MoldUDP64 packs
-                # messages) shows what the handler and the GPU path carry
-                r = run_point(env, h, "gdrpy", src, rate, proof_s, **{**common, "per_packet": 4})
-                r["kind"] = "proof_packed"
+    if "udp" in sources:
+        for h in handlers:
+            for p in paths:
+                c = cap.get(f"udp/{h}/{p}", 0)
+                if c <= 0:
+                    continue
+                r = _run(env, log, h, p, "udp", c / 2, 3.0, **common)
+                r["kind"] = "half_capacity"
                 points.append(r)
-                log(fmt_row(r) + "  [4 ticks/datagram]")
+                log(fmt_row(r))
                 log(stage_row(r))
-        if "udp" in sources:
-            for h in handlers:
-                for p in paths:
-                    c = cap.get(f"udp/{h}/{p}", 0)
-                    if c <= 0:
-                        continue
-                    r = run_point(env, h, p, "udp", c / 2, 3.0, **common)
-                    r["kind"] = "half_capacity"
-                    points.append(r)
-                    log(fmt_row(r))
-                    log(stage_row(r))
-    report["wall_s"] = time.monotonic() - t0
-    report["done_when"] = done_when(points)
-    return report
 
 
 def _verdict(r: dict, ok: bool, what: str) -> dict:
