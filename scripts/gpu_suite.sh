@@ -9,7 +9,10 @@
 #             (cost, routes, corrupted-table switch)
 #   bench     C copylat (gdrpy and libgdrapi), bench latency/bandwidth (--c),
 #             calibrate, bench transfer
-#   examples  bench pingpong, trading feed, MPI eager
+#   examples  bench pingpong, trading feed (one run per handler and path), MPI eager
+#   feed      the trading feed's capacity sweep (UDP and shared memory, C and
+#             Python handlers, gdrpy and cuMemcpy paths), its 10 s proof
+#             points and half-capacity latency: about 4-5 min (issue 21)
 #   channel   (only when named) issue 15: channel tests, pingpong SUMMARY, trading feed
 #   large     issue 14 only (named explicitly, not part of all): the host-memory
 #             tests, bench bandwidth by host-memory kind, bench transfer for
@@ -121,6 +124,11 @@ if want examples; then
     else
         step mpi_eager 300 python3 examples/mpi_eager.py --json "$WORK/mpi_eager.json"
     fi
+fi
+
+if want feed; then
+    step feed_sweep 540 python3 examples/trading_feed.py --sweep --backend nvrm \
+        --json "$WORK/feed_sweep.json" --plot "$WORK/feed_sweep.svg" --markdown "$WORK/feed_sweep.md"
 fi
 
 # Issue 15 on its own (not part of `all`: test and examples cover it there):

@@ -215,17 +215,26 @@ def main(d):
         if (pp.get("c_tool") or {}).get("error"):
             p(f"  C tool: {pp['c_tool']['error']}")
 
-    tf = load(d, "trading_feed.json")
-    if tf:
+    for fname in ("trading_feed.json", "feed_sweep.json"):
+        tf = load(d, fname)
+        if not tf:
+            continue
         p("")
-        p("trading feed: tick-to-GPU (recv -> kernel ack seen), p50 / p99 us, gaps, overruns")
-        for name, r in tf.get("paths", {}).items():
-            lat = (r.get("latency_us") or {}).get("tick_to_gpu_ack", {})
-            p(f"  {name:<9} {us(lat.get('median'))} / {us(lat.get('p99'))}   "
-              f"processed {r.get('processed')}/{r.get('sent')}  "
-              f"gaps {r.get('gaps', {}).get('missing')}"
-              f"  full {r.get('ring', {}).get('full_events')}  check "
-              f"{'ok' if (r.get('check') or {}).get('ok') else 'FAILED'}")
+        p(f"trading feed ({fname}): end-to-end (sender stamp -> ack seen) p50 / p99 us")
+        for r in tf.get("points", []):
+            e = (r.get("latency_us") or {}).get("end_to_end", {})
+            lo = r.get("loss") or {}
+            p(f"  {r.get('kind', ''):<13} {r.get('source')}/{r.get('handler')}/{r.get('path'):<8} "
+              f"{r.get('offered_per_s', 0):>11,.0f}/s  "
+              f"processed {r.get('processed_per_s') or 0:>11,.0f}/s"
+              f"  lost {lo.get('lost')}  full {(r.get('ring') or {}).get('full_events')}  "
+              f"{us(e.get('median'))} / {us(e.get('p99'))}"
+              f"{'' if r.get('checks_ok') else '  CHECK FAILED'}")
+        for k, v in (tf.get("zero_loss_capacity") or {}).items():
+            p(f"  zero-loss capacity {k}: {v:,.0f}/s")
+        for dw in tf.get("done_when") or []:
+            p(f"  [{'PASS' if dw['ok'] else 'SHORT'}] {dw['what']}: {dw['measured']}"
+              + (f"; bound: {dw['bound']}" if dw.get("bound") else ""))
 
     mp = load(d, "mpi_eager.json")
     if mp:
