@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -95,9 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        rc = args.fn(args)
+        sys.stdout.flush()              # a closed pipe shows up here, not at exit
+        return rc
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `python -m gdrpy info | head -1`: the reader left; no traceback, and no second
+        # error when Python flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141                      # 128 + SIGPIPE, as a shell reports it
     except Exception as e:  # clear one-line errors for the CLI
         from .errors import GdrError
         if isinstance(e, GdrError):

@@ -23,8 +23,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nvrm_abi_probe import arch_of, evaluate, target_of  # noqa: E402
-from nvrm_abi_spec import BRANCHES, HEADER_DIRS, HEADERS, RECORDS  # noqa: E402
+from nvrm_abi_probe import arch_of, evaluate, target_of
+from nvrm_abi_spec import BRANCHES, HEADER_DIRS, HEADERS, RECORDS
 
 
 def newest_tag(repo: str, branch: str) -> str:
@@ -151,8 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     cflags = a.cflags.split()
     if a.gen_c:
-        docs = [json.load(open(os.path.join(a.gen_c, n))) for n in sorted(os.listdir(a.gen_c))
-                if n.endswith(".json")]
+        docs = []
+        for n in sorted(os.listdir(a.gen_c)):
+            if n.endswith(".json"):
+                with open(os.path.join(a.gen_c, n)) as f:
+                    docs.append(json.load(f))
         path = os.path.join(os.path.dirname(os.path.abspath(a.gen_c)), "abi_tables.h")
         with open(path, "w") as f:
             f.write(c_tables(docs))

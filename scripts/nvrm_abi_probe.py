@@ -37,7 +37,7 @@ def _parse_asm(asm: str, count: int) -> list[int]:
             if n % 8:
                 raise RuntimeError(f"probe: unexpected {d} {n}")
             vals.extend([0] * (n // 8))
-        elif d.endswith(":") or d.startswith(".size") or d.startswith(".text"):
+        elif d.endswith(":") or d.startswith((".size", ".text")):
             break
     if len(vals) != count:
         raise RuntimeError(f"probe: read {len(vals)} values, expected {count}")

@@ -65,3 +65,17 @@ def test_stats_rows_keep_columns_apart_for_large_values():
     cells = row[26:].split()
     assert cells == ["252323.73", "384578.59", "418383.97", "420558.11", "420692.52"], row
     assert len(pingpong.stats_header("x").split()) == 6
+
+
+def test_cli_into_a_closed_pipe_exits_quietly():
+    import subprocess
+    import sys
+    code = "import sys; from gdrpy.__main__ import main; sys.exit(main(['info', '--json']))"
+    p = subprocess.Popen([sys.executable, "-c", code],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.close()                    # the reader is gone before the first write
+    err = p.stderr.read().decode()
+    rc = p.wait(timeout=60)
+    assert "Traceback" not in err, err
+    assert rc in (0, 141), (rc, err)

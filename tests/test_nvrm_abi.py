@@ -96,9 +96,10 @@ def test_generated_c_tables_match_records() -> None:
     ("a field size", "uint16_t numObjects, index;", "uint32_t numObjects; uint16_t index;",
      "NV0000_CTRL_OS_UNIX_IMPORT_OBJECTS_FROM_FD_PARAMS.numObjects.size"),
     ("the 535 variant",
-     "    uint16_t maxObjects;\n    uint8_t metadata[64];\n    uint8_t pad0[2];\n"
-     "} nv0000_export_info_v535_t;", "    uint32_t maxObjects;\n    uint8_t metadata[64];\n"
-     "} nv0000_export_info_v535_t;",
+     ("    uint16_t maxObjects;\n    uint8_t metadata[64];\n    uint8_t pad0[2];\n"
+      "} nv0000_export_info_v535_t;"),
+     ("    uint32_t maxObjects;\n    uint8_t metadata[64];\n"
+      "} nv0000_export_info_v535_t;"),
      "NV0000_CTRL_OS_UNIX_GET_EXPORT_OBJECT_INFO_PARAMS.metadata.offset"),
 ])
 def test_check_catches_a_drifted_definition(tmp_path, what: str, old: str, new: str,
