@@ -4,9 +4,9 @@
  * gp_ctx / gp_pin objects, without core.c.
  *
  * Build (see run_backend_test.sh):
- *   gcc -O2 -std=gnu11 -D_GNU_SOURCE -Iinclude -Isrc -I/usr/local/cuda/include \
- *       tests/gpu/test_nvrm_backend.c src/error.c src/cudadrv.c src/backend_nvrm.c \
- *       src/backend_gdrdrv.c src/backend_dmabuf.c -L/usr/local/cuda/lib64 -lcuda \
+ *   gcc -O2 -std=gnu11 -D_GNU_SOURCE -Iinclude -Isrc/core -Isrc/copy -I/usr/local/cuda/include \
+ *       tests/gpu/test_nvrm_backend.c src/core/error.c src/core/cudadrv.c src/backends/nvrm/*.c \
+ *       src/backends/gdrdrv.c src/backends/dmabuf.c -L/usr/local/cuda/lib64 -lcuda \
  *       -ldl -pthread -o test_nvrm_backend
  *
  * Prints one PASS/FAIL line per check, INFO/TIME lines for what it measured,
@@ -31,7 +31,7 @@
  * declare the two helpers used here with compatible types. */
 int gp_cuda_memcpy(int device, int dir, uint64_t dptr, void *host, size_t n, void *stream);
 int gp_cuda_driver_version(int *v);
-extern uint64_t gp_nvrm_test_skew;   /* backend_nvrm.c, -DGDRPY_NVRM_TESTING */
+extern uint64_t gp_nvrm_test_skew;   /* backends/nvrm/routes.c, -DGDRPY_NVRM_TESTING */
 
 /* ---- tiny test framework --------------------------------------------- */
 static int n_pass, n_fail;
