@@ -178,6 +178,9 @@ cp -a "$inst"/bin/ucx_perftest "$inst"/bin/ucx_info "$OUT/bin/"
 cp -a "$inst"/lib/lib*.so* "$OUT/lib/"
 cp -a "$inst"/lib/ucx/lib*.so* "$OUT/lib/ucx/"
 cp "$cuda/lib64/libcudart.so.12" "$OUT/lib/"
+# ucx_perftest is built with OpenMP: carry the compiler's libgomp too.
+gomp=$(gcc -print-file-name=libgomp.so.1)
+[ -f "$gomp" ] && cp -L "$gomp" "$OUT/lib/"
 find "$OUT" -type f \( -name '*.so*' -o -path '*/bin/*' \) -exec strip --strip-unneeded {} \; 2>/dev/null || true
 # Never carry a stub.
 if find "$OUT" -name 'libcuda.so*' -o -name 'libnvidia-ml.so*' | grep -q .; then

@@ -99,19 +99,32 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     int rc = gp_cuda_enter(ctx->device, &sc);
     if (rc) return rc;
     gp_cuda_ptr cp;
-    rc = gp_cuda_classify(p->addr, p->size, ctx->device, &cp);
+    const uint64_t end = p->addr + p->size;
+    /* The anchor: the allocation holding the first byte, or, when the range
+     * starts in free space of a chunk (UCX pins whole GPU pages), the first
+     * allocation inside the range. */
+    uint64_t anchor = p->addr;
+    rc = gp_cuda_classify(anchor, 1, ctx->device, &cp);
+    if (rc && cp.kind == GP_CUMEM_UNKNOWN) {
+        uint64_t a = nvrm_first_alloc(p->addr, end);
+        if (a) {
+            anchor = a;
+            rc = gp_cuda_classify(anchor, 1, ctx->device, &cp);
+        } else {
+            rc = gp_err(GDRPY_EINVAL, "no CUDA allocation of this process lies in [0x%llx, "
+                        "0x%llx): nothing to pin", (unsigned long long)p->addr,
+                        (unsigned long long)end);
+        }
+    }
+    if (!rc && cp.kind == GP_CUMEM_VMM)   /* route A: the range stays in the mapping */
+        rc = gp_cuda_classify(p->addr, p->size, ctx->device, &cp);
     if (rc) goto out;
 
-    /* The pinned range: the 64 KiB GPU pages around the request, clamped to
-     * the allocation rounded out to host pages (a pin never maps more of its
-     * neighbours than the host page that it shares with them). */
-    const uint64_t hp = (uint64_t)nvrm_host_page();
-    uint64_t a_lo = gp_round_down(cp.base, hp);
-    uint64_t a_hi = gp_round_up(cp.base + cp.size, hp);
+    /* The pinned range: the 64 KiB GPU pages around the request, as GDRCopy
+     * pins (route A: clamped to the VMM mapping; route C: they must lie in
+     * the chunk behind the allocation, see chunk.c). */
     uint64_t va = gp_round_down(p->addr, GDRPY_GPU_PAGE_SIZE);
-    uint64_t hi = gp_round_up(p->addr + p->size, GDRPY_GPU_PAGE_SIZE);
-    if (va < a_lo) va = a_lo;
-    if (hi > a_hi) hi = a_hi;
+    uint64_t hi = gp_round_up(end, GDRPY_GPU_PAGE_SIZE);
 
     struct nvrm_pin *np = calloc(1, sizeof *np);
     if (!np) { rc = gp_err(GDRPY_ENOMEM, "out of memory"); goto out; }
@@ -121,22 +134,49 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
         rc = nvrm_import_vmm(ctx, nc, p->addr, &cp, &np->hMemory);
         if (rc) { free(np); goto out; }
         /* cuMemMap maps a handle from its offset 0 at the mapping base. */
+        const uint64_t hp = (uint64_t)nvrm_host_page();
         if (va < cp.base) va = cp.base;   /* never before the handle's first byte */
+        if (hi > gp_round_up(cp.base + cp.size, hp)) hi = gp_round_up(cp.base + cp.size, hp);
         np->rm_off = va - cp.base;
     } else {
         np->route = 'C';
-        uint64_t objoff = 0;
+        uint64_t objoff = 0, clo = 0, chi = 0;
         rc = nvrm_dup_legacy(ctx, nc, &cp, &np->hMemory, &objoff);
+        if (!rc) {
+            /* The GPU pages of the request, clamped to the chunk only where a
+             * page straddles its edge (a chunk smaller than a GPU page). */
+            uint64_t rlo = p->addr, rhi = end;
+            rc = nvrm_chunk_range(ctx, &cp, objoff, &rlo, &rhi, &clo, &chi);
+            if (!rc) {
+                if (va < clo) va = clo;
+                if (hi > chi) hi = chi;
+                rc = nvrm_chunk_range(ctx, &cp, objoff, &va, &hi, &clo, &chi);
+            }
+            if (rc) {
+                nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, np->hMemory,
+                             "freeing a refused dup");
+                nvrm_live_add(&nc->n_mem, -1);
+            }
+        }
         if (rc) { free(np); goto out; }
-        /* stay inside the RM object */
-        if (va < cp.base && cp.base - va > objoff) va = cp.base - objoff;
-        np->rm_off = objoff + va - cp.base;
+        np->rm_off = objoff + va - cp.base;   /* va >= chunk base = cp.base - objoff */
     }
     p->va = va;
     p->len = hi - va;
     p->page_size = (uint32_t)GDRPY_GPU_PAGE_SIZE;
     if (np->route == 'C') {
-        rc = nvrm_verify_identity(ctx, nc, p, np, &cp);
+        /* Identity is proven on the anchor allocation's part of the request
+         * (free space of the chunk cannot be read through CUDA). */
+        gp_pin vp = *p;
+        uint64_t ilo = p->addr > cp.base ? p->addr : cp.base;
+        uint64_t ihi = end < cp.base + cp.size ? end : cp.base + cp.size;
+        if (ihi <= ilo) {   /* the request starts in free space: check the anchor's head */
+            ilo = cp.base;
+            ihi = cp.base + cp.size < hi ? cp.base + cp.size : hi;
+        }
+        vp.addr = ilo;
+        vp.size = ihi - ilo;
+        rc = nvrm_verify_identity(ctx, nc, &vp, np, &cp);
         if (rc) {
             nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, np->hMemory, "freeing a refused dup");
             nvrm_live_add(&nc->n_mem, -1);

@@ -84,4 +84,17 @@ GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_pt
 GP_HIDDEN int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p,
                                    struct nvrm_pin *np, const gp_cuda_ptr *cp);
 
+/* ---- chunk.c ---------------------------------------------------------- */
+/* First address in [lo, hi) that lies in a CUDA allocation, or 0. */
+GP_HIDDEN uint64_t nvrm_first_alloc(uint64_t lo, uint64_t hi);
+/* The 16 words of cuIpcGetMemHandle(base). */
+GP_HIDDEN int nvrm_ipc_words(uint64_t base, uint32_t w[16]);
+/* Route C: checks that [*lo, *hi) lies in the RM object (chunk) behind the
+ * cuMemAlloc allocation `cp` (at offset `objoff` in it) and that every
+ * allocation met in the range belongs to that chunk; returns the chunk's
+ * VA range.  EINVAL naming the allowed range otherwise. */
+GP_HIDDEN int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff,
+                               uint64_t *lo, uint64_t *hi, uint64_t *chunk_lo,
+                               uint64_t *chunk_hi);
+
 #endif /* GDRPY_NVRM_H */
