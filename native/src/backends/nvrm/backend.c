@@ -118,6 +118,9 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     }
     if (!rc && cp.kind == GP_CUMEM_VMM)   /* route A: the range stays in the mapping */
         rc = gp_cuda_classify(p->addr, p->size, ctx->device, &cp);
+    /* Pool memory: classify refuses it for every backend; nvrm tries route V. */
+    int pool = rc == GDRPY_ENOTSUP && cp.kind == GP_CUMEM_POOL;
+    if (pool) rc = nvrm_pool_range(ctx, p, &cp);
     if (rc) goto out;
 
     /* The pinned range: the 64 KiB GPU pages around the request, as GDRCopy
@@ -129,15 +132,24 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     struct nvrm_pin *np = calloc(1, sizeof *np);
     if (!np) { rc = gp_err(GDRPY_ENOMEM, "out of memory"); goto out; }
     np->map.devfd = -1;
-    if (cp.kind == GP_CUMEM_VMM) {
-        np->route = 'A';
-        rc = nvrm_import_vmm(ctx, nc, p->addr, &cp, &np->hMemory);
-        if (rc) { free(np); goto out; }
+    if (cp.kind == GP_CUMEM_VMM || pool) {
         /* cuMemMap maps a handle from its offset 0 at the mapping base. */
         const uint64_t hp = (uint64_t)nvrm_host_page();
         if (va < cp.base) va = cp.base;   /* never before the handle's first byte */
         if (hi > gp_round_up(cp.base + cp.size, hp)) hi = gp_round_up(cp.base + cp.size, hp);
         np->rm_off = va - cp.base;
+        if (!pool && (cp.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
+            np->route = 'A';
+            rc = nvrm_import_vmm(ctx, nc, p->addr, &cp, &np->hMemory);
+        } else {
+            /* route V proves identity itself, on the request */
+            char how[32];
+            np->route = 'V';
+            gp_pin vp = *p;
+            rc = nvrm_route_v(ctx, nc, &vp, &cp, cp.base, va, &np->hMemory, how, sizeof how);
+            if (!rc) gp_log(1, "nvrm: route V (%s) for %s", how, gp_cuda_kind_name(cp.kind));
+        }
+        if (rc) { free(np); goto out; }
     } else {
         np->route = 'C';
         uint64_t objoff = 0, clo = 0, chi = 0;

@@ -79,10 +79,26 @@ GP_HIDDEN int nvrm_map_type_of(uint32_t flags);
 /* ---- routes.c --------------------------------------------------------- */
 GP_HIDDEN int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr,
                               const gp_cuda_ptr *cp, uint32_t *hOut);
+GP_HIDDEN int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd,
+                             uint32_t *hOut);
 GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
                               uint32_t *hOut, uint64_t *objoff);
 GP_HIDDEN int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p,
                                    struct nvrm_pin *np, const gp_cuda_ptr *cp);
+
+/* ---- route_v.c -------------------------------------------------------- */
+/* Route V: VMM memory without POSIX_FD, pool memory.  `cp` describes the
+ * allocation (base/size: the mapping), `mbase` the VA where the RM object's
+ * offset 0 is mapped, `va` the first pinned byte.  0 and *hOut (a handle in
+ * our client, proven by the identity check) or ENOTSUP naming why. */
+GP_HIDDEN int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, const gp_cuda_ptr *cp,
+                           uint64_t mbase, uint64_t va, uint32_t *hOut, char *how,
+                           size_t howlen);
+
+/* Pool memory: fills cp->base/size with the mapping that holds p->addr
+ * (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE) and checks the device and
+ * that the request stays inside it. */
+GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, gp_cuda_ptr *cp);
 
 /* ---- chunk.c ---------------------------------------------------------- */
 /* First address in [lo, hi) that lies in a CUDA allocation, or 0. */

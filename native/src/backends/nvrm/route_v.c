@@ -1,0 +1,261 @@
+/*
+ * route_v.c - nvrm backend, route V: VMM memory created without an
+ * exportable handle type (GDRCopy's own tests allocate so), and
+ * stream-ordered pool memory (cuMemAllocAsync, cuMemPoolCreate pools).
+ *
+ * The physical memory behind such a mapping is an RM video-memory object in
+ * one of CUDA's RM clients of this process; CUDA hands out no export for it.
+ * Route V finds it and proves it:
+ *  1. cuMemRetainAllocationHandle(addr) gives CUDA's allocation handle;
+ *     when cuMemExportToShareableHandle(POSIX_FD) works on it (pools
+ *     created with that handle type), the export is imported as in route A.
+ *  2. Otherwise the handle is an address inside CUDA (undocumented): the
+ *     words there (and one pointer level below) are read with
+ *     process_vm_readv (never a fault), and each (client, object) pair among
+ *     them is tried with RM_DUP_OBJECT into our client.  A dup succeeds only
+ *     for objects of this process's own RM clients.
+ *  3. A candidate is kept only if it is video memory (class
+ *     NV01_MEMORY_LOCAL_USER) and the identity check of route C passes at
+ *     the pinned address (BAR1 bytes == cuMemcpyDtoH bytes, or a test write
+ *     through CUDA seen through BAR1): the object is then proven to back the
+ *     caller's own mapping at that offset.
+ * Nothing is written through a mapping before that proof.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "cudadrv.h"
+#include "internal.h"
+#include "nvrm.h"
+
+#define NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO 0xd02
+#define NV0000_HANDLE_INFO_INDEX_CLASSID 2
+#define NV01_MEMORY_LOCAL_USER_CLASS 0x40
+#define RS_CLIENT_HANDLE_BASE_ 0xc1d00000u
+
+typedef struct {
+    uint32_t hObject, index;
+    uint64_t result;
+} nv0000_handle_info_t;
+_Static_assert(sizeof(nv0000_handle_info_t) == 16, "GET_HANDLE_INFO params");
+
+enum { SCAN_BYTES = 512, MAX_OBJ = 384, MAX_CLI = 6 };
+
+/* Reads n bytes at addr of this process, or -1 if any of it is unmapped. */
+static int safe_read(uint64_t addr, void *buf, size_t n)
+{
+    if (addr < 4096) return -1;
+    struct iovec l = {buf, n}, r = {(void *)(uintptr_t)addr, n};
+    ssize_t k = process_vm_readv(getpid(), &l, 1, &r, 1, 0);
+    return k == (ssize_t)n ? 0 : -1;
+}
+
+static int add_unique(uint32_t *v, int n, int max, uint32_t x)
+{
+    if (!x) return n;
+    for (int i = 0; i < n; i++)
+        if (v[i] == x) return n;
+    if (n < max) v[n++] = x;
+    return n;
+}
+
+static uint32_t class_of(struct nvrm_ctx *nc, uint32_t h)
+{
+    nv0000_handle_info_t hi;
+    memset(&hi, 0, sizeof hi);
+    hi.hObject = h;
+    hi.index = NV0000_HANDLE_INFO_INDEX_CLASSID;
+    if (nvrm_rm_control(nc, NV0000_CTRL_CMD_CLIENT_GET_HANDLE_INFO, &hi, sizeof hi,
+                        "GET_HANDLE_INFO of a candidate"))
+        return 0;
+    return (uint32_t)hi.result;
+}
+
+/* CUDA's RM client as route C sees it: from the IPC handle of a 1-byte
+ * cuMemAlloc allocation made and freed here.  0 if that fails. */
+static uint32_t cuda_client_by_ipc(void)
+{
+    if (!gp_cu.MemAlloc || !gp_cu.MemFree) return 0;
+    CUdeviceptr d = 0;
+    if (gp_cu.MemAlloc(&d, 1) != CUDA_SUCCESS) return 0;
+    uint32_t w[16];
+    uint32_t c = nvrm_ipc_words(d, w) == 0 ? w[12] : 0;
+    gp_cu.MemFree(d);
+    return c;
+}
+
+/* Tries one (client, object) pair: dup, class, identity.  0 and *hOut on
+ * proof; -1 otherwise (nothing left behind). */
+static int try_candidate(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *vp, const gp_cuda_ptr *vcp,
+                         uint64_t rm_off, uint32_t cli, uint32_t obj, uint32_t *hOut,
+                         int *n_dup)
+{
+    nv_os55_t a;
+    int rc = -1;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        memset(&a, 0, sizeof a);
+        a.hClient = nc->hClient;
+        a.hParent = nc->hDevice;
+        a.hObject = nvrm_new_handle(nc);
+        a.hClientSrc = cli;
+        a.hObjectSrc = obj;
+        rc = nvrm_nv_call(nc->ctl, NV_ESC_RM_DUP_OBJECT, "RM_DUP_OBJECT", &a, sizeof a,
+                          &a.status, "route V candidate");
+        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue;
+        break;
+    }
+    if (rc) return -1;
+    (*n_dup)++;
+    nvrm_live_add(&nc->n_mem, 1);
+    uint32_t cls = class_of(nc, a.hObject);
+    if (cls == NV01_MEMORY_LOCAL_USER_CLASS) {
+        struct nvrm_pin t;
+        memset(&t, 0, sizeof t);
+        t.route = 'V';
+        t.hMemory = a.hObject;
+        t.rm_off = rm_off;
+        t.map.devfd = -1;
+        if (nvrm_verify_identity(ctx, nc, vp, &t, vcp) == 0) {
+            gp_log(1, "nvrm: route V: client 0x%x object 0x%x backs 0x%llx", cli, obj,
+                   (unsigned long long)vp->addr);
+            *hOut = a.hObject;
+            return 0;
+        }
+        gp_log(1, "nvrm: route V: vidmem 0x%x/0x%x failed identity: %s", cli, obj,
+               gdrpy_last_error());
+    }
+    nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, a.hObject, "freeing a route V candidate");
+    nvrm_live_add(&nc->n_mem, -1);
+    return -1;
+}
+
+int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, const gp_cuda_ptr *cp,
+                 uint64_t mbase, uint64_t va, uint32_t *hOut, char *how, size_t howlen)
+{
+    const char *kind = gp_cuda_kind_name(cp->kind);
+    snprintf(how, howlen, "?");
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r = gp_cu.MemRetainAllocationHandle(&h, (void *)(uintptr_t)p->addr);
+    if (r)
+        return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemRetainAllocationHandle",
+                           "0x%llx is %s: the CUDA driver gives no allocation handle for it, so "
+                           "its RM memory cannot be found; what works: cuMemAlloc, cuMemCreate "
+                           "(any handle type), pools created with "
+                           "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
+                           (unsigned long long)p->addr, kind);
+    /* 1. an exportable handle type after all (e.g. pool with POSIX_FD) */
+    int fd = -1;
+    r = gp_cu.MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+    if (r == CUDA_SUCCESS && fd >= 0) {
+        gp_cu.MemRelease(h);
+        snprintf(how, howlen, "export");
+        return nvrm_import_fd(ctx, nc, p->addr, fd, hOut);
+    }
+    CUresult export_r = r;
+
+    /* 2. candidates from the words behind the opaque handle */
+    uint32_t cli[MAX_CLI], obj[MAX_OBJ];
+    int ncli = 0, nobj = 0;
+    uint8_t buf[SCAN_BYTES];
+    int readable = safe_read((uint64_t)h, buf, sizeof buf) == 0;
+    if (readable) {
+        uint64_t ptrs[SCAN_BYTES / 8];
+        int nptr = 0;
+        for (size_t i = 0; i + 4 <= sizeof buf; i += 4) {
+            uint32_t x;
+            memcpy(&x, buf + i, 4);
+            if ((x & 0xfff00000u) == RS_CLIENT_HANDLE_BASE_) ncli = add_unique(cli, ncli, MAX_CLI, x);
+            nobj = add_unique(obj, nobj, MAX_OBJ, x);
+            if (i % 8 == 0 && i + 8 <= sizeof buf) {
+                uint64_t q;
+                memcpy(&q, buf + i, 8);
+                if (q >= 0x10000 && q < (1ull << 47) && nptr < (int)(sizeof ptrs / 8))
+                    ptrs[nptr++] = q;
+            }
+        }
+        /* one level of indirection */
+        for (int k = 0; k < nptr && nobj < MAX_OBJ; k++) {
+            uint8_t b2[256];
+            if (safe_read(ptrs[k], b2, sizeof b2)) continue;
+            for (size_t i = 0; i + 4 <= sizeof b2; i += 4) {
+                uint32_t x;
+                memcpy(&x, b2 + i, 4);
+                if ((x & 0xfff00000u) == RS_CLIENT_HANDLE_BASE_)
+                    ncli = add_unique(cli, ncli, MAX_CLI, x);
+                nobj = add_unique(obj, nobj, MAX_OBJ, x);
+            }
+        }
+    }
+    gp_cu.MemRelease(h);
+    ncli = add_unique(cli, ncli, MAX_CLI, cuda_client_by_ipc());
+
+    /* Identity is checked on the user's range within its allocation. */
+    gp_cuda_ptr vcp = *cp;
+    CUdeviceptr ab = 0;
+    size_t as = 0;
+    if (gp_cu.MemGetAddressRange(&ab, &as, p->addr) == CUDA_SUCCESS && as) {
+        vcp.base = ab;
+        vcp.size = as;
+    }
+    gp_pin vp = *p;
+    vp.va = va;
+    if (vp.addr + vp.size > vcp.base + vcp.size) vp.size = vcp.base + vcp.size - vp.addr;
+    uint64_t rm_off = va - mbase;
+    int n_dup = 0;
+    if (readable && ncli) {
+        for (int c = 0; c < ncli; c++)
+            for (int o = 0; o < nobj; o++) {
+                if (obj[o] == cli[c]) continue;
+                if (try_candidate(ctx, nc, &vp, &vcp, rm_off, cli[c], obj[o], hOut, &n_dup) == 0) {
+                    snprintf(how, howlen, "handle scan");
+                    return 0;
+                }
+            }
+    }
+    return gp_err(GDRPY_ENOTSUP,
+                  "0x%llx is %s, which CUDA does not export (cuMemExportToShareableHandle: %s) "
+                  "and whose RM memory object could not be found and proven in this process "
+                  "(allocation handle %s; %d client and %d object candidates, %d duplicated, "
+                  "none proven by the identity check): refused; what works: cuMemAlloc, "
+                  "cuMemCreate with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, pools created with "
+                  "that handle type (gdrpy.memory allocates so)", (unsigned long long)p->addr,
+                  kind, gp_cuda_errname(export_r), readable ? "readable" : "not an address",
+                  ncli, nobj, n_dup);
+}
+
+int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, gp_cuda_ptr *cp)
+{
+    if (cp->device >= 0 && cp->device != ctx->device)
+        return gp_err(GDRPY_ENODEV, "0x%llx is memory of CUDA device %d, but this context is "
+                      "on device %d", (unsigned long long)p->addr, cp->device, ctx->device);
+    uint64_t mb = 0, ms = 0;
+    CUresult r1 = gp_cu.PointerGetAttribute(&mb, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p->addr);
+    CUresult r2 = gp_cu.PointerGetAttribute(&ms, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, p->addr);
+    if (r1 || r2 || !mb || !ms) {
+        CUdeviceptr b = 0;
+        size_t s = 0;
+        CUresult r = gp_cu.MemGetAddressRange(&b, &s, p->addr);
+        if (r)
+            return gp_cuda_err(0, r, "cuMemGetAddressRange", "range of the pool allocation at "
+                               "0x%llx", (unsigned long long)p->addr);
+        mb = b;
+        ms = s;
+    }
+    cp->base = mb;
+    cp->size = ms;
+    if (p->addr < mb || p->addr + p->size > mb + ms)
+        return gp_err(GDRPY_EINVAL, "range 0x%llx+%llu leaves the pool mapping [0x%llx, "
+                      "0x%llx) that holds its first byte; pin within it",
+                      (unsigned long long)p->addr, (unsigned long long)p->size,
+                      (unsigned long long)mb, (unsigned long long)(mb + ms));
+    gp_log(1, "nvrm: pool memory 0x%llx in mapping [0x%llx, +0x%llx)",
+           (unsigned long long)p->addr, (unsigned long long)mb, (unsigned long long)ms);
+    return 0;
+}
