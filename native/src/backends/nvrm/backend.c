@@ -120,7 +120,7 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
         rc = gp_cuda_classify(p->addr, p->size, ctx->device, &cp);
     /* Pool memory: classify refuses it for every backend; nvrm tries route V. */
     int pool = rc == GDRPY_ENOTSUP && cp.kind == GP_CUMEM_POOL;
-    if (pool) rc = nvrm_pool_range(ctx, p, &cp);
+    if (pool) rc = nvrm_pool_range(ctx, p, anchor, &cp);
     if (rc) goto out;
 
     /* The pinned range: the 64 KiB GPU pages around the request, as GDRCopy
@@ -146,7 +146,8 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
             char how[32];
             np->route = 'V';
             gp_pin vp = *p;
-            rc = nvrm_route_v(ctx, nc, &vp, &cp, cp.base, va, &np->hMemory, how, sizeof how);
+            rc = nvrm_route_v(ctx, nc, &vp, anchor, &cp, cp.base, va, &np->hMemory,
+                              &np->rm_off, how, sizeof how);
             if (!rc) gp_log(1, "nvrm: route V (%s) for %s", how, gp_cuda_kind_name(cp.kind));
         }
         if (rc) { free(np); goto out; }

@@ -45,7 +45,9 @@ struct nvrm_map {
 };
 
 struct nvrm_pin {
-    char route;                 /* 'A' (import) or 'C' (dup) */
+    char route;                 /* 'A' (import), 'C' (dup), 'V' (found + dup) */
+    char strict;                /* identity only by a test write (route V
+                                   candidates: equal content proves nothing) */
     uint32_t hMemory;
     uint64_t rm_off;            /* offset of pin->va inside the RM object */
     struct nvrm_map map;
@@ -91,14 +93,15 @@ GP_HIDDEN int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p,
  * allocation (base/size: the mapping), `mbase` the VA where the RM object's
  * offset 0 is mapped, `va` the first pinned byte.  0 and *hOut (a handle in
  * our client, proven by the identity check) or ENOTSUP naming why. */
-GP_HIDDEN int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, const gp_cuda_ptr *cp,
-                           uint64_t mbase, uint64_t va, uint32_t *hOut, char *how,
-                           size_t howlen);
+GP_HIDDEN int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
+                           const gp_cuda_ptr *cp, uint64_t mbase, uint64_t va, uint32_t *hOut,
+                           uint64_t *rm_off, char *how, size_t howlen);
 
 /* Pool memory: fills cp->base/size with the mapping that holds p->addr
- * (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE) and checks the device and
+ * (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE of the anchor, the first
+ * allocated byte of the request) and checks the device and
  * that the request stays inside it. */
-GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, gp_cuda_ptr *cp);
+GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp);
 
 /* ---- chunk.c ---------------------------------------------------------- */
 /* First address in [lo, hi) that lies in a CUDA allocation, or 0. */

@@ -91,11 +91,12 @@ static uint32_t cuda_client_by_ipc(void)
     return c;
 }
 
-/* Tries one (client, object) pair: dup, class, identity.  0 and *hOut on
- * proof; -1 otherwise (nothing left behind). */
+/* Tries one (client, object) pair: dup, class, identity at each candidate
+ * offset (by a test write only).  0, *hOut and *off_out on proof; -1
+ * otherwise (nothing left behind). */
 static int try_candidate(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *vp, const gp_cuda_ptr *vcp,
-                         uint64_t rm_off, uint32_t cli, uint32_t obj, uint32_t *hOut,
-                         int *n_dup)
+                         const uint64_t *offs, int noffs, uint32_t cli, uint32_t obj,
+                         uint32_t *hOut, uint64_t *off_out, int *n_dup)
 {
     nv_os55_t a;
     int rc = -1;
@@ -115,47 +116,54 @@ static int try_candidate(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *vp, const gp_
     (*n_dup)++;
     nvrm_live_add(&nc->n_mem, 1);
     uint32_t cls = class_of(nc, a.hObject);
+    gp_log(1, "nvrm: route V: dup of client 0x%x object 0x%x is class 0x%x", cli, obj, cls);
     if (cls == NV01_MEMORY_LOCAL_USER_CLASS) {
-        struct nvrm_pin t;
-        memset(&t, 0, sizeof t);
-        t.route = 'V';
-        t.hMemory = a.hObject;
-        t.rm_off = rm_off;
-        t.map.devfd = -1;
-        if (nvrm_verify_identity(ctx, nc, vp, &t, vcp) == 0) {
-            gp_log(1, "nvrm: route V: client 0x%x object 0x%x backs 0x%llx", cli, obj,
-                   (unsigned long long)vp->addr);
-            *hOut = a.hObject;
-            return 0;
+        for (int i = 0; i < noffs; i++) {
+            struct nvrm_pin t;
+            memset(&t, 0, sizeof t);
+            t.route = 'V';
+            t.strict = 1;
+            t.hMemory = a.hObject;
+            t.rm_off = offs[i];
+            t.map.devfd = -1;
+            if (nvrm_verify_identity(ctx, nc, vp, &t, vcp) == 0) {
+                gp_log(1, "nvrm: route V: client 0x%x object 0x%x offset 0x%llx backs 0x%llx",
+                       cli, obj, (unsigned long long)offs[i], (unsigned long long)vp->addr);
+                *hOut = a.hObject;
+                *off_out = offs[i];
+                return 0;
+            }
+            gp_log(1, "nvrm: route V: vidmem 0x%x/0x%x offset 0x%llx: %s", cli, obj,
+                   (unsigned long long)offs[i], gdrpy_last_error());
         }
-        gp_log(1, "nvrm: route V: vidmem 0x%x/0x%x failed identity: %s", cli, obj,
-               gdrpy_last_error());
     }
     nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, a.hObject, "freeing a route V candidate");
     nvrm_live_add(&nc->n_mem, -1);
     return -1;
 }
 
-int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, const gp_cuda_ptr *cp,
-                 uint64_t mbase, uint64_t va, uint32_t *hOut, char *how, size_t howlen)
+int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
+                 const gp_cuda_ptr *cp, uint64_t mbase, uint64_t va, uint32_t *hOut,
+                 uint64_t *rm_off, char *how, size_t howlen)
 {
     const char *kind = gp_cuda_kind_name(cp->kind);
     snprintf(how, howlen, "?");
     CUmemGenericAllocationHandle h = 0;
-    CUresult r = gp_cu.MemRetainAllocationHandle(&h, (void *)(uintptr_t)p->addr);
+    CUresult r = gp_cu.MemRetainAllocationHandle(&h, (void *)(uintptr_t)anchor);
     if (r)
         return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemRetainAllocationHandle",
                            "0x%llx is %s: the CUDA driver gives no allocation handle for it, so "
                            "its RM memory cannot be found; what works: cuMemAlloc, cuMemCreate "
                            "(any handle type), pools created with "
                            "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
-                           (unsigned long long)p->addr, kind);
+                           (unsigned long long)anchor, kind);
     /* 1. an exportable handle type after all (e.g. pool with POSIX_FD) */
     int fd = -1;
     r = gp_cu.MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
     if (r == CUDA_SUCCESS && fd >= 0) {
         gp_cu.MemRelease(h);
         snprintf(how, howlen, "export");
+        *rm_off = va - mbase;   /* cuMemMap maps a handle from offset 0 */
         return nvrm_import_fd(ctx, nc, p->addr, fd, hOut);
     }
     CUresult export_r = r;
@@ -200,20 +208,42 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, const gp_cuda_ptr 
     gp_cuda_ptr vcp = *cp;
     CUdeviceptr ab = 0;
     size_t as = 0;
-    if (gp_cu.MemGetAddressRange(&ab, &as, p->addr) == CUDA_SUCCESS && as) {
+    if (gp_cu.MemGetAddressRange(&ab, &as, anchor) == CUDA_SUCCESS && as) {
         vcp.base = ab;
         vcp.size = as;
     }
     gp_pin vp = *p;
     vp.va = va;
-    if (vp.addr + vp.size > vcp.base + vcp.size) vp.size = vcp.base + vcp.size - vp.addr;
-    uint64_t rm_off = va - mbase;
+    uint64_t ilo = p->addr > vcp.base ? p->addr : vcp.base;
+    uint64_t ihi = p->addr + p->size < vcp.base + vcp.size ? p->addr + p->size
+                                                            : vcp.base + vcp.size;
+    if (ihi <= ilo) return gp_err(GDRPY_EINVAL, "route V: the request does not meet the "
+                                  "allocation at 0x%llx", (unsigned long long)anchor);
+    vp.addr = ilo;
+    vp.size = ihi - ilo;
+    /* Offsets of va in the object to try: from the mapping base (VMM: the
+     * handle is mapped from offset 0), from the allocation base, and from
+     * power-of-two chunk boundaries (pools map physical chunks of 2..64 MiB
+     * at aligned addresses).  Only a test write can prove one. */
+    uint64_t offs[10];
+    int noffs = 0;
+    uint64_t cand[10];
+    int nc_ = 0;
+    cand[nc_++] = va - mbase;
+    if (va >= vcp.base) cand[nc_++] = va - vcp.base;
+    for (int k = 21; k <= 26; k++) cand[nc_++] = va & ((1ull << k) - 1);
+    for (int i = 0; i < nc_; i++) {
+        int dup = 0;
+        for (int j = 0; j < noffs; j++) dup |= offs[j] == cand[i];
+        if (!dup) offs[noffs++] = cand[i];
+    }
     int n_dup = 0;
     if (readable && ncli) {
         for (int c = 0; c < ncli; c++)
             for (int o = 0; o < nobj; o++) {
                 if (obj[o] == cli[c]) continue;
-                if (try_candidate(ctx, nc, &vp, &vcp, rm_off, cli[c], obj[o], hOut, &n_dup) == 0) {
+                if (try_candidate(ctx, nc, &vp, &vcp, offs, noffs, cli[c], obj[o], hOut,
+                                  rm_off, &n_dup) == 0) {
                     snprintf(how, howlen, "handle scan");
                     return 0;
                 }
@@ -230,21 +260,21 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, const gp_cuda_ptr 
                   ncli, nobj, n_dup);
 }
 
-int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, gp_cuda_ptr *cp)
+int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp)
 {
     if (cp->device >= 0 && cp->device != ctx->device)
         return gp_err(GDRPY_ENODEV, "0x%llx is memory of CUDA device %d, but this context is "
                       "on device %d", (unsigned long long)p->addr, cp->device, ctx->device);
     uint64_t mb = 0, ms = 0;
-    CUresult r1 = gp_cu.PointerGetAttribute(&mb, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p->addr);
-    CUresult r2 = gp_cu.PointerGetAttribute(&ms, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, p->addr);
+    CUresult r1 = gp_cu.PointerGetAttribute(&mb, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, anchor);
+    CUresult r2 = gp_cu.PointerGetAttribute(&ms, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, anchor);
     if (r1 || r2 || !mb || !ms) {
         CUdeviceptr b = 0;
         size_t s = 0;
-        CUresult r = gp_cu.MemGetAddressRange(&b, &s, p->addr);
+        CUresult r = gp_cu.MemGetAddressRange(&b, &s, anchor);
         if (r)
             return gp_cuda_err(0, r, "cuMemGetAddressRange", "range of the pool allocation at "
-                               "0x%llx", (unsigned long long)p->addr);
+                               "0x%llx", (unsigned long long)anchor);
         mb = b;
         ms = s;
     }

@@ -275,7 +275,7 @@ int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, struct nvr
         }
         total += n;
     }
-    if (total >= 32 && distinct >= 8) {
+    if (total >= 32 && distinct >= 8 && !np->strict) {
         gp_log(1, "nvrm: identity of 0x%llx proven by content (%zu bytes, %d values)",
                (unsigned long long)p->addr, total, distinct);
         return 0;
