@@ -14,6 +14,8 @@
  *     process_vm_readv (never a fault), and each (client, object) pair among
  *     them is tried with RM_DUP_OBJECT into our client.  A dup succeeds only
  *     for objects of this process's own RM clients.
+ *     Failing that, the handles next to a memory handle CUDA gave route C
+ *     (a 1-byte cuMemAlloc's IPC words) are tried the same way.
  *  3. A candidate is kept only if it is video memory (class
  *     NV01_MEMORY_LOCAL_USER) and the identity check of route C passes at
  *     the pinned address (BAR1 bytes == cuMemcpyDtoH bytes, or a test write
@@ -78,15 +80,21 @@ static uint32_t class_of(struct nvrm_ctx *nc, uint32_t h)
     return (uint32_t)hi.result;
 }
 
-/* CUDA's RM client as route C sees it: from the IPC handle of a 1-byte
- * cuMemAlloc allocation made and freed here.  0 if that fails. */
-static uint32_t cuda_client_by_ipc(void)
+/* CUDA's RM client and a memory handle in it, as route C sees them: from
+ * the IPC handle of a 1-byte cuMemAlloc allocation made and freed here.
+ * 0 if that fails. */
+static uint32_t cuda_client_by_ipc(uint32_t *obj)
 {
+    *obj = 0;
     if (!gp_cu.MemAlloc || !gp_cu.MemFree) return 0;
     CUdeviceptr d = 0;
     if (gp_cu.MemAlloc(&d, 1) != CUDA_SUCCESS) return 0;
     uint32_t w[16];
-    uint32_t c = nvrm_ipc_words(d, w) == 0 ? w[12] : 0;
+    uint32_t c = 0;
+    if (nvrm_ipc_words(d, w) == 0) {
+        c = w[12];
+        *obj = w[13];
+    }
     gp_cu.MemFree(d);
     return c;
 }
@@ -202,7 +210,8 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
         }
     }
     gp_cu.MemRelease(h);
-    ncli = add_unique(cli, ncli, MAX_CLI, cuda_client_by_ipc());
+    uint32_t ipc_obj = 0;
+    ncli = add_unique(cli, ncli, MAX_CLI, cuda_client_by_ipc(&ipc_obj));
 
     /* Identity is checked on the user's range within its allocation. */
     gp_cuda_ptr vcp = *cp;
@@ -249,15 +258,36 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
                 }
             }
     }
+    /* 3. the neighbourhood of a memory handle CUDA handed out in its client
+     * (if CUDA numbers its RM objects in sequence, the one behind this
+     * allocation is near): [h - NB, h + NB), each candidate proven as above. */
+    enum { NB = 512 };
+    int n_near = 0;
+    if (ipc_obj > NB) {
+        for (int c = 0; c < ncli; c++)
+            for (uint32_t x = ipc_obj - NB; x < ipc_obj + NB; x++) {
+                if (x == cli[c]) continue;
+                int seen = 0;
+                for (int o = 0; o < nobj && !seen; o++) seen = obj[o] == x;
+                if (seen) continue;
+                n_near++;
+                if (try_candidate(ctx, nc, &vp, &vcp, offs, noffs, cli[c], x, hOut, rm_off,
+                                  &n_dup) == 0) {
+                    snprintf(how, howlen, "neighbour scan");
+                    return 0;
+                }
+            }
+    }
     return gp_err(GDRPY_ENOTSUP,
                   "0x%llx is %s, which CUDA does not export (cuMemExportToShareableHandle: %s) "
                   "and whose RM memory object could not be found and proven in this process "
-                  "(allocation handle %s; %d client and %d object candidates, %d duplicated, "
-                  "none proven by the identity check): refused; what works: cuMemAlloc, "
+                  "(allocation handle %s; %d client, %d object and %d neighbour candidates, %d "
+                  "duplicated, none proven by the identity check): refused; what works: "
+                  "cuMemAlloc, "
                   "cuMemCreate with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, pools created with "
                   "that handle type (gdrpy.memory allocates so)", (unsigned long long)p->addr,
                   kind, gp_cuda_errname(export_r), readable ? "readable" : "not an address",
-                  ncli, nobj, n_dup);
+                  ncli, nobj, n_near, n_dup);
 }
 
 int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp)
