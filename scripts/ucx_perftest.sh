@@ -69,9 +69,11 @@ run_pair() {
     env $envs "$PERF" -p "$port" >"$slog" 2>&1 &
     local spid=$!
     local ok=1 i
-    for i in $(seq 50); do   # wait until the server listens
-        ss -ltn 2>/dev/null | grep -q ":$port " && break
-        sleep 0.1
+    local hexport
+    hexport=$(printf ':%04X ' "$port")
+    for i in $(seq 100); do   # wait until the server listens (state 0A = LISTEN)
+        cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '$4 == "0A"' | grep -q "$hexport" && break
+        sleep 0.05
     done
     local n=$ITERS
     case "$t" in *bw|ucp_get|ucp_put_bw) n=$((ITERS / 4)) ;; esac
