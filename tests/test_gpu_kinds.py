@@ -353,3 +353,74 @@ def test_managed_memory_is_refused_with_a_clear_message(cu, gctx):
         assert "managed" in str(ei.value)
     finally:
         a.close()
+
+
+# ---- allocators of CuPy and PyTorch (each in a fresh process: the allocator
+# ---- is chosen before the library touches the GPU) ---------------------------
+
+_ALLOCATOR_SCRIPT = r"""
+import os, sys
+import numpy as np
+import gdrpy
+from gdrpy import errors
+lib, mode = sys.argv[1], sys.argv[2]
+n = 1 << 20
+if lib == "torch":
+    import torch
+    t = torch.zeros(n, dtype=torch.uint8, device="cuda:0")
+    obj, ptr = t, t.data_ptr()
+    def device_bytes():
+        torch.cuda.synchronize()
+        return t.cpu().numpy().tobytes()
+else:
+    import cupy as cp
+    if mode == "async":
+        cp.cuda.set_allocator(cp.cuda.MemoryAsyncPool().malloc)
+    a = cp.zeros(n, dtype=cp.uint8)
+    obj, ptr = a, int(a.data.ptr)
+    def device_bytes():
+        cp.cuda.Device().synchronize()
+        return cp.asnumpy(a).tobytes()
+ctx = gdrpy.open(0, os.environ.get("GDRPY_GPU_BACKEND", "nvrm"))
+try:
+    pin = ctx.pin(obj)
+except errors.GdrError as e:
+    print("REFUSED", e)
+    sys.exit(0)
+data = np.random.default_rng(1).integers(0, 256, n, dtype=np.uint8).tobytes()
+with pin, pin.map() as m:
+    m.write(0, data)
+    ok = device_bytes() == data
+    ok = ok and m.read(4096, 64) == data[4096:4160]
+print("PINNED", "round-trip ok" if ok else "WRONG DATA", hex(ptr))
+sys.exit(0 if ok else 1)
+"""
+
+ALLOCATORS = [
+    ("torch", "default", {}),
+    ("torch", "expandable_segments", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+    ("torch", "cudaMallocAsync", {"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"}),
+    ("cupy", "default", {}),
+    ("cupy", "async", {}),
+]
+
+
+@pytest.mark.parametrize(("lib", "mode", "env"), ALLOCATORS,
+                         ids=[f"{a}-{b}" for a, b, _ in ALLOCATORS])
+def test_framework_allocator_memory_pins_or_is_refused_with_reason(lib, mode, env):
+    import subprocess
+    import sys
+    pytest.importorskip(lib)
+    e = dict(os.environ, **env)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    e["PYTHONPATH"] = root + os.pathsep + e.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", _ALLOCATOR_SCRIPT, lib, mode], env=e, check=False,
+                       capture_output=True, text=True, timeout=240)
+    out = (r.stdout + r.stderr).strip()
+    print(f"{lib}/{mode}: {out.splitlines()[-1] if out else '(no output)'}")
+    assert r.returncode == 0, out
+    assert "PINNED round-trip ok" in out or "REFUSED" in out, out
+    if "REFUSED" in out:
+        assert "what works" in out or "allocate with" in out, out
+    if (lib, mode) in {("torch", "default"), ("cupy", "default")}:
+        assert "PINNED round-trip ok" in out, out
