@@ -107,12 +107,14 @@ def test_one_pin_over_several_allocations_of_one_chunk(cu, gctx):
     """UCX's registration cache merges neighbouring regions into one pin."""
     allocs = [int(_ok(cu.cuMemAlloc(4096))) for _ in range(8)]
     try:
-        # the largest group of them inside one 2 MiB window (a chunk)
-        groups: dict[int, list[int]] = {}
+        # the largest group of them in one RM object (chunk): legacy IPC handle
+        # words 12/13 name CUDA's RM client and object (docs: route C)
+        groups: dict[tuple, list[int]] = {}
         for p in allocs:
-            groups.setdefault(p >> 21, []).append(p)
+            words = np.frombuffer(bytes(_ok(cu.cuIpcGetMemHandle(p)).reserved), np.uint32)
+            groups.setdefault((int(words[12]), int(words[13])), []).append(p)
         ptrs = max(groups.values(), key=len)
-        assert len(ptrs) >= 2, f"no two 4 KiB allocations share a 2 MiB window: {groups}"
+        assert len(ptrs) >= 2, f"no two 4 KiB allocations share a chunk: {groups}"
         lo, hi = page_range(min(ptrs), max(ptrs) + 4096 - min(ptrs))
         for i, p in enumerate(ptrs):
             htod(cu, p, bytes([i]) * 4096)
