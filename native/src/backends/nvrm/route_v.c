@@ -8,7 +8,8 @@
  * Route V finds it and proves it:
  *  1. cuMemRetainAllocationHandle(addr) gives CUDA's allocation handle;
  *     when cuMemExportToShareableHandle(POSIX_FD) works on it (pools
- *     created with that handle type), the export is imported as in route A.
+ *     created with that handle type), the export is imported as in route A
+ *     and its offset proven as in 3.
  *  2. Otherwise the handle is an address inside CUDA (undocumented): the
  *     words there (and one pointer level below) are read with
  *     process_vm_readv (never a fault), and each (client, object) pair among
@@ -48,7 +49,7 @@ typedef struct {
 } nv0000_handle_info_t;
 _Static_assert(sizeof(nv0000_handle_info_t) == 16, "GET_HANDLE_INFO params");
 
-enum { SCAN_BYTES = 512, MAX_OBJ = 384, MAX_CLI = 6 };
+enum { SCAN_BYTES = 512, MAX_OBJ = 2048, MAX_CLI = 6 };
 
 /* Reads n bytes at addr of this process, or -1 if any of it is unmapped. */
 static int safe_read(uint64_t addr, void *buf, size_t n)
@@ -165,49 +166,43 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
                            "(any handle type), pools created with "
                            "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
                            (unsigned long long)anchor, kind);
-    /* 1. an exportable handle type after all (e.g. pool with POSIX_FD) */
-    int fd = -1;
-    r = gp_cu.MemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-    if (r == CUDA_SUCCESS && fd >= 0) {
-        gp_cu.MemRelease(h);
-        snprintf(how, howlen, "export");
-        *rm_off = va - mbase;   /* cuMemMap maps a handle from offset 0 */
-        return nvrm_import_fd(ctx, nc, p->addr, fd, hOut);
-    }
-    CUresult export_r = r;
-
     /* 2. candidates from the words behind the opaque handle */
-    uint32_t cli[MAX_CLI], obj[MAX_OBJ];
+    uint32_t cli[MAX_CLI];
+    uint32_t *obj = calloc(MAX_OBJ, sizeof *obj);
+    if (!obj) { gp_cu.MemRelease(h); return gp_err(GDRPY_ENOMEM, "out of memory"); }
     int ncli = 0, nobj = 0;
     uint8_t buf[SCAN_BYTES];
     int readable = safe_read((uint64_t)h, buf, sizeof buf) == 0;
     if (readable) {
-        uint64_t ptrs[SCAN_BYTES / 8];
-        int nptr = 0;
-        for (size_t i = 0; i + 4 <= sizeof buf; i += 4) {
-            uint32_t x;
-            memcpy(&x, buf + i, 4);
-            if ((x & 0xfff00000u) == RS_CLIENT_HANDLE_BASE_) ncli = add_unique(cli, ncli, MAX_CLI, x);
-            nobj = add_unique(obj, nobj, MAX_OBJ, x);
-            if (i % 8 == 0 && i + 8 <= sizeof buf) {
-                uint64_t q;
-                memcpy(&q, buf + i, 8);
-                if (q >= 0x10000 && q < (1ull << 47) && nptr < (int)(sizeof ptrs / 8))
-                    ptrs[nptr++] = q;
+        /* breadth-first over pointers: the handle's block, then up to
+         * MAX_BLOCKS blocks it points to (two levels) */
+        enum { MAX_BLOCKS = 192, BLK = 256 };
+        uint64_t *q = malloc(MAX_BLOCKS * sizeof *q);
+        int qn = 0, depth_end = 0;
+        for (int level = 0; level < 3 && q; level++) {
+            int from = level == 0 ? -1 : depth_end, to = qn;
+            if (level > 0 && from >= to) break;
+            depth_end = qn;
+            for (int b = from; b < to; b++) {
+                uint8_t blk[SCAN_BYTES];
+                size_t len = level == 0 ? sizeof buf : BLK;
+                if (level == 0) memcpy(blk, buf, sizeof buf);
+                else if (safe_read(q[b], blk, len)) continue;
+                for (size_t i = 0; i + 4 <= len; i += 4) {
+                    uint32_t x;
+                    memcpy(&x, blk + i, 4);
+                    if ((x & 0xfff00000u) == RS_CLIENT_HANDLE_BASE_)
+                        ncli = add_unique(cli, ncli, MAX_CLI, x);
+                    nobj = add_unique(obj, nobj, MAX_OBJ, x);
+                    if (i % 8 == 0 && i + 8 <= len && level < 2 && qn < MAX_BLOCKS) {
+                        uint64_t v;
+                        memcpy(&v, blk + i, 8);
+                        if (v >= 0x10000 && v < (1ull << 47) && (v & 7) == 0) q[qn++] = v;
+                    }
+                }
             }
         }
-        /* one level of indirection */
-        for (int k = 0; k < nptr && nobj < MAX_OBJ; k++) {
-            uint8_t b2[256];
-            if (safe_read(ptrs[k], b2, sizeof b2)) continue;
-            for (size_t i = 0; i + 4 <= sizeof b2; i += 4) {
-                uint32_t x;
-                memcpy(&x, b2 + i, 4);
-                if ((x & 0xfff00000u) == RS_CLIENT_HANDLE_BASE_)
-                    ncli = add_unique(cli, ncli, MAX_CLI, x);
-                nobj = add_unique(obj, nobj, MAX_OBJ, x);
-            }
-        }
+        free(q);
     }
     gp_cu.MemRelease(h);
     uint32_t ipc_obj = 0;
@@ -226,8 +221,12 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
     uint64_t ilo = p->addr > vcp.base ? p->addr : vcp.base;
     uint64_t ihi = p->addr + p->size < vcp.base + vcp.size ? p->addr + p->size
                                                             : vcp.base + vcp.size;
-    if (ihi <= ilo) return gp_err(GDRPY_EINVAL, "route V: the request does not meet the "
-                                  "allocation at 0x%llx", (unsigned long long)anchor);
+    int rc;
+    if (ihi <= ilo) {
+        rc = gp_err(GDRPY_EINVAL, "route V: the request does not meet the allocation at "
+                    "0x%llx", (unsigned long long)anchor);
+        goto done;
+    }
     vp.addr = ilo;
     vp.size = ihi - ilo;
     /* Offsets of va in the object to try: from the mapping base (VMM: the
@@ -247,6 +246,40 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
         if (!dup) offs[noffs++] = cand[i];
     }
     int n_dup = 0;
+    /* 1. an exportable handle type after all (e.g. a pool created with
+     * POSIX_FD): import it, then prove the offset like any candidate. */
+    CUresult export_r = CUDA_ERROR_NOT_SUPPORTED;
+    {
+        CUmemGenericAllocationHandle h2 = 0;
+        int fd = -1;
+        if (gp_cu.MemRetainAllocationHandle(&h2, (void *)(uintptr_t)anchor) == CUDA_SUCCESS) {
+            export_r = gp_cu.MemExportToShareableHandle(&fd, h2,
+                                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            gp_cu.MemRelease(h2);
+        }
+        uint32_t hImp = 0;
+        if (export_r == CUDA_SUCCESS && fd >= 0 &&
+            nvrm_import_fd(ctx, nc, anchor, fd, &hImp) == 0) {
+            for (int i = 0; i < noffs; i++) {
+                struct nvrm_pin t;
+                memset(&t, 0, sizeof t);
+                t.route = 'V';
+                t.strict = 1;
+                t.hMemory = hImp;
+                t.rm_off = offs[i];
+                t.map.devfd = -1;
+                if (nvrm_verify_identity(ctx, nc, &vp, &t, &vcp) == 0) {
+                    *hOut = hImp;
+                    *rm_off = offs[i];
+                    snprintf(how, howlen, "export");
+                    rc = 0;
+                    goto done;
+                }
+            }
+            nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, hImp, "freeing an unproven import");
+            nvrm_live_add(&nc->n_mem, -1);
+        }
+    }
     if (readable && ncli) {
         for (int c = 0; c < ncli; c++)
             for (int o = 0; o < nobj; o++) {
@@ -254,7 +287,8 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
                 if (try_candidate(ctx, nc, &vp, &vcp, offs, noffs, cli[c], obj[o], hOut,
                                   rm_off, &n_dup) == 0) {
                     snprintf(how, howlen, "handle scan");
-                    return 0;
+                    rc = 0;
+                    goto done;
                 }
             }
     }
@@ -274,11 +308,12 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
                 if (try_candidate(ctx, nc, &vp, &vcp, offs, noffs, cli[c], x, hOut, rm_off,
                                   &n_dup) == 0) {
                     snprintf(how, howlen, "neighbour scan");
-                    return 0;
+                    rc = 0;
+                    goto done;
                 }
             }
     }
-    return gp_err(GDRPY_ENOTSUP,
+    rc = gp_err(GDRPY_ENOTSUP,
                   "0x%llx is %s, which CUDA does not export (cuMemExportToShareableHandle: %s) "
                   "and whose RM memory object could not be found and proven in this process "
                   "(allocation handle %s; %d client, %d object and %d neighbour candidates, %d "
@@ -288,6 +323,9 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
                   "that handle type (gdrpy.memory allocates so)", (unsigned long long)p->addr,
                   kind, gp_cuda_errname(export_r), readable ? "readable" : "not an address",
                   ncli, nobj, n_near, n_dup);
+done:
+    free(obj);
+    return rc;
 }
 
 int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp)
