@@ -19,13 +19,13 @@ import os as _os
 
 from . import errors
 from ._core import (Context, Mapping, Pin, backend_names, copy_isa, copy_isa_available,
-                    probe, set_copy_isa, version as _core_version)
+                    nvrm_selftest, probe, set_copy_isa, version as _core_version)
 from .errors import *  # noqa: F401,F403
 
 __version__ = "0.1.0"
 
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
-           "backend_names", "copy_isa", "copy_isa_available", "set_copy_isa",
+           "backend_names", "nvrm_selftest", "copy_isa", "copy_isa_available", "set_copy_isa",
            "library_version", "libdir", "put", "get", "Transfer"] + list(errors.__all__)
 
 

@@ -147,6 +147,27 @@ def probe(backend, device=0):
     return rc == 0, why.decode("utf-8", "replace")
 
 
+def nvrm_selftest(device=0):
+    """The nvrm backend's self-test report for a device, as a dict (it runs
+    once per process, at the first open of the device, or here).
+
+    Keys: ``driver``, ``cuda_driver``, ``table`` (``branch``, ``tag``,
+    ``driver_newer_than_tables``), ``selftest_ms``, ``usable``, ``reason``,
+    ``routes`` (``A``/``C``: ``ok``, ``step``, ``detail``; ``C`` also
+    ``ipc_layout``).  Returns None where the self-test could not run (no
+    NVIDIA driver or GPU); the reason is then in ``probe('nvrm')``.
+    """
+    import json
+    cdef int d = _device(device)
+    cdef bytes buf = PyBytes_FromStringAndSize(NULL, 16384)
+    cdef char *p = PyBytes_AS_STRING(buf)
+    p[0] = 0
+    gdrpy_nvrm_selftest(d, p, 16384)
+    if p[0] == 0:
+        return None
+    return json.loads(p.decode("utf-8", "replace"))
+
+
 def copy_isa():
     """The copy kernel in use (e.g. 'avx2')."""
     return gdrpy_copy_isa().decode()

@@ -5,7 +5,8 @@
 #   scripts/gpu_suite.sh [all|test|bench|examples]...   (default: all)
 #
 #   test      pytest (GDRPY_REQUIRE_GPU=1: nothing GPU-marked may skip), the C
-#             core test on nvrm, the nvrm backend harness
+#             core test on nvrm, the nvrm backend harness, the nvrm self-test
+#             (cost, routes, corrupted-table switch)
 #   bench     C copylat (gdrpy and libgdrapi), bench latency/bandwidth (--c),
 #             calibrate, bench transfer
 #   examples  bench pingpong, trading feed, MPI eager
@@ -71,6 +72,7 @@ if want test; then
     step pytest 900 python3 -m pytest -q -rs -p no:cacheprovider --junitxml="$WORK/junit.xml"
     step c_core_gpu 120 env GDRPY_BACKEND=nvrm native/build/test_core
     step c_nvrm_backend 300 sh native/tests/gpu/run_backend_test.sh "$WORK"
+    step nvrm_selftest 300 python3 scripts/nvrm_selftest.py --json "$WORK/nvrm_selftest.json"
 fi
 
 if want kinds; then

@@ -84,6 +84,14 @@ static void do_load(void)
         OPT(MemGetHandleForAddressRange, "cuMemGetHandleForAddressRange"),
         OPT(MemAlloc, "cuMemAlloc_v2"),
         OPT(MemFree, "cuMemFree_v2"),
+        /* the nvrm self-test's scratch memory (route A) */
+        OPT(MemCreate, "cuMemCreate"),
+        OPT(MemAddressReserve, "cuMemAddressReserve"),
+        OPT(MemAddressFree, "cuMemAddressFree"),
+        OPT(MemMap, "cuMemMap"),
+        OPT(MemUnmap, "cuMemUnmap"),
+        OPT(MemSetAccess, "cuMemSetAccess"),
+        OPT(MemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].slot = dlsym(h, syms[i].name);

@@ -46,6 +46,16 @@ typedef struct {
 } gp_CUmemAllocationProp;
 _Static_assert(sizeof(gp_CUmemAllocationProp) == 32, "CUmemAllocationProp size");
 
+typedef struct {
+    int location_type;           /* CUmemLocationType: 1 device */
+    int location_id;
+    int flags;                   /* CUmemAccess_flags: 3 read-write */
+} gp_CUmemAccessDesc;
+_Static_assert(sizeof(gp_CUmemAccessDesc) == 12, "CUmemAccessDesc size");
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
+#define CU_MEM_ALLOCATION_TYPE_PINNED 1
+#define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0
+
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
@@ -135,6 +145,19 @@ struct gp_cuda_api {
                                             unsigned long long flags); /* optional */
     CUresult (*MemAlloc)(CUdeviceptr *p, size_t n);           /* _v2, optional */
     CUresult (*MemFree)(CUdeviceptr p);                       /* _v2, optional */
+    /* optional: VMM allocation (the nvrm self-test's scratch memory) */
+    CUresult (*MemCreate)(CUmemGenericAllocationHandle *h, size_t size,
+                          const gp_CUmemAllocationProp *prop, unsigned long long flags);
+    CUresult (*MemAddressReserve)(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+                                  unsigned long long flags);
+    CUresult (*MemAddressFree)(CUdeviceptr p, size_t size);
+    CUresult (*MemMap)(CUdeviceptr p, size_t size, size_t offset,
+                       CUmemGenericAllocationHandle h, unsigned long long flags);
+    CUresult (*MemUnmap)(CUdeviceptr p, size_t size);
+    CUresult (*MemSetAccess)(CUdeviceptr p, size_t size, const gp_CUmemAccessDesc *desc,
+                             size_t count);
+    CUresult (*MemGetAllocationGranularity)(size_t *g, const gp_CUmemAllocationProp *prop,
+                                            int option);
 };
 
 GP_HIDDEN extern struct gp_cuda_api gp_cu;

@@ -1,8 +1,14 @@
 /*
  * abi.h - our own definitions of the NVIDIA RM ioctl interface the nvrm
  * backend uses: escape numbers, argument layouts, classes, controls and
- * their parameter layouts (x86-64).  Values follow the driver's public
- * headers (facts/nvrm-bar1.md); the structs are written here, not copied.
+ * their parameter layouts (LP64: x86-64, aarch64).  Values follow the
+ * driver's public headers; the structs are written here, not copied.
+ *
+ * Every item is checked against each production branch's headers by
+ * tests/test_nvrm_abi.py (records in abi/<branch>.json, made by
+ * scripts/nvrm_abi_extract.py).  Where a branch differs, a variant is
+ * defined here (suffix _v<branch>) and struct nvrm_abi (below) says which
+ * one the running driver takes; abi_tables.h holds one nvrm_abi per branch.
  */
 #ifndef GDRPY_NVRM_ABI_H
 #define GDRPY_NVRM_ABI_H
@@ -35,7 +41,15 @@
 #define NV_IMPORT_OBJECT_TYPE_VIDMEM 1
 
 /* NVOS33 flags bits 25:23: the caching type the driver chose. */
-#define NVOS33_CACHING_TYPE(f) (((f) >> 23) & 7u)
+#define NVOS33_CACHING_TYPE_LO 23
+#define NVOS33_CACHING_TYPE_HI 25
+#define NVOS33_CACHING_TYPE(f) \
+    (((f) >> NVOS33_CACHING_TYPE_LO) & ((1u << (NVOS33_CACHING_TYPE_HI - NVOS33_CACHING_TYPE_LO + 1)) - 1))
+#define NVOS33_CT_CACHED 0
+#define NVOS33_CT_UNCACHED 1
+#define NVOS33_CT_WRITECOMBINED 2
+#define NVOS33_CT_WRITEBACK 5
+#define NVOS33_CT_UNCACHED_WEAK 7
 
 /* RM status codes we act on (the full list is in status_names below). */
 #define NV_OK 0x0
@@ -128,6 +142,15 @@ typedef struct {
     uint8_t pad0[2];
 } nv0000_export_info_t;
 
+/* The same control's parameters on branch 535 (no gpuInstanceId: 76 bytes). */
+typedef struct {
+    int32_t fd;
+    uint32_t deviceInstance;
+    uint16_t maxObjects;
+    uint8_t metadata[64];
+    uint8_t pad0[2];
+} nv0000_export_info_v535_t;
+
 typedef struct {
     int32_t fd;
     uint32_t hParent;
@@ -136,48 +159,28 @@ typedef struct {
     uint16_t numObjects, index;
 } nv0000_import_t;
 
-#define CHECK_LAYOUT(t, sz) _Static_assert(sizeof(t) == (sz), #t " size")
-CHECK_LAYOUT(nv_os00_t, 16);
-CHECK_LAYOUT(nv_os21_t, 32);
-CHECK_LAYOUT(nv_os54_t, 32);
-CHECK_LAYOUT(nv_os55_t, 28);
-CHECK_LAYOUT(nv_os33_fd_t, 56);
-CHECK_LAYOUT(nv_os34_t, 32);
-CHECK_LAYOUT(nv_card_info_t, 72);
-CHECK_LAYOUT(nv_version_t, 72);
-CHECK_LAYOUT(nv0080_alloc_t, 56);
-CHECK_LAYOUT(nv0000_id_info_v2_t, 32);
-CHECK_LAYOUT(nv0000_export_info_t, 80);
-CHECK_LAYOUT(nv0000_import_t, 652);
-_Static_assert(offsetof(nv_os21_t, pAllocParms) == 16, "NVOS21.pAllocParms");
-_Static_assert(offsetof(nv_os21_t, status) == 28, "NVOS21.status");
-_Static_assert(offsetof(nv_os54_t, params) == 16, "NVOS54.params");
-_Static_assert(offsetof(nv_os54_t, status) == 28, "NVOS54.status");
-_Static_assert(offsetof(nv_os55_t, status) == 24, "NVOS55.status");
-_Static_assert(offsetof(nv_os33_fd_t, offset) == 16, "NVOS33.offset");
-_Static_assert(offsetof(nv_os33_fd_t, pLinearAddress) == 32, "NVOS33.pLinearAddress");
-_Static_assert(offsetof(nv_os33_fd_t, status) == 40, "NVOS33.status");
-_Static_assert(offsetof(nv_os33_fd_t, flags) == 44, "NVOS33.flags");
-_Static_assert(offsetof(nv_os33_fd_t, fd) == 48, "NVOS33.fd");
-_Static_assert(offsetof(nv_os34_t, pLinearAddress) == 16, "NVOS34.pLinearAddress");
-_Static_assert(offsetof(nv_os34_t, status) == 24, "NVOS34.status");
-_Static_assert(offsetof(nv_card_info_t, domain) == 4, "card.domain");
-_Static_assert(offsetof(nv_card_info_t, bus) == 8, "card.bus");
-_Static_assert(offsetof(nv_card_info_t, vendor_id) == 12, "card.vendor");
-_Static_assert(offsetof(nv_card_info_t, gpu_id) == 16, "card.gpu_id");
-_Static_assert(offsetof(nv_card_info_t, reg_address) == 24, "card.reg_address");
-_Static_assert(offsetof(nv_card_info_t, fb_size) == 48, "card.fb_size");
-_Static_assert(offsetof(nv_card_info_t, minor_number) == 56, "card.minor");
-_Static_assert(offsetof(nv_card_info_t, dev_name) == 60, "card.dev_name");
-_Static_assert(offsetof(nv0080_alloc_t, vaSpaceSize) == 24, "0080.vaSpaceSize");
-_Static_assert(offsetof(nv0080_alloc_t, vaMode) == 48, "0080.vaMode");
-_Static_assert(offsetof(nv0000_id_info_v2_t, deviceInstance) == 8, "idinfo.deviceInstance");
-_Static_assert(offsetof(nv0000_id_info_v2_t, numaId) == 28, "idinfo.numaId");
-_Static_assert(offsetof(nv0000_export_info_t, maxObjects) == 12, "export.maxObjects");
-_Static_assert(offsetof(nv0000_export_info_t, metadata) == 14, "export.metadata");
-_Static_assert(offsetof(nv0000_import_t, objects) == 8, "import.objects");
-_Static_assert(offsetof(nv0000_import_t, objectTypes) == 520, "import.objectTypes");
-_Static_assert(offsetof(nv0000_import_t, numObjects) == 648, "import.numObjects");
-_Static_assert(offsetof(nv0000_import_t, index) == 650, "import.index");
+/* ---- per-branch table ------------------------------------------------- */
+/* One escape: its number and the argument size the driver checks exactly. */
+struct nvrm_esc {
+    uint32_t nr, size;
+};
+
+/* Everything the backend passes to the driver that a branch could change.
+ * The tables (abi_tables.h) are generated from abi/<branch>.json. */
+struct nvrm_abi {
+    const char *branch;                 /* "580" */
+    const char *tag;                    /* the tag the records came from */
+    struct nvrm_esc card_info, check_version, rm_free, rm_control, rm_alloc, rm_dup,
+        rm_map, rm_unmap;
+    uint32_t version_cmd_query;
+    uint32_t cls_root_client, cls_device;
+    uint32_t ctrl_gpu_id_info_v2, ctrl_export_info, ctrl_import_from_fd;
+    uint32_t size_device_alloc, size_id_info_v2, size_export_info, size_import_from_fd;
+    /* OS_UNIX_GET_EXPORT_OBJECT_INFO: where deviceInstance / maxObjects sit
+     * (535: 4 / 8, later: 4 / 12 with gpuInstanceId at 8). */
+    uint32_t export_off_device_instance, export_off_max_objects;
+    uint32_t import_type_vidmem;
+    uint32_t caching_lo, caching_hi;
+};
 
 #endif /* GDRPY_NVRM_ABI_H */

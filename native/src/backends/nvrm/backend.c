@@ -2,24 +2,27 @@
  * backends/nvrm/backend.c - BAR1 mappings through the NVIDIA driver's own resource
  * manager (RM) interface: /dev/nvidiactl + /dev/nvidiaN, no extra module.
  *
- * The ioctl sequence and every layout below follow /work/shared/facts/
- * nvrm-bar1.md (measured on driver 580.159.04); the structs are our own
- * definitions, checked with _Static_assert.
+ * The ioctl sequence follows facts/nvrm-bar1.md (measured on driver
+ * 580.159.04); what is sent to the driver comes from the ABI table of the
+ * running driver's branch (abi.h, table.c), and the first open of a device
+ * runs the self-test (selftest.c), which decides which routes are used.
+ * docs/nvrm.md describes both.
  *
  * Per context: one /dev/nvidiactl fd, one RM root client, one RM device
  * object (the GPU matched to the CUDA ordinal by PCI address).
  * Per pin: one RM memory handle in our client that keeps the pages alive
  *   route A - cuMemCreate memory: export as POSIX fd, import into our client;
  *   route C - cuMemAlloc memory: RM_DUP_OBJECT of CUDA's own RM handle, found
- *             through the (undocumented) cuIpcGetMemHandle words, verified
- *             against cuMemcpyDtoH before the pin is accepted.
+ *             through the (undocumented) cuIpcGetMemHandle words whose layout
+ *             the self-test proved, checked read-only before the pin is
+ *             accepted (nothing of the caller's is ever written).
  * Per mapping: one /dev/nvidiaN fd carrying one RM CPU mapping, mmap'ed
  * MAP_SHARED and MADV_DONTFORK.
  *
  * Thread safety: the core holds ctx->lock around pin/unpin/map/unmap; the
- * RM handle counter has its own lock; everything else is per object.
- */
-/*
+ * RM handle counter has its own lock; the self-test state has its own lock
+ * and never changes once published; everything else is per object.
+ *
  * This file: the gp_backend hooks.  See nvrm.h for the other files.
  */
 #ifndef _GNU_SOURCE
@@ -53,6 +56,10 @@ static int nvrm_probe(int device, char *why, size_t whylen)
         if (!rc) {
             nvrm_session_close(&nc);
             pthread_mutex_destroy(&nc.hlock);
+            /* The self-test runs at the first open; once it has run, its
+             * verdict is the probe's. */
+            const struct nvrm_dev_state *st = nvrm_selftest_state(device);
+            if (st && !st->usable) rc = gp_err(GDRPY_ENOTSUP, "%s", st->reason);
         }
     }
     if (rc && why && whylen) snprintf(why, whylen, "%s", gdrpy_last_error());
@@ -70,11 +77,26 @@ static int nvrm_open(gp_ctx *ctx)
         free(nc);
         return rc;
     }
+    gp_cuda_hold(ctx->device);
+    /* First open of the device in this process: prove the routes (cached). */
+    gp_cuda_scope sc;
+    rc = gp_cuda_enter(ctx->device, &sc);
+    if (!rc) {
+        rc = nvrm_selftest(ctx->device, nc);
+        gp_cuda_leave(&sc);
+    }
+    if (rc) {
+        gp_err_prefix(rc, "nvrm on CUDA device %d", ctx->device);
+        gp_cuda_unhold(ctx->device);
+        nvrm_session_close(nc);
+        pthread_mutex_destroy(&nc->hlock);
+        free(nc);
+        return rc;
+    }
     gp_cuda_device_info(ctx->device, ctx->info.gpu_name, sizeof ctx->info.gpu_name,
                         ctx->info.pci_bus_id, sizeof ctx->info.pci_bus_id);
     snprintf(ctx->info.driver_version, sizeof ctx->info.driver_version, "%.*s",
              (int)sizeof ctx->info.driver_version - 1, nc->version);
-    gp_cuda_hold(ctx->device);
     ctx->bpriv = nc;
     return 0;
 }
@@ -116,15 +138,30 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
                         (unsigned long long)end);
         }
     }
-    if (!rc && cp.kind == GP_CUMEM_VMM)   /* route A: the range stays in the mapping */
+    if (!rc && cp.kind == GP_CUMEM_VMM)   /* routes A, V: the range stays in the mapping */
         rc = gp_cuda_classify(p->addr, p->size, ctx->device, &cp);
     /* Pool memory: classify refuses it for every backend; nvrm tries route V. */
     int pool = rc == GDRPY_ENOTSUP && cp.kind == GP_CUMEM_POOL;
     if (pool) rc = nvrm_pool_range(ctx, p, anchor, &cp);
     if (rc) goto out;
+    int vmm_fd = cp.kind == GP_CUMEM_VMM &&
+                 (cp.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    char route = pool || cp.kind == GP_CUMEM_VMM ? (vmm_fd ? 'A' : 'V') : 'C';
+
+    /* Routes the self-test disabled stay disabled, with its reason (route V
+     * needs RM dup and mapping, which route C's self-test proves). */
+    const struct nvrm_route_report *rr = route == 'A' ? &nc->st->route_a : &nc->st->route_c;
+    if (!rr->ok) {
+        rc = gp_err(GDRPY_ENOTSUP, "pinning %s (route %c) is disabled on CUDA device %d: the "
+                    "nvrm self-test failed at \"%s\": %s%s", gp_cuda_kind_name(cp.kind), route,
+                    ctx->device, rr->step, rr->detail,
+                    route == 'A' ? "" : "; allocate with cuMemCreate and "
+                    "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (gdrpy.memory does)");
+        goto out;
+    }
 
     /* The pinned range: the 64 KiB GPU pages around the request, as GDRCopy
-     * pins (route A: clamped to the VMM mapping; route C: they must lie in
+     * pins (routes A, V: clamped to the mapping; route C: they must lie in
      * the chunk behind the allocation, see chunk.c). */
     uint64_t va = gp_round_down(p->addr, GDRPY_GPU_PAGE_SIZE);
     uint64_t hi = gp_round_up(end, GDRPY_GPU_PAGE_SIZE);
@@ -132,19 +169,17 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     struct nvrm_pin *np = calloc(1, sizeof *np);
     if (!np) { rc = gp_err(GDRPY_ENOMEM, "out of memory"); goto out; }
     np->map.devfd = -1;
-    if (cp.kind == GP_CUMEM_VMM || pool) {
+    np->route = route;
+    if (route != 'C') {
         /* cuMemMap maps a handle from its offset 0 at the mapping base. */
         const uint64_t hp = (uint64_t)nvrm_host_page();
         if (va < cp.base) va = cp.base;   /* never before the handle's first byte */
         if (hi > gp_round_up(cp.base + cp.size, hp)) hi = gp_round_up(cp.base + cp.size, hp);
         np->rm_off = va - cp.base;
-        if (!pool && (cp.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
-            np->route = 'A';
+        if (route == 'A') {
             rc = nvrm_import_vmm(ctx, nc, p->addr, &cp, &np->hMemory);
         } else {
-            /* route V proves identity itself, on the request */
             char how[32];
-            np->route = 'V';
             gp_pin vp = *p;
             rc = nvrm_route_v(ctx, nc, &vp, anchor, &cp, cp.base, va, &np->hMemory,
                               &np->rm_off, how, sizeof how);
@@ -152,7 +187,6 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
         }
         if (rc) { free(np); goto out; }
     } else {
-        np->route = 'C';
         uint64_t objoff = 0, clo = 0, chi = 0;
         rc = nvrm_dup_legacy(ctx, nc, &cp, &np->hMemory, &objoff);
         if (!rc) {
@@ -166,8 +200,7 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
                 rc = nvrm_chunk_range(ctx, &cp, objoff, &va, &hi, &clo, &chi);
             }
             if (rc) {
-                nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, np->hMemory,
-                             "freeing a refused dup");
+                nvrm_rm_free(nc, nc->hDevice, np->hMemory, "freeing a refused dup");
                 nvrm_live_add(&nc->n_mem, -1);
             }
         }
@@ -178,20 +211,17 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     p->len = hi - va;
     p->page_size = (uint32_t)GDRPY_GPU_PAGE_SIZE;
     if (np->route == 'C') {
-        /* Identity is proven on the anchor allocation's part of the request
+        /* Identity is checked on the anchor allocation's part of the request
          * (free space of the chunk cannot be read through CUDA). */
-        gp_pin vp = *p;
         uint64_t ilo = p->addr > cp.base ? p->addr : cp.base;
         uint64_t ihi = end < cp.base + cp.size ? end : cp.base + cp.size;
-        if (ihi <= ilo) {   /* the request starts in free space: check the anchor's head */
+        if (ihi <= ilo) {   /* the request starts in free space: the anchor's head */
             ilo = cp.base;
             ihi = cp.base + cp.size < hi ? cp.base + cp.size : hi;
         }
-        vp.addr = ilo;
-        vp.size = ihi - ilo;
-        rc = nvrm_verify_identity(ctx, nc, &vp, np, &cp);
+        rc = nvrm_verify_identity(ctx, nc, np->hMemory, p->va, np->rm_off, ilo, ihi - ilo);
         if (rc) {
-            nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, np->hMemory, "freeing a refused dup");
+            nvrm_rm_free(nc, nc->hDevice, np->hMemory, "freeing a refused dup");
             nvrm_live_add(&nc->n_mem, -1);
             free(np);
             goto out;
@@ -218,7 +248,7 @@ static int nvrm_unpin(gp_ctx *ctx, gp_pin *p)
         p->map_base = NULL;
         p->map_len = 0;
     }
-    int rc2 = nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, np->hMemory,
+    int rc2 = nvrm_rm_free(nc, nc->hDevice, np->hMemory,
                       "releasing the pinned RM memory");
     nvrm_live_add(&nc->n_mem, -1);
     free(np);

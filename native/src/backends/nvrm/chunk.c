@@ -47,25 +47,18 @@ uint64_t nvrm_first_alloc(uint64_t lo, uint64_t hi)
     return 0;
 }
 
-int nvrm_ipc_words(uint64_t base, uint32_t w[16])
-{
-    CUipcMemHandle ih;
-    memset(&ih, 0, sizeof ih);
-    CUresult r = gp_cu.IpcGetMemHandle(&ih, base);
-    if (r)
-        return gp_cuda_err(0, r, "cuIpcGetMemHandle", "IPC handle of the allocation at 0x%llx",
-                           (unsigned long long)base);
-    memcpy(w, ih.reserved, 16 * sizeof w[0]);
-    return 0;
-}
-
 int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff, uint64_t *lo,
                      uint64_t *hi, uint64_t *chunk_lo, uint64_t *chunk_hi)
 {
+    struct nvrm_ctx *nc = ctx->bpriv;
+    const struct nvrm_ipc_layout *L = nc && nc->st ? &nc->st->ipc : NULL;
+    if (!L || !L->valid)
+        return gp_err(GDRPY_ENOTSUP, "route C layout not proven by the self-test");
     uint32_t w[16];
     int rc = nvrm_ipc_words(cp->base, w);
     if (rc) return rc;
-    uint64_t objsize = (uint64_t)w[6] * 4096;
+    const uint32_t W_CLI = w[L->w_client], W_MEM = w[L->w_mem];
+    uint64_t objsize = L->w_pages >= 0 ? (uint64_t)w[L->w_pages] * 4096 : 0;
     uint64_t clo = cp->base - objoff;
     uint64_t chi = objsize ? clo + objsize : gp_round_up(cp->base + cp->size, 4096);
     if (!objsize) clo = gp_round_down(cp->base, 4096);   /* size unknown: the allocation */
@@ -79,7 +72,7 @@ int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff, uint64
                       "0x%x covers [0x%llx, 0x%llx) of this context, and memory past it is not "
                       "proven to be the caller's; pin within [0x%llx, 0x%llx)",
                       (unsigned long long)a, (unsigned long long)b,
-                      (unsigned long long)cp->base, w[13], (unsigned long long)clo,
+                      (unsigned long long)cp->base, W_MEM, (unsigned long long)clo,
                       (unsigned long long)chi, (unsigned long long)ok_lo,
                       (unsigned long long)(ok_hi > ok_lo ? ok_hi : ok_lo));
     }
@@ -103,20 +96,20 @@ int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff, uint64
                                      "kind of memory", (unsigned long long)a,
                                      (unsigned long long)b, (unsigned long long)base, sz,
                                      (unsigned long long)clo, (unsigned long long)chi);
-            if (v[12] != w[12] || v[13] != w[13] || (uint64_t)base - v[7] != clo)
+            uint64_t voff = L->w_off >= 0 ? v[L->w_off] : 0;
+            if (v[L->w_client] != W_CLI || v[L->w_mem] != W_MEM || (uint64_t)base - voff != clo)
                 return gp_err(GDRPY_EINVAL, "range [0x%llx, 0x%llx) holds the allocation "
                               "[0x%llx, +%zu) of another RM object (client 0x%x, object "
                               "0x%x, chunk base 0x%llx) than the allocation at 0x%llx "
                               "(client 0x%x, object 0x%x, chunk [0x%llx, 0x%llx)): a pin "
                               "covers one chunk", (unsigned long long)a, (unsigned long long)b,
-                              (unsigned long long)base, sz, v[12], v[13],
-                              (unsigned long long)((uint64_t)base - v[7]),
-                              (unsigned long long)cp->base, w[12], w[13],
+                              (unsigned long long)base, sz, v[L->w_client], v[L->w_mem],
+                              (unsigned long long)((uint64_t)base - voff),
+                              (unsigned long long)cp->base, W_CLI, W_MEM,
                               (unsigned long long)clo, (unsigned long long)chi);
         }
         uint64_t nx = (uint64_t)base + sz;
         x = nx > x ? nx : x + NVRM_ALLOC_ALIGN;
     }
-    (void)ctx;
     return 0;
 }

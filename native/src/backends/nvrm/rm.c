@@ -130,11 +130,8 @@ long nvrm_host_page(void)
     return pg;
 }
 
-int nvrm_env_force(void)
-{
-    const char *s = getenv("GDRPY_NVRM_FORCE");
-    return s && atoi(s) == 1;
-}
+__thread uint32_t nvrm_last_rm_status;
+__thread int nvrm_last_errno;
 
 /* ---- ioctl wrappers --------------------------------------------------- */
 /* Returns 0 when the ioctl succeeded and *status (if given) is NV_OK;
@@ -146,6 +143,8 @@ int nvrm_nv_call(int fd, unsigned nr, const char *esc, void *arg, size_t size,
     do {
         r = ioctl(fd, NV_IOC(nr, size), arg);
     } while (r < 0 && errno == EINTR);
+    nvrm_last_errno = r < 0 ? errno : 0;
+    nvrm_last_rm_status = status ? *status : 0;
     if (r < 0) {
         int e = errno;
         if (status && *status != NV_OK)
@@ -161,10 +160,22 @@ int nvrm_nv_call(int fd, unsigned nr, const char *esc, void *arg, size_t size,
     return 0;
 }
 
-int nvrm_rm_free(int ctl, uint32_t hClient, uint32_t hParent, uint32_t h, const char *what)
+/* An escape of the session's ABI table; `bufsize` is the size of what `arg`
+ * points to, which the table's argument size must not exceed. */
+int nvrm_esc_call(struct nvrm_ctx *nc, const struct nvrm_esc *e, const char *esc, void *arg,
+                  size_t bufsize, const uint32_t *status, const char *what)
 {
-    nv_os00_t a = {hClient, hParent, h, 0};
-    return nvrm_nv_call(ctl, NV_ESC_RM_FREE, "RM_FREE", &a, sizeof a, &a.status, what);
+    if (e->size > bufsize)
+        return gp_err(GDRPY_EIO, "%s: the ABI table %s says %s takes %u bytes, more than our "
+                      "%zu-byte definition: refused", what, nc->abi.branch, esc, e->size,
+                      bufsize);
+    return nvrm_nv_call(nc->ctl, e->nr, esc, arg, e->size, status, what);
+}
+
+int nvrm_rm_free(struct nvrm_ctx *nc, uint32_t hParent, uint32_t h, const char *what)
+{
+    nv_os00_t a = {nc->hClient, hParent, h, 0};
+    return nvrm_esc_call(nc, &nc->abi.rm_free, "RM_FREE", &a, sizeof a, &a.status, what);
 }
 
 int nvrm_rm_control(struct nvrm_ctx *nc, uint32_t cmd, void *params, uint32_t size,
@@ -177,7 +188,7 @@ int nvrm_rm_control(struct nvrm_ctx *nc, uint32_t cmd, void *params, uint32_t si
     a.cmd = cmd;
     a.params = (uint64_t)(uintptr_t)params;
     a.paramsSize = size;
-    return nvrm_nv_call(nc->ctl, NV_ESC_RM_CONTROL, "RM_CONTROL", &a, sizeof a, &a.status, what);
+    return nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status, what);
 }
 
 uint32_t nvrm_new_handle(struct nvrm_ctx *nc)
@@ -194,7 +205,7 @@ uint32_t nvrm_new_handle(struct nvrm_ctx *nc)
 void nvrm_session_close(struct nvrm_ctx *nc)
 {
     if (nc->ctl < 0) return;
-    if (nc->hClient) nvrm_rm_free(nc->ctl, nc->hClient, 0, nc->hClient, "freeing the RM client");
+    if (nc->hClient) nvrm_rm_free(nc, 0, nc->hClient, "freeing the RM client");
     close(nc->ctl);   /* also frees whatever the client still owns */
     nc->ctl = -1;
     nc->hClient = 0;
@@ -214,12 +225,35 @@ int nvrm_open_node(const char *path, int *fd)
     return gp_err(GDRPY_EIO, "cannot open %s: errno %d (%s)", path, e, strerror(e));
 }
 
+/* The version from /proc/driver/nvidia/version ("... Kernel Module  580.159.04
+ * ..." or "... Kernel Module for x86_64  580.159.04 ..."): a fallback when the
+ * driver answers the version query with an empty string. */
+static void proc_version(char *out, size_t n)
+{
+    FILE *f = fopen("/proc/driver/nvidia/version", "re");
+    if (!f) return;
+    char line[256];
+    if (fgets(line, sizeof line, f)) {
+        char *p = strstr(line, "Kernel Module");
+        for (; p && *p; p++) {
+            if (*p >= '0' && *p <= '9' && p[-1] == ' ') {
+                size_t k = 0;
+                while (p[k] && ((p[k] >= '0' && p[k] <= '9') || p[k] == '.')) k++;
+                if (k > 2 && memchr(p, '.', k)) {
+                    snprintf(out, n, "%.*s", (int)k, p);
+                    break;
+                }
+            }
+        }
+    }
+    fclose(f);
+}
+
 int nvrm_session_open(int device, struct nvrm_ctx *nc)
 {
     memset(nc, 0, sizeof *nc);
     nc->ctl = -1;
     nc->next_handle = H_MEM_FIRST;
-    nc->force = nvrm_env_force();
     int rc;
 
     /* CUDA side: the device and its PCI address. */
@@ -230,34 +264,38 @@ int nvrm_session_open(int device, struct nvrm_ctx *nc)
     rc = nvrm_open_node("/dev/nvidiactl", &nc->ctl);
     if (rc) return rc;
 
-    /* Driver version: the ABI gate. */
+    /* Driver version -> ABI table.  CHECK_VERSION_STR (nr 210, 72 bytes) is
+     * the same in every table: it is how a table is chosen. */
     nv_version_t ver;
     memset(&ver, 0, sizeof ver);
     ver.cmd = NV_RM_API_VERSION_CMD_QUERY;
     rc = nvrm_nv_call(nc->ctl, NV_ESC_CHECK_VERSION_STR, "CHECK_VERSION_STR", &ver, sizeof ver,
-                 NULL, "querying the NVIDIA driver version");
+                      NULL, "querying the NVIDIA driver version");
     if (rc) goto fail;
     ver.version[sizeof ver.version - 1] = '\0';
     snprintf(nc->version, sizeof nc->version, "%s", ver.version);
-    int major = atoi(nc->version);
-    nc->known_driver = (major == 580);
-    if (!nc->known_driver && !nc->force) {
-        rc = gp_err(GDRPY_ENOTSUP, "NVIDIA driver %s is not one the nvrm backend was "
-                    "validated on (580.x): its RM interface is undocumented, so it is "
-                    "refused; set GDRPY_NVRM_FORCE=1 to try it anyway, or use the gdrdrv "
-                    "backend", nc->version[0] ? nc->version : "(unknown)");
-        goto fail;
+    if (!nc->version[0]) proc_version(nc->version, sizeof nc->version);
+    {
+        char why[256];
+        const struct nvrm_abi *t = nvrm_abi_select(nc->version, getenv("GDRPY_NVRM_FORCE"),
+                                                   &nc->abi_newer, why, sizeof why);
+        if (!t || nvrm_abi_consistent(t, why, sizeof why) != 0) {
+            rc = gp_err(GDRPY_ENOTSUP, "%s", why);
+            goto fail;
+        }
+        nc->abi = *t;
+        nvrm_abi_test_corrupt(&nc->abi);
     }
-    int cuv = 0;
-    gp_cuda_driver_version(&cuv);
-    nc->route_c_ok = nc->force || (nc->known_driver && cuv / 10 == 1300);
+    gp_cuda_driver_version(&nc->cuda_version);
 
     /* Which RM GPU is the CUDA device? Match by PCI address. */
     enum { NCARDS = 32 };
     nv_card_info_t cards[NCARDS];
     memset(cards, 0, sizeof cards);
-    rc = nvrm_nv_call(nc->ctl, NV_ESC_CARD_INFO, "CARD_INFO", cards, sizeof cards, NULL,
-                 "listing GPUs");
+    {
+        struct nvrm_esc e = {nc->abi.card_info.nr, nc->abi.card_info.size * NCARDS};
+        rc = nvrm_esc_call(nc, &e, "CARD_INFO", cards, sizeof cards, NULL, "listing GPUs");
+    }
     if (rc) goto fail;
     int found = -1;
     char seen[256] = "";
@@ -291,8 +329,8 @@ int nvrm_session_open(int device, struct nvrm_ctx *nc)
     /* Root client. */
     nv_os21_t a;
     memset(&a, 0, sizeof a);
-    a.hClass = NV01_ROOT_CLIENT;
-    rc = nvrm_nv_call(nc->ctl, NV_ESC_RM_ALLOC, "RM_ALLOC", &a, sizeof a, &a.status,
+    a.hClass = nc->abi.cls_root_client;
+    rc = nvrm_esc_call(nc, &nc->abi.rm_alloc, "RM_ALLOC", &a, sizeof a, &a.status,
                  "allocating an RM client (class NV01_ROOT_CLIENT)");
     if (rc) goto fail;
     nc->hClient = a.hObjectNew;
@@ -305,7 +343,7 @@ int nvrm_session_open(int device, struct nvrm_ctx *nc)
     nv0000_id_info_v2_t id;
     memset(&id, 0, sizeof id);
     id.gpuId = nc->gpu_id;
-    rc = nvrm_rm_control(nc, NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2, &id, sizeof id,
+    rc = nvrm_rm_control(nc, nc->abi.ctrl_gpu_id_info_v2, &id, nc->abi.size_id_info_v2,
                     "GPU_GET_ID_INFO_V2 for the GPU");
     if (rc) goto fail;
     nc->dev_instance = id.deviceInstance;
@@ -318,17 +356,18 @@ int nvrm_session_open(int device, struct nvrm_ctx *nc)
     a.hRoot = nc->hClient;
     a.hObjectParent = nc->hClient;
     a.hObjectNew = H_DEVICE;
-    a.hClass = NV01_DEVICE_0;
+    a.hClass = nc->abi.cls_device;
     a.pAllocParms = (uint64_t)(uintptr_t)&dp;
-    a.paramsSize = sizeof dp;
-    rc = nvrm_nv_call(nc->ctl, NV_ESC_RM_ALLOC, "RM_ALLOC", &a, sizeof a, &a.status,
+    a.paramsSize = nc->abi.size_device_alloc;
+    rc = nvrm_esc_call(nc, &nc->abi.rm_alloc, "RM_ALLOC", &a, sizeof a, &a.status,
                  "allocating the RM device object (class NV01_DEVICE_0)");
     if (rc) goto fail;
     nc->hDevice = H_DEVICE;
     pthread_mutex_init(&nc->hlock, NULL);
     gp_log(2, "nvrm: device %d = %s (PCI %04x:%02x:%02x.%x, gpu_id 0x%x, instance %u), "
-           "driver %s%s", device, nc->devpath, dom, bus, slot, fn, nc->gpu_id,
-           nc->dev_instance, nc->version, nc->known_driver ? "" : " (forced)");
+           "driver %s, ABI table %s (%s)%s", device, nc->devpath, dom, bus, slot, fn,
+           nc->gpu_id, nc->dev_instance, nc->version, nc->abi.branch, nc->abi.tag,
+           nc->abi_newer ? ", driver newer than every table" : "");
     return 0;
 fail:
     gp_err_prefix(rc, "nvrm on CUDA device %d", device);
@@ -357,7 +396,7 @@ int nvrm_map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t le
     char what[96];
     snprintf(what, sizeof what, "mapping 0x%llx bytes at offset 0x%llx of RM memory 0x%x",
              (unsigned long long)len, (unsigned long long)off, hMem);
-    rc = nvrm_nv_call(nc->ctl, NV_ESC_RM_MAP_MEMORY, "RM_MAP_MEMORY", &a, sizeof a, &a.status, what);
+    rc = nvrm_esc_call(nc, &nc->abi.rm_map, "RM_MAP_MEMORY", &a, sizeof a, &a.status, what);
     if (rc) {
         close(m->devfd);
         m->devfd = -1;
@@ -370,7 +409,7 @@ int nvrm_map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t le
     if (p == MAP_FAILED) {
         int e = errno;
         nv_os34_t u = {nc->hClient, nc->hDevice, hMem, 0, m->plinear, 0, 0};
-        nvrm_nv_call(nc->ctl, NV_ESC_RM_UNMAP_MEMORY, "RM_UNMAP_MEMORY", &u, sizeof u, &u.status,
+        nvrm_esc_call(nc, &nc->abi.rm_unmap, "RM_UNMAP_MEMORY", &u, sizeof u, &u.status,
                 "undoing a failed mapping");
         close(m->devfd);
         m->devfd = -1;
@@ -382,7 +421,7 @@ int nvrm_map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t le
         int e = errno;
         munmap(p, m->mm_len);
         nv_os34_t u = {nc->hClient, nc->hDevice, hMem, 0, m->plinear, 0, 0};
-        nvrm_nv_call(nc->ctl, NV_ESC_RM_UNMAP_MEMORY, "RM_UNMAP_MEMORY", &u, sizeof u, &u.status,
+        nvrm_esc_call(nc, &nc->abi.rm_unmap, "RM_UNMAP_MEMORY", &u, sizeof u, &u.status,
                 "undoing a failed mapping");
         close(m->devfd);
         m->devfd = -1;
@@ -408,8 +447,8 @@ int nvrm_unmap_range(struct nvrm_ctx *nc, uint32_t hMem, struct nvrm_map *m)
         rc = gp_err(GDRPY_EIO, "munmap of the BAR1 mapping failed: %s", strerror(errno));
     m->mm = NULL;
     nv_os34_t u = {nc->hClient, nc->hDevice, hMem, 0, m->plinear, 0, 0};
-    int rc2 = nvrm_nv_call(nc->ctl, NV_ESC_RM_UNMAP_MEMORY, "RM_UNMAP_MEMORY", &u, sizeof u,
-                      &u.status, "unmapping RM memory");
+    int rc2 = nvrm_esc_call(nc, &nc->abi.rm_unmap, "RM_UNMAP_MEMORY", &u, sizeof u,
+                            &u.status, "unmapping RM memory");
     nvrm_live_add(&nc->n_map, -1);
     return rc ? rc : rc2;
 }
@@ -417,11 +456,11 @@ int nvrm_unmap_range(struct nvrm_ctx *nc, uint32_t hMem, struct nvrm_map *m)
 int nvrm_map_type_of(uint32_t flags)
 {
     switch (NVOS33_CACHING_TYPE(flags)) {
-    case 0: /* cached */
-    case 5: /* write-back */
+    case NVOS33_CT_CACHED:
+    case NVOS33_CT_WRITEBACK:
         return GDRPY_MAPPING_CACHING;
-    case 1: /* uncached */
-    case 7: /* uncached weak */
+    case NVOS33_CT_UNCACHED:
+    case NVOS33_CT_UNCACHED_WEAK:
         return GDRPY_MAPPING_DEVICE;
     default: /* 2: write-combined (what the driver picks for video memory) */
         return GDRPY_MAPPING_WC;

@@ -100,55 +100,72 @@ static uint32_t cuda_client_by_ipc(uint32_t *obj)
     return c;
 }
 
-/* Tries one (client, object) pair: dup, class, identity at each candidate
- * offset (by a test write only).  0, *hOut and *off_out on proof; -1
- * otherwise (nothing left behind). */
-static int try_candidate(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *vp, const gp_cuda_ptr *vcp,
-                         const uint64_t *offs, int noffs, uint32_t cli, uint32_t obj,
-                         uint32_t *hOut, uint64_t *off_out, int *n_dup)
+/* Discriminating proof by a test write (route V only): 8 bytes of the
+ * caller's range at `t` are flipped through CUDA (cuMemcpyHtoD), must be seen
+ * through BAR1 at the candidate offset, and are restored.  Equal content
+ * cannot tell two buffers apart; this can.  0 if proven. */
+static int prove_by_write(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t h, uint64_t va,
+                          uint64_t off, uint64_t t, uint64_t alloc_end)
 {
-    nv_os55_t a;
-    int rc = -1;
-    for (int attempt = 0; attempt < 4; attempt++) {
-        memset(&a, 0, sizeof a);
-        a.hClient = nc->hClient;
-        a.hParent = nc->hDevice;
-        a.hObject = nvrm_new_handle(nc);
-        a.hClientSrc = cli;
-        a.hObjectSrc = obj;
-        rc = nvrm_nv_call(nc->ctl, NV_ESC_RM_DUP_OBJECT, "RM_DUP_OBJECT", &a, sizeof a,
-                          &a.status, "route V candidate");
-        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue;
-        break;
+    const uint64_t hp = (uint64_t)nvrm_host_page();
+    uint64_t w0 = gp_round_down(t, hp);
+    if (w0 < va) w0 = va;
+    size_t n = (size_t)(alloc_end - t);
+    if (n > 8) n = 8;
+    if (t + n > gp_round_down(t, hp) + hp) n = (size_t)(gp_round_down(t, hp) + hp - t);
+    if (n == 0) return -1;
+    uint8_t save[8], pat[8], got[8];
+    if (gp_cuda_memcpy(ctx->device, 1, t, save, n, NULL)) return -1;
+    for (size_t k = 0; k < n; k++) pat[k] = (uint8_t)~save[k];
+    struct nvrm_map m;
+    if (nvrm_map_range(nc, h, off + (w0 - va), gp_round_down(t, hp) + hp - w0, &m)) return -1;
+    const volatile uint8_t *base = (const volatile uint8_t *)m.mm + ((off + (w0 - va)) & 4095);
+    int match = 0;
+    if (gp_cuda_memcpy(ctx->device, 0, t, pat, n, NULL) == 0) {
+        nvrm_read_mapped(base, w0, t, n, got);
+        match = memcmp(got, pat, n) == 0;
     }
-    if (rc) return -1;
+    int restored = gp_cuda_memcpy(ctx->device, 0, t, save, n, NULL) == 0;
+    if (restored && match) {
+        nvrm_read_mapped(base, w0, t, n, got);
+        match = memcmp(got, save, n) == 0;
+    }
+    nvrm_unmap_range(nc, h, &m);
+    if (!restored)
+        gp_log(4, "nvrm: route V: could not restore %zu bytes at 0x%llx after a test write", n,
+               (unsigned long long)t);
+    return match && restored ? 0 : -1;
+}
+
+/* Dups (cli, obj); if it is video memory, each offset whose bytes agree
+ * with CUDA's (read only) is then proven by a test write.  1 with *hOut
+ * (the dup, kept) and *off on proof; 0 otherwise (dup freed). */
+static int try_candidate(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_pin *vp, uint64_t va,
+                         uint64_t alloc_end, const uint64_t *offs, int noffs, uint32_t cli,
+                         uint32_t obj, uint32_t *hOut, uint64_t *off, int *n_dup, int *n_agree)
+{
+    uint32_t h = 0;
+    if (nvrm_dup(nc, cli, obj, &h, "route V candidate")) return 0;
     (*n_dup)++;
-    nvrm_live_add(&nc->n_mem, 1);
-    uint32_t cls = class_of(nc, a.hObject);
+    uint32_t cls = class_of(nc, h);
     gp_log(1, "nvrm: route V: dup of client 0x%x object 0x%x is class 0x%x", cli, obj, cls);
     if (cls == NV01_MEMORY_LOCAL_USER_CLASS) {
         for (int i = 0; i < noffs; i++) {
-            struct nvrm_pin t;
-            memset(&t, 0, sizeof t);
-            t.route = 'V';
-            t.strict = 1;
-            t.hMemory = a.hObject;
-            t.rm_off = offs[i];
-            t.map.devfd = -1;
-            if (nvrm_verify_identity(ctx, nc, vp, &t, vcp) == 0) {
-                gp_log(1, "nvrm: route V: client 0x%x object 0x%x offset 0x%llx backs 0x%llx",
-                       cli, obj, (unsigned long long)offs[i], (unsigned long long)vp->addr);
-                *hOut = a.hObject;
-                *off_out = offs[i];
-                return 0;
+            if (nvrm_verify_identity(ctx, nc, h, va, offs[i], vp->addr, vp->size)) continue;
+            (*n_agree)++;
+            if (prove_by_write(ctx, nc, h, va, offs[i], vp->addr, alloc_end) == 0) {
+                gp_log(1, "nvrm: route V: client 0x%x object 0x%x offset 0x%llx backs 0x%llx "
+                       "(proven by a test write)", cli, obj, (unsigned long long)offs[i],
+                       (unsigned long long)vp->addr);
+                *hOut = h;
+                *off = offs[i];
+                return 1;
             }
-            gp_log(1, "nvrm: route V: vidmem 0x%x/0x%x offset 0x%llx: %s", cli, obj,
-                   (unsigned long long)offs[i], gdrpy_last_error());
         }
     }
-    nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, a.hObject, "freeing a route V candidate");
+    nvrm_rm_free(nc, nc->hDevice, h, "freeing a route V candidate");
     nvrm_live_add(&nc->n_mem, -1);
-    return -1;
+    return 0;
 }
 
 int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
@@ -245,56 +262,51 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
         for (int j = 0; j < noffs; j++) dup |= offs[j] == cand[i];
         if (!dup) offs[noffs++] = cand[i];
     }
-    int n_dup = 0;
+    int n_dup = 0, n_agree = 0;
+    const uint64_t alloc_end = vcp.base + vcp.size;
     /* 1. an exportable handle type after all (e.g. a pool created with
-     * POSIX_FD): import it, then prove the offset like any candidate. */
+     * POSIX_FD): import it; its offset is proven like any candidate's. */
     CUresult export_r = CUDA_ERROR_NOT_SUPPORTED;
     {
         CUmemGenericAllocationHandle h2 = 0;
         int fd = -1;
+        uint32_t hImp = 0;
         if (gp_cu.MemRetainAllocationHandle(&h2, (void *)(uintptr_t)anchor) == CUDA_SUCCESS) {
             export_r = gp_cu.MemExportToShareableHandle(&fd, h2,
                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
             gp_cu.MemRelease(h2);
         }
-        uint32_t hImp = 0;
         if (export_r == CUDA_SUCCESS && fd >= 0 &&
             nvrm_import_fd(ctx, nc, anchor, fd, &hImp) == 0) {
             for (int i = 0; i < noffs; i++) {
-                struct nvrm_pin t;
-                memset(&t, 0, sizeof t);
-                t.route = 'V';
-                t.strict = 1;
-                t.hMemory = hImp;
-                t.rm_off = offs[i];
-                t.map.devfd = -1;
-                if (nvrm_verify_identity(ctx, nc, &vp, &t, &vcp) == 0) {
+                if (nvrm_verify_identity(ctx, nc, hImp, va, offs[i], vp.addr, vp.size)) continue;
+                n_agree++;
+                if (prove_by_write(ctx, nc, hImp, va, offs[i], vp.addr, alloc_end) == 0) {
                     *hOut = hImp;
                     *rm_off = offs[i];
-                    snprintf(how, howlen, "export");
+                    snprintf(how, howlen, "export, offset proven by a test write");
                     rc = 0;
                     goto done;
                 }
             }
-            nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, hImp, "freeing an unproven import");
+            nvrm_rm_free(nc, nc->hDevice, hImp, "freeing an unproven import");
             nvrm_live_add(&nc->n_mem, -1);
         }
     }
-    if (readable && ncli) {
+    /* 2. objects named behind CUDA's handle */
+    if (readable)
         for (int c = 0; c < ncli; c++)
-            for (int o = 0; o < nobj; o++) {
-                if (obj[o] == cli[c]) continue;
-                if (try_candidate(ctx, nc, &vp, &vcp, offs, noffs, cli[c], obj[o], hOut,
-                                  rm_off, &n_dup) == 0) {
-                    snprintf(how, howlen, "handle scan");
+            for (int o = 0; o < nobj; o++)
+                if (obj[o] != cli[c] &&
+                    try_candidate(ctx, nc, &vp, va, alloc_end, offs, noffs, cli[c], obj[o], hOut,
+                                  rm_off, &n_dup, &n_agree)) {
+                    snprintf(how, howlen, "handle scan, proven by a test write");
                     rc = 0;
                     goto done;
                 }
-            }
-    }
-    /* 3. the neighbourhood of a memory handle CUDA handed out in its client
-     * (if CUDA numbers its RM objects in sequence, the one behind this
-     * allocation is near): [h - NB, h + NB), each candidate proven as above. */
+    /* 3. the neighbourhood of a memory handle CUDA gave route C (if CUDA
+     * numbers its RM objects in sequence, the one behind this allocation is
+     * near) */
     enum { NB = 512 };
     int n_near = 0;
     if (ipc_obj > NB) {
@@ -305,9 +317,9 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
                 for (int o = 0; o < nobj && !seen; o++) seen = obj[o] == x;
                 if (seen) continue;
                 n_near++;
-                if (try_candidate(ctx, nc, &vp, &vcp, offs, noffs, cli[c], x, hOut, rm_off,
-                                  &n_dup) == 0) {
-                    snprintf(how, howlen, "neighbour scan");
+                if (try_candidate(ctx, nc, &vp, va, alloc_end, offs, noffs, cli[c], x, hOut,
+                                  rm_off, &n_dup, &n_agree)) {
+                    snprintf(how, howlen, "neighbour scan, proven by a test write");
                     rc = 0;
                     goto done;
                 }
@@ -317,12 +329,13 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
                   "0x%llx is %s, which CUDA does not export (cuMemExportToShareableHandle: %s) "
                   "and whose RM memory object could not be found and proven in this process "
                   "(allocation handle %s; %d client, %d object and %d neighbour candidates, %d "
-                  "duplicated, none proven by the identity check): refused; what works: "
+                  "duplicated, %d agreeing by content, none proven by a test write): refused; "
+                  "what works: "
                   "cuMemAlloc, "
                   "cuMemCreate with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, pools created with "
                   "that handle type (gdrpy.memory allocates so)", (unsigned long long)p->addr,
                   kind, gp_cuda_errname(export_r), readable ? "readable" : "not an address",
-                  ncli, nobj, n_near, n_dup);
+                  ncli, nobj, n_near, n_dup, n_agree);
 done:
     free(obj);
     return rc;

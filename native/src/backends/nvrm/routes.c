@@ -3,8 +3,10 @@
  * in our client.
  *   route A - cuMemCreate memory: export as POSIX fd, import into our client;
  *   route C - cuMemAlloc memory: RM_DUP_OBJECT of CUDA's own RM handle, found
- *             through the (undocumented) cuIpcGetMemHandle words, verified
- *             against cuMemcpyDtoH before the pin is accepted.
+ *             through the (undocumented) cuIpcGetMemHandle words whose layout
+ *             the self-test proved on its own scratch memory, checked per pin
+ *             against CUDA's documented pointer attributes and, read-only,
+ *             against cuMemcpyDtoH (nvrm_verify_identity; docs/nvrm.md).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -55,20 +57,33 @@ int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, const gp_cu
 int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd, uint32_t *hOut)
 {
     int rc;
-    nv0000_export_info_t ei;
-    memset(&ei, 0, sizeof ei);
-    ei.fd = fd;
-    rc = nvrm_rm_control(nc, NV0000_CTRL_CMD_OS_UNIX_GET_EXPORT_OBJECT_INFO, &ei, sizeof ei,
-                    "OS_UNIX_GET_EXPORT_OBJECT_INFO on the exported fd");
-    if (rc) goto out;
-    if (ei.deviceInstance != nc->dev_instance) {
-        rc = gp_err(GDRPY_ENODEV, "the allocation at 0x%llx lives on RM device instance %u, "
-                    "but this context's GPU (CUDA device %d) is instance %u",
-                    (unsigned long long)addr, ei.deviceInstance, ctx->device,
-                    nc->dev_instance);
+    /* The parameters differ by branch (abi.h): fill the fd, read the two
+     * outputs at the table's offsets. */
+    union {
+        nv0000_export_info_t cur;
+        nv0000_export_info_v535_t v535;
+    } eu;
+    memset(&eu, 0, sizeof eu);
+    eu.cur.fd = fd;
+    if (nc->abi.size_export_info > sizeof eu) {
+        rc = gp_err(GDRPY_EIO, "ABI table %s: GET_EXPORT_OBJECT_INFO size %u exceeds our "
+                    "definitions", nc->abi.branch, nc->abi.size_export_info);
         goto out;
     }
-    if (ei.maxObjects < 1) {
+    rc = nvrm_rm_control(nc, nc->abi.ctrl_export_info, &eu, nc->abi.size_export_info,
+                         "OS_UNIX_GET_EXPORT_OBJECT_INFO on the exported fd");
+    if (rc) goto out;
+    uint32_t dev_inst;
+    uint16_t max_objects;
+    memcpy(&dev_inst, (const uint8_t *)&eu + nc->abi.export_off_device_instance, 4);
+    memcpy(&max_objects, (const uint8_t *)&eu + nc->abi.export_off_max_objects, 2);
+    if (dev_inst != nc->dev_instance) {
+        rc = gp_err(GDRPY_ENODEV, "the allocation at 0x%llx lives on RM device instance %u, "
+                    "but this context's GPU (CUDA device %d) is instance %u",
+                    (unsigned long long)addr, dev_inst, ctx->device, nc->dev_instance);
+        goto out;
+    }
+    if (max_objects < 1) {
         rc = gp_err(GDRPY_EIO, "the exported fd of 0x%llx holds no objects",
                     (unsigned long long)addr);
         goto out;
@@ -87,18 +102,18 @@ int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd, uint
         memset(&a, 0, sizeof a);
         a.hClient = nc->hClient;
         a.hObject = nc->hClient;
-        a.cmd = NV0000_CTRL_CMD_OS_UNIX_IMPORT_OBJECTS_FROM_FD;
+        a.cmd = nc->abi.ctrl_import_from_fd;
         a.params = (uint64_t)(uintptr_t)im;
-        a.paramsSize = sizeof *im;
-        rc = nvrm_nv_call(nc->ctl, NV_ESC_RM_CONTROL, "RM_CONTROL", &a, sizeof a, &a.status,
-                     "OS_UNIX_IMPORT_OBJECTS_FROM_FD");
+        a.paramsSize = nc->abi.size_import_from_fd;
+        rc = nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status,
+                           "OS_UNIX_IMPORT_OBJECTS_FROM_FD");
         uint32_t hh = im->objects[0];
         uint8_t type = im->objectTypes[0];
         free(im);
         if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue;   /* handle taken */
         if (rc) goto out;
-        if (type != NV_IMPORT_OBJECT_TYPE_VIDMEM) {
-            nvrm_rm_free(nc->ctl, nc->hClient, nc->hDevice, hh, "freeing a non-vidmem import");
+        if (type != nc->abi.import_type_vidmem) {
+            nvrm_rm_free(nc, nc->hDevice, hh, "freeing a non-vidmem import");
             rc = gp_err(GDRPY_ENOTSUP, "the allocation at 0x%llx imported as object type %u, "
                         "not video memory (1)", (unsigned long long)addr, type);
             goto out;
@@ -118,49 +133,24 @@ out:
 
 #ifdef GDRPY_NVRM_TESTING
 /* Test builds only (tests/gpu): added to the object offset the IPC words
- * give, to prove that the identity check refuses a wrong mapping. */
+ * give, to prove that the checks refuse a wrong mapping. */
 GP_HIDDEN uint64_t gp_nvrm_test_skew;
 #endif
 
-int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
-                      uint32_t *hOut, uint64_t *objoff)
+int nvrm_ipc_words(uint64_t base, uint32_t w[16])
 {
-    if (!nc->route_c_ok) {
-        int cuv = 0;
-        gp_cuda_driver_version(&cuv);
-        return gp_err(GDRPY_ENOTSUP, "pinning cuMemAlloc memory relies on an undocumented "
-                      "IPC handle layout validated only with driver 580.x / CUDA 13.0 (this "
-                      "is driver %s, CUDA %d.%d): refused; allocate with cuMemCreate and "
-                      "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (gdrpy.memory does), or set "
-                      "GDRPY_NVRM_FORCE=1", nc->version, cuv / 1000, (cuv % 1000) / 10);
-    }
     CUipcMemHandle ih;
     memset(&ih, 0, sizeof ih);
-    CUresult r = gp_cu.IpcGetMemHandle(&ih, cp->base);
+    CUresult r = gp_cu.IpcGetMemHandle(&ih, base);
     if (r)
         return gp_cuda_err(0, r, "cuIpcGetMemHandle", "IPC handle of the allocation at 0x%llx",
-                           (unsigned long long)cp->base);
-    uint32_t w[16];
-    memcpy(w, ih.reserved, sizeof w);
-    /* Words seen on 580.159 / CUDA 13.0: w[4] allocation size (low 32 bits),
-     * w[6] size of the RM object in 4 KiB units, w[7] offset of the
-     * allocation in it, w[12] CUDA's RM client, w[13] the RM memory handle. */
-    uint32_t hcli = w[12], hobj = w[13];
-    uint64_t off = w[7];
-    uint64_t objsize = (uint64_t)w[6] * 4096;
-#ifdef GDRPY_NVRM_TESTING
-    off += gp_nvrm_test_skew;
-#endif
-    if (w[4] != (uint32_t)cp->size || hcli == 0 || hobj == 0 || hcli == nc->hClient ||
-        (w[6] != 0 && (off > objsize || cp->size > objsize - off)) ||
-        ((cp->base ^ off) & (uint64_t)(nvrm_host_page() - 1)) != 0) {
-        return gp_err(GDRPY_ENOTSUP, "the IPC handle of the allocation at 0x%llx (%llu bytes) "
-                      "does not have the layout this backend knows (size word 0x%x, object "
-                      "pages 0x%x, client 0x%x, object 0x%x, offset 0x%llx): refusing to "
-                      "guess; allocate with cuMemCreate + POSIX_FD instead",
-                      (unsigned long long)cp->base, (unsigned long long)cp->size, w[4], w[6],
-                      hcli, hobj, (unsigned long long)off);
-    }
+                           (unsigned long long)base);
+    memcpy(w, ih.reserved, 16 * sizeof(uint32_t));
+    return 0;
+}
+
+int nvrm_dup(struct nvrm_ctx *nc, uint32_t hcli, uint32_t hobj, uint32_t *hOut, const char *what)
+{
     int rc = GDRPY_EIO;
     for (int attempt = 0; attempt < 4; attempt++) {
         nv_os55_t a;
@@ -171,154 +161,175 @@ int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
         a.hClientSrc = hcli;
         a.hObjectSrc = hobj;
         a.flags = 0;
-        char what[128];
-        snprintf(what, sizeof what, "duplicating CUDA's RM memory 0x%x (client 0x%x) of "
-                 "the allocation at 0x%llx", hobj, hcli, (unsigned long long)cp->base);
-        rc = nvrm_nv_call(nc->ctl, NV_ESC_RM_DUP_OBJECT, "RM_DUP_OBJECT", &a, sizeof a, &a.status,
-                     what);
-        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue;
-        if (rc) {
-            if (a.status != NV_OK)
-                gp_err_prefix(nvrm_nv_status_code(a.status),
-                              "CUDA device %d: the IPC handle words do not name an RM "
-                              "object this client can duplicate", ctx->device);
-            return rc;
-        }
+        rc = nvrm_esc_call(nc, &nc->abi.rm_dup, "RM_DUP_OBJECT", &a, sizeof a, &a.status, what);
+        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue;   /* handle taken */
+        if (rc) return rc;
         *hOut = a.hObject;
-        *objoff = off;
         nvrm_live_add(&nc->n_mem, 1);
         return 0;
     }
     return rc;
 }
 
-/* Reads [a, a+n) of a mapping with aligned 8-byte loads (BAR1 reads cost
- * ~1 us each, so never byte by byte).  `m` maps the page-aligned window
- * starting at bus address offset `wbase` of the pin's address space. */
-static void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a, size_t n,
-                        uint8_t *out)
+/* CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR of p, or 0 where CUDA has none. */
+static uint64_t mapping_base(uint64_t p)
 {
-    uint64_t lo = gp_round_down(a, 8), hi = gp_round_up(a + n, 8);
-    uint8_t tmp[80];
-    for (uint64_t x = lo; x < hi; x += 8) {
-        uint64_t v = *(const volatile uint64_t *)(win + (x - wbase));
-        memcpy(tmp + (x - lo), &v, 8);
-    }
-    memcpy(out, tmp + (a - lo), n);
+    uint64_t v = 0;
+    if (gp_cu.PointerGetAttribute(&v, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, p)) return 0;
+    return v;
 }
 
-static int nvrm_dtoh(gp_ctx *ctx, void *dst, uint64_t src, size_t n)
+int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
+                    uint32_t *hOut, uint64_t *objoff)
+{
+    const struct nvrm_ipc_layout *L = nc->st ? &nc->st->ipc : NULL;
+    if (!L || !L->valid)
+        return gp_err(GDRPY_ENOTSUP, "pinning cuMemAlloc memory (route C): the self-test has "
+                      "not proven the IPC handle layout on this device");
+    uint32_t w[16];
+    int rc = nvrm_ipc_words(cp->base, w);
+    if (rc) return rc;
+    uint32_t hcli = w[L->w_client], hobj = w[L->w_mem];
+    uint64_t off = L->w_off >= 0 ? w[L->w_off] : 0;
+    uint64_t objsize = L->w_pages >= 0 ? (uint64_t)w[L->w_pages] * 4096 : 0;
+    uint64_t mb = L->mapbase ? mapping_base(cp->base) : 0;
+#ifdef GDRPY_NVRM_TESTING
+    off += gp_nvrm_test_skew;
+#endif
+    const char *bad = NULL;
+    if (w[L->w_size] != (uint32_t)cp->size) bad = "the size word is not the allocation's size";
+    else if (hcli == 0 || hobj == 0 || hcli == nc->hClient) bad = "the handle words are not "
+                                                                  "CUDA's";
+    else if (objsize && (off > objsize || cp->size > objsize - off))
+        bad = "the allocation does not fit in the RM object at the offset word";
+    else if (((cp->base ^ off) & (uint64_t)(nvrm_host_page() - 1)) != 0)
+        bad = "the offset word is not congruent with the address modulo the page size";
+    else if (!L->off_proven && off != 0)
+        bad = "the self-test could not prove the offset word, and it is non-zero here";
+    else if (L->mapbase && (!mb || cp->base - mb != off))
+        bad = "the offset word disagrees with CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR";
+    if (bad)
+        return gp_err(GDRPY_ENOTSUP, "the IPC handle of the allocation at 0x%llx (%llu bytes) "
+                      "does not check out against the layout the self-test proved (%s: size "
+                      "word 0x%x, client 0x%x, object 0x%x, offset 0x%llx, mapping base "
+                      "0x%llx): refusing to guess; allocate with cuMemCreate + POSIX_FD",
+                      (unsigned long long)cp->base, (unsigned long long)cp->size, bad,
+                      w[L->w_size], hcli, hobj, (unsigned long long)off,
+                      (unsigned long long)mb);
+    char what[128];
+    snprintf(what, sizeof what, "duplicating CUDA's RM memory 0x%x (client 0x%x) of "
+             "the allocation at 0x%llx", hobj, hcli, (unsigned long long)cp->base);
+    rc = nvrm_dup(nc, hcli, hobj, hOut, what);
+    if (rc) {
+        if (nvrm_last_rm_status != NV_OK)
+            gp_err_prefix(nvrm_nv_status_code(nvrm_last_rm_status),
+                          "CUDA device %d: the IPC handle words do not name an RM "
+                          "object this client can duplicate", ctx->device);
+        return rc;
+    }
+    *objoff = off;
+    return 0;
+}
+
+/* Reads [a, a+n) of a mapping with aligned 8-byte loads (BAR1 reads cost
+ * ~1 us each, so never byte by byte).  `win` maps the page-aligned window
+ * starting at address `wbase`. */
+void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a, size_t n,
+                      uint8_t *out)
+{
+    uint64_t lo = gp_round_down(a, 8), hi = gp_round_up(a + n, 8);
+    while (lo < hi) {
+        uint8_t tmp[256];
+        uint64_t chunk_hi = hi - lo > sizeof tmp ? lo + sizeof tmp : hi;
+        for (uint64_t x = lo; x < chunk_hi; x += 8) {
+            uint64_t v = *(const volatile uint64_t *)(win + (x - wbase));
+            memcpy(tmp + (x - lo), &v, 8);
+        }
+        uint64_t from = a > lo ? a : lo;
+        uint64_t to = a + n < chunk_hi ? a + n : chunk_hi;
+        memcpy(out + (from - a), tmp + (from - lo), (size_t)(to - from));
+        lo = chunk_hi;
+    }
+}
+
+static int dtoh(gp_ctx *ctx, void *dst, uint64_t src, size_t n)
 {
     return gp_cuda_memcpy(ctx->device, 1, src, dst, n, NULL);
 }
 
-static int nvrm_htod_sync(gp_ctx *ctx, uint64_t dst, const void *src, size_t n)
-{
-    int rc = gp_cuda_memcpy(ctx->device, 0, dst, (void *)src, n, NULL);
-    if (rc) return rc;
-    /* A "synchronous" copy from pageable memory may return before the DMA
-     * lands: wait for the legacy stream. */
-    CUresult r = gp_cu.StreamSynchronize(NULL);
-    if (r) return gp_cuda_err(0, r, "cuStreamSynchronize", "waiting for a verification write");
-    return 0;
-}
-
-/* Route C identity check: bytes seen through BAR1 must be the bytes CUDA
- * sees at the user's address.  `rm_of(x)` = rm_va_off + (x - va). */
-int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, struct nvrm_pin *np,
-                           const gp_cuda_ptr *cp)
+/*
+ * Route C identity check, read only.  Why it is enough (docs/nvrm.md has the
+ * long form):
+ *  - what the IPC words mean was proven by the self-test on scratch memory
+ *    of its own, where it may write: a pattern written by CUDA was read
+ *    through the mapping and the reverse;
+ *  - the words are CUDA's own description of this allocation (what another
+ *    process would import), checked above against the allocation's size, page
+ *    congruence, the RM object's size and, where the self-test found CUDA
+ *    reports it, the documented mapping base address;
+ *  - here, bytes read through BAR1 around a cuMemcpyDtoH of the same range
+ *    must agree wherever they are stable (a concurrent writer can change
+ *    bytes between the reads: those are not compared).  A mismatch refuses.
+ * Nothing is ever written: a kernel or thread writing the buffer at the same
+ * time loses nothing.
+ */
+int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
+                         uint64_t rm_off, uint64_t addr, uint64_t size)
 {
     const uint64_t hp = (uint64_t)nvrm_host_page();
-    const uint64_t end = p->addr + p->size;
+    const uint64_t end = addr + size;
     enum { SAMPLE = 64 };
-    /* Up to two windows: the host page of the first byte and of the last. */
-    uint64_t win[2] = {gp_round_down(p->addr, hp), gp_round_down(end - 1, hp)};
+    uint64_t win[2] = {gp_round_down(addr, hp), gp_round_down(end - 1, hp)};
     int nwin = win[1] != win[0] ? 2 : 1;
-    uint8_t seen_vals[256];
-    memset(seen_vals, 0, sizeof seen_vals);
-    size_t total = 0;
-    int distinct = 0;
+    size_t stable_total = 0;
     for (int i = 0; i < nwin; i++) {
         uint64_t s, n;
         if (i == 0) {
-            s = p->addr;
+            s = addr;
             n = end - s < SAMPLE ? end - s : SAMPLE;
             if (s + n > win[0] + hp) n = win[0] + hp - s;
         } else {
             n = end - win[1] < SAMPLE ? end - win[1] : SAMPLE;
             s = end - n;
         }
-        uint8_t via_cuda[SAMPLE], via_bar[SAMPLE];
+        uint8_t r1[SAMPLE], d[SAMPLE], r2[SAMPLE];
         struct nvrm_map m;
-        int rc = nvrm_map_range(nc, np->hMemory, np->rm_off + (win[i] - p->va), hp, &m);
+        uint64_t wlo = win[i] > va ? win[i] : va;   /* never map before va */
+        int rc = nvrm_map_range(nc, hMem, rm_off + (wlo - va), win[i] + hp - wlo, &m);
         if (rc) return gp_err_prefix(rc, "identity check of the pin");
-        /* Up to 3 tries: GPU work still writing the range could make one
-         * comparison differ; a wrong mapping differs every time. */
-        int same = 0;
-        for (int attempt = 0; attempt < 3 && !same; attempt++) {
-            rc = nvrm_dtoh(ctx, via_cuda, s, n);
+        const volatile uint8_t *base = (const volatile uint8_t *)m.mm + ((rm_off + (wlo - va)) & 4095);
+        int bad = -1;
+        size_t stable = 0;
+        /* Up to 3 tries: only a byte that is stable across both BAR1 reads
+         * and differs from CUDA's copy counts; a wrong mapping differs every
+         * time, a concurrent writer only now and then. */
+        for (int attempt = 0; attempt < 3; attempt++) {
+            nvrm_read_mapped(base, wlo, s, n, r1);
+            rc = dtoh(ctx, d, s, n);
             if (rc) break;
-            nvrm_read_mapped((const volatile uint8_t *)m.mm, win[i], s, n, via_bar);
-            same = memcmp(via_cuda, via_bar, n) == 0;
+            nvrm_read_mapped(base, wlo, s, n, r2);
+            bad = -1;
+            stable = 0;
+            for (uint64_t k = 0; k < n; k++) {
+                if (r1[k] != r2[k]) continue;
+                stable++;
+                if (d[k] != r1[k] && bad < 0) bad = (int)k;
+            }
+            if (bad < 0) break;
         }
-        nvrm_unmap_range(nc, np->hMemory, &m);
+        nvrm_unmap_range(nc, hMem, &m);
         if (rc) return gp_err_prefix(rc, "identity check of the pin");
-        if (!same)
-            return gp_err(GDRPY_EIO, "identity check failed: %llu bytes at 0x%llx read "
-                          "through BAR1 differ from cuMemcpyDtoH of the same range, so the "
-                          "IPC handle words do not describe this allocation on this driver "
-                          "(%s): refusing to pin", (unsigned long long)n,
-                          (unsigned long long)s, nc->version);
-        for (uint64_t k = 0; k < n; k++) {
-            if (!seen_vals[via_cuda[k]]) distinct++;
-            seen_vals[via_cuda[k]] = 1;
-        }
-        total += n;
+        if (bad >= 0)
+            return gp_err(GDRPY_EIO, "identity check failed: byte 0x%llx read through BAR1 "
+                          "is 0x%02x where cuMemcpyDtoH sees 0x%02x (stable across reads, 3 "
+                          "tries), so the IPC handle words do not describe this allocation "
+                          "on this driver (%s): refusing to pin",
+                          (unsigned long long)(s + (uint64_t)bad), r1[bad], d[bad],
+                          nc->version);
+        stable_total += stable;
     }
-    if (total >= 32 && distinct >= 8 && !np->strict) {
-        gp_log(1, "nvrm: identity of 0x%llx proven by content (%zu bytes, %d values)",
-               (unsigned long long)p->addr, total, distinct);
-        return 0;
-    }
-    /* The content cannot tell places apart (e.g. all zeros): change one
-     * word through CUDA, see the change through BAR1, restore it.  The
-     * write goes to the user's own address (via cuMemcpyHtoD), never
-     * through the mapping under test. */
-    uint64_t t = p->addr;
-    uint64_t w0 = gp_round_down(t, hp);
-    size_t n = (size_t)((cp->base + cp->size) - t);   /* stay in the allocation */
-    if (n > 8) n = 8;
-    if (t + n > w0 + hp) n = (size_t)(w0 + hp - t);   /* and in the mapped window */
-    uint8_t save[8], pat[8], got[8];
-    int rc = nvrm_dtoh(ctx, save, t, n);
-    if (rc) return gp_err_prefix(rc, "identity check of the pin");
-    for (size_t k = 0; k < n; k++) pat[k] = (uint8_t)~save[k];
-    struct nvrm_map m;
-    rc = nvrm_map_range(nc, np->hMemory, np->rm_off + (w0 - p->va), hp, &m);
-    if (rc) return gp_err_prefix(rc, "identity check of the pin");
-    int wrc = nvrm_htod_sync(ctx, t, pat, n);
-    int match = 0;
-    if (!wrc) {
-        nvrm_read_mapped((const volatile uint8_t *)m.mm, w0, t, n, got);
-        match = memcmp(got, pat, n) == 0;
-    }
-    /* Restore, whatever happened above. */
-    int rrc = nvrm_htod_sync(ctx, t, save, n);
-    if (!rrc && match) {
-        nvrm_read_mapped((const volatile uint8_t *)m.mm, w0, t, n, got);
-        match = memcmp(got, save, n) == 0;
-    }
-    nvrm_unmap_range(nc, np->hMemory, &m);
-    if (rrc)
-        return gp_err(GDRPY_EIO, "identity check: could not restore the %zu original bytes "
-                      "at 0x%llx after the test write (%s); the pin is refused",
-                      n, (unsigned long long)t, gdrpy_last_error());
-    if (wrc) return gp_err_prefix(wrc, "identity check write");
-    if (!match)
-        return gp_err(GDRPY_EIO, "identity check failed: a test write of %zu bytes at 0x%llx "
-                      "through CUDA was not seen through BAR1 (the IPC handle words do not "
-                      "describe this allocation on driver %s): refusing to pin (the bytes "
-                      "were restored)", n, (unsigned long long)t, nc->version);
-    gp_log(1, "nvrm: identity of 0x%llx proven by a test write", (unsigned long long)t);
+    gp_log(1, "nvrm: identity of 0x%llx+%llu: layout proven by the self-test, words checked, "
+           "%zu stable sampled bytes agree (no writes)", (unsigned long long)addr,
+           (unsigned long long)size, stable_total);
     return 0;
 }
