@@ -120,6 +120,15 @@ for t in "${tests[@]}"; do
         printf '%-12s %8s %14s %14s %8s\n' "$t" "$s" "${res[$t,$s,gdr]:-?}" "${res[$t,$s,nogdr]:-?}" "$unit"
     done
 done
+echo "== raw ucx_perftest Final lines (iterations, median/avg/overall latency usec, bandwidth MB/s avg/overall, msg/s avg/overall)"
+for t in "${tests[@]}"; do
+    for s in "${sizes[@]}"; do
+        for mode in gdr nogdr; do
+            f="$W/${t}_${s}_${mode}.client.log"
+            [ -f "$f" ] && printf '%-12s %6s %-6s %s\n' "$t" "$s" "$mode" "$(grep -E '^Final:' "$f" | tail -1)"
+        done
+    done
+done
 echo "== protocols with gdr_copy (UCX_PROTO_INFO=y; full tables in $W/*_protoinfo.client.log)"
 for f in "$W"/*_protoinfo.client.log; do
     [ -f "$f" ] || continue
