@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
@@ -1001,8 +1002,20 @@ int gdr_get_attribute(gdr_t g, gdr_attr_t attr, int *v)
     if (rc) return rc;
     int backend = g->backend;
     g_leave(g);
+    /* gdrdrv backend: the module's own answer, as GDRCopy asks it (0 when
+     * the module is too old to say). */
+    if (backend == GDRPY_BACKEND_GDRDRV &&
+        (attr == GDR_ATTR_USE_PERSISTENT_MAPPING || attr == GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE)) {
+        int fd = open("/dev/gdrdrv", O_RDWR | O_CLOEXEC);
+        struct { uint32_t attr, val; } a = {(uint32_t)attr, 0};
+        *v = fd >= 0 && ioctl(fd, 0xC008DA06u /* GDRDRV_IOC_GET_ATTR */, &a) == 0 ? (int)a.val : 0;
+        if (fd >= 0) close(fd);
+        return 0;
+    }
     switch ((int)attr) {
     case GDR_ATTR_USE_PERSISTENT_MAPPING:
+        /* nvrm, dmabuf, sim: the pin's RM handle / dma-buf / memfd keeps the
+         * pages; a freed allocation never invalidates the mapping. */
         *v = 1;
         return 0;
     case GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE:
