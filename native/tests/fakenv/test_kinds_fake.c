@@ -20,6 +20,13 @@ typedef int CUresult;
 static CUresult (*cuMemAlloc)(uint64_t *, size_t);
 static CUresult (*cuMemcpyHtoD)(uint64_t, const void *, size_t);
 static CUresult (*cuMemcpyDtoH)(void *, uint64_t, size_t);
+static CUresult (*cuMemCreate)(uint64_t *, size_t, const void *, unsigned long long);
+static CUresult (*cuMemAddressReserve)(uint64_t *, size_t, size_t, uint64_t, unsigned long long);
+static CUresult (*cuMemMap)(uint64_t, size_t, size_t, uint64_t, unsigned long long);
+
+/* CUmemAllocationProp (32 bytes): pinned, device 0, POSIX_FD */
+struct prop { int type, htypes, loc_type, loc_id; void *meta; unsigned char c, rdma;
+              unsigned short usage; unsigned char res[4]; };
 
 static int passed, failed;
 #define CHECK(cond, ...)                                                     \
@@ -49,6 +56,10 @@ int main(void)
     cuMemAlloc = (CUresult (*)(uint64_t *, size_t))sym("cuMemAlloc_v2");
     cuMemcpyHtoD = (CUresult (*)(uint64_t, const void *, size_t))sym("cuMemcpyHtoD_v2");
     cuMemcpyDtoH = (CUresult (*)(void *, uint64_t, size_t))sym("cuMemcpyDtoH_v2");
+    cuMemCreate = (CUresult (*)(uint64_t *, size_t, const void *, unsigned long long))sym("cuMemCreate");
+    cuMemAddressReserve = (CUresult (*)(uint64_t *, size_t, size_t, uint64_t, unsigned long long))
+        sym("cuMemAddressReserve");
+    cuMemMap = (CUresult (*)(uint64_t, size_t, size_t, uint64_t, unsigned long long))sym("cuMemMap");
     gdrpy_ctx_t ctx;
     if (gdrpy_open(0, GDRPY_BACKEND_NVRM, &ctx)) {
         printf("FAIL open: %s\n", gdrpy_last_error());
@@ -114,6 +125,40 @@ int main(void)
         int rc = gdrpy_pin(ctx, big, (4u << 20) + PAGE, 0, &pin);
         CHECK(rc == GDRPY_EINVAL && strstr(gdrpy_last_error(), "pin within [0x"),
               "past the chunk: rc %d: %s", rc, gdrpy_last_error());
+        if (!rc) gdrpy_unpin(ctx, pin);
+    }
+    /* two cuMemCreate chunks mapped side by side: one pin across the seam */
+    {
+        const size_t C = 2u << 20;
+        struct prop pr = {1, 1, 1, 0, NULL, 0, 1, 0, {0}};
+        uint64_t va = 0, h0 = 0, h1 = 0;
+        CHECK(cuMemAddressReserve(&va, 2 * C, 0, 0, 0) == 0, "reserve");
+        CHECK(cuMemCreate(&h0, C, &pr, 0) == 0 && cuMemCreate(&h1, C, &pr, 0) == 0, "create");
+        CHECK(cuMemMap(va, C, 0, h0, 0) == 0 && cuMemMap(va + C, C, 0, h1, 0) == 0, "map");
+        uint64_t lo = va + C - PAGE, n = 2 * PAGE;
+        gdrpy_pin_t pin;
+        int rc = gdrpy_pin(ctx, lo, n, 0, &pin);
+        CHECK(rc == 0, "pin across two chunks: %s", gdrpy_last_error());
+        if (!rc) {
+            void *mp, *up;
+            CHECK(gdrpy_map(ctx, pin, &mp, &up) == 0, "%s", gdrpy_last_error());
+            uint8_t d[64], got[64];
+            for (int i = 0; i < 64; i++) d[i] = (uint8_t)(i * 7 + 1);
+            CHECK(gdrpy_write(ctx, pin, PAGE - 32, d, 64) == 0, "%s", gdrpy_last_error());
+            /* checked per chunk (a device copy stays in one allocation) */
+            CHECK(cuMemcpyDtoH(got, va + C - 32, 32) == 0 &&
+                  cuMemcpyDtoH(got + 32, va + C, 32) == 0, "dtoh");
+            CHECK(memcmp(got, d, 64) == 0, "a write across the seam lands in both chunks");
+            uint8_t back[64];
+            CHECK(gdrpy_read(ctx, pin, PAGE - 32, back, 64) == 0 && memcmp(back, d, 64) == 0,
+                  "read back across the seam");
+            CHECK(gdrpy_unmap(ctx, pin) == 0, "%s", gdrpy_last_error());
+            CHECK(gdrpy_unpin(ctx, pin) == 0, "%s", gdrpy_last_error());
+        }
+        /* past the second chunk: refused naming the allowed range */
+        rc = gdrpy_pin(ctx, va + C, C + PAGE, 0, &pin);
+        CHECK(rc == GDRPY_EINVAL && strstr(gdrpy_last_error(), "pin within"),
+              "past the mapped chunks: rc %d: %s", rc, gdrpy_last_error());
         if (!rc) gdrpy_unpin(ctx, pin);
     }
     uint64_t live = 1;

@@ -114,6 +114,75 @@ static void nvrm_close(gp_ctx *ctx)
 
 /* ---- backend hooks: pin / unpin --------------------------------------- */
 
+/* Frees every RM object of a pin (mappings must be gone) and the pin. */
+static int nvrm_pin_release(struct nvrm_ctx *nc, struct nvrm_pin *np)
+{
+    int rc = nvrm_rm_free(nc, nc->hDevice, np->hMemory, "releasing the pinned RM memory");
+    nvrm_live_add(&nc->n_mem, -1);
+    for (int i = 0; i < np->nparts; i++) {
+        int r2 = nvrm_rm_free(nc, nc->hDevice, np->parts[i].hMemory,
+                              "releasing a further chunk of the pin");
+        nvrm_live_add(&nc->n_mem, -1);
+        if (!rc) rc = r2;
+    }
+    free(np->parts);
+    free(np);
+    return rc;
+}
+
+/* A pin over several VMM chunks mapped side by side: one part per further
+ * cuMemMap mapping, from x (the end of the previous one) to the request's
+ * end; each reached by route A (POSIX_FD) or V.  *hi is set to the end of
+ * the pinned pages. */
+static int pin_parts(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, struct nvrm_pin *np,
+                     uint64_t x, uint64_t full_hi, uint64_t *hi)
+{
+    const uint64_t end = p->addr + p->size;
+    const uint64_t hp = (uint64_t)nvrm_host_page();
+    while (x < end) {
+        gp_cuda_ptr c;
+        int rc = gp_cuda_classify(x, 1, ctx->device, &c);
+        if (rc || c.kind != GP_CUMEM_VMM || c.base != x) {
+            char why[200];
+            snprintf(why, sizeof why, "%s", rc ? gdrpy_last_error() : gp_cuda_kind_name(c.kind));
+            return gp_err(GDRPY_EINVAL, "range 0x%llx+%llu runs past the cuMemMap mapping that "
+                          "ends at 0x%llx into memory that is not a further cuMemCreate mapping "
+                          "starting there (%s); pin within [0x%llx, 0x%llx)",
+                          (unsigned long long)p->addr, (unsigned long long)p->size,
+                          (unsigned long long)x, why, (unsigned long long)p->addr,
+                          (unsigned long long)x);
+        }
+        struct nvrm_part *parts = realloc(np->parts, (size_t)(np->nparts + 1) * sizeof *parts);
+        if (!parts) return gp_err(GDRPY_ENOMEM, "out of memory");
+        np->parts = parts;
+        struct nvrm_part *pt = &parts[np->nparts];
+        memset(pt, 0, sizeof *pt);
+        pt->map.devfd = -1;
+        pt->va = x;
+        uint64_t pend = gp_round_up(c.base + c.size, hp);
+        pt->len = (full_hi < pend ? full_hi : pend) - x;
+        pt->rm_off = 0;   /* cuMemMap maps a handle from its offset 0 */
+        if (c.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+            pt->route = 'A';
+            rc = nvrm_import_vmm(ctx, nc, x, &c, &pt->hMemory);
+        } else {
+            pt->route = 'V';
+            char how[32];
+            gp_pin vp = *p;
+            vp.addr = x;
+            vp.size = (end < c.base + c.size ? end : c.base + c.size) - x;
+            rc = nvrm_route_v(ctx, nc, &vp, x, &c, c.base, x, &pt->hMemory, &pt->rm_off, how,
+                              sizeof how);
+        }
+        if (rc) return gp_err_prefix(rc, "chunk %d of the range (at 0x%llx)", np->nparts + 2,
+                                     (unsigned long long)x);
+        np->nparts++;
+        *hi = pt->va + pt->len;
+        x = c.base + c.size;
+    }
+    return 0;
+}
+
 static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
 {
     struct nvrm_ctx *nc = ctx->bpriv;
@@ -138,8 +207,8 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
                         (unsigned long long)end);
         }
     }
-    if (!rc && cp.kind == GP_CUMEM_VMM)   /* routes A, V: the range stays in the mapping */
-        rc = gp_cuda_classify(p->addr, p->size, ctx->device, &cp);
+    /* routes A, V: the request may run on into further cuMemMap mappings
+     * placed right after this one (several chunks in one VA range) */
     /* Pool memory: classify refuses it for every backend; nvrm tries route V. */
     int pool = rc == GDRPY_ENOTSUP && cp.kind == GP_CUMEM_POOL;
     if (pool) rc = nvrm_pool_range(ctx, p, anchor, &cp);
@@ -186,6 +255,12 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
             if (!rc) gp_log(1, "nvrm: route V (%s) for %s", how, gp_cuda_kind_name(cp.kind));
         }
         if (rc) { free(np); goto out; }
+        np->len0 = hi - va;
+        const uint64_t full_hi = gp_round_up(end, GDRPY_GPU_PAGE_SIZE);
+        if (end > cp.base + cp.size) {
+            rc = pin_parts(ctx, nc, p, np, cp.base + cp.size, full_hi, &hi);
+            if (rc) { nvrm_pin_release(nc, np); goto out; }
+        }
     } else {
         uint64_t objoff = 0, clo = 0, chi = 0;
         rc = nvrm_dup_legacy(ctx, nc, &cp, &np->hMemory, &objoff);
@@ -248,10 +323,10 @@ static int nvrm_unpin(gp_ctx *ctx, gp_pin *p)
         p->map_base = NULL;
         p->map_len = 0;
     }
-    int rc2 = nvrm_rm_free(nc, nc->hDevice, np->hMemory,
-                      "releasing the pinned RM memory");
-    nvrm_live_add(&nc->n_mem, -1);
-    free(np);
+    for (int i = 0; i < np->nparts; i++)
+        if (np->parts[i].map.mm) nvrm_unmap_range(nc, np->parts[i].hMemory, &np->parts[i].map);
+    np->resv = NULL;
+    int rc2 = nvrm_pin_release(nc, np);
     p->bpriv = NULL;
     return rc ? rc : rc2;
 }
@@ -264,6 +339,40 @@ static int nvrm_map(gp_ctx *ctx, gp_pin *p)
     struct nvrm_pin *np = p->bpriv;
     if (!np) return gp_err(GDRPY_EINVAL, "map: pin has no RM memory (bug)");
     if (np->map.mm) return gp_err(GDRPY_EAGAIN, "map: already mapped");
+    if (np->nparts) {
+        /* several RM objects side by side in one reservation */
+        size_t total = gp_round_up(p->len, 4096);
+        void *r = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (r == MAP_FAILED)
+            return gp_err(GDRPY_ENOMEM, "map: reserving %zu bytes failed", total);
+        /* Parts are mapped in address order over the reservation and cover
+         * it exactly, so unmapping them leaves nothing of it; on failure the
+         * still-reserved tail is released first. */
+        size_t done = 0;
+        int rc = nvrm_map_range_at(nc, np->hMemory, np->rm_off, np->len0, r, &np->map);
+        if (!rc) done = np->map.mm_len;
+        for (int i = 0; !rc && i < np->nparts; i++) {
+            struct nvrm_part *pt = &np->parts[i];
+            rc = nvrm_map_range_at(nc, pt->hMemory, pt->rm_off, pt->len,
+                                   (uint8_t *)r + (pt->va - p->va), &pt->map);
+            if (!rc) done = (size_t)(pt->va - p->va) + pt->map.mm_len;
+        }
+        if (rc) {
+            if (done < total) munmap((uint8_t *)r + done, total - done);
+            for (int i = 0; i < np->nparts; i++)
+                if (np->parts[i].map.mm)
+                    nvrm_unmap_range(nc, np->parts[i].hMemory, &np->parts[i].map);
+            if (np->map.mm) nvrm_unmap_range(nc, np->hMemory, &np->map);
+            return rc;
+        }
+        np->resv = r;
+        np->resv_len = total;
+        p->map_base = r;
+        p->map_len = p->len;
+        p->mapping_type = nvrm_map_type_of(np->map.flags);
+        return 0;
+    }
     int rc = nvrm_map_range(nc, np->hMemory, np->rm_off, p->len, &np->map);
     if (rc) return rc;
     p->map_base = (uint8_t *)np->map.mm + (np->rm_off & 4095);
@@ -278,6 +387,11 @@ static int nvrm_unmap(gp_ctx *ctx, gp_pin *p)
     struct nvrm_pin *np = p->bpriv;
     if (!np || !np->map.mm) return gp_err(GDRPY_EINVAL, "unmap: not mapped");
     int rc = nvrm_unmap_range(nc, np->hMemory, &np->map);
+    for (int i = 0; i < np->nparts; i++) {
+        int r2 = nvrm_unmap_range(nc, np->parts[i].hMemory, &np->parts[i].map);
+        if (!rc) rc = r2;
+    }
+    np->resv = NULL;   /* the parts covered it exactly: nothing of it is left */
     p->map_base = NULL;
     p->map_len = 0;
     p->mapping_type = GDRPY_MAPPING_NONE;

@@ -49,11 +49,28 @@ struct nvrm_map {
     uint32_t flags;             /* NVOS33 flags returned by the driver */
 };
 
+/* A further RM object of a pin over several VMM chunks mapped side by
+ * side (cuMemMap of several handles into one VA range). */
+struct nvrm_part {
+    char route;                 /* 'A' or 'V' */
+    uint32_t hMemory;
+    uint64_t va, len;           /* the part of [pin->va, +pin->len) it backs */
+    uint64_t rm_off;            /* offset of part va in the RM object */
+    struct nvrm_map map;
+};
+
 struct nvrm_pin {
-    char route;                 /* 'A' (import) or 'C' (dup) */
+    char route;                 /* 'A' (import), 'C' (dup), 'V' (found + dup) */
     uint32_t hMemory;
     uint64_t rm_off;            /* offset of pin->va inside the RM object */
     struct nvrm_map map;
+    /* pins over several VMM chunks: the first chunk is the fields above
+     * (covering [pin->va, +len0)), the others are parts */
+    uint64_t len0;
+    int nparts;
+    struct nvrm_part *parts;
+    void *resv;                 /* PROT_NONE reservation the parts are mapped into */
+    size_t resv_len;
 };
 
 /* Route C: which of the 16 u32 words of a cuIpcGetMemHandle handle hold
@@ -116,6 +133,9 @@ GP_HIDDEN int nvrm_open_node(const char *path, int *fd);
 GP_HIDDEN int nvrm_session_open(int device, struct nvrm_ctx *nc);
 GP_HIDDEN int nvrm_map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t len,
                              struct nvrm_map *m);
+/* As nvrm_map_range, mmap'ed at `at` (MAP_FIXED) when not NULL. */
+GP_HIDDEN int nvrm_map_range_at(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t len,
+                                void *at, struct nvrm_map *m);
 GP_HIDDEN int nvrm_unmap_range(struct nvrm_ctx *nc, uint32_t hMem, struct nvrm_map *m);
 GP_HIDDEN int nvrm_map_type_of(uint32_t flags);
 
