@@ -350,6 +350,50 @@ def test_memory_kind_round_trips_or_is_refused_with_the_driver_reason(cu, gctx, 
         a.close()
 
 
+@pytest.mark.parametrize("fd", [True, False], ids=["posix_fd", "no_handle_type"])
+def test_pin_across_two_cumemcreate_chunks_in_one_va_range(cu, gctx, fd):
+    cu_ = cu
+    ht = (cu_.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR if fd
+          else cu_.CUmemAllocationHandleType.CU_MEM_HANDLE_TYPE_NONE)
+    prop = cu_.CUmemAllocationProp()
+    prop.type = cu_.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
+    prop.location.type = cu_.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+    prop.location.id = 0
+    prop.requestedHandleTypes = ht
+    prop.allocFlags.gpuDirectRDMACapable = 1
+    c = int(_ok(cu_.cuMemGetAllocationGranularity(
+        prop, cu_.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)))
+    va = int(_ok(cu_.cuMemAddressReserve(2 * c, 0, 0, 0)))
+    hs = [_ok(cu_.cuMemCreate(c, prop, 0)) for _ in range(2)]
+    try:
+        for i, h in enumerate(hs):
+            _ok(cu_.cuMemMap(va + i * c, c, 0, h, 0))
+        acc = cu_.CUmemAccessDesc()
+        acc.location.type = cu_.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
+        acc.location.id = 0
+        acc.flags = cu_.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+        _ok(cu_.cuMemSetAccess(va, 2 * c, [acc], 1))
+        htod(cu, va + c - PAGE, b"\x01" * (2 * PAGE))
+        try:
+            pin = gctx.pin(va + c - PAGE, size=2 * PAGE)
+        except errors.GdrError as e:
+            assert fd is False, str(e)   # route V may be refused, with its reason
+            assert "what works" in str(e), str(e)
+            return
+        data = bytes(range(256)) * 2
+        with pin, pin.map() as m:
+            m.write(PAGE - 256, data)   # 256 bytes on each side of the seam
+            assert m.read(PAGE - 256, 512) == data
+        assert dtoh(cu, va + c - 256, 256) == data[:256]
+        assert dtoh(cu, va + c, 256) == data[256:]
+    finally:
+        for i in range(2):
+            cu_.cuMemUnmap(va + i * c, c)
+        for h in hs:
+            cu_.cuMemRelease(h)
+        cu_.cuMemAddressFree(va, 2 * c)
+
+
 def test_managed_memory_is_refused_with_a_clear_message(cu, gctx):
     a = _Alloc(cu, "managed", 1 << 20)
     try:
