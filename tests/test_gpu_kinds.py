@@ -373,7 +373,8 @@ def test_pin_across_two_cumemcreate_chunks_in_one_va_range(cu, gctx, fd):
         acc.location.id = 0
         acc.flags = cu_.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
         _ok(cu_.cuMemSetAccess(va, 2 * c, [acc], 1))
-        htod(cu, va + c - PAGE, b"\x01" * (2 * PAGE))
+        htod(cu, va + c - PAGE, b"\x01" * PAGE)   # one copy per chunk
+        htod(cu, va + c, b"\x01" * PAGE)
         try:
             pin = gctx.pin(va + c - PAGE, size=2 * PAGE)
         except errors.GdrError as e:

@@ -479,7 +479,8 @@ int main(void)
             int prc = gdrpy_pin(G, k.ptr + (k.va_size / 2) - PAGE, 2 * PAGE, 0, &pin);
             printf("FACT vmm_fd_2chunks pin across the chunk boundary: %s\n",
                    prc ? gdrpy_last_error() : "ok");
-            if (!prc) gdrpy_unpin(G, pin);
+            if (prc) BAD("vmm_fd_2chunks: pin across the seam refused: %s", gdrpy_last_error());
+            else gdrpy_unpin(G, pin);
             k.size = k.va_size / 2;   /* the row pins the first chunk */
         }
         row(&k, plan[i].expect);
