@@ -561,15 +561,20 @@ static void test_refusals(gp_ctx *c)
     free(mal);
     dalloc a;
     if (!alloc_dev(&a, 65536)) {
+        /* GDRCopy's rule (chunk.c): past the allocation but inside the RM
+         * chunk behind it is accepted; past the chunk is refused naming the
+         * allowed range */
         rc = do_pin(c, &p, a.ptr + 65536 - 8, 16);
-        check(rc == GDRPY_EINVAL, "refuse a range past the allocation end", "rc=%d \"%s\"", rc,
-              gdrpy_last_error());
+        check(rc == 0 || (rc == GDRPY_EINVAL && strstr(gdrpy_last_error(), "pin within")),
+              "a range past the allocation end: pinned in its chunk, or refused naming the "
+              "allowed range", "rc=%d \"%s\"", rc, gdrpy_last_error());
         if (!rc) c->be->unpin(c, &p);
         dfree(&a);
     }
     if (!alloc_vmm(&a, 2 << 20, 0)) {
         rc = do_pin(c, &p, a.ptr, 4096);
-        check(rc == GDRPY_ENOTSUP, "refuse VMM memory without POSIX_FD handle type",
+        check(rc == 0 || (rc == GDRPY_ENOTSUP && strstr(gdrpy_last_error(), "what works")),
+              "VMM memory without POSIX_FD: route V proven, or refused with the reason",
               "rc=%d \"%s\"", rc, gdrpy_last_error());
         if (!rc) c->be->unpin(c, &p);
         dfree(&a);
