@@ -17,6 +17,12 @@
 #   large     issue 14 only (named explicitly, not part of all): the host-memory
 #             tests, bench bandwidth by host-memory kind, bench transfer for
 #             pageable and page-locked memory
+#   kinds     memory kinds x nvrm routes (probe_kinds), libgdrapi compat on
+#             the GPU (fork after gdr_open, layouts), pytest tests/test_gpu_kinds.py
+#   gdrcopy   GDRCopy's own tests on libgdrapi.so.2 (needs .ext/gdrcopy: see
+#             scripts/gdrcopy_tests.sh)
+#   ucx       ucx_perftest with and without gdr_copy (needs .ext/ucx from
+#             scripts/ucx_build.sh)
 #   asv       records an asv run of the benchmarks in asv_bench/ (all only
 #             includes it when asv or its wheels in .whl/ are there)
 #
@@ -74,6 +80,18 @@ if want test; then
     step c_core_gpu 120 env GDRPY_BACKEND=nvrm native/build/test_core
     step c_nvrm_backend 300 sh native/tests/gpu/run_backend_test.sh "$WORK"
     step nvrm_selftest 300 python3 scripts/nvrm_selftest.py --json "$WORK/nvrm_selftest.json"
+fi
+
+if want kinds; then
+    step kinds_probe 300 sh native/tests/gpu/run_probe_kinds.sh "$WORK"
+    step gdrapi_compat_gpu 120 native/build/test_gdrapi_compat
+    step pytest_kinds 300 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_kinds.py
+fi
+if want gdrcopy && [ -d .ext/gdrcopy ]; then
+    step gdrcopy_tests 560 scripts/gdrcopy_tests.sh .ext/gdrcopy --work "$WORK/gdrcopy" --timeout 240
+fi
+if want ucx && [ -x .ext/ucx/bin/ucx_perftest ]; then
+    step ucx_perftest 560 scripts/ucx_perftest.sh --work "$WORK/ucx"
 fi
 
 if want bench; then

@@ -9,10 +9,10 @@
  *    per CUDA device, opened lazily: a pin goes to the context of the device
  *    that owns the address (cuPointerGetAttribute, when libcuda is loaded),
  *    like GDRCopy's pins, which work with whatever device owns the pointer.
- *  - gdr_mh_t.h encodes (generation << 32) | (slot + 1) in a global slot
- *    table made of fixed chunks that are allocated once and never freed.  A
- *    stale or forged handle therefore always reads valid memory, and the
- *    generation tells it apart from the slot's current occupant.
+ *  - gdr_mh_t.h is the address of a slot in a global slot range plus the
+ *    low bits of the slot's generation (see "handle slots"); slots are
+ *    never unmapped, a handle is range-checked before it is dereferenced,
+ *    and the generation tells it apart from the slot's current occupant.
  *
  * Locking
  *  - g->lock guards everything of one gdr (its handle list, its contexts and
@@ -32,10 +32,13 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,39 +104,79 @@ typedef struct mh_slot {
     uint32_t prev, next;     /* slot + 1 links: g's list, or the free list */
 } mh_slot;
 
-#define MH_CHUNK_SHIFT 10
-#define MH_CHUNK (1u << MH_CHUNK_SHIFT)
-#define MH_MAX_CHUNKS 16384u   /* 16 Mi handles */
+/* Slots live in one reserved address range, MH_STRIDE bytes apart; chunks
+ * of it are made read-write as they are needed and never given back.  A
+ * handle is the address of its slot plus the low MH_GEN_BITS of the slot's
+ * generation, so that (a) programs that treat gdr_mh_t.h as a pointer to
+ * GDRCopy's internal gdr_memh_t (GDRCopy's own sanity tests read ~104
+ * bytes there) read valid memory, and (b) a stale or forged handle is
+ * recognised without being dereferenced: it must fall inside the committed
+ * range and carry the slot's current generation.  Freed slots are reused
+ * first-in first-out, so a stale handle only matches again after its slot
+ * has been recycled 2^MH_GEN_BITS times. */
+#define MH_STRIDE 1024u
+#define MH_GEN_BITS 9u
+#define MH_GEN_MASK ((1u << MH_GEN_BITS) - 1)
+#define MH_CHUNK 256u                   /* slots made read-write at a time */
+#define MH_MAX_SLOTS (1u << 18)         /* 256 MiB of address space reserved */
+_Static_assert(sizeof(mh_slot) + MH_GEN_MASK + 128 <= MH_STRIDE, "slot stride");
 
-static mh_slot *_Atomic mh_chunks[MH_MAX_CHUNKS];
+static char *mh_base;                    /* reserved range, set once */
+static _Atomic uint32_t mh_committed;    /* slots that are read-write */
 static pthread_mutex_t mh_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t mh_free_head;  /* slot + 1, 0 = empty */
-static uint32_t mh_nslots;     /* slots ever created */
+static uint32_t mh_free_head, mh_free_tail;  /* slot + 1, 0 = empty (FIFO) */
+static uint32_t mh_nslots;               /* slots ever handed out */
 
 static inline mh_slot *slot_at(uint32_t idx)
 {
-    mh_slot *c = atomic_load_explicit(&mh_chunks[idx >> MH_CHUNK_SHIFT], memory_order_acquire);
-    return c ? &c[idx & (MH_CHUNK - 1)] : NULL;
+    return (mh_slot *)(mh_base + (size_t)idx * MH_STRIDE);
+}
+
+static inline uint32_t slot_idx(const mh_slot *s)
+{
+    return (uint32_t)(((const char *)s - mh_base) / MH_STRIDE);
 }
 
 static inline unsigned long mk_mh(uint32_t idx, uint32_t gen)
 {
-    return ((unsigned long)gen << 32) | (unsigned long)(idx + 1);
+    return (unsigned long)(uintptr_t)slot_at(idx) + (gen & MH_GEN_MASK);
 }
 
-/* The slot a handle names, or NULL.  No lock; the slot may be in any state. */
+/* The slot a handle names, or NULL.  No lock; the slot may be in any state.
+ * Never dereferences memory outside the committed slot range. */
 static inline mh_slot *mh_lookup(gdr_mh_t mh, uint32_t *gen_out)
 {
-    uint32_t lo = (uint32_t)mh.h;
-    uint32_t gen = (uint32_t)(mh.h >> 32);
-    if (__builtin_expect(lo == 0 || gen == 0, 0)) return NULL;
-    uint32_t idx = lo - 1;
-    if (__builtin_expect((idx >> MH_CHUNK_SHIFT) >= MH_MAX_CHUNKS, 0)) return NULL;
-    mh_slot *s = slot_at(idx);
-    if (__builtin_expect(!s || atomic_load_explicit(&s->gen, memory_order_acquire) != gen, 0))
+    char *base = mh_base;
+    if (__builtin_expect(!base || mh.h < (unsigned long)(uintptr_t)base, 0)) return NULL;
+    unsigned long off = mh.h - (unsigned long)(uintptr_t)base;
+    unsigned long idx = off / MH_STRIDE;
+    if (__builtin_expect(idx >= atomic_load_explicit(&mh_committed, memory_order_acquire), 0))
         return NULL;
+    uint32_t glow = (uint32_t)(off % MH_STRIDE);
+    if (__builtin_expect(glow > MH_GEN_MASK, 0)) return NULL;
+    mh_slot *s = slot_at((uint32_t)idx);
+    uint32_t gen = atomic_load_explicit(&s->gen, memory_order_acquire);
+    if (__builtin_expect((gen & MH_GEN_MASK) != glow, 0)) return NULL;
     *gen_out = gen;
     return s;
+}
+
+/* With mh_lock held: make slots [mh_committed, +MH_CHUNK) usable. */
+static int mh_grow(void)
+{
+    if (!mh_base) {
+        void *p = mmap(NULL, (size_t)MH_MAX_SLOTS * MH_STRIDE, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return -1;
+        mh_base = p;
+    }
+    uint32_t c = atomic_load_explicit(&mh_committed, memory_order_relaxed);
+    if (c + MH_CHUNK > MH_MAX_SLOTS) return -1;
+    char *at = (char *)slot_at(c);
+    if (mprotect(at, (size_t)MH_CHUNK * MH_STRIDE, PROT_READ | PROT_WRITE) != 0) return -1;
+    for (uint32_t i = 0; i < MH_CHUNK; i++) atomic_init(&slot_at(c + i)->gen, 1);
+    atomic_store_explicit(&mh_committed, c + MH_CHUNK, memory_order_release);
+    return 0;
 }
 
 static mh_slot *slot_alloc(uint32_t *idx_out)
@@ -143,23 +186,14 @@ static mh_slot *slot_alloc(uint32_t *idx_out)
     if (mh_free_head) {
         idx = mh_free_head - 1;
         mh_free_head = slot_at(idx)->next;
+        if (!mh_free_head) mh_free_tail = 0;
     } else {
-        if (mh_nslots >= MH_MAX_CHUNKS * MH_CHUNK) {
+        if (mh_nslots >= atomic_load_explicit(&mh_committed, memory_order_relaxed) &&
+            mh_grow() != 0) {
             pthread_mutex_unlock(&mh_lock);
             return NULL;
         }
-        idx = mh_nslots;
-        uint32_t c = idx >> MH_CHUNK_SHIFT;
-        if (!atomic_load_explicit(&mh_chunks[c], memory_order_relaxed)) {
-            mh_slot *chunk = calloc(MH_CHUNK, sizeof *chunk);
-            if (!chunk) {
-                pthread_mutex_unlock(&mh_lock);
-                return NULL;
-            }
-            for (uint32_t i = 0; i < MH_CHUNK; i++) atomic_init(&chunk[i].gen, 1);
-            atomic_store_explicit(&mh_chunks[c], chunk, memory_order_release);
-        }
-        mh_nslots++;
+        idx = mh_nslots++;
     }
     pthread_mutex_unlock(&mh_lock);
     mh_slot *s = slot_at(idx);
@@ -182,19 +216,32 @@ static void slot_free(mh_slot *s, uint32_t idx)
     atomic_store_explicit(&s->span, 0, memory_order_relaxed);
     s->map_ret = NULL;
     pthread_mutex_lock(&mh_lock);
-    s->next = mh_free_head;
-    mh_free_head = idx + 1;
+    s->next = 0;
+    if (mh_free_tail) slot_at(mh_free_tail - 1)->next = idx + 1;
+    else mh_free_head = idx + 1;
+    mh_free_tail = idx + 1;
     pthread_mutex_unlock(&mh_lock);
 }
 
 /* ---- gdr instances ---------------------------------------------------- */
+/* Layout note: GDRCopy's own tests (sanity.cpp) look inside a gdr_t as if it
+ * were GDRCopy's `struct gdr` (an int fd first, 48 bytes in all): they copy
+ * sizeof that struct and send `g->fd` to another process over a unix
+ * socket, expecting nothing usable to arrive.  So `fd` comes first and is a
+ * real descriptor: the /dev/nvidiactl (or /dev/gdrdrv) node gdr_open checks
+ * for, holding no RM client or pin (the gdrpy contexts own those); -1 for
+ * the sim backend. */
 struct gdr {
+    int fd;                        /* see above; closed by gdr_close */
     uint32_t magic;
     int closed;
     pthread_mutex_t lock;
     unsigned fork_gen;             /* gdrpy_fork_generation at open */
     pid_t pid;
-    int backend;                   /* gdrpy_backend_t of the default context */
+    int req_backend;               /* asked for (AUTO unless GDRPY_BACKEND) */
+    int backend;                   /* of the open contexts; before the first
+                                      pin, the one gdr_open expects */
+    int backend_known;             /* a context has been opened */
     int default_dev;
     gdrpy_ctx_t ctx[GDR_MAX_DEV];  /* 0 = not opened yet */
     uint32_t head;                 /* first slot + 1 of the handle list */
@@ -202,6 +249,8 @@ struct gdr {
     struct gdr *all_next;          /* append-only list of every gdr ever made */
     struct gdr *free_next;
 };
+_Static_assert(offsetof(struct gdr, fd) == 0 && sizeof(struct gdr) >= 48,
+               "GDRCopy's struct gdr layout: int fd first, at least 48 bytes");
 
 static struct gdr *_Atomic gdr_all;
 static pthread_mutex_t gdr_free_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -300,7 +349,8 @@ static void cu_resolve(void)
 /* With g->lock held. */
 static int device_of(struct gdr *g, unsigned long addr)
 {
-    if (g->backend == GDRPY_BACKEND_SIM) return g->default_dev;
+    if (g->req_backend == GDRPY_BACKEND_SIM || g->backend == GDRPY_BACKEND_SIM)
+        return g->default_dev;
     pthread_once(&cu_once, cu_resolve);
     if (!cu_ptr_attr) return g->default_dev;
     int dev = -1;
@@ -313,22 +363,36 @@ static int device_of(struct gdr *g, unsigned long addr)
     return dev;
 }
 
-/* With g->lock held: the context for `dev`, opened on first use with the
- * backend of the default context. */
+/* With g->lock held: the context for `dev`, opened on first use.  The first
+ * context of a gdr is opened here, at its first pin, not in gdr_open: that
+ * is when CUDA is first touched (GDRCopy's gdr_open leaves no CUDA state
+ * either, and programs fork after gdr_open).  Later devices use the
+ * backend the first one chose. */
 static int ctx_for(struct gdr *g, int dev, gdrpy_ctx_t *out)
 {
     if (g->ctx[dev]) {
         *out = g->ctx[dev];
         return 0;
     }
-    int rc = gdrpy_open(dev, g->backend, &g->ctx[dev]);
+    int want = g->backend_known ? g->backend : g->req_backend;
+    int rc = gdrpy_open(dev, want, &g->ctx[dev]);
     if (rc) {
         g->ctx[dev] = 0;
-        LOGE("opening device %d (%s backend) failed: %s", dev, gdrpy_backend_name(g->backend),
+        LOGE("opening device %d (%s backend) failed: %s", dev, gdrpy_backend_name(want),
              gdrpy_last_error());
         return rc;
     }
-    LOGD("opened device %d for a pin on it", dev);
+    if (!g->backend_known) {
+        gdrpy_ctx_info_t ci;
+        if (gdrpy_ctx_get_info(g->ctx[dev], &ci) == 0) {
+            if (ci.backend != g->backend)
+                LOGW("gdr_t %p: expected the %s backend, the driver gave %s", (void *)g,
+                     gdrpy_backend_name(g->backend), ci.backend_name);
+            g->backend = ci.backend;
+            g->backend_known = 1;
+        }
+    }
+    LOGD("opened device %d (%s backend) for a pin on it", dev, gdrpy_backend_name(g->backend));
     *out = g->ctx[dev];
     return 0;
 }
@@ -369,6 +433,34 @@ static void cpm_calibrate(void)
 }
 
 /* ---- instance --------------------------------------------------------- */
+/* The backend gdr_open expects, and the descriptor of its device node,
+ * found without touching CUDA.  Returns 0 or an errno. */
+static int expect_backend(int req, int *backend, int *fd)
+{
+    *fd = -1;
+    *backend = req;
+    if (req == GDRPY_BACKEND_SIM) return 0;
+    const char *nodes[2] = {"/dev/nvidiactl", "/dev/gdrdrv"};
+    int first_err = 0;
+    for (int i = 0; i < 2; i++) {
+        if (i == 0 && req == GDRPY_BACKEND_GDRDRV) continue;
+        int fd_ = open(nodes[i], O_RDWR | O_CLOEXEC);
+        if (fd_ < 0) {
+            if (!first_err) first_err = errno;
+            LOGD("gdr_open: %s: %s", nodes[i], strerror(errno));
+            continue;
+        }
+        *fd = fd_;
+        if (req == GDRPY_BACKEND_AUTO)
+            *backend = i == 0 ? GDRPY_BACKEND_NVRM : GDRPY_BACKEND_GDRDRV;
+        if (i == 0 && req == GDRPY_BACKEND_AUTO && access("/dev/gdrdrv", F_OK) == 0)
+            LOGD("gdr_open: /dev/gdrdrv present too; auto tries nvrm first");
+        return 0;
+    }
+    /* No NVIDIA device node: nothing can map GPU memory here. */
+    return first_err == EACCES || first_err == EPERM ? EACCES : ENODEV;
+}
+
 gdr_t gdr_open(void)
 {
     int dev = 0;
@@ -383,19 +475,23 @@ gdr_t gdr_open(void)
         }
         dev = (int)v;
     }
-    /* AUTO: gdrpy_open honours GDRPY_BACKEND itself. */
-    gdrpy_ctx_t ctx;
-    int rc = gdrpy_open(dev, GDRPY_BACKEND_AUTO, &ctx);
-    if (rc) {
-        LOGE("gdr_open: %s", gdrpy_last_error());
-        errno = rc;
-        return NULL;
+    int req = GDRPY_BACKEND_AUTO;
+    const char *bs = getenv("GDRPY_BACKEND");
+    if (bs && *bs) {
+        req = gdrpy_backend_from_name(bs);
+        if (req < 0) {
+            LOGE("gdr_open: GDRPY_BACKEND=%s is not one of auto, sim, nvrm, gdrdrv, dmabuf", bs);
+            errno = EINVAL;
+            return NULL;
+        }
     }
-    gdrpy_ctx_info_t ci;
-    rc = gdrpy_ctx_get_info(ctx, &ci);
+    /* No CUDA call here: the gdrpy context is opened at the first pin. */
+    int backend, fd;
+    int rc = expect_backend(req, &backend, &fd);
     if (rc) {
-        LOGE("gdr_open: %s", gdrpy_last_error());
-        gdrpy_close(ctx);
+        LOGE("gdr_open: no NVIDIA device node could be opened (/dev/nvidiactl, /dev/gdrdrv): "
+             "%s; is the NVIDIA driver loaded? (GDRPY_BACKEND=sim runs without a GPU)",
+             strerror(rc));
         errno = rc;
         return NULL;
     }
@@ -408,7 +504,7 @@ gdr_t gdr_open(void)
     if (!g) {
         g = calloc(1, sizeof *g);
         if (!g) {
-            gdrpy_close(ctx);
+            if (fd >= 0) close(fd);
             errno = ENOMEM;
             return NULL;
         }
@@ -421,9 +517,11 @@ gdr_t gdr_open(void)
     }
     pthread_mutex_lock(&g->lock);
     memset(g->ctx, 0, sizeof g->ctx);
-    g->ctx[dev] = ctx;
+    g->fd = fd;
     g->default_dev = dev;
-    g->backend = ci.backend;
+    g->req_backend = req;
+    g->backend = backend;
+    g->backend_known = 0;
     g->head = 0;
     g->nhandles = 0;
     g->free_next = NULL;
@@ -432,7 +530,8 @@ gdr_t gdr_open(void)
     g->closed = 0;
     g->magic = GDR_MAGIC;
     pthread_mutex_unlock(&g->lock);
-    LOGD("gdr_open: %p on device %d, %s backend", (void *)g, dev, ci.backend_name);
+    LOGD("gdr_open: %p, device %d, %s backend expected (opened at the first pin)", (void *)g,
+         dev, gdrpy_backend_name(backend));
     return g;
 }
 
@@ -472,6 +571,8 @@ int gdr_close(gdr_t g)
          * inherited.  Forget it here without touching its lock. */
         g->magic = GDR_DEAD;
         g->closed = 1;
+        if (g->fd >= 0) close(g->fd);   /* the child's copy of the descriptor */
+        g->fd = -1;
         LOGD("gdr_close: %p belongs to the parent process; dropped in the child", (void *)g);
         return 0;
     }
@@ -497,6 +598,8 @@ int gdr_close(gdr_t g)
         if (rc && !first) first = rc;
         g->ctx[d] = 0;
     }
+    if (g->fd >= 0) close(g->fd);
+    g->fd = -1;
     g->magic = GDR_DEAD;
     pthread_mutex_unlock(&g->lock);
     pthread_mutex_lock(&gdr_free_lock);
@@ -598,7 +701,7 @@ int gdr_unpin_buffer(gdr_t g, gdr_mh_t handle)
     rc = slot_release(g, s, "gdr_unpin_buffer");
     if (!rc) {
         g_unlink(g, s);
-        slot_free(s, (uint32_t)handle.h - 1);
+        slot_free(s, slot_idx(s));
     }
     g_leave(g);
     return rc;
@@ -894,12 +997,25 @@ int gdr_driver_get_version(gdr_t g, int *major, int *minor)
 int gdr_get_attribute(gdr_t g, gdr_attr_t attr, int *v)
 {
     if (!v) return EINVAL;
+    *v = 0;   /* as GDRCopy: 0 on every failure */
     int rc = g_enter(g, "gdr_get_attribute");
     if (rc) return rc;
     int backend = g->backend;
     g_leave(g);
+    /* gdrdrv backend: the module's own answer, as GDRCopy asks it (0 when
+     * the module is too old to say). */
+    if (backend == GDRPY_BACKEND_GDRDRV &&
+        (attr == GDR_ATTR_USE_PERSISTENT_MAPPING || attr == GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE)) {
+        int fd = open("/dev/gdrdrv", O_RDWR | O_CLOEXEC);
+        struct { uint32_t attr, val; } a = {(uint32_t)attr, 0};
+        *v = fd >= 0 && ioctl(fd, 0xC008DA06u /* GDRDRV_IOC_GET_ATTR */, &a) == 0 ? (int)a.val : 0;
+        if (fd >= 0) close(fd);
+        return 0;
+    }
     switch ((int)attr) {
     case GDR_ATTR_USE_PERSISTENT_MAPPING:
+        /* nvrm, dmabuf, sim: the pin's RM handle / dma-buf / memfd keeps the
+         * pages; a freed allocation never invalidates the mapping. */
         *v = 1;
         return 0;
     case GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE:

@@ -114,6 +114,75 @@ static void nvrm_close(gp_ctx *ctx)
 
 /* ---- backend hooks: pin / unpin --------------------------------------- */
 
+/* Frees every RM object of a pin (mappings must be gone) and the pin. */
+static int nvrm_pin_release(struct nvrm_ctx *nc, struct nvrm_pin *np)
+{
+    int rc = nvrm_rm_free(nc, nc->hDevice, np->hMemory, "releasing the pinned RM memory");
+    nvrm_live_add(&nc->n_mem, -1);
+    for (int i = 0; i < np->nparts; i++) {
+        int r2 = nvrm_rm_free(nc, nc->hDevice, np->parts[i].hMemory,
+                              "releasing a further chunk of the pin");
+        nvrm_live_add(&nc->n_mem, -1);
+        if (!rc) rc = r2;
+    }
+    free(np->parts);
+    free(np);
+    return rc;
+}
+
+/* A pin over several VMM chunks mapped side by side: one part per further
+ * cuMemMap mapping, from x (the end of the previous one) to the request's
+ * end; each reached by route A (POSIX_FD) or V.  *hi is set to the end of
+ * the pinned pages. */
+static int pin_parts(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, struct nvrm_pin *np,
+                     uint64_t x, uint64_t full_hi, uint64_t *hi)
+{
+    const uint64_t end = p->addr + p->size;
+    const uint64_t hp = (uint64_t)nvrm_host_page();
+    while (x < end) {
+        gp_cuda_ptr c;
+        int rc = gp_cuda_classify(x, 1, ctx->device, &c);
+        if (rc || c.kind != GP_CUMEM_VMM || c.base != x) {
+            char why[200];
+            snprintf(why, sizeof why, "%s", rc ? gdrpy_last_error() : gp_cuda_kind_name(c.kind));
+            return gp_err(GDRPY_EINVAL, "range 0x%llx+%llu runs past the cuMemMap mapping that "
+                          "ends at 0x%llx into memory that is not a further cuMemCreate mapping "
+                          "starting there (%s); pin within [0x%llx, 0x%llx)",
+                          (unsigned long long)p->addr, (unsigned long long)p->size,
+                          (unsigned long long)x, why, (unsigned long long)p->addr,
+                          (unsigned long long)x);
+        }
+        struct nvrm_part *parts = realloc(np->parts, (size_t)(np->nparts + 1) * sizeof *parts);
+        if (!parts) return gp_err(GDRPY_ENOMEM, "out of memory");
+        np->parts = parts;
+        struct nvrm_part *pt = &parts[np->nparts];
+        memset(pt, 0, sizeof *pt);
+        pt->map.devfd = -1;
+        pt->va = x;
+        uint64_t pend = gp_round_up(c.base + c.size, hp);
+        pt->len = (full_hi < pend ? full_hi : pend) - x;
+        pt->rm_off = 0;   /* cuMemMap maps a handle from its offset 0 */
+        if (c.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
+            pt->route = 'A';
+            rc = nvrm_import_vmm(ctx, nc, x, &c, &pt->hMemory);
+        } else {
+            pt->route = 'V';
+            char how[32];
+            gp_pin vp = *p;
+            vp.addr = x;
+            vp.size = (end < c.base + c.size ? end : c.base + c.size) - x;
+            rc = nvrm_route_v(ctx, nc, &vp, x, &c, c.base, x, &pt->hMemory, &pt->rm_off, how,
+                              sizeof how);
+        }
+        if (rc) return gp_err_prefix(rc, "chunk %d of the range (at 0x%llx)", np->nparts + 2,
+                                     (unsigned long long)x);
+        np->nparts++;
+        *hi = pt->va + pt->len;
+        x = c.base + c.size;
+    }
+    return 0;
+}
+
 static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
 {
     struct nvrm_ctx *nc = ctx->bpriv;
@@ -121,56 +190,111 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     int rc = gp_cuda_enter(ctx->device, &sc);
     if (rc) return rc;
     gp_cuda_ptr cp;
-    rc = gp_cuda_classify(p->addr, p->size, ctx->device, &cp);
+    const uint64_t end = p->addr + p->size;
+    /* The anchor: the allocation holding the first byte, or, when the range
+     * starts in free space of a chunk (UCX pins whole GPU pages), the first
+     * allocation inside the range. */
+    uint64_t anchor = p->addr;
+    rc = gp_cuda_classify(anchor, 1, ctx->device, &cp);
+    if (rc && cp.kind == GP_CUMEM_UNKNOWN) {
+        uint64_t a = nvrm_first_alloc(p->addr, end);
+        if (a) {
+            anchor = a;
+            rc = gp_cuda_classify(anchor, 1, ctx->device, &cp);
+        } else {
+            rc = gp_err(GDRPY_EINVAL, "no CUDA allocation of this process lies in [0x%llx, "
+                        "0x%llx): nothing to pin", (unsigned long long)p->addr,
+                        (unsigned long long)end);
+        }
+    }
+    /* routes A, V: the request may run on into further cuMemMap mappings
+     * placed right after this one (several chunks in one VA range) */
+    /* Pool memory: classify refuses it for every backend; nvrm tries route V. */
+    int pool = rc == GDRPY_ENOTSUP && cp.kind == GP_CUMEM_POOL;
+    if (pool) rc = nvrm_pool_range(ctx, p, anchor, &cp);
     if (rc) goto out;
+    int vmm_fd = cp.kind == GP_CUMEM_VMM &&
+                 (cp.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    char route = pool || cp.kind == GP_CUMEM_VMM ? (vmm_fd ? 'A' : 'V') : 'C';
 
-    /* The pinned range: the 64 KiB GPU pages around the request, clamped to
-     * the allocation rounded out to host pages (a pin never maps more of its
-     * neighbours than the host page that it shares with them). */
-    const uint64_t hp = (uint64_t)nvrm_host_page();
-    uint64_t a_lo = gp_round_down(cp.base, hp);
-    uint64_t a_hi = gp_round_up(cp.base + cp.size, hp);
-    uint64_t va = gp_round_down(p->addr, GDRPY_GPU_PAGE_SIZE);
-    uint64_t hi = gp_round_up(p->addr + p->size, GDRPY_GPU_PAGE_SIZE);
-    if (va < a_lo) va = a_lo;
-    if (hi > a_hi) hi = a_hi;
-
-    /* Routes the self-test disabled stay disabled, with its reason. */
-    const struct nvrm_route_report *rr =
-        cp.kind == GP_CUMEM_VMM ? &nc->st->route_a : &nc->st->route_c;
+    /* Routes the self-test disabled stay disabled, with its reason (route V
+     * needs RM dup and mapping, which route C's self-test proves). */
+    const struct nvrm_route_report *rr = route == 'A' ? &nc->st->route_a : &nc->st->route_c;
     if (!rr->ok) {
         rc = gp_err(GDRPY_ENOTSUP, "pinning %s (route %c) is disabled on CUDA device %d: the "
-                    "nvrm self-test failed at \"%s\": %s%s", gp_cuda_kind_name(cp.kind),
-                    cp.kind == GP_CUMEM_VMM ? 'A' : 'C', ctx->device, rr->step, rr->detail,
-                    cp.kind == GP_CUMEM_VMM ? "" : "; allocate with cuMemCreate and "
+                    "nvrm self-test failed at \"%s\": %s%s", gp_cuda_kind_name(cp.kind), route,
+                    ctx->device, rr->step, rr->detail,
+                    route == 'A' ? "" : "; allocate with cuMemCreate and "
                     "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (gdrpy.memory does)");
         goto out;
     }
 
+    /* The pinned range: the 64 KiB GPU pages around the request, as GDRCopy
+     * pins (routes A, V: clamped to the mapping; route C: they must lie in
+     * the chunk behind the allocation, see chunk.c). */
+    uint64_t va = gp_round_down(p->addr, GDRPY_GPU_PAGE_SIZE);
+    uint64_t hi = gp_round_up(end, GDRPY_GPU_PAGE_SIZE);
+
     struct nvrm_pin *np = calloc(1, sizeof *np);
     if (!np) { rc = gp_err(GDRPY_ENOMEM, "out of memory"); goto out; }
     np->map.devfd = -1;
-    if (cp.kind == GP_CUMEM_VMM) {
-        np->route = 'A';
-        rc = nvrm_import_vmm(ctx, nc, p->addr, &cp, &np->hMemory);
-        if (rc) { free(np); goto out; }
+    np->route = route;
+    if (route != 'C') {
         /* cuMemMap maps a handle from its offset 0 at the mapping base. */
+        const uint64_t hp = (uint64_t)nvrm_host_page();
         if (va < cp.base) va = cp.base;   /* never before the handle's first byte */
+        if (hi > gp_round_up(cp.base + cp.size, hp)) hi = gp_round_up(cp.base + cp.size, hp);
         np->rm_off = va - cp.base;
-    } else {
-        np->route = 'C';
-        uint64_t objoff = 0;
-        rc = nvrm_dup_legacy(ctx, nc, &cp, &np->hMemory, &objoff);
+        if (route == 'A') {
+            rc = nvrm_import_vmm(ctx, nc, p->addr, &cp, &np->hMemory);
+        } else {
+            char how[32];
+            gp_pin vp = *p;
+            rc = nvrm_route_v(ctx, nc, &vp, anchor, &cp, cp.base, va, &np->hMemory,
+                              &np->rm_off, how, sizeof how);
+            if (!rc) gp_log(1, "nvrm: route V (%s) for %s", how, gp_cuda_kind_name(cp.kind));
+        }
         if (rc) { free(np); goto out; }
-        /* stay inside the RM object */
-        if (va < cp.base && cp.base - va > objoff) va = cp.base - objoff;
-        np->rm_off = objoff + va - cp.base;
+        np->len0 = hi - va;
+        const uint64_t full_hi = gp_round_up(end, GDRPY_GPU_PAGE_SIZE);
+        if (end > cp.base + cp.size) {
+            rc = pin_parts(ctx, nc, p, np, cp.base + cp.size, full_hi, &hi);
+            if (rc) { nvrm_pin_release(nc, np); goto out; }
+        }
+    } else {
+        uint64_t objoff = 0, clo = 0, chi = 0;
+        rc = nvrm_dup_legacy(ctx, nc, &cp, &np->hMemory, &objoff);
+        if (!rc) {
+            /* The GPU pages of the request, clamped to the chunk only where a
+             * page straddles its edge (a chunk smaller than a GPU page). */
+            uint64_t rlo = p->addr, rhi = end;
+            rc = nvrm_chunk_range(ctx, &cp, objoff, &rlo, &rhi, &clo, &chi);
+            if (!rc) {
+                if (va < clo) va = clo;
+                if (hi > chi) hi = chi;
+                rc = nvrm_chunk_range(ctx, &cp, objoff, &va, &hi, &clo, &chi);
+            }
+            if (rc) {
+                nvrm_rm_free(nc, nc->hDevice, np->hMemory, "freeing a refused dup");
+                nvrm_live_add(&nc->n_mem, -1);
+            }
+        }
+        if (rc) { free(np); goto out; }
+        np->rm_off = objoff + va - cp.base;   /* va >= chunk base = cp.base - objoff */
     }
     p->va = va;
     p->len = hi - va;
     p->page_size = (uint32_t)GDRPY_GPU_PAGE_SIZE;
     if (np->route == 'C') {
-        rc = nvrm_verify_identity(ctx, nc, np->hMemory, p->va, np->rm_off, p->addr, p->size);
+        /* Identity is checked on the anchor allocation's part of the request
+         * (free space of the chunk cannot be read through CUDA). */
+        uint64_t ilo = p->addr > cp.base ? p->addr : cp.base;
+        uint64_t ihi = end < cp.base + cp.size ? end : cp.base + cp.size;
+        if (ihi <= ilo) {   /* the request starts in free space: the anchor's head */
+            ilo = cp.base;
+            ihi = cp.base + cp.size < hi ? cp.base + cp.size : hi;
+        }
+        rc = nvrm_verify_identity(ctx, nc, np->hMemory, p->va, np->rm_off, ilo, ihi - ilo);
         if (rc) {
             nvrm_rm_free(nc, nc->hDevice, np->hMemory, "freeing a refused dup");
             nvrm_live_add(&nc->n_mem, -1);
@@ -199,10 +323,10 @@ static int nvrm_unpin(gp_ctx *ctx, gp_pin *p)
         p->map_base = NULL;
         p->map_len = 0;
     }
-    int rc2 = nvrm_rm_free(nc, nc->hDevice, np->hMemory,
-                      "releasing the pinned RM memory");
-    nvrm_live_add(&nc->n_mem, -1);
-    free(np);
+    for (int i = 0; i < np->nparts; i++)
+        if (np->parts[i].map.mm) nvrm_unmap_range(nc, np->parts[i].hMemory, &np->parts[i].map);
+    np->resv = NULL;
+    int rc2 = nvrm_pin_release(nc, np);
     p->bpriv = NULL;
     return rc ? rc : rc2;
 }
@@ -215,6 +339,40 @@ static int nvrm_map(gp_ctx *ctx, gp_pin *p)
     struct nvrm_pin *np = p->bpriv;
     if (!np) return gp_err(GDRPY_EINVAL, "map: pin has no RM memory (bug)");
     if (np->map.mm) return gp_err(GDRPY_EAGAIN, "map: already mapped");
+    if (np->nparts) {
+        /* several RM objects side by side in one reservation */
+        size_t total = gp_round_up(p->len, 4096);
+        void *r = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (r == MAP_FAILED)
+            return gp_err(GDRPY_ENOMEM, "map: reserving %zu bytes failed", total);
+        /* Parts are mapped in address order over the reservation and cover
+         * it exactly, so unmapping them leaves nothing of it; on failure the
+         * still-reserved tail is released first. */
+        size_t done = 0;
+        int rc = nvrm_map_range_at(nc, np->hMemory, np->rm_off, np->len0, r, &np->map);
+        if (!rc) done = np->map.mm_len;
+        for (int i = 0; !rc && i < np->nparts; i++) {
+            struct nvrm_part *pt = &np->parts[i];
+            rc = nvrm_map_range_at(nc, pt->hMemory, pt->rm_off, pt->len,
+                                   (uint8_t *)r + (pt->va - p->va), &pt->map);
+            if (!rc) done = (size_t)(pt->va - p->va) + pt->map.mm_len;
+        }
+        if (rc) {
+            if (done < total) munmap((uint8_t *)r + done, total - done);
+            for (int i = 0; i < np->nparts; i++)
+                if (np->parts[i].map.mm)
+                    nvrm_unmap_range(nc, np->parts[i].hMemory, &np->parts[i].map);
+            if (np->map.mm) nvrm_unmap_range(nc, np->hMemory, &np->map);
+            return rc;
+        }
+        np->resv = r;
+        np->resv_len = total;
+        p->map_base = r;
+        p->map_len = p->len;
+        p->mapping_type = nvrm_map_type_of(np->map.flags);
+        return 0;
+    }
     int rc = nvrm_map_range(nc, np->hMemory, np->rm_off, p->len, &np->map);
     if (rc) return rc;
     p->map_base = (uint8_t *)np->map.mm + (np->rm_off & 4095);
@@ -229,6 +387,11 @@ static int nvrm_unmap(gp_ctx *ctx, gp_pin *p)
     struct nvrm_pin *np = p->bpriv;
     if (!np || !np->map.mm) return gp_err(GDRPY_EINVAL, "unmap: not mapped");
     int rc = nvrm_unmap_range(nc, np->hMemory, &np->map);
+    for (int i = 0; i < np->nparts; i++) {
+        int r2 = nvrm_unmap_range(nc, np->parts[i].hMemory, &np->parts[i].map);
+        if (!rc) rc = r2;
+    }
+    np->resv = NULL;   /* the parts covered it exactly: nothing of it is left */
     p->map_base = NULL;
     p->map_len = 0;
     p->mapping_type = GDRPY_MAPPING_NONE;

@@ -49,11 +49,28 @@ struct nvrm_map {
     uint32_t flags;             /* NVOS33 flags returned by the driver */
 };
 
+/* A further RM object of a pin over several VMM chunks mapped side by
+ * side (cuMemMap of several handles into one VA range). */
+struct nvrm_part {
+    char route;                 /* 'A' or 'V' */
+    uint32_t hMemory;
+    uint64_t va, len;           /* the part of [pin->va, +pin->len) it backs */
+    uint64_t rm_off;            /* offset of part va in the RM object */
+    struct nvrm_map map;
+};
+
 struct nvrm_pin {
-    char route;                 /* 'A' (import) or 'C' (dup) */
+    char route;                 /* 'A' (import), 'C' (dup), 'V' (found + dup) */
     uint32_t hMemory;
     uint64_t rm_off;            /* offset of pin->va inside the RM object */
     struct nvrm_map map;
+    /* pins over several VMM chunks: the first chunk is the fields above
+     * (covering [pin->va, +len0)), the others are parts */
+    uint64_t len0;
+    int nparts;
+    struct nvrm_part *parts;
+    void *resv;                 /* PROT_NONE reservation the parts are mapped into */
+    size_t resv_len;
 };
 
 /* Route C: which of the 16 u32 words of a cuIpcGetMemHandle handle hold
@@ -116,6 +133,9 @@ GP_HIDDEN int nvrm_open_node(const char *path, int *fd);
 GP_HIDDEN int nvrm_session_open(int device, struct nvrm_ctx *nc);
 GP_HIDDEN int nvrm_map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t len,
                              struct nvrm_map *m);
+/* As nvrm_map_range, mmap'ed at `at` (MAP_FIXED) when not NULL. */
+GP_HIDDEN int nvrm_map_range_at(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t len,
+                                void *at, struct nvrm_map *m);
 GP_HIDDEN int nvrm_unmap_range(struct nvrm_ctx *nc, uint32_t hMem, struct nvrm_map *m);
 GP_HIDDEN int nvrm_map_type_of(uint32_t flags);
 
@@ -133,6 +153,10 @@ GP_HIDDEN int nvrm_abi_test_corrupt(struct nvrm_abi *t);
 /* ---- routes.c --------------------------------------------------------- */
 GP_HIDDEN int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr,
                               const gp_cuda_ptr *cp, uint32_t *hOut);
+/* Imports the (single-object) RM export fd `fd` of the memory at `addr`
+ * into our client; closes fd. */
+GP_HIDDEN int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd,
+                             uint32_t *hOut);
 /* cuIpcGetMemHandle of the allocation at `base` as 16 u32 words. */
 GP_HIDDEN int nvrm_ipc_words(uint64_t base, uint32_t w[16]);
 /* RM_DUP_OBJECT of (hClientSrc, hObjectSrc) into our client under hDevice. */
@@ -157,5 +181,30 @@ GP_HIDDEN void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uin
 GP_HIDDEN int nvrm_selftest(int device, struct nvrm_ctx *nc);
 /* The device's state if the self-test has run, else NULL. */
 GP_HIDDEN const struct nvrm_dev_state *nvrm_selftest_state(int device);
+
+/* ---- route_v.c -------------------------------------------------------- */
+/* Route V: VMM memory without POSIX_FD, pool memory.  `anchor` is the first
+ * allocated byte of the request, `cp` the allocation (base/size: its
+ * mapping), `mbase` the VA of the mapping, `va` the first pinned byte.
+ * 0 with *hOut (a handle in our client) and *rm_off (offset of va in it),
+ * proven to back the caller's range; else ENOTSUP naming why. */
+GP_HIDDEN int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
+                           const gp_cuda_ptr *cp, uint64_t mbase, uint64_t va, uint32_t *hOut,
+                           uint64_t *rm_off, char *how, size_t howlen);
+/* Pool memory: fills cp->base/size with the mapping that holds the anchor
+ * (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE) and checks the device and
+ * that the request stays inside it. */
+GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp);
+
+/* ---- chunk.c ---------------------------------------------------------- */
+/* First address in [lo, hi) that lies in a CUDA allocation, or 0. */
+GP_HIDDEN uint64_t nvrm_first_alloc(uint64_t lo, uint64_t hi);
+/* Route C: checks that [*lo, *hi) lies in the RM object (chunk) behind the
+ * cuMemAlloc allocation `cp` (at offset `objoff` in it) and that every
+ * allocation met in the range belongs to that chunk; returns the chunk's
+ * VA range.  EINVAL naming the allowed range otherwise. */
+GP_HIDDEN int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff,
+                               uint64_t *lo, uint64_t *hi, uint64_t *chunk_lo,
+                               uint64_t *chunk_hi);
 
 #endif /* GDRPY_NVRM_H */

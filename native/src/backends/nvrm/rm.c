@@ -380,6 +380,12 @@ fail:
 int nvrm_map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t len,
                      struct nvrm_map *m)
 {
+    return nvrm_map_range_at(nc, hMem, off, len, NULL, m);
+}
+
+int nvrm_map_range_at(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t len,
+                      void *at, struct nvrm_map *m)
+{
     m->devfd = -1;
     m->mm = NULL;
     int rc = nvrm_open_node(nc->devpath, &m->devfd);
@@ -405,7 +411,10 @@ int nvrm_map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t le
     m->plinear = a.pLinearAddress;
     m->flags = a.flags;
     m->mm_len = gp_round_up((off & 4095) + len, 4096);
-    void *p = mmap(NULL, m->mm_len, PROT_READ | PROT_WRITE, MAP_SHARED, m->devfd, 0);
+    /* at: an address inside a PROT_NONE reservation of the caller's (pins
+     * over several RM objects lay their parts side by side). */
+    void *p = mmap(at, m->mm_len, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0),
+                   m->devfd, 0);
     if (p == MAP_FAILED) {
         int e = errno;
         nv_os34_t u = {nc->hClient, nc->hDevice, hMem, 0, m->plinear, 0, 0};

@@ -49,6 +49,13 @@ int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, const gp_cu
         return gp_cuda_err(0, r, "cuMemExportToShareableHandle",
                            "exporting the allocation at 0x%llx as a POSIX fd",
                            (unsigned long long)addr);
+    return nvrm_import_fd(ctx, nc, addr, fd, hOut);
+}
+
+/* Imports the (single-object) RM export fd `fd` of the memory at `addr`
+ * into our client; closes fd. */
+int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd, uint32_t *hOut)
+{
     int rc;
     /* The parameters differ by branch (abi.h): fill the fd, read the two
      * outputs at the table's offsets. */
