@@ -906,12 +906,12 @@ static void t_fork_child_cannot_map_or_read_parent_pins(void)
         int bits = 0;
         char buf[16];
         memset(buf, 0, sizeof buf);
-        /* the parent's mapping is not there: the kernel refuses to read it */
-        int pfd[2];
-        if (pipe(pfd) == 0) {
-            ssize_t w = write(pfd[1], map, 8);
-            if (!(w < 0 && errno == EFAULT)) bits |= 1;
-        }
+        /* the parent's mapping is not inherited: the range holds the
+         * child's own zero-filled memory (never the parent's bytes, never a
+         * fault, never reused for another allocation of the child) */
+        volatile const char *raw = map;
+        for (size_t i = 0; i < sizeof secret; i++)
+            if (raw[i] != 0) bits |= 1;
         if (gdr_copy_from_mapping(f.mh, buf, map, sizeof buf) == 0) bits |= 2;
         if (memcmp(buf, secret, sizeof buf) == 0) bits |= 4;
         void *m2 = NULL;

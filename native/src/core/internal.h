@@ -6,6 +6,7 @@
 #define GDRPY_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -47,14 +48,19 @@ struct gp_pin {
     size_t map_len;         /* bytes mapped at map_base (>= len) */
     int mapping_type;       /* gdrpy_mapping_type_t */
     void *bpriv;            /* backend private */
-    /* core only: validated copies in flight (unmap waits for none) */
-    int inflight;
+    /* core only: validated copies in flight (raised under ctx->lock,
+     * dropped without it); unmap/unpin wait (bounded) for none */
+    _Atomic int inflight;
+    int tearing;            /* unmap/unpin in progress (ctx->lock) */
 };
 
 struct gp_backend;
 
+struct gp_ctx_slot;
+
 struct gp_ctx {
     gdrpy_ctx_t handle;
+    struct gp_ctx_slot *slot;        /* its entry in the context table */
     int device;
     const struct gp_backend *be;
     void *bpriv;                     /* backend private */
@@ -67,6 +73,11 @@ struct gp_ctx {
     uint32_t npins;
     gdrpy_ctx_info_t info;           /* filled by open (backend fills names) */
 };
+
+/* Bounded wait used by teardown (close/unmap/unpin) for calls in flight in
+ * other threads: returns 0 once *count is 0, else GDRPY_EBUSY after the
+ * limit (GDRPY_BUSY_WAIT_MS, default 3000 ms).  Sets *waited_ms. */
+GP_HIDDEN int gp_wait_idle(_Atomic int *count, int *waited_ms);
 
 /* ---- backend interface ------------------------------------------------ */
 /* A backend is one file exporting one `const struct gp_backend`.
