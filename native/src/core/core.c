@@ -81,7 +81,7 @@ static void map_placeholders(void)
 }
 
 /* ---- bounded waits ------------------------------------------------------ */
-static int busy_wait_limit_ms(void)
+int gp_busy_wait_limit_ms(void)
 {
     static _Atomic int cached = -1;
     int v = atomic_load_explicit(&cached, memory_order_relaxed);
@@ -112,7 +112,7 @@ int gp_wait_idle(_Atomic int *count, int *waited_ms)
 {
     *waited_ms = 0;
     if (atomic_load(count) == 0) return 0;
-    int limit = busy_wait_limit_ms();
+    int limit = gp_busy_wait_limit_ms();
     uint64_t t0 = mono_ms();
     for (unsigned i = 0;; i++) {
         if (atomic_load(count) == 0) {

@@ -78,6 +78,7 @@ struct gp_ctx {
  * other threads: returns 0 once *count is 0, else GDRPY_EBUSY after the
  * limit (GDRPY_BUSY_WAIT_MS, default 3000 ms).  Sets *waited_ms. */
 GP_HIDDEN int gp_wait_idle(_Atomic int *count, int *waited_ms);
+GP_HIDDEN int gp_busy_wait_limit_ms(void);
 
 /* ---- backend interface ------------------------------------------------ */
 /* A backend is one file exporting one `const struct gp_backend`.
