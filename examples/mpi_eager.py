@@ -178,7 +178,7 @@ class Rank:
             self._host_store = np.zeros(a.max_size, dtype=np.uint8)
             self.hbuf = self._host_store
         else:
-            from gdrpy.pingpong import GpuRuntime
+            from gdrpy.tools.pingpong import GpuRuntime
             self.rt = GpuRuntime(dev)
             self.host = self.rt.host_alloc(a.max_size)      # pinned staging buffer
             self.hbuf = self.host.array(np.uint8)

@@ -88,7 +88,7 @@ STATUS = {0: "not started", 1: "running", 2: "stopped", 3: "gave up (watchdog ti
 
 SIM_LABEL = "SIM: CPU thread stands in for the GPU kernel"
 
-from gdrpy.pingpong import DEVICE_HELPERS_SRC  # noqa: E402  (the kernels' shared device helpers)
+from gdrpy.tools.pingpong import DEVICE_HELPERS_SRC  # noqa: E402  (the kernels' shared device helpers)
 
 KERNEL_SRC = DEVICE_HELPERS_SRC + r"""
 struct SymAcc { double pq; double q; u64 count; u64 pad; };
@@ -345,7 +345,7 @@ class Engine:
             self.out = self._out_store
             self.out_ptr = self.out.ctypes.data
         else:
-            from gdrpy.pingpong import GpuRuntime
+            from gdrpy.tools.pingpong import GpuRuntime
             self.rt = GpuRuntime(ctx.device)
             t0 = time.perf_counter()
             self.module = self.rt.compile(KERNEL_SRC, "gdrpy_trading_feed.cu")
@@ -367,7 +367,7 @@ class Engine:
                                         self.delay_s)
             self.consumer.start()
         else:
-            from gdrpy.pingpong import KernelArgs, launch
+            from gdrpy.tools.pingpong import KernelArgs, launch
             self.rt.make_current()
             p = self.buf.ptr
             args = KernelArgs((ctypes.c_uint64, p + RING_OFF), (ctypes.c_uint32, self.nslots),
@@ -392,7 +392,7 @@ class Engine:
         if self.sim:
             self.consumer.join(timeout_s)
             return not self.consumer.is_alive()
-        from gdrpy.pingpong import wait_stream
+        from gdrpy.tools.pingpong import wait_stream
         return wait_stream(self.stream, timeout_s)
 
     def stop(self, final_index: int):
@@ -629,7 +629,7 @@ def run_phase(eng: Engine, path: str, a) -> dict:
     sn = np.array(send_ns[1:w + 1], dtype=np.int64)
     ak = ack_ns[1:w + 1]
     ok = ak > 0
-    from gdrpy.pingpong import summarize
+    from gdrpy.tools.pingpong import summarize
     dur = ((int(ak[ok].max()) - first_recv) / 1e9) if (ok.any() and first_recv) else 0.0
     out = {
         "path": path,
@@ -690,7 +690,7 @@ def check_results(ph: dict, a) -> dict:
 
 
 def fmt_phase(ph: dict, title: str) -> list[str]:
-    from gdrpy.pingpong import stats_header, stats_row
+    from gdrpy.tools.pingpong import stats_header, stats_row
     sim = ph["sim"]
     tag = " [SIM]" if sim else ""
     L = [f"path: {title}{tag}"]
@@ -801,7 +801,7 @@ def main(argv=None) -> int:
             hdr.insert(0, f"*** {SIM_LABEL} (backend sim: no GPU is used; the numbers time "
                           "Python threads, not PCIe) ***")
         else:
-            from gdrpy.pingpong import nvrtc_version
+            from gdrpy.tools.pingpong import nvrtc_version
             hdr.append(f"  consumer: persistent kernel, NVRTC {nvrtc_version()} {eng.module.kind} for "
                        f"{eng.module.arch} (compiled in {eng.compile_s:.2f} s)")
         hdr.append("  feed: UDP on 127.0.0.1 from a separate sender process; the handler "

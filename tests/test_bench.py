@@ -1,4 +1,4 @@
-"""Smoke tests of ``python -m gdrpy bench`` (gdrpy/bench.py).
+"""Smoke tests of ``python -m gdrpy bench`` (gdrpy/tools/bench/).
 
 They run the CLI in-process on the sim backend with --quick and tiny sizes and
 check the JSON (rows, positive statistics, metadata), the SIM note and the
@@ -14,7 +14,7 @@ import sys
 import pytest
 
 import gdrpy
-from gdrpy import bench
+from gdrpy.tools import bench
 from gdrpy.__main__ import main
 
 from conftest import GPU_PRESENT
@@ -151,7 +151,7 @@ def test_latency_with_c_merges_the_c_rows(tmp_path, capsys):
 
 
 def test_latency_c_flag_without_the_binary_says_how_to_build_it(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(bench, "_copylat_path", lambda explicit: None)
+    monkeypatch.setattr(bench.native, "_copylat_path", lambda explicit: None)
     rc, out, _ = _run(["bench", "latency", "--backend", "sim", "--quick", "--sizes", "8",
                        "--no-calibrate", "--c"], capsys)
     assert rc == 0
@@ -246,7 +246,7 @@ def test_plot_is_written_or_skipped_with_a_note(tmp_path, capsys, monkeypatch):
 
 
 def test_pingpong_subcommand_without_the_module_fails_clearly(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "gdrpy.pingpong", None)
+    monkeypatch.setitem(sys.modules, "gdrpy.tools.pingpong", None)
     rc = main(["bench", "pingpong", "--iters", "3"])
     err = capsys.readouterr().err
     assert rc == 2

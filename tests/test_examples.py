@@ -56,7 +56,7 @@ def assert_percentile_header(text):
 # ---------------------------------------------------------------------------
 # gdrpy pingpong
 
-PINGPONG = [sys.executable, "-m", "gdrpy.pingpong"]
+PINGPONG = [sys.executable, "-m", "gdrpy.tools.pingpong"]
 
 
 def test_pingpong_sim_reports_percentiles_for_each_size_and_path_and_labels_the_stand_in():
@@ -90,11 +90,11 @@ def test_pingpong_rejects_a_bad_size_with_a_clear_message():
 
 
 def test_pingpong_is_reachable_through_gdrpy_bench_when_bench_exposes_it():
-    if importlib.util.find_spec("gdrpy.bench") is None:
-        pytest.skip("gdrpy.bench is not there yet (python -m gdrpy bench pingpong comes with it)")
+    if importlib.util.find_spec("gdrpy.tools.bench") is None:
+        pytest.skip("gdrpy.tools.bench is not there yet (python -m gdrpy bench pingpong comes with it)")
     rc, out, err = run([sys.executable, "-m", "gdrpy", "bench", "--help"], expect_rc=None)
     if "pingpong" not in out:
-        pytest.skip("gdrpy.bench does not list pingpong yet")
+        pytest.skip("gdrpy.tools.bench does not list pingpong yet")
     rc, out, err = run([sys.executable, "-m", "gdrpy", "bench", "pingpong", "--sizes", "4",
                         "--iters", "30"], env_extra={"GDRPY_BACKEND": "sim"})
     assert SIM_LABEL in out

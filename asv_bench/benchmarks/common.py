@@ -2,7 +2,7 @@
 
 Self-contained on purpose: it uses only gdrpy's public API (open, memory,
 pin/map, Transfer, ThresholdPicker), so the suite also runs against an
-installed gdrpy that predates ``gdrpy.bench``.
+installed gdrpy that predates ``gdrpy.tools.bench``.
 
 * Backend: ``$GDRPY_BENCH_BACKEND`` (``auto`` when unset; ``auto`` never picks
   ``sim``), device ``$GDRPY_BENCH_DEVICE`` (default 0).  Where the backend

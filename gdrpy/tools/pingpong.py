@@ -1,6 +1,6 @@
 """CPU -> GPU -> CPU ping-pong through a BAR1 mapping and a persistent kernel.
 
-``python -m gdrpy bench pingpong`` (or ``python -m gdrpy.pingpong``).
+``python -m gdrpy bench pingpong`` (or ``python -m gdrpy.tools.pingpong``).
 
 What one round trip is
 ----------------------
@@ -82,7 +82,7 @@ DEFAULT_ITERS = 10000
 QUICK_ITERS = 1000
 
 DEVICE_HELPERS_SRC = r"""
-/* Shared by the NVRTC kernels of gdrpy.pingpong and examples/: polling
+/* Shared by the NVRTC kernels of gdrpy.tools.pingpong and examples/: polling
  * words the CPU writes through BAR1 needs system-scope acquire loads. */
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -311,7 +311,7 @@ class GpuRuntime:
     :class:`gdrpy.errors.DriverError` naming the call."""
 
     def __init__(self, device: int = 0):
-        from .memory import cuda_driver, primary_context
+        from ..memory import cuda_driver, primary_context
         self.cu = cuda_driver()
         self.device = device
         primary_context(device)
@@ -324,17 +324,17 @@ class GpuRuntime:
         can_map = self.check(self.cu.cuDeviceGetAttribute(
             A.CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, self.dev), "cuDeviceGetAttribute")
         if not int(can_map):
-            from .errors import NotSupportedError
+            from ..errors import NotSupportedError
             raise NotSupportedError(f"CUDA device {device} cannot map host memory "
                                     "(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY is 0)", errno.ENOTSUP)
         self.arch = None
 
     def make_current(self):
-        from .memory import primary_context
+        from ..memory import primary_context
         primary_context(self.device)
 
     def check(self, result, what):
-        from .memory import _check_cu
+        from ..memory import _check_cu
         return _check_cu(self.cu, result, what)
 
     def compile(self, src: str, name: str = "gdrpy_kernels.cu", options=()) -> "Module":
@@ -357,7 +357,7 @@ def _nvrtc():
         try:
             from cuda import nvrtc  # type: ignore  # older cuda-python layout
         except ImportError as e:
-            from .errors import NotSupportedError
+            from ..errors import NotSupportedError
             raise NotSupportedError(f"cuda-python's NVRTC binding is missing: {e}",
                                     errno.ENOTSUP) from None
     return nvrtc
@@ -380,7 +380,7 @@ def nvrtc_compile(src: str, cc: tuple, name: str = "gdrpy_kernels.cu", options=(
     any driver of the same CUDA major version), else PTX for the newest
     architecture it supports (JIT-compiled by the driver).  A compile error
     raises DriverError with NVRTC's log."""
-    from .errors import DriverError, NotSupportedError
+    from ..errors import DriverError, NotSupportedError
     nvrtc = _nvrtc()
     try:
         err, archs = nvrtc.nvrtcGetSupportedArchs()
@@ -623,7 +623,7 @@ class PingPong:
 
     def __init__(self, ctx, max_size: int, kernel_timeout_s: float, host_timeout_s: float,
                  log=print):
-        from . import memory
+        from .. import memory
         self.ctx = ctx
         self.sim = ctx.is_sim
         self.max_size = max_size
@@ -1040,7 +1040,7 @@ def main(args) -> int:
     """Run from parsed ``args`` (``add_arguments``); 0 on success, 1 when the
     run failed (wrong answer, timeout, driver error: printed), 2 on bad
     options."""
-    from .errors import GdrError
+    from ..errors import GdrError
     try:
         return _main(args)
     except (GdrError, RuntimeError, TimeoutError) as e:
@@ -1096,7 +1096,7 @@ def _main(args) -> int:
 
 
 def _standalone(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gdrpy.pingpong",
+    p = argparse.ArgumentParser(prog="python -m gdrpy.tools.pingpong",
                                 description=__doc__.split("\n\n")[0])
     add_arguments(p)
     args = p.parse_args(argv)

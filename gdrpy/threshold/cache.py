@@ -1,0 +1,197 @@
+"""On-disk persistence of thresholds: cache directory, host identity key, file lock,
+atomic write and validation of a cache document."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import json
+import math
+import os
+import pathlib
+import tempfile
+import time
+from typing import Any, Iterator, Mapping
+
+from .values import DIRECTIONS, MAX_THRESHOLD, log
+
+SCHEMA_VERSION = 1
+_CACHE_KIND = "gdrpy-threshold-cache"
+_MAX_CACHE_BYTES = 1 << 20
+
+ENV_CACHE_DIR = "GDRPY_CACHE_DIR"
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+
+
+def _check_identity(identity: object) -> dict[str, Any]:
+    if not isinstance(identity, Mapping):
+        raise TypeError(f"identity must be a dict, got {type(identity).__name__} {identity!r}")
+    out: dict[str, Any] = {}
+    for k, v in identity.items():
+        if not isinstance(k, str):
+            raise TypeError(f"identity keys must be str, got {type(k).__name__} {k!r}")
+        if not isinstance(v, _JSON_SCALARS):
+            raise TypeError(
+                f"identity[{k!r}] must be str, int, float, bool or None, "
+                f"got {type(v).__name__} {v!r}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"identity[{k!r}] must be finite, got {v!r}")
+        out[k] = v
+    return out
+
+
+def identity_key(identity: Mapping[str, Any]) -> str:
+    """Stable short hash of a host identity dict (keys sorted, canonical JSON)."""
+    ident = _check_identity(identity)
+    blob = json.dumps(ident, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+def cache_dir(env: Mapping[str, str] | None = None) -> pathlib.Path | None:
+    """The directory holding threshold caches, or None if no home can be found.
+
+    ``$GDRPY_CACHE_DIR`` if set and non-empty, else ``$XDG_CACHE_HOME/gdrpy`` if that is
+    an absolute path (per the XDG spec), else ``~/.cache/gdrpy``.
+    """
+    env = os.environ if env is None else env
+    d = env.get(ENV_CACHE_DIR, "")
+    if d:
+        return pathlib.Path(d).expanduser()
+    xdg = env.get("XDG_CACHE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return pathlib.Path(xdg) / "gdrpy"
+    try:
+        return pathlib.Path.home() / ".cache" / "gdrpy"
+    except (RuntimeError, KeyError, OSError):   # no $HOME and no passwd entry
+        return None
+
+
+class _CacheInvalid(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _file_lock(path: pathlib.Path, timeout_s: float) -> Iterator[bool]:
+    """Exclusive flock on ``path`` (created if needed); yields whether it was taken.
+
+    Never raises for lock trouble: without fcntl, on an unwritable directory or after
+    ``timeout_s`` it yields False and the caller proceeds (writes stay atomic anyway).
+    """
+    try:
+        import fcntl
+    except ImportError:         # not POSIX: atomic replace alone
+        yield False
+        return
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError as e:
+        log.debug("threshold cache: cannot open lock file %s: %s", path, e)
+        yield False
+        return
+    got = False
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                got = True
+                break
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    log.debug("threshold cache: flock %s failed: %s", path, e)
+                    break
+                if time.monotonic() >= deadline:
+                    log.warning("threshold cache: lock %s still held after %.0f s; "
+                                "going on without it", path, timeout_s)
+                    break
+                time.sleep(0.01)
+        yield got
+    finally:
+        if got:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _atomic_write(path: pathlib.Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _finite(x: object) -> bool:
+    return (isinstance(x, (int, float)) and not isinstance(x, bool)
+            and math.isfinite(x))
+
+
+def _validate_cache(obj: object, identity: dict[str, Any], key: str, now: float,
+                    max_age_s: float | None) -> dict[str, dict[str, Any]]:
+    """Return the valid per-direction entries of a cache document or raise _CacheInvalid."""
+    if not isinstance(obj, dict) or obj.get("kind") != _CACHE_KIND:
+        raise _CacheInvalid("not a gdrpy threshold cache (no kind "
+                            f"{_CACHE_KIND!r})")
+    schema = obj.get("schema")
+    if schema != SCHEMA_VERSION:
+        raise _CacheInvalid(f"schema {schema!r} is not {SCHEMA_VERSION}")
+    ident = obj.get("identity")
+    if not isinstance(ident, dict):
+        raise _CacheInvalid("identity missing or not an object")
+    if ident != identity or obj.get("key") != key:
+        diff = sorted(k for k in set(ident) | set(identity) if ident.get(k) != identity.get(k))
+        shown = ", ".join(f"{k}: cached {ident.get(k)!r} != current {identity.get(k)!r}"
+                          for k in diff[:4])
+        raise _CacheInvalid(f"identity mismatch ({shown or 'key differs'})")
+    created = obj.get("created")
+    if not _finite(created) or created <= 0:
+        raise _CacheInvalid(f"created {created!r} is not a Unix time")
+    if created > now + 86400:
+        raise _CacheInvalid(f"created {created!r} lies in the future")
+    if max_age_s is not None and now - created > max_age_s:
+        raise _CacheInvalid(f"older than max_age_s={max_age_s:g} s "
+                            f"(created {now - created:.0f} s ago)")
+    entries = obj.get("directions")
+    if not isinstance(entries, dict):
+        raise _CacheInvalid("directions missing or not an object")
+    out: dict[str, dict[str, Any]] = {}
+    for d, e in entries.items():
+        if d not in DIRECTIONS:
+            raise _CacheInvalid(f"unknown direction {d!r}")
+        if not isinstance(e, dict):
+            raise _CacheInvalid(f"{d}: entry is not an object")
+        t = e.get("threshold")
+        if not isinstance(t, int) or isinstance(t, bool):
+            raise _CacheInvalid(f"{d}: threshold {t!r} is not an integer")
+        if not 0 <= t <= MAX_THRESHOLD:
+            raise _CacheInvalid(f"{d}: threshold {t!r} is absurd (not in 0..{MAX_THRESHOLD})")
+        src = e.get("source")
+        if src not in ("calibration", "adapted"):
+            raise _CacheInvalid(f"{d}: source {src!r} is not 'calibration' or 'adapted'")
+        sweep = e.get("sweep", [])
+        if not isinstance(sweep, list) or len(sweep) > 4096 or not all(
+                isinstance(r, list) and len(r) == 3 and isinstance(r[0], int)
+                and not isinstance(r[0], bool) and r[0] >= 0
+                and all(_finite(v) and v >= 0 for v in r[1:]) for r in sweep):
+            raise _CacheInvalid(f"{d}: sweep table malformed")
+        tm = e.get("time", created)
+        if not _finite(tm):
+            raise _CacheInvalid(f"{d}: time {tm!r} is not a number")
+        out[d] = {"threshold": t, "source": src, "sweep": sweep, "time": float(tm)}
+    cal = obj.get("calibration")
+    if cal is not None:
+        if not isinstance(cal, dict):
+            raise _CacheInvalid("calibration is not an object")
+        dur = cal.get("duration_s")
+        if not _finite(dur) or not 0 <= dur < 86400:
+            raise _CacheInvalid(f"calibration duration_s {dur!r} is absurd")
+    return out
+
