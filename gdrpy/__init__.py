@@ -21,20 +21,33 @@ from . import errors
 from ._core import (Context, Mapping, Pin, backend_names, copy_isa, copy_isa_available,
                     probe, set_copy_isa, version as _core_version)
 from .errors import *  # noqa: F401,F403
+from .errors import InvalidArgumentError
+from .streams import RawStream, unchecked_stream
 
 __version__ = "0.1.0"
 
+from ._env import check_environment as _check_environment  # noqa: E402
+
+_check_environment(backend_names())
+
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
            "backend_names", "copy_isa", "copy_isa_available", "set_copy_isa",
-           "library_version", "libdir", "put", "get", "Transfer"] + list(errors.__all__)
+           "library_version", "libdir", "put", "get", "Transfer", "RawStream",
+           "unchecked_stream"] + list(errors.__all__)
 
 
 def open(device: int = 0, backend: str | None = None) -> Context:  # noqa: A001
     """Open GPU ``device`` with ``backend`` (default: ``$GDRPY_BACKEND`` or
     ``"auto"``, which picks the first real GPU backend that works and never
-    ``sim``).  Raises BackendUnavailableError naming why each backend failed."""
+    ``sim``).  An explicit ``backend`` (``"auto"`` included) always wins over
+    ``$GDRPY_BACKEND``.  Raises BackendUnavailableError naming why each
+    backend failed."""
     if backend is None:
         backend = _os.environ.get("GDRPY_BACKEND") or "auto"
+        if backend not in backend_names():
+            raise InvalidArgumentError(
+                f"GDRPY_BACKEND={backend!r} is not one of {', '.join(backend_names())}: fix or "
+                "unset it, or pass backend= explicitly")
     return Context(device, backend)
 
 

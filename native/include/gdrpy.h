@@ -116,7 +116,11 @@ GDRPY_API int gdrpy_backend_from_name(const char *name);
 GDRPY_API int gdrpy_backend_probe(int backend, int device, char *why, size_t whylen);
 
 /* ---- context ---------------------------------------------------------- */
-/* backend AUTO tries nvrm, gdrdrv, dmabuf in that order, never sim. */
+/* backend AUTO tries nvrm, gdrdrv, dmabuf in that order, never sim; AUTO
+ * honours $GDRPY_BACKEND unless GDRPY_OPEN_NO_ENV is or'ed into `backend`
+ * (an explicit choice of the caller that the environment must not override).
+ * A concrete backend is never overridden. */
+#define GDRPY_OPEN_NO_ENV 0x100
 GDRPY_API int gdrpy_open(int device, int backend, gdrpy_ctx_t *out);
 GDRPY_API int gdrpy_close(gdrpy_ctx_t ctx);
 GDRPY_API int gdrpy_ctx_get_info(gdrpy_ctx_t ctx, gdrpy_ctx_info_t *out);
@@ -179,7 +183,11 @@ GDRPY_API const char *gdrpy_copy_isa_available(void);
 GDRPY_API int gdrpy_sim_alloc(size_t size, uint64_t *dptr);
 GDRPY_API int gdrpy_sim_free(uint64_t dptr);
 
-/* Incremented in every child after fork(); a cheap fork check. */
+/* Incremented in every child after fork() (pthread_atfork); a cheap fork
+ * check.  In the child every mapping of the parent is replaced by private
+ * zero-filled memory at the same address: a raw pointer into a parent
+ * mapping reads zeros and writes to the child's own memory; it never sees
+ * or changes the parent's device memory and never faults. */
 GDRPY_API extern volatile unsigned gdrpy_fork_generation;
 
 #ifdef __cplusplus

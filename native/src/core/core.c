@@ -92,7 +92,7 @@ int gp_busy_wait_limit_ms(void)
         char *end;
         long x = strtol(e, &end, 10);
         if (*end || x < 0 || x > 600000)
-            gp_log(3, "GDRPY_BUSY_WAIT_MS=%s is not a number of milliseconds 0..600000; "
+            gp_log(GP_LOG_CONFIG, "GDRPY_BUSY_WAIT_MS=%s is not a number of milliseconds 0..600000; "
                    "using %d", e, v);
         else
             v = (int)x;
@@ -295,7 +295,9 @@ int gdrpy_open(int device, int backend, gdrpy_ctx_t *out)
     if (!out) return gp_err(GDRPY_EINVAL, "open: output pointer is NULL");
     *out = 0;
     if (device < 0) return gp_err(GDRPY_EINVAL, "open: device %d is negative", device);
-    if (backend == GDRPY_BACKEND_AUTO) {
+    int noenv = backend >= 0 && (backend & GDRPY_OPEN_NO_ENV);
+    if (noenv) backend &= ~GDRPY_OPEN_NO_ENV;
+    if (backend == GDRPY_BACKEND_AUTO && !noenv) {
         const char *env = getenv("GDRPY_BACKEND");
         if (env && *env) {
             int b = gdrpy_backend_from_name(env);

@@ -26,6 +26,8 @@ GP_HIDDEN void gp_err_clear(void);
 /* Debug log to stderr when GDRPY_LOG_LEVEL (or GDRCOPY_LOG_LEVEL) <= level.
  * Levels: 1 debug, 2 info, 3 warn, 4 error. */
 GP_HIDDEN void gp_log(int level, const char *fmt, ...) GP_PRINTF(2, 3);
+/* Level for unusable GDRPY_* values: printed even when logging is off. */
+#define GP_LOG_CONFIG 5
 
 /* ---- objects ---------------------------------------------------------- */
 typedef struct gp_ctx gp_ctx;
