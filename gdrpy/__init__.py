@@ -18,15 +18,24 @@ from __future__ import annotations
 import os as _os
 
 from . import errors
-from ._core import (Context, Mapping, Pin, backend_names, copy_isa, copy_isa_available,
-                    probe, set_copy_isa, version as _core_version)
-from .errors import *  # noqa: F401,F403
+from ._core import (
+    Context,
+    Mapping,
+    Pin,
+    backend_names,
+    copy_isa,
+    copy_isa_available,
+    probe,
+    set_copy_isa,
+)
+from ._core import version as _core_version
+from .errors import *
 from .errors import InvalidArgumentError
 from .streams import RawStream, unchecked_stream
 
 __version__ = "0.1.0"
 
-from ._env import check_environment as _check_environment  # noqa: E402
+from ._env import check_environment as _check_environment
 
 _check_environment(backend_names())
 
@@ -36,7 +45,7 @@ __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
            "unchecked_stream"] + list(errors.__all__)
 
 
-def open(device: int = 0, backend: str | None = None) -> Context:  # noqa: A001
+def open(device: int = 0, backend: str | None = None) -> Context:
     """Open GPU ``device`` with ``backend`` (default: ``$GDRPY_BACKEND`` or
     ``"auto"``, which picks the first real GPU backend that works and never
     ``sim``).  An explicit ``backend`` (``"auto"`` included) always wins over
@@ -66,6 +75,5 @@ def includedir() -> str:
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
 
 
-from . import memory  # noqa: E402
-
-from .transfer import Transfer, get, put  # noqa: E402
+from . import memory
+from .transfer import Transfer, get, put

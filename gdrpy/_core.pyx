@@ -62,6 +62,15 @@ cdef Py_ssize_t _nogil_bytes = NOGIL_BYTES
 _MAPPING_TYPES = {0: "none", 1: "wc", 2: "caching", 3: "device"}
 
 
+def _busy_wait_s():
+    import os
+    try:
+        v = int(os.environ.get("GDRPY_BUSY_WAIT_MS", "3000"))
+    except ValueError:
+        v = 3000
+    return min(max(v, 0), 600000) / 1000.0
+
+
 cdef int _check(int rc) except -1:
     if rc != 0:
         raise error_for_code(rc, gdrpy_last_error().decode("utf-8", "replace"))
@@ -756,6 +765,10 @@ cdef class Mapping:
                 f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
         return gp_load_u64(self._ptr + off)
 
+    # _inflight counts copies that may let other Python code run before they
+    # finish (GIL released, or a buffer export of a Python object): close()
+    # refuses with BusyError while it is non-zero, and close() marks the
+    # mapping closed before it releases the GIL to unmap.
     cdef inline void _store(self, char *dst, const void *src, Py_ssize_t n):
         if n < _nogil_bytes:
             gdrpy_copy_to_mapping(dst, src, <size_t>n)
@@ -782,17 +795,28 @@ cdef class Mapping:
             self._range(off, n)
             self._store(self._ptr + off, PyBytes_AS_STRING(data), n)
             return n
-        _get_in_buffer(data, &view)
+        self._inflight += 1
         try:
-            n = view.len
-            self._range(off, n)
-            self._store(self._ptr + off, view.buf, n)
+            _get_in_buffer(data, &view)
+            try:
+                n = view.len
+                self._range(off, n)
+                self._store(self._ptr + off, view.buf, n)
+            finally:
+                PyBuffer_Release(&view)
         finally:
-            PyBuffer_Release(&view)
+            self._inflight -= 1
         return n
 
     cdef object _read_obj(self, Py_ssize_t off, Py_ssize_t cnt, object out):
         self._range(off, cnt)
+        self._inflight += 1
+        try:
+            return self._read_obj_in(off, cnt, out)
+        finally:
+            self._inflight -= 1
+
+    cdef object _read_obj_in(self, Py_ssize_t off, Py_ssize_t cnt, object out):
         cdef Py_buffer view
         if out is None:
             res = PyBytes_FromStringAndSize(NULL, cnt)
@@ -829,9 +853,26 @@ cdef class Mapping:
             raise BusyError(
                 f"the mapping has {self._exports} live buffer export(s) (memoryview / "
                 f"numpy views); release them before unmapping", _errno.EBUSY)
+        return 0
+
+    cdef int _drain(self) except -1:
+        """Stops new copies (the mapping reads as closed) and waits, with the GIL
+        released, for those in other threads; BusyError (mapping unchanged) if
+        they are still running after GDRPY_BUSY_WAIT_MS (default 3000 ms)."""
+        if self._inflight == 0:
+            return 0
+        import time
+        limit = _busy_wait_s()
+        self._closed = True
+        t0 = time.monotonic()
+        while self._inflight > 0 and time.monotonic() - t0 < limit:
+            time.sleep(0.0002)
         if self._inflight > 0:
-            raise BusyError(f"{self._inflight} copies through the mapping are in flight",
+            self._closed = False
+            raise BusyError(f"{self._inflight} copies through the mapping are still in flight "
+                            f"in other threads after {limit:.1f} s; it stays mapped",
                             _errno.EBUSY)
+        self._closed = False
         return 0
 
     def close(self):
@@ -842,13 +883,15 @@ cdef class Mapping:
             self._closed = True
             return
         self._check_closable()
+        self._drain()
         cdef gdrpy_ctx_t ch = self._pin._ctx._h
         cdef gdrpy_pin_t ph = self._pin._h
         cdef int rc
+        self._closed = True      # before the GIL is released: no new copies
         with nogil:
             rc = gdrpy_unmap(ch, ph)
-        if rc != _errno.EBUSY:   # EBUSY: copies in flight; still mapped
-            self._closed = True
+        if rc == _errno.EBUSY:   # copies in flight in C; still mapped
+            self._closed = False
         _check(rc)
 
     def __init__(self, *args, **kwargs):

@@ -12,10 +12,19 @@ from __future__ import annotations
 import errno as _errno
 
 __all__ = [
-    "GdrError", "InvalidArgumentError", "ArgumentTypeError", "OutOfRangeError", "ClosedError",
-    "AlreadyMappedError", "BusyError", "WrongProcessError",
-    "BackendUnavailableError", "DeviceNotFoundError", "NotSupportedError",
-    "DriverError", "error_for_code",
+    "AlreadyMappedError",
+    "ArgumentTypeError",
+    "BackendUnavailableError",
+    "BusyError",
+    "ClosedError",
+    "DeviceNotFoundError",
+    "DriverError",
+    "GdrError",
+    "InvalidArgumentError",
+    "NotSupportedError",
+    "OutOfRangeError",
+    "WrongProcessError",
+    "error_for_code",
 ]
 
 

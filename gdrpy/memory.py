@@ -23,9 +23,14 @@ import errno
 import threading
 
 from . import _core
-from .errors import ArgumentTypeError, DriverError, InvalidArgumentError, NotSupportedError
+from .errors import (
+    ArgumentTypeError,
+    DriverError,
+    InvalidArgumentError,
+    NotSupportedError,
+)
 
-__all__ = ["alloc", "DeviceBuffer", "VmmBuffer", "SimBuffer", "cuda_driver"]
+__all__ = ["DeviceBuffer", "SimBuffer", "VmmBuffer", "alloc", "cuda_driver"]
 
 
 def _as_nbytes(nbytes) -> int:

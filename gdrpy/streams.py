@@ -33,7 +33,7 @@ import errno
 
 from .errors import ArgumentTypeError, InvalidArgumentError
 
-__all__ = ["RawStream", "unchecked_stream", "stream_handle", "DEFAULT_STREAM_VALUES"]
+__all__ = ["DEFAULT_STREAM_VALUES", "RawStream", "stream_handle", "unchecked_stream"]
 
 #: 0 legacy default stream, 1 CU_STREAM_LEGACY, 2 CU_STREAM_PER_THREAD.
 DEFAULT_STREAM_VALUES = (0, 1, 2)
