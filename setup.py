@@ -1,9 +1,14 @@
-"""Build: `make -C native lib` builds libgdrpy (static + shared) and the
-libgdrapi.so.2 drop-in; the Cython extension links libgdrpy.a statically; the
-shared libraries and headers are shipped inside the package (gdrpy/lib,
-gdrpy/include) so that `python -m gdrpy libdir` can point users at them."""
+"""Build: `make -C native lib tools` builds libgdrpy (static + shared), the
+libgdrapi.so.2 drop-in and the C tools; the Cython extension links libgdrpy.a
+statically; the shared libraries, headers and C tools are shipped inside the
+package (gdrpy/lib, gdrpy/include, gdrpy/bin) so that `python -m gdrpy libdir`,
+`includedir` and `bindir` can point users at them.
+
+The version comes from gdrpy/_version.py (pyproject.toml: dynamic version); the
+build stops if native/include/gdrpy.h says otherwise."""
 
 import os
+import re
 import shutil
 import subprocess
 
@@ -17,8 +22,28 @@ SHIPPED_LIBS = ["libgdrpy.so.0", "libgdrapi.so.2"]
 SHIPPED_HEADERS = ["gdrpy.h", "gdrapi.h"]
 
 
+def _check_versions():
+    """gdrpy/_version.py and gdrpy.h's GDRPY_VERSION_* must agree."""
+    with open(os.path.join(HERE, "gdrpy", "_version.py")) as f:
+        py = re.search(r'^__version__ = "([^"]+)"', f.read(), re.M).group(1)
+    with open(os.path.join(NATIVE, "include", "gdrpy.h")) as f:
+        h = f.read()
+    c = ".".join(re.search(rf"#define GDRPY_VERSION_{k}\s+(\d+)", h).group(1)
+                 for k in ("MAJOR", "MINOR", "PATCH"))
+    if py != c:
+        raise SystemExit(f"version mismatch: gdrpy/_version.py says {py}, "
+                         f"native/include/gdrpy.h says {c}; change both")
+
+
+def _tools():
+    """The C tools: one per native/tools/*.c, built by `make tools`."""
+    return sorted(os.path.splitext(n)[0] for n in os.listdir(os.path.join(NATIVE, "tools"))
+                  if n.endswith(".c"))
+
+
 class BuildWithNative(build_ext):
     def run(self):
+        _check_versions()
         jobs = str(max(1, min(8, os.cpu_count() or 1)))
         subprocess.check_call(["make", "-C", NATIVE, "-j", jobs, "lib", "tools"])
         super().run()
@@ -28,8 +53,9 @@ class BuildWithNative(build_ext):
         for pkg in targets:
             libdir = os.path.join(pkg, "lib")
             incdir = os.path.join(pkg, "include")
-            os.makedirs(libdir, exist_ok=True)
-            os.makedirs(incdir, exist_ok=True)
+            bindir = os.path.join(pkg, "bin")
+            for d in (libdir, incdir, bindir):
+                os.makedirs(d, exist_ok=True)
             for name in SHIPPED_LIBS:
                 src = os.path.join(NBUILD, name)
                 shutil.copy2(src, os.path.join(libdir, name))
@@ -38,6 +64,8 @@ class BuildWithNative(build_ext):
                 shutil.copy2(src, os.path.join(libdir, name.rsplit(".", 1)[0]))
             for name in SHIPPED_HEADERS:
                 shutil.copy2(os.path.join(NATIVE, "include", name), os.path.join(incdir, name))
+            for name in _tools():
+                shutil.copy2(os.path.join(NBUILD, name), os.path.join(bindir, name))
 
 
 ext = Extension(
@@ -52,5 +80,6 @@ ext = Extension(
 setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildWithNative},
-    package_data={"gdrpy": ["lib/*", "include/*.h", "*.pyx", "*.pxd"]},
+    package_data={"gdrpy": ["lib/*", "include/*.h", "bin/*", "*.pyx", "*.pxd", "*.pyi",
+                            "py.typed"]},
 )

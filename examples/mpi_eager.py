@@ -250,7 +250,7 @@ class Rank:
                 if i >= skip:
                     rtt[i - skip] = pc() - t0
         else:
-            for i in range(skip + iters):
+            for _ in range(skip + iters):
                 recv_side(method, n)
                 send_side(method, n)
         return rtt
@@ -303,7 +303,8 @@ def rank_main(comm, a) -> int:
                 sys.stdout.flush()
         if comm.rank == 0:
             if r.sim:
-                print("# *** SIM backend: host memory stands in for GPU memory; no GPU was used ***")
+                print("# *** SIM backend: host memory stands in for GPU memory; "
+                      "no GPU was used ***")
             if a.json:
                 rep = {"tool": "examples/mpi_eager.py", "mode": comm.label, "ranks": ranks,
                        "sim": r.sim, "eager_limit": a.eager_limit,

@@ -715,7 +715,8 @@ def fmt_phase(ph: dict, title: str) -> list[str]:
     if rg["dropped"] or rg["full_events"] or rg["lapped"]:
         L.append(f"  RING OVERRUN: ring of {rg['slots']} slots full {rg['full_events']} time(s) "
                  f"(policy {rg['policy']}" +
-                 (f": waited {rg['stalled_us']:.0f} us in all)" if rg["policy"] == "wait" else ")") +
+                 (f": waited {rg['stalled_us']:.0f} us in all)" if rg["policy"] == "wait"
+                  else ")") +
                  f", "
                  f"{rg['dropped']} tick(s) DROPPED" +
                  (f" (first seqs {rg['dropped_first']})" if rg["dropped_first"] else "") +
@@ -793,17 +794,18 @@ def main(argv=None) -> int:
         eng = Engine(ctx, a.ring, a.symbols, a.kernel_timeout, a.band,
                      a.consumer_delay_us * 1e-6)
         info = ctx.info
-        hdr = [f"gdrpy trading feed: {a.ticks} ticks at "
-               f"{'max rate' if a.rate == 0 else f'{a.rate:.0f}/s'}, {a.symbols} symbols, "
-               f"ring of {a.ring} x {SLOT} B slots, device {ctx.device} "
-               f"({'none - sim' if sim else info['gpu_name']}), backend {ctx.backend}"]
+        hdr = [(f"gdrpy trading feed: {a.ticks} ticks at "
+                f"{'max rate' if a.rate == 0 else f'{a.rate:.0f}/s'}, {a.symbols} symbols, "
+                f"ring of {a.ring} x {SLOT} B slots, device {ctx.device} "
+                f"({'none - sim' if sim else info['gpu_name']}), backend {ctx.backend}")]
         if sim:
             hdr.insert(0, f"*** {SIM_LABEL} (backend sim: no GPU is used; the numbers time "
                           "Python threads, not PCIe) ***")
         else:
             from gdrpy.tools.pingpong import nvrtc_version
-            hdr.append(f"  consumer: persistent kernel, NVRTC {nvrtc_version()} {eng.module.kind} for "
-                       f"{eng.module.arch} (compiled in {eng.compile_s:.2f} s)")
+            hdr.append(f"  consumer: persistent kernel, NVRTC {nvrtc_version()} "
+                       f"{eng.module.kind} for {eng.module.arch} "
+                       f"(compiled in {eng.compile_s:.2f} s)")
         hdr.append("  feed: UDP on 127.0.0.1 from a separate sender process; the handler "
                    "busy-polls the socket")
         hdr.append("  tick -> GPU ack = handler recv -> handler sees the consumer's ack in host "

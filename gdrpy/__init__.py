@@ -29,28 +29,21 @@ from ._core import (
     set_copy_isa,
 )
 from ._core import version as _core_version
-from .errors import *
+from ._version import __version__ as __version__
+from .errors import *  # noqa: F403
 from .errors import InvalidArgumentError
 from .streams import RawStream, unchecked_stream
 
-__version__ = "0.1.0"
-
-from ._env import check_environment as _check_environment
-
-_check_environment(backend_names())
-
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
            "backend_names", "copy_isa", "copy_isa_available", "set_copy_isa",
-           "library_version", "libdir", "put", "get", "Transfer", "RawStream",
-           "unchecked_stream"] + list(errors.__all__)
+           "library_version", "libdir", "includedir", "bindir", "put", "get",
+           "Transfer", "RawStream", "unchecked_stream"] + list(errors.__all__)
 
 
 def open(device: int = 0, backend: str | None = None) -> Context:
     """Open GPU ``device`` with ``backend`` (default: ``$GDRPY_BACKEND`` or
     ``"auto"``, which picks the first real GPU backend that works and never
-    ``sim``).  An explicit ``backend`` (``"auto"`` included) always wins over
-    ``$GDRPY_BACKEND``.  Raises BackendUnavailableError naming why each
-    backend failed."""
+    ``sim``).  Raises BackendUnavailableError naming why each backend failed."""
     if backend is None:
         backend = _os.environ.get("GDRPY_BACKEND") or "auto"
         if backend not in backend_names():
@@ -75,5 +68,15 @@ def includedir() -> str:
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
 
 
-from . import memory
-from .transfer import Transfer, get, put
+def bindir() -> str:
+    """Directory holding the C tools installed with the package (gdrpy_copylat,
+    gdrapi_copylat, ...), as GDRCopy installs gdrcopy_copylat."""
+    return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "bin")
+
+
+from ._env import check_environment as _check_environment  # noqa: E402
+
+_check_environment(backend_names())
+
+from . import memory  # noqa: E402
+from .transfer import Transfer, get, put  # noqa: E402

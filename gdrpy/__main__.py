@@ -3,6 +3,7 @@
   info         version, copy kernel, GPUs seen, each backend and why not, what auto picks
   libdir       directory of libgdrapi.so.2 (export LD_LIBRARY_PATH=$(python -m gdrpy libdir))
   includedir   directory of gdrpy.h and gdrapi.h
+  bindir       directory of the C tools (gdrpy_copylat, gdrapi_copylat, ...)
   calibrate    measure and store the put/get thresholds for this host
   bench        latency | bandwidth | transfer | pingpong
 """
@@ -25,6 +26,12 @@ def cmd_includedir(args) -> int:
     return 0
 
 
+def cmd_bindir(args) -> int:
+    import gdrpy
+    print(gdrpy.bindir())
+    return 0
+
+
 def cmd_info(args) -> int:
     from .tools.info import cmd_info as run
     return run(args)
@@ -40,9 +47,19 @@ def cmd_bench(args) -> int:
     return bench.main(args)
 
 
+def _version_text() -> str:
+    from . import __version__
+    try:
+        from . import library_version
+        return f"gdrpy {__version__} (libgdrpy {library_version()})"
+    except ImportError as e:     # extension not built
+        return f"gdrpy {__version__} (extension not importable: {e})"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m gdrpy", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=_version_text())
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("info", help="versions, GPUs, backends and what auto picks")
     s.add_argument("--device", type=int, default=0)
@@ -52,6 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_libdir)
     s = sub.add_parser("includedir", help="print the directory of gdrpy.h / gdrapi.h")
     s.set_defaults(fn=cmd_includedir)
+    s = sub.add_parser("bindir", help="print the directory of the C tools (gdrpy_copylat, ...)")
+    s.set_defaults(fn=cmd_bindir)
     s = sub.add_parser("calibrate", help="measure and store put/get thresholds")
     s.add_argument("--device", type=int, default=0)
     s.add_argument("--backend", default=None)

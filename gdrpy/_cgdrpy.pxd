@@ -55,8 +55,10 @@ cdef extern from "gdrpy.h" nogil:
 
     int gdrpy_write(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, const void *src, size_t n)
     int gdrpy_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, void *dst, size_t n)
-    int gdrpy_ce_write(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, const void *src, size_t n, void *stream)
-    int gdrpy_ce_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, void *dst, size_t n, void *stream)
+    int gdrpy_ce_write(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, const void *src,
+                       size_t n, void *stream)
+    int gdrpy_ce_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, void *dst, size_t n,
+                      void *stream)
     int gdrpy_stream_synchronize(gdrpy_ctx_t ctx, void *stream)
     int gdrpy_memcpy_htod(gdrpy_ctx_t ctx, uint64_t dptr, const void *src, size_t n)
     int gdrpy_memcpy_dtoh(gdrpy_ctx_t ctx, void *dst, uint64_t dptr, size_t n)

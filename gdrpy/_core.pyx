@@ -18,7 +18,7 @@ Contract of this wrapper:
   copies always release it.
 """
 
-from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE,
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release,
                              PyBUF_WRITABLE, PyBUF_ANY_CONTIGUOUS, PyBUF_FORMAT,
                              PyBUF_ND, PyBUF_STRIDES)
 from cpython.bytes cimport (PyBytes_FromStringAndSize, PyBytes_AS_STRING,
@@ -1103,7 +1103,6 @@ cdef class Transfer:
                 f"mapping={self._m!r}>")
 
 
-
 # ---------------------------------------------------------------------------
 # DLPack export (legacy unversioned DLManagedTensor in a "dltensor" capsule).
 # Struct layouts are DLPack's ABI; the capsule keeps `owner` alive until the
@@ -1150,7 +1149,7 @@ cdef extern from "Python.h":
     int gp_capsule_is_valid "PyCapsule_IsValid"(PyObject *o, const char *name)
     void *gp_capsule_get_pointer "PyCapsule_GetPointer"(PyObject *o, const char *name)
     object gp_capsule_new "PyCapsule_New"(void *p, const char *name,
-                                           void (*destructor)(PyObject *) noexcept)
+                                          void (*destructor)(PyObject *) noexcept)
 
 
 cdef void _dl_deleter(gp_DLManagedTensor *mt) noexcept with gil:

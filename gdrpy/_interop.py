@@ -23,17 +23,18 @@ def _nbytes_from_cai(cai: dict) -> int:
     try:
         itemsize = int(typestr[2:])
     except (TypeError, ValueError):
-        raise InvalidArgumentError(f"__cuda_array_interface__ typestr {typestr!r} is not understood",
-                                   errno.EINVAL) from None
+        raise InvalidArgumentError(
+            f"__cuda_array_interface__ typestr {typestr!r} is not understood",
+            errno.EINVAL) from None
     strides = cai.get("strides")
     if strides is not None:
         # Accept C-contiguous strides only: a pin is one contiguous range.
         expect = itemsize
-        for dim, st in zip(reversed(shape), reversed(tuple(strides))):
+        for dim, st in zip(reversed(shape), reversed(tuple(strides)), strict=False):
             if dim > 1 and st != expect:
                 raise InvalidArgumentError(
-                    "device array is not C-contiguous (strides %r): pin a contiguous "
-                    "array" % (tuple(strides),), errno.EINVAL)
+                    f"device array is not C-contiguous (strides {tuple(strides)!r}): pin a "
+                    "contiguous array", errno.EINVAL)
             expect *= dim
     return int(math.prod(shape)) * itemsize
 

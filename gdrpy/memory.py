@@ -48,7 +48,7 @@ class DeviceBuffer:
     kind = "abstract"
 
     def __init__(self, ptr: int, size: int, device: int):
-        self._ptr = ptr
+        self._ptr: int | None = ptr
         self.size = size
         self.device = device
         self._exports = 0   # live DLPack exports (numpy/torch/cupy views)
@@ -182,7 +182,7 @@ def cuda_driver():
                     from cuda.bindings import driver as cu
                 except ImportError:  # older cuda-python layout
                     try:
-                        from cuda import cuda as cu  # type: ignore
+                        from cuda import cuda as cu
                     except ImportError as e:
                         raise NotSupportedError(
                             f"cuda-python (cuda-bindings) is not installed: {e}",

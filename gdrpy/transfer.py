@@ -162,7 +162,7 @@ def make_measure(ctx, max_bytes: int = CALIBRATION_MAX_BYTES):
     pin = ctx.pin(buf)
     m = pin.map()
     host = np.zeros(max_bytes, np.uint8)
-    host_mv = memoryview(host)
+    host_mv = host.data
     perf = time.perf_counter
 
     def measure(direction, path, nbytes, iters):

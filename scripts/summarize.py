@@ -57,7 +57,8 @@ def main(d):
     fails = [ln for ln in steps.splitlines() if "rc=" in ln and "rc=0 " not in ln]
     p(f"steps: {sum('rc=' in ln for ln in steps.splitlines())} run, {len(fails)} failed"
       + ("".join(f"\n  FAILED {ln[4:]}" for ln in fails)))
-    tail = [ln for ln in read(d, "pytest.log").splitlines() if re.search(r"\d+ (passed|failed)", ln)]
+    tail = [ln for ln in read(d, "pytest.log").splitlines()
+            if re.search(r"\d+ (passed|failed)", ln)]
     if tail:
         p(f"pytest: {tail[-1].strip('= ')}")
     for name in ("c_core_gpu.log", "c_nvrm_backend.log"):
@@ -189,7 +190,8 @@ def main(d):
         for name, r in tf.get("paths", {}).items():
             lat = (r.get("latency_us") or {}).get("tick_to_gpu_ack", {})
             p(f"  {name:<9} {us(lat.get('median'))} / {us(lat.get('p99'))}   "
-              f"processed {r.get('processed')}/{r.get('sent')}  gaps {r.get('gaps', {}).get('missing')}"
+              f"processed {r.get('processed')}/{r.get('sent')}  "
+              f"gaps {r.get('gaps', {}).get('missing')}"
               f"  full {r.get('ring', {}).get('full_events')}  check "
               f"{'ok' if (r.get('check') or {}).get('ok') else 'FAILED'}")
 
@@ -200,7 +202,8 @@ def main(d):
           "  size  gdrpy  cuMemcpy-staged")
         for r in mp.get("rows", []):
             if r["size"] in (1, 8, 64, 1024, 8192, 65536, 1 << 20):
-                p(f"  {r['size']:>8}  {us(r['gdrpy']['median_us']):>7}  {us(r['staged']['median_us']):>7}"
+                p(f"  {r['size']:>8}  {us(r['gdrpy']['median_us']):>7}  "
+                  f"{us(r['staged']['median_us']):>7}"
                   f"   ({r['gdrpy'].get('path')})")
     asvlog = read(d, "asv.log")
     if asvlog:

@@ -12,12 +12,11 @@ import os
 import sys
 
 import pytest
+from conftest import GPU_PRESENT
 
 import gdrpy
-from gdrpy.tools import bench
 from gdrpy.__main__ import main
-
-from conftest import GPU_PRESENT
+from gdrpy.tools import bench
 
 COPYLAT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "native", "build", "gdrpy_copylat")

@@ -91,7 +91,8 @@ def test_pingpong_rejects_a_bad_size_with_a_clear_message():
 
 def test_pingpong_is_reachable_through_gdrpy_bench_when_bench_exposes_it():
     if importlib.util.find_spec("gdrpy.tools.bench") is None:
-        pytest.skip("gdrpy.tools.bench is not there yet (python -m gdrpy bench pingpong comes with it)")
+        pytest.skip("gdrpy.tools.bench is not there yet "
+                    "(python -m gdrpy bench pingpong comes with it)")
     rc, out, err = run([sys.executable, "-m", "gdrpy", "bench", "--help"], expect_rc=None)
     if "pingpong" not in out:
         pytest.skip("gdrpy.tools.bench does not list pingpong yet")

@@ -20,7 +20,6 @@ import pytest
 
 from gdrpy import threshold as th
 
-
 # ---------------------------------------------------------------------------------------
 # Synthetic cost models and a fake transfer engine
 # ---------------------------------------------------------------------------------------
@@ -471,7 +470,7 @@ def test_progress_callback_is_monotonic_and_failures_do_not_abort():
     th.calibrate(fake, progress=lambda f, msg: seen.append((f, msg)), **fast_cal(fake))
     fr = [f for f, _ in seen]
     assert len(fr) > 20 and fr[-1] == 1.0 and all(0 <= f <= 1 for f in fr)
-    assert all(a <= b for a, b in zip(fr, fr[1:]))
+    assert all(a <= b for a, b in zip(fr, fr[1:], strict=False))
     assert all(isinstance(m, str) and m for _, m in seen)
 
     def broken(f, msg):

@@ -13,7 +13,7 @@ import pathlib
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 from .values import DIRECTIONS, MAX_THRESHOLD, log
 
@@ -169,7 +169,7 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
         raise
 
 
-def _finite(x: object) -> bool:
+def _finite(x: object) -> TypeGuard[float]:
     return (isinstance(x, (int, float)) and not isinstance(x, bool)
             and math.isfinite(x))
 

@@ -481,12 +481,12 @@ class ThresholdPicker:
             log.info("threshold cache not used: %s", e)
             return False
         with self._lock:
-            for d, e in entries.items():
+            for d, entry in entries.items():
                 st = self._st[d]
-                st.persist = e
+                st.persist = entry
                 if st.override is None:
                     st.buckets = {}
-                    self._set(d, e["threshold"], "cache")
+                    self._set(d, entry["threshold"], "cache")
             if isinstance(cal, dict):
                 self._calibration = {k: cal.get(k) for k in
                                      ("time", "duration_s", "budget_s", "truncated",

@@ -9,7 +9,7 @@ import logging
 import operator
 import re
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 log = logging.getLogger("gdrpy.threshold")
 
@@ -61,13 +61,13 @@ _SIZE_RE = re.compile(r"^(\d+)\s*(?:([kmg])(?:ib|b)?|b)?$", re.IGNORECASE)
 
 def _check_direction(direction: object) -> str:
     if direction in DIRECTIONS:
-        return direction  # type: ignore[return-value]
+        return direction
     raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
 
 
 def _check_path(path: object) -> str:
     if path in PATHS:
-        return path  # type: ignore[return-value]
+        return path
     raise ValueError(f"path must be one of {PATHS}, got {path!r}")
 
 
@@ -86,7 +86,7 @@ def _as_real(value: object, name: str) -> float:
             value, "__float__"):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     except (TypeError, ValueError):
         raise TypeError(
             f"{name} must be a real number, got {type(value).__name__} {value!r}") from None

@@ -284,7 +284,7 @@ def summarize(samples_ns) -> dict:
     if a.size == 0:
         return {"n": 0}
     q = np.percentile(a, [p for _, p in PERCENTILES])
-    out = {name: float(v) for (name, _), v in zip(PERCENTILES, q)}
+    out = {name: float(v) for (name, _), v in zip(PERCENTILES, q, strict=True)}
     out.update(max=float(a.max()), min=float(a.min()), mean=float(a.mean()), n=int(a.size))
     return out
 
@@ -318,9 +318,11 @@ class GpuRuntime:
         self.dev = self.check(self.cu.cuDeviceGet(device), f"cuDeviceGet({device})")
         A = self.cu.CUdevice_attribute
         self.cc = (int(self.check(self.cu.cuDeviceGetAttribute(
-                       A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.dev), "cuDeviceGetAttribute")),
+                       A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.dev),
+                       "cuDeviceGetAttribute")),
                    int(self.check(self.cu.cuDeviceGetAttribute(
-                       A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.dev), "cuDeviceGetAttribute")))
+                       A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.dev),
+                       "cuDeviceGetAttribute")))
         can_map = self.check(self.cu.cuDeviceGetAttribute(
             A.CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, self.dev), "cuDeviceGetAttribute")
         if not int(can_map):
@@ -337,16 +339,16 @@ class GpuRuntime:
         from ..memory import _check_cu
         return _check_cu(self.cu, result, what)
 
-    def compile(self, src: str, name: str = "gdrpy_kernels.cu", options=()) -> "Module":
+    def compile(self, src: str, name: str = "gdrpy_kernels.cu", options=()) -> Module:
         """NVRTC-compile ``src`` for this device and load it (cuModuleLoadData)."""
         image, kind, arch = nvrtc_compile(src, self.cc, name, options)
         self.arch = arch
         return Module(self, image, kind, arch)
 
-    def stream(self) -> "Stream":
+    def stream(self) -> Stream:
         return Stream(self)
 
-    def host_alloc(self, nbytes: int) -> "PinnedHost":
+    def host_alloc(self, nbytes: int) -> PinnedHost:
         return PinnedHost(self, nbytes)
 
 

@@ -74,7 +74,9 @@ def cmd_bandwidth(args) -> int:
             for p in provs:
                 with contextlib.suppress(Exception):
                     p.close()
-            ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            # the last ops hold views of the buffer (torch/cupy/numpy): drop them
+            ops = []
+            op = None
             gc.collect()
             env.close()
     _finish(args, "bandwidth", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c)})
@@ -100,7 +102,7 @@ def _bandwidth_summary(rows: list, sizes: list, meta: dict, have_c: bool) -> str
         headers += ["C kernel/raw", "Mapping/raw"] if have_c else ["Mapping/ce"]
         body = []
 
-        def g(n, key):
+        def g(n, key, cell=cell):
             r = cell.get((n, key))
             return r.get("gbps_median") if r and not r.get("error") else None
         for n in sizes:

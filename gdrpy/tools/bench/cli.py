@@ -122,10 +122,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                    "Python user would pick instead, in one run.")
     add_common_arguments(p, DEFAULT_SIZES["latency"])
     p.add_argument("--c", action="store_true",
-                   help="also run the C benchmark native/build/gdrpy_copylat (make -C native "
-                        "bench) and merge its rows")
+                   help="also run the C benchmark gdrpy_copylat (installed in `python -m gdrpy "
+                        "bindir`; in a checkout: make -C native bench) and merge its rows")
     p.add_argument("--copylat", metavar="PATH", default=None,
-                   help="path of gdrpy_copylat (default: native/build/, $GDRPY_COPYLAT, PATH)")
+                   help="path of gdrpy_copylat (default: $GDRPY_COPYLAT, native/build/, "
+                        "bindir, PATH)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="do not calibrate the default picker where it has no calibration")
     p.add_argument("--calibrate-budget", type=_pos_float, default=None,

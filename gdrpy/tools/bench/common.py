@@ -158,7 +158,7 @@ _DETAIL_COLS = (("size", 6, "l"), ("dir", 4, "l"), ("method", 36, "l"),
 
 def _fixed_line(cells, cols) -> str:
     out = []
-    for c, (_, w, a) in zip(cells, cols):
+    for c, (_, w, a) in zip(cells, cols, strict=False):
         s = str(c)
         out.append(s.ljust(w) if a == "l" else s.rjust(w))
     return "  ".join(out).rstrip()

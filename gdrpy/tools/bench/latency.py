@@ -95,7 +95,9 @@ def cmd_latency(args) -> int:
             for p in provs:
                 with contextlib.suppress(Exception):
                     p.close()
-            ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            # the last ops hold views of the buffer (torch/cupy/numpy): drop them
+            ops = []
+            op = None
             gc.collect()
             env.close()
     _finish(args, "latency", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c)})

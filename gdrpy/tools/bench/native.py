@@ -9,6 +9,8 @@ import subprocess
 import tempfile
 import time
 
+import gdrpy
+
 from .common import DIRECTIONS
 
 # ---------------------------------------------------------------------------
@@ -24,6 +26,7 @@ def _copylat_path(explicit: str | None) -> str | None:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))))
     cands.append(os.path.join(root, "native", "build", "gdrpy_copylat"))
+    cands.append(os.path.join(gdrpy.bindir(), "gdrpy_copylat"))   # installed with the package
     w = shutil.which("gdrpy_copylat")
     if w:
         cands.append(w)

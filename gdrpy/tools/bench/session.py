@@ -142,21 +142,20 @@ def _options(args) -> dict:
 
 
 def _print_methodology(cfg: Cfg, timer: dict, extra: str = "") -> None:
-    print("method: warm-up (1 untimed call + up to %d timed), then up to %d samples per "
-          "method (max %.3g s each, at least %d)%s;" % (
-              cfg.warmup, cfg.iters, cfg.max_time_ns / 1e9, cfg.min_samples, extra))
-    print("        methods under %.0f us are timed in batches of B calls (batch ~%.0f us; "
-          "sample = batch mean), others call by call (B=1)%s;" % (
-              BATCH_BELOW_NS / 1e3, BATCH_TARGET_NS / 1e3,
-              f"; --batch {cfg.batch} forced" if cfg.batch else ""))
+    print(f"method: warm-up (1 untimed call + up to {cfg.warmup} timed), then up to "
+          f"{cfg.iters} samples per method (max {cfg.max_time_ns / 1e9:.3g} s each, at least "
+          f"{cfg.min_samples}){extra};")
+    forced = f"; --batch {cfg.batch} forced" if cfg.batch else ""
+    print(f"        methods under {BATCH_BELOW_NS / 1e3:.0f} us are timed in batches of B "
+          f"calls (batch ~{BATCH_TARGET_NS / 1e3:.0f} us; sample = batch mean), others call "
+          f"by call (B=1){forced};")
     print("        GC off while timing; median and p99 (nearest rank) in us; each method's "
           "bytes checked once before timing (column ok).")
-    print("timer:  %s, resolution %.0f ns; clock pair %.0f ns; empty call timed alone "
-          "%.0f ns (p99 %.0f); in a batch of %d: %.1f ns per call - included below, "
-          "not subtracted" % (
-              timer["clock"], timer["resolution_ns"], timer["pair_median_ns"],
-              timer["empty_call_median_ns"], timer["empty_call_p99_ns"], timer["batch"],
-              timer["empty_call_in_batch_ns"]))
+    print(f"timer:  {timer['clock']}, resolution {timer['resolution_ns']:.0f} ns; clock pair "
+          f"{timer['pair_median_ns']:.0f} ns; empty call timed alone "
+          f"{timer['empty_call_median_ns']:.0f} ns (p99 {timer['empty_call_p99_ns']:.0f}); in a "
+          f"batch of {timer['batch']}: {timer['empty_call_in_batch_ns']:.1f} ns per call - "
+          f"included below, not subtracted")
 
 
 def _ready_default_picker(ctx, calibrate: bool = True, budget: float = 5.0) -> dict:

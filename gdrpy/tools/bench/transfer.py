@@ -110,7 +110,9 @@ def cmd_transfer(args) -> int:
                          _regret_text(g["regret"])], _TRANSFER_COLS), flush=True)
             thr_after = {dd: picker.threshold(dd) for dd in DIRECTIONS}
         finally:
-            ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            # the last ops hold views of the buffer (torch/cupy/numpy): drop them
+            ops = []
+            op = None  # type: ignore[assignment]
             gc.collect()
             env.close()
     meta["thresholds_after"] = thr_after
