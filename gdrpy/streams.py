@@ -113,9 +113,9 @@ def stream_handle(stream: object) -> int:
         except (TypeError, ValueError):
             raise ArgumentTypeError(f"{name} could not be read as a handle") from None
     if mod.startswith("cupy") and hasattr(stream, "ptr"):
-        return _u64(stream.ptr, "CuPy stream .ptr")  # type: ignore[attr-defined]
+        return _u64(stream.ptr, "CuPy stream .ptr")
     if mod.startswith("torch") and hasattr(stream, "cuda_stream"):
-        return _u64(stream.cuda_stream, "PyTorch stream .cuda_stream")  # type: ignore[attr-defined]
+        return _u64(stream.cuda_stream, "PyTorch stream .cuda_stream")
     raise ArgumentTypeError(
         f"stream must be None, 0/1/2 (default streams), a stream object (__cuda_stream__, "
         f"cuda.bindings CUstream, CuPy or PyTorch stream) or gdrpy.RawStream(handle); got "

@@ -273,7 +273,8 @@ _C_OK = [
     ("close_with_live_pins", "RC = lib.gdr_close(g)"),
     ("open_close_many", ("hs = [lib.gdr_open() for _ in range(50)]\n"
      "assert all(hs)\nRC = sum(lib.gdr_close(x) for x in hs)")),
-    ("roundtrip", ("ctypes.memmove(host, b'abcdefgh', 8); lib.gdr_copy_to_mapping(mh, va, host, 8)\n"
+    ("roundtrip", ("ctypes.memmove(host, b'abcdefgh', 8)\n"
+     "lib.gdr_copy_to_mapping(mh, va, host, 8)\n"
      "out = ctypes.create_string_buffer(8); lib.gdr_copy_from_mapping(mh, out, va, 8)\n"
      "assert out.raw == b'abcdefgh'; RC = 0")),
 ]

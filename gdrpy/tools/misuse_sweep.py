@@ -129,8 +129,8 @@ def run_case(case: Case, backend: str, timeout: float) -> dict:
     env.setdefault("PYTHONFAULTHANDLER", "1")
     t0 = time.monotonic()
     try:
-        p = subprocess.run([sys.executable, "-c", _script(case)], env=env, timeout=timeout, check=False,
-                           capture_output=True, text=True)
+        p = subprocess.run([sys.executable, "-c", _script(case)], env=env, timeout=timeout,
+                           check=False, capture_output=True, text=True)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         return {"name": case.name, "kind": case.kind, "outcome": "hang",
@@ -180,8 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         if r["outcome"] in ("crash", "hang", "unexpected"):
             print(f"  {r['outcome'].upper():10s} {r['name']}: {r['detail']}")
     for kind, label in (("py", "Python API"), ("c", "C ABI (libgdrapi.so.2)")):
-        k = counts.get(kind)
-        if k:
+        if kind in counts:
+            k = counts[kind]
             print(f"misuse sweep [{a.backend}] {label}: {k['cases']} cases: crashes "
                   f"{k['crash']}, hangs {k['hang']}, clear errors {k['clear_error']}, "
                   f"ok {k['ok']}, unexpected {k['unexpected']}")
