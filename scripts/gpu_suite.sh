@@ -9,6 +9,10 @@
 #   bench     C copylat (gdrpy and libgdrapi), bench latency/bandwidth (--c),
 #             calibrate, bench transfer
 #   examples  bench pingpong, trading feed, MPI eager
+#   misuse    issue 17: the hostile-input sweep on the default backend (counts of
+#             crashes, hangs, clear errors), gdrpy_apilat (8/64 B validated copies
+#             and gdrpy_open latency while 8 threads copy); with MISUSE_OLD_TREE=DIR
+#             (a checkout of the old commit) also scripts/misuse_before_after.sh
 #   asv       records an asv run of the benchmarks in asv_bench/ (all only
 #             includes it when asv or its wheels in .whl/ are there)
 #
@@ -93,6 +97,15 @@ if want examples; then
         step mpi_eager 300 mpiexec -n 2 python3 examples/mpi_eager.py --mode mpi --json "$WORK/mpi_eager.json"
     else
         step mpi_eager 300 python3 examples/mpi_eager.py --json "$WORK/mpi_eager.json"
+    fi
+fi
+
+if want misuse; then
+    step misuse_sweep 600 python3 -m gdrpy.tools.misuse_sweep --backend auto --jobs 8 \
+        --json "$WORK/misuse_sweep.json"
+    step misuse_apilat 300 native/build/gdrpy_apilat --lib native/build --backend auto
+    if [ -n "${MISUSE_OLD_TREE:-}" ]; then
+        step misuse_before_after 600 scripts/misuse_before_after.sh "$MISUSE_OLD_TREE" auto
     fi
 fi
 

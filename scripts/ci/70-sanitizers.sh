@@ -20,8 +20,11 @@ export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 # the other suites' copies; run it once, unchanged, as `make check` does.
 make -s -C native check
 python3 setup.py -q build_ext --inplace >/dev/null
+# libstdc++ too: ASan's __cxa_throw interceptor needs it resolved at start-up
+# (C++ extensions such as matplotlib's throw during import).
 LIBASAN=$(${CC:-cc} -print-file-name=libasan.so)
-export LD_PRELOAD=$LIBASAN
+LIBSTDCXX=$(${CC:-cc} -print-file-name=libstdc++.so)
+export LD_PRELOAD="$LIBASAN $LIBSTDCXX"
 export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=0"
 # The sweep's subprocesses inherit LD_PRELOAD too: every case runs sanitized.
 PYTHONPATH=$PWD GDRPY_BACKEND=sim python3 -m pytest -q -p no:cacheprovider -x \
