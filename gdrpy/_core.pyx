@@ -765,10 +765,10 @@ cdef class Mapping:
                 f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
         return gp_load_u64(self._ptr + off)
 
-    # _inflight counts copies that may let other Python code run before they
-    # finish (GIL released, or a buffer export of a Python object): close()
-    # refuses with BusyError while it is non-zero, and close() marks the
-    # mapping closed before it releases the GIL to unmap.
+    # _inflight counts copies running without the GIL: close() waits for them
+    # (bounded) and marks the mapping closed before it releases the GIL to
+    # unmap.  Copies that hold the GIL re-check _ready() after any step that
+    # may run Python code (buffer exports, allocation), right before storing.
     cdef inline void _store(self, char *dst, const void *src, Py_ssize_t n):
         if n < _nogil_bytes:
             gdrpy_copy_to_mapping(dst, src, <size_t>n)
@@ -795,35 +795,29 @@ cdef class Mapping:
             self._range(off, n)
             self._store(self._ptr + off, PyBytes_AS_STRING(data), n)
             return n
-        self._inflight += 1
+        _get_in_buffer(data, &view)
         try:
-            _get_in_buffer(data, &view)
-            try:
-                n = view.len
-                self._range(off, n)
-                self._store(self._ptr + off, view.buf, n)
-            finally:
-                PyBuffer_Release(&view)
+            # Getting the buffer may have run Python code (and let another
+            # thread close the mapping): look again before storing.
+            self._ready()
+            n = view.len
+            self._range(off, n)
+            self._store(self._ptr + off, view.buf, n)
         finally:
-            self._inflight -= 1
+            PyBuffer_Release(&view)
         return n
 
     cdef object _read_obj(self, Py_ssize_t off, Py_ssize_t cnt, object out):
         self._range(off, cnt)
-        self._inflight += 1
-        try:
-            return self._read_obj_in(off, cnt, out)
-        finally:
-            self._inflight -= 1
-
-    cdef object _read_obj_in(self, Py_ssize_t off, Py_ssize_t cnt, object out):
         cdef Py_buffer view
         if out is None:
             res = PyBytes_FromStringAndSize(NULL, cnt)
+            self._ready()   # the allocation may have run Python code (gc)
             self._load(PyBytes_AS_STRING(res), self._ptr + off, cnt)
             return res
         _get_out_buffer(out, &view, cnt)
         try:
+            self._ready()
             self._load(view.buf, self._ptr + off, cnt)
         finally:
             PyBuffer_Release(&view)
