@@ -104,6 +104,7 @@ if want misuse; then
     step misuse_sweep 600 python3 -m gdrpy.tools.misuse_sweep --backend auto --jobs 8 \
         --json "$WORK/misuse_sweep.json"
     step misuse_apilat 300 native/build/gdrpy_apilat --lib native/build --backend auto
+    step misuse_stream_probe 300 python3 scripts/stream_probe.py
     if [ -n "${MISUSE_OLD_TREE:-}" ]; then
         step misuse_before_after 600 scripts/misuse_before_after.sh "$MISUSE_OLD_TREE" auto
     fi
