@@ -39,6 +39,9 @@ def _as_nbytes(nbytes) -> int:
     n = int(nbytes.__index__())
     if n <= 0:
         raise InvalidArgumentError(f"nbytes {n} must be positive", errno.EINVAL)
+    if n >= 1 << 48:   # 256 TiB: beyond any GPU; keeps driver calls' size_t safe
+        raise InvalidArgumentError(f"nbytes {n} is larger than any device memory",
+                                   errno.EINVAL)
     return n
 
 

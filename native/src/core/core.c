@@ -66,6 +66,8 @@ static void on_fork_child(void)
  * faults, and the range can never be reused for an unrelated allocation of
  * the child.  Runs single-threaded right after fork; reads the inherited
  * table without locks. */
+static size_t g_host_page = 4096;
+
 static void map_placeholders(void)
 {
     for (uint32_t i = 0; i < CTX_MAX; i++) {
@@ -74,7 +76,11 @@ static void map_placeholders(void)
         for (uint32_t k = 0; k < c->npins_cap; k++) {
             gp_pin *p = c->pins[k];
             if (!p || !p->map_base || !p->map_len) continue;
-            mmap(p->map_base, p->map_len, PROT_READ | PROT_WRITE,
+            /* map_base need not be page aligned (nvrm: the BAR1 offset's low
+             * bits); cover the whole pages the backend mapped */
+            uintptr_t lo = gp_round_down((uintptr_t)p->map_base, g_host_page);
+            uintptr_t hi = gp_round_up((uintptr_t)p->map_base + p->map_len, g_host_page);
+            mmap((void *)lo, hi - lo, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
         }
     }
@@ -135,6 +141,8 @@ int gp_wait_idle(_Atomic int *count, int *waited_ms)
 
 __attribute__((constructor)) static void gp_core_init(void)
 {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg > 0) g_host_page = (size_t)pg;
     pthread_atfork(NULL, NULL, on_fork_child);
 }
 
