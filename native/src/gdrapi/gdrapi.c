@@ -960,9 +960,10 @@ static __attribute__((noinline, cold)) int copy_fail(gdr_mh_t handle, const void
 }
 
 /* 0 if [p, p+n) may be copied through the mapping of `handle`, else the
- * reason (EINVAL, EACCES, ERANGE, ENOMEM).  On 0 this thread's record names
- * *sout until copy_done(). */
-static inline int copy_check(gdr_mh_t handle, const void *p, size_t n, mh_slot **sout)
+ * reason (EINVAL, EACCES, ERANGE, ENOMEM).  On 0 this thread's record *rout
+ * names the slot until copy_done(). */
+static inline __attribute__((always_inline)) int copy_check(gdr_mh_t handle, const void *p,
+                                                         size_t n, hz_rec **rout)
 {
     uint32_t gen;
     mh_slot *s = mh_lookup(handle, &gen);
@@ -997,19 +998,18 @@ static inline int copy_check(gdr_mh_t handle, const void *p, size_t n, mh_slot *
         atomic_store_explicit(&r->slot, NULL, memory_order_release);
         return why;
     }
-    *sout = s;
+    *rout = r;
     return 0;
 }
 
-static inline void copy_done(mh_slot *s)
+static inline void copy_done(hz_rec *r)
 {
-    (void)s;
-    atomic_store_explicit(&t_hz->slot, NULL, memory_order_release);
+    atomic_store_explicit(&r->slot, NULL, memory_order_release);
 }
 
 int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, size_t size)
 {
-    mh_slot *s = NULL;
+    hz_rec *s = NULL;
     int rc = copy_check(handle, map_d_ptr, size, &s);
     if (__builtin_expect(rc != 0, 0))
         return copy_fail(handle, map_d_ptr, size, rc, "gdr_copy_to_mapping");
@@ -1025,7 +1025,7 @@ int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, siz
 
 int gdr_copy_from_mapping(gdr_mh_t handle, void *h_ptr, const void *map_d_ptr, size_t size)
 {
-    mh_slot *s = NULL;
+    hz_rec *s = NULL;
     int rc = copy_check(handle, map_d_ptr, size, &s);
     if (__builtin_expect(rc != 0, 0))
         return copy_fail(handle, map_d_ptr, size, rc, "gdr_copy_from_mapping");
