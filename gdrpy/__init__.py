@@ -25,6 +25,7 @@ from ._core import (
     backend_names,
     copy_isa,
     copy_isa_available,
+    nvrm_selftest,
     probe,
     set_copy_isa,
 )
@@ -35,7 +36,7 @@ from .errors import InvalidArgumentError
 from .streams import RawStream, unchecked_stream
 
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
-           "backend_names", "copy_isa", "copy_isa_available", "set_copy_isa",
+           "backend_names", "nvrm_selftest", "copy_isa", "copy_isa_available", "set_copy_isa",
            "library_version", "libdir", "includedir", "bindir", "put", "get",
            "Transfer", "RawStream", "unchecked_stream"] + list(errors.__all__)
 

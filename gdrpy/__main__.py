@@ -62,8 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=_version_text())
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("info", help="versions, GPUs, backends and what auto picks")
-    s.add_argument("--device", type=int, default=0)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--device", type=int, default=0,
+                   help="CUDA device whose backends are probed (default 0)")
+    s.add_argument("--json", action="store_true", help="print the same facts as JSON")
     s.set_defaults(fn=cmd_info)
     s = sub.add_parser("libdir", help="print the directory of libgdrapi.so.2")
     s.set_defaults(fn=cmd_libdir)
@@ -72,11 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bindir", help="print the directory of the C tools (gdrpy_copylat, ...)")
     s.set_defaults(fn=cmd_bindir)
     s = sub.add_parser("calibrate", help="measure and store put/get thresholds")
-    s.add_argument("--device", type=int, default=0)
-    s.add_argument("--backend", default=None)
-    s.add_argument("--budget", type=float, default=8.0, help="seconds (default 8)")
-    s.add_argument("--no-save", action="store_true")
-    s.add_argument("--quiet", action="store_true")
+    s.add_argument("--device", type=int, default=0, help="CUDA device (default 0)")
+    s.add_argument("--backend", default=None,
+                   help="auto, nvrm, gdrdrv, dmabuf or sim (default: $GDRPY_BACKEND or auto)")
+    s.add_argument("--budget", type=float, default=8.0,
+                   help="seconds the calibration may take (default 8)")
+    s.add_argument("--no-save", action="store_true",
+                   help="measure and print, but do not store the thresholds in the cache")
+    s.add_argument("--quiet", action="store_true", help="no progress output")
     s.set_defaults(fn=cmd_calibrate)
     s = sub.add_parser("bench", help="benchmarks: latency, bandwidth, transfer, pingpong")
     try:

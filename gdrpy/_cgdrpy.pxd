@@ -41,6 +41,7 @@ cdef extern from "gdrpy.h" nogil:
     const char *gdrpy_backend_name(int backend)
     int gdrpy_backend_from_name(const char *name)
     int gdrpy_backend_probe(int backend, int device, char *why, size_t whylen)
+    int gdrpy_nvrm_selftest(int device, char *buf, size_t len)
 
     int gdrpy_open(int device, int backend, gdrpy_ctx_t *out)
     int gdrpy_close(gdrpy_ctx_t ctx)

@@ -55,6 +55,8 @@ from gdrpy.errors import (error_for_code, ClosedError, BusyError, WrongProcessEr
 
 PY_SSIZE_T_MAX_ = PY_SSIZE_T_MAX
 
+include "_hostmem.pxi"
+
 # Copies at least this large release the GIL.
 NOGIL_BYTES = 65536
 cdef Py_ssize_t _nogil_bytes = NOGIL_BYTES
@@ -157,6 +159,27 @@ def probe(backend, device=0):
         raise InvalidArgumentError("probe a concrete backend, not 'auto'", _errno.EINVAL)
     rc = gdrpy_backend_probe(b, d, why, sizeof(why))
     return rc == 0, why.decode("utf-8", "replace")
+
+
+def nvrm_selftest(device=0):
+    """The nvrm backend's self-test report for a device, as a dict (it runs
+    once per process, at the first open of the device, or here).
+
+    Keys: ``driver``, ``cuda_driver``, ``table`` (``branch``, ``tag``,
+    ``driver_newer_than_tables``), ``selftest_ms``, ``usable``, ``reason``,
+    ``routes`` (``A``/``C``: ``ok``, ``step``, ``detail``; ``C`` also
+    ``ipc_layout``).  Returns None where the self-test could not run (no
+    NVIDIA driver or GPU); the reason is then in ``probe('nvrm')``.
+    """
+    import json
+    cdef int d = _device(device)
+    cdef bytes buf = PyBytes_FromStringAndSize(NULL, 16384)
+    cdef char *p = PyBytes_AS_STRING(buf)
+    p[0] = 0
+    gdrpy_nvrm_selftest(d, p, 16384)
+    if p[0] == 0:
+        return None
+    return json.loads(p.decode("utf-8", "replace"))
 
 
 def copy_isa():
@@ -302,6 +325,12 @@ cdef class Context:
         (<Pin>p)._init(self, ph, owner)
         self._pins.add(p)
         return p
+
+    def register(self, obj):
+        """Page-lock ``obj``'s memory (cuMemHostRegister) for the copy engines
+        while the returned :class:`Registration` is open:
+        ``with ctx.register(buf) as reg: ...``."""
+        return host_register(self, obj)
 
     def memcpy_htod(self, dptr, data):
         """cuMemcpyHtoD (sim: memcpy) of a host buffer to a device address."""
@@ -491,33 +520,38 @@ cdef class Pin:
             self._h = 0
         _check(rc)
 
-    def ce_write(self, offset, data, stream=None):
+    def ce_write(self, offset, data, stream=None, method="direct"):
         """Copy-engine write (cuMemcpyHtoD, or HtoDAsync on ``stream``) at
-        ``offset`` in the pin.  Returns the number of bytes."""
+        ``offset`` in the pin.  ``method``: 'direct' (cuMemcpy from ``data``),
+        'locked' (``data`` is page-locked: no extra wait) or 'staged' (through
+        the context's staging ring).  Returns the number of bytes."""
         self._ready()
-        return self._ce_write_obj(_index(offset, "offset"), data, _stream_ptr(stream))
+        return self._ce_write_obj(_index(offset, "offset"), data, _stream_ptr(stream),
+                                  _ce_method(method))
 
-    def ce_read(self, offset, n, out=None, stream=None):
+    def ce_read(self, offset, n, out=None, stream=None, method="direct"):
         """Copy-engine read (cuMemcpyDtoH[Async]); returns bytes or ``out``.
-        With a stream the copy is ordered on it and this call waits for it."""
+        With a stream the copy is ordered on it and this call waits for it.
+        ``method`` as for :meth:`ce_write`."""
         self._ready()
         return self._ce_read_obj(_index(offset, "offset"), _index(n, "n"), out,
-                                 _stream_ptr(stream))
+                                 _stream_ptr(stream), _ce_method(method))
 
-    cdef Py_ssize_t _ce_write_obj(self, Py_ssize_t off, object data, void *s) except -1:
+    cdef Py_ssize_t _ce_write_obj(self, Py_ssize_t off, object data, void *s,
+                                  int method=CE_DIRECT) except -1:
         cdef Py_buffer view
         cdef int rc
         _get_in_buffer(data, &view)
         try:
             with nogil:
-                rc = gdrpy_ce_write(self._ctx._h, self._h, <size_t>off, view.buf,
-                                    <size_t>view.len, s)
+                rc = _ce_copy(self._ctx, self._h, 0, method, off, view.buf, view.len, s)
             _check(rc)
             return view.len
         finally:
             PyBuffer_Release(&view)
 
-    cdef object _ce_read_obj(self, Py_ssize_t off, Py_ssize_t cnt, object out, void *s):
+    cdef object _ce_read_obj(self, Py_ssize_t off, Py_ssize_t cnt, object out, void *s,
+                             int method=CE_DIRECT):
         cdef Py_buffer view
         cdef int rc
         cdef char *buf
@@ -528,16 +562,16 @@ cdef class Pin:
             res = PyBytes_FromStringAndSize(NULL, cnt)
             buf = PyBytes_AS_STRING(res)
             with nogil:
-                rc = gdrpy_ce_read(self._ctx._h, self._h, <size_t>off, buf, <size_t>cnt, s)
-                if rc == 0 and s != NULL:
+                rc = _ce_copy(self._ctx, self._h, 1, method, off, buf, cnt, s)
+                if rc == 0 and s != NULL and method != CE_STAGED:
                     rc = gdrpy_stream_synchronize(self._ctx._h, s)
             _check(rc)
             return res
         _get_out_buffer(out, &view, cnt)
         try:
             with nogil:
-                rc = gdrpy_ce_read(self._ctx._h, self._h, <size_t>off, view.buf, <size_t>cnt, s)
-                if rc == 0 and s != NULL:
+                rc = _ce_copy(self._ctx, self._h, 1, method, off, view.buf, cnt, s)
+                if rc == 0 and s != NULL and method != CE_STAGED:
                     rc = gdrpy_stream_synchronize(self._ctx._h, s)
             _check(rc)
         finally:
@@ -556,6 +590,14 @@ cdef class Pin:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+cdef int _ce_method(object method) except -1:
+    try:
+        return _CE_METHODS[method]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(f"method must be one of {', '.join(_CE_METHODS)}, "
+                                   f"not {method!r}", _errno.EINVAL) from None
 
 
 cdef void *_stream_ptr(object stream) except? NULL:
@@ -932,20 +974,35 @@ cdef class Transfer:
 
     ``put(offset, src)`` (host -> GPU) and ``get(offset, out)`` (GPU -> host)
     send a message through the mapping (CPU stores / streaming loads) when it
-    is at most the picker's threshold for that direction, else through the
-    copy engine (cuMemcpy, issued from C without the GIL).  The thresholds are
-    cached as C integers and re-read from the picker every 4096 calls and
-    after every timed sample, so choosing costs a comparison.  Inside the
-    picker's adaptation window (sizes near a threshold) one transfer in
-    ``2 * picker probe_every`` is timed and recorded, alternately on the
-    other path (a probe) and on the chosen one (a baseline sample): the
-    picker moves the threshold when the evidence is clear (online
-    adaptation).  The schedule is a counter here, so untimed transfers make
-    no Python call.
+    is at most the threshold for that direction and host-memory kind, else
+    through the copy engine, issued from C without the GIL:
+
+    * page-locked host memory (gdrpy host buffers and registrations,
+      cudaHostAlloc / torch ``pin_memory()`` / CuPy pinned memory): cuMemcpy
+      straight from/to it (``ce-locked``);
+    * pageable memory: cuMemcpy from/to it (``ce-direct``, the driver stages
+      it) below the staging plan's ``staged_min``, else through the
+      context's pipelined staging ring (``ce-staged``).
+
+    Two pickers hold the thresholds: ``picker`` for pageable memory and
+    ``picker_locked`` for page-locked memory (one picker given explicitly
+    serves both).  The host memory is classified (gdrpy_host_kind: gdrpy's
+    own ranges, then - unless Python or numpy allocated the memory - two
+    cuPointerGetAttributes) only for messages of at
+    least ``classify_min`` bytes: below it every kind takes the same path, so
+    small messages pay nothing.  The thresholds are cached as C integers and
+    re-read every 4096 calls and after every timed sample, so choosing costs
+    a comparison.  Inside a picker's adaptation window one transfer in
+    ``2 * probe_every`` is timed and recorded, alternately on the other path
+    (a probe) and on the chosen one (a baseline sample), to the picker of the
+    message's memory kind (online adaptation).
 
     ``stream`` (any stream object or handle; None: synchronous):
-      * put over the copy engine: cuMemcpyHtoDAsync on the stream (the source
-        is pageable, so the driver has staged it when the call returns);
+      * put over the copy engine: enqueued on the stream.  A pageable source
+        (direct or staged) has been consumed when the call returns, so the
+        caller may reuse it at once; a page-locked source is read by the copy
+        engine later, as with cuMemcpyHtoDAsync: keep it unchanged until the
+        stream has reached the copy;
       * put over the mapping: waits for the stream's earlier work first, then
         stores; work launched on the stream afterwards sees the data;
       * get (either path): ordered after the stream's earlier work; returns
@@ -955,34 +1012,58 @@ cdef class Transfer:
     cdef Mapping _m
     cdef Pin _pin
     cdef readonly object picker
-    cdef Py_ssize_t _t[2]          # thresholds: 0 h2d, 1 d2h (-1: always ce)
-    cdef Py_ssize_t _lo[2]
-    cdef Py_ssize_t _hi[2]
+    cdef readonly object picker_locked
+    cdef readonly object plan
+    cdef Py_ssize_t _t[4]          # thresholds [kind * 2 + dir]: kind 0 pageable, 1 locked
+    cdef Py_ssize_t _lo[4]
+    cdef Py_ssize_t _hi[4]
+    cdef Py_ssize_t _classify_min[2]
+    cdef Py_ssize_t _staged_min[2]
     cdef unsigned _calls
-    cdef unsigned _tick[2]         # in-window calls since the last timed one
+    cdef unsigned _tick[4]         # in-window calls since the last timed one
     cdef unsigned _every           # in-window calls between timed transfers
-    cdef unsigned char _probe[2]   # next timed transfer is a probe (1) or a sample (0)
+    cdef unsigned char _probe[4]   # next timed transfer is a probe (1) or a sample (0)
 
-    def __cinit__(self, Mapping mapping not None, picker=None):
+    def __cinit__(self, Mapping mapping not None, picker=None, picker_locked=None, plan=None):
         mapping._ready()
         self._m = mapping
         self._pin = mapping._pin
+        ctx = mapping._pin._ctx
         if picker is None:
             from gdrpy.transfer import default_picker
-            picker = default_picker(mapping._pin._ctx)
+            picker = default_picker(ctx)
+            if picker_locked is None:
+                picker_locked = default_picker(ctx, "locked")
+        if picker_locked is None:
+            picker_locked = picker
+        if plan is None:
+            from gdrpy.staging import default_plan
+            plan = default_plan(ctx)
         self.picker = picker
+        self.picker_locked = picker_locked
+        self.plan = plan
         self.refresh()
 
     def refresh(self):
-        """Re-read thresholds and adaptation windows from the picker."""
-        thr = self.picker._thr
-        st = self.picker._st
+        """Re-read thresholds, adaptation windows and the staging plan."""
+        cdef int j
+        for k, pk in enumerate((self.picker, self.picker_locked)):
+            thr = pk._thr
+            st = pk._st
+            for i, d in enumerate(("h2d", "d2h")):
+                j = k * 2 + i
+                t = thr[d]
+                self._t[j] = t if t < PY_SSIZE_T_MAX_ else PY_SSIZE_T_MAX_
+                w = st[d]
+                self._lo[j] = max(0, min(int(w.lo), PY_SSIZE_T_MAX_))
+                self._hi[j] = max(-1, min(int(w.hi), PY_SSIZE_T_MAX_)) if w.adaptive else -1
         for i, d in enumerate(("h2d", "d2h")):
-            t = thr[d]
-            self._t[i] = t if t < PY_SSIZE_T_MAX_ else PY_SSIZE_T_MAX_
-            w = st[d]
-            self._lo[i] = max(0, min(int(w.lo), PY_SSIZE_T_MAX_))
-            self._hi[i] = max(-1, min(int(w.hi), PY_SSIZE_T_MAX_)) if w.adaptive else -1
+            sm = int(self.plan.staged_min[d])
+            self._staged_min[i] = max(0, min(sm, PY_SSIZE_T_MAX_))
+            cm = min(self._staged_min[i], int(self.plan.locked_gain_min))
+            if self._t[2 + i] != self._t[i]:     # the kinds' thresholds differ: from
+                cm = min(cm, min(self._t[2 + i], self._t[i]) + 1)   # the lower one up
+            self._classify_min[i] = max(0, cm)
         self._every = max(2, 2 * int(getattr(self.picker, "_probe_every", 64)))
         self._calls = 0
 
@@ -991,32 +1072,78 @@ cdef class Transfer:
         return self._m
 
     def thresholds(self):
-        """The cached thresholds (bytes) in use: {'h2d': T, 'd2h': T}."""
+        """The cached thresholds (bytes) for pageable memory: {'h2d': T, 'd2h': T}."""
         return {"h2d": self._t[0], "d2h": self._t[1]}
 
-    def path_for(self, direction, nbytes):
-        """'mapping' or 'ce': the path a message of ``nbytes`` takes now."""
-        cdef int i = 0 if direction == "h2d" else (1 if direction == "d2h" else -1)
-        if i < 0:
-            raise InvalidArgumentError(f"direction must be 'h2d' or 'd2h', not {direction!r}",
-                                       _errno.EINVAL)
-        return "mapping" if _index(nbytes, "nbytes") <= self._t[i] else "ce"
+    def thresholds_by_kind(self):
+        """{'pageable': {...}, 'page-locked': {...}, 'staged_min': {...},
+        'classify_min': {...}} in bytes."""
+        return {"pageable": {"h2d": self._t[0], "d2h": self._t[1]},
+                "page-locked": {"h2d": self._t[2], "d2h": self._t[3]},
+                "staged_min": {"h2d": self._staged_min[0], "d2h": self._staged_min[1]},
+                "classify_min": {"h2d": self._classify_min[0], "d2h": self._classify_min[1]}}
 
-    cdef inline int _advice(self, int i, Py_ssize_t n) except -1:
-        cdef int use = ADVISE_MAPPING if n <= self._t[i] else 0
+    cdef int _dir(self, direction) except -1:
+        if direction == "h2d":
+            return 0
+        if direction == "d2h":
+            return 1
+        raise InvalidArgumentError(f"direction must be 'h2d' or 'd2h', not {direction!r}",
+                                   _errno.EINVAL)
+
+    def path_for(self, direction, nbytes, kind="pageable"):
+        """'mapping' or 'ce': the path a message of ``nbytes`` in memory of
+        ``kind`` ('pageable' or 'page-locked') takes now."""
+        cdef int i = self._dir(direction)
+        cdef int k = 1 if kind in ("page-locked", "pinned", "registered", "locked") else 0
+        cdef Py_ssize_t n = _index(nbytes, "nbytes")
+        if n < self._classify_min[i]:
+            k = 0
+        return "mapping" if n <= self._t[k * 2 + i] else "ce"
+
+    def method_for(self, direction, nbytes, kind="pageable"):
+        """'mapping', 'ce-direct', 'ce-locked' or 'ce-staged' (untimed choice)."""
+        cdef int i = self._dir(direction)
+        cdef Py_ssize_t n = _index(nbytes, "nbytes")
+        p = self.path_for(direction, n, kind)
+        if p == "mapping":
+            return p
+        if n >= self._classify_min[i] and kind in ("page-locked", "pinned", "registered",
+                                                   "locked"):
+            return "ce-locked"
+        return "ce-staged" if n >= self._staged_min[i] else "ce-direct"
+
+    cdef inline int _advice(self, int j, Py_ssize_t n) except -1:
+        cdef int use = ADVISE_MAPPING if n <= self._t[j] else 0
         self._calls += 1
         if self._calls >= REFRESH_EVERY:
             self.refresh()
-        if n < self._lo[i] or n > self._hi[i]:
+        if n < self._lo[j] or n > self._hi[j]:
             return use
-        self._tick[i] += 1
-        if self._tick[i] < self._every:
+        self._tick[j] += 1
+        if self._tick[j] < self._every:
             return use
-        self._tick[i] = 0
-        self._probe[i] ^= 1
-        if self._probe[i]:
+        self._tick[j] = 0
+        self._probe[j] ^= 1
+        if self._probe[j]:
             return ADVISE_TIMED | (use ^ ADVISE_MAPPING)
         return ADVISE_TIMED | use
+
+    cdef inline int _kind(self, object obj, void *buf, Py_ssize_t n) except -1:
+        """1 if [buf, buf+n) is page-locked, else 0."""
+        cdef int kind = 0
+        if type(obj) is HostBuffer:
+            return 1
+        if _python_owned(obj):
+            kind = gdrpy_host_kind_known(buf, <size_t>n)
+        else:
+            _check(gdrpy_host_kind(self._pin._ctx._h, buf, <size_t>n, &kind))
+        return 1 if kind != GDRPY_HOST_PAGEABLE else 0
+
+    cdef inline int _method(self, int i, int kind, Py_ssize_t n) noexcept:
+        if kind:
+            return CE_LOCKED
+        return CE_STAGED if n >= self._staged_min[i] else CE_DIRECT
 
     def put(self, offset, src, stream=None):
         """Host -> GPU: copy ``src`` (any contiguous buffer) to ``offset``.
@@ -1026,18 +1153,24 @@ cdef class Transfer:
         cdef void *s = NULL
         cdef Py_ssize_t n
         cdef Py_buffer view
-        cdef int adv, rc
+        cdef int adv, rc, kind = 0
         cdef double t0
         if stream is not None:
             s = _stream_ptr(stream)
         if PyBytes_CheckExact(src):
             n = PyBytes_GET_SIZE(src)
+            if n >= self._classify_min[0]:
+                kind = self._kind(src, PyBytes_AS_STRING(src), n)
         else:
             _get_in_buffer(src, &view)
             n = view.len
-            PyBuffer_Release(&view)
+            try:
+                if n >= self._classify_min[0]:
+                    kind = self._kind(src, view.buf, n)
+            finally:
+                PyBuffer_Release(&view)
         self._m._range(off, n)
-        adv = self._advice(0, n)
+        adv = self._advice(kind * 2, n)
         if adv & ADVISE_TIMED:
             t0 = _now()
         if adv & ADVISE_MAPPING:
@@ -1047,10 +1180,10 @@ cdef class Transfer:
                 _check(rc)
             self._m._write_obj(off, src)
         else:
-            self._pin._ce_write_obj(off, src, s)
+            self._pin._ce_write_obj(off, src, s, self._method(0, kind, n))
         if adv & ADVISE_TIMED:
-            self.picker.record("h2d", "mapping" if adv & ADVISE_MAPPING else "ce", n,
-                               _now() - t0)
+            (self.picker_locked if kind else self.picker).record(
+                "h2d", "mapping" if adv & ADVISE_MAPPING else "ce", n, _now() - t0)
             self.refresh()
         return n
 
@@ -1062,7 +1195,7 @@ cdef class Transfer:
         cdef void *s = NULL
         cdef Py_ssize_t n
         cdef Py_buffer view
-        cdef int adv, rc
+        cdef int adv, rc, kind = 0
         cdef double t0
         if stream is not None:
             s = _stream_ptr(stream)
@@ -1073,9 +1206,13 @@ cdef class Transfer:
         else:
             _get_out_buffer(out, &view, 0)
             n = view.len
-            PyBuffer_Release(&view)
+            try:
+                if n >= self._classify_min[1]:
+                    kind = self._kind(out, view.buf, n)
+            finally:
+                PyBuffer_Release(&view)
         self._m._range(off, n)
-        adv = self._advice(1, n)
+        adv = self._advice(kind * 2 + 1, n)
         if adv & ADVISE_TIMED:
             t0 = _now()
         if adv & ADVISE_MAPPING:
@@ -1085,17 +1222,16 @@ cdef class Transfer:
                 _check(rc)
             res = self._m._read_obj(off, n, out)
         else:
-            res = self._pin._ce_read_obj(off, n, out, s)
+            res = self._pin._ce_read_obj(off, n, out, s, self._method(1, kind, n))
         if adv & ADVISE_TIMED:
-            self.picker.record("d2h", "mapping" if adv & ADVISE_MAPPING else "ce", n,
-                               _now() - t0)
+            (self.picker_locked if kind else self.picker).record(
+                "d2h", "mapping" if adv & ADVISE_MAPPING else "ce", n, _now() - t0)
             self.refresh()
         return res
 
     def __repr__(self):
         return (f"<gdrpy.Transfer h2d<={self._t[0]} d2h<={self._t[1]} "
-                f"mapping={self._m!r}>")
-
+                f"(page-locked h2d<={self._t[2]} d2h<={self._t[3]}) mapping={self._m!r}>")
 
 # ---------------------------------------------------------------------------
 # DLPack export (legacy unversioned DLManagedTensor in a "dltensor" capsule).

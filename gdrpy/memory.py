@@ -13,6 +13,9 @@
   *not* claim to be CUDA memory: it exposes ``__dlpack__`` as CPU memory and
   ``numpy()`` for its "device side".
 
+Page-locked *host* memory for the copy engines: ``host_alloc(nbytes, ctx=ctx)``
+(a :class:`HostBuffer`; see gdrpy.hostmem, also for ``ctx.register(buf)``).
+
 Every buffer is a context manager; ``close()`` frees it (pins taken on it
 keep their pages alive until unpinned, as on a GPU).
 """
@@ -308,3 +311,9 @@ def alloc(nbytes: int, device: int = 0, ctx=None, kind: str | None = None) -> De
     if kind == "vmm":
         return VmmBuffer(nbytes, device)
     raise InvalidArgumentError(f"unknown memory kind {kind!r} (vmm or sim)", errno.EINVAL)
+
+
+# Page-locked host memory for the copy engines (gdrpy.hostmem; issue 14).
+from .hostmem import HostBuffer, Registration, host_alloc  # noqa: E402
+
+__all__ += ["host_alloc", "HostBuffer", "Registration"]

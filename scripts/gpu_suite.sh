@@ -5,7 +5,8 @@
 #   scripts/gpu_suite.sh [all|test|bench|examples]...   (default: all)
 #
 #   test      pytest (GDRPY_REQUIRE_GPU=1: nothing GPU-marked may skip), the C
-#             core test on nvrm, the nvrm backend harness
+#             core test on nvrm, the nvrm backend harness, the nvrm self-test
+#             (cost, routes, corrupted-table switch)
 #   bench     C copylat (gdrpy and libgdrapi), bench latency/bandwidth (--c),
 #             calibrate, bench transfer
 #   examples  bench pingpong, trading feed, MPI eager
@@ -13,6 +14,9 @@
 #             crashes, hangs, clear errors), gdrpy_apilat (8/64 B validated copies
 #             and gdrpy_open latency while 8 threads copy); with MISUSE_OLD_TREE=DIR
 #             (a checkout of the old commit) also scripts/misuse_before_after.sh
+#   large     issue 14 only (named explicitly, not part of all): the host-memory
+#             tests, bench bandwidth by host-memory kind, bench transfer for
+#             pageable and page-locked memory
 #   asv       records an asv run of the benchmarks in asv_bench/ (all only
 #             includes it when asv or its wheels in .whl/ are there)
 #
@@ -69,6 +73,7 @@ if want test; then
     step pytest 900 python3 -m pytest -q -rs -p no:cacheprovider --junitxml="$WORK/junit.xml"
     step c_core_gpu 120 env GDRPY_BACKEND=nvrm native/build/test_core
     step c_nvrm_backend 300 sh native/tests/gpu/run_backend_test.sh "$WORK"
+    step nvrm_selftest 300 python3 scripts/nvrm_selftest.py --json "$WORK/nvrm_selftest.json"
 fi
 
 if want bench; then
@@ -76,11 +81,32 @@ if want bench; then
     step c_gdrapi_copylat 300 native/build/gdrapi_copylat --max 16777216
     step bench_latency 300 python3 -m gdrpy bench latency --backend nvrm --c \
         --json "$WORK/latency.json" --plot "$WORK/latency.png"
-    step bench_bandwidth 300 python3 -m gdrpy bench bandwidth --backend nvrm --c \
+    # also the host-memory kinds (issue 14): put/get from page-locked, registered and
+    # pageable memory next to cuMemcpy/torch pinned and pageable, 4 KiB..256 MiB, and
+    # the <= 64 KiB latency table of the same run
+    step bench_bandwidth 560 python3 -m gdrpy bench bandwidth --backend nvrm --c \
         --json "$WORK/bandwidth.json" --plot "$WORK/bandwidth.png"
     step calibrate 120 python3 -m gdrpy calibrate --backend nvrm
     step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 1500 \
         --json "$WORK/transfer.json" --plot "$WORK/transfer.png"
+fi
+
+# Issue 14 (large messages by host-memory kind) on its own, in one call of a few
+# minutes: named explicitly only (`scripts/gpu_suite.sh large`), never part of `all`.
+if [[ " $STAGES " == *" large "* ]]; then
+    step pytest_large 600 python3 -m pytest -q -rs -p no:cacheprovider \
+        tests/test_hostmem.py tests/test_native.py -k "hostmem or staging" \
+        --junitxml="$WORK/junit_large.xml"
+    step bench_bandwidth 560 python3 -m gdrpy bench bandwidth --backend nvrm \
+        --json "$WORK/bandwidth.json" --plot "$WORK/bandwidth.png"
+    step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 600 \
+        --json "$WORK/transfer.json" --plot "$WORK/transfer.png"
+fi
+
+# the page-locked picker's regret (issue 14): messages from/to host_alloc memory
+if want bench || [[ " $STAGES " == *" large "* ]]; then
+    step bench_transfer_pinned 400 python3 -m gdrpy bench transfer --backend nvrm --iters 600 \
+        --host pinned --json "$WORK/transfer_pinned.json" --plot "$WORK/transfer_pinned.png"
 fi
 
 if want examples; then

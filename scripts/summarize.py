@@ -142,6 +142,22 @@ def main(d):
                 p(f"  C write kernel / raw at {size >> 20} MiB: "
                   f"{100 * a['gbps_median'] / b['gbps_median']:.1f}% (target >= 95%)")
 
+    if bw and bw.get("host_kinds_verdict"):
+        p("")
+        p("large messages by host-memory kind (% of pinned cuMemcpy, same run; issue 14)")
+        for key, v in bw["host_kinds_verdict"].items():
+            if v.get("min_pct") is None:
+                p(f"  {key:<16} not measured")
+                continue
+            p(f"  {key:<16} >= {v['from'] >> 20} MiB: worst {v['min_pct']:.1f}% at "
+              f"{v['at'] >> 20} MiB (target {v['target_pct']:.0f}%): "
+              f"{'PASS' if v['ok'] else 'FAIL'}")
+        lat = bw.get("latency_rows") or []
+        if lat:
+            p("  <= 64 KiB latencies (median/p99 us): " + "; ".join(
+                f"{r['key'][4:]} {r['size']}B {r['median_us']:.3f}/{r['p99_us']:.3f}"
+                for r in lat if r.get("median_us") is not None and r["size"] in (8, 65536)))
+
     harness = read(d, "c_nvrm_backend.log")
     pins = [ln for ln in harness.splitlines()
             if ln.startswith("TIME") and re.search(r"(pin|map) 64 (KiB|MiB)", ln)
@@ -159,13 +175,19 @@ def main(d):
         for ln in read(d, "calibrate.log").splitlines():
             if "threshold" in ln and ":" in ln:
                 p("  " + ln.strip())
-    tr = load(d, "transfer.json")
-    if tr:
+    for fname, label in (("transfer.json", "transfer"),
+                         ("transfer_pinned.json", "transfer, page-locked host memory")):
+        tr = load(d, fname)
+        if not tr:
+            continue
         s = tr.get("summary", {})
         pk = tr.get("meta", {}).get("picker", {})
         p("")
-        p(f"transfer: thresholds {pk.get('thresholds')} ({pk.get('sources')}); "
+        p(f"{label}: thresholds {pk.get('thresholds')} ({pk.get('sources')}); "
           f"calibration {pk.get('calibration_s', '-')} s")
+        byk = tr.get("meta", {}).get("thresholds_by_kind")
+        if byk:
+            p(f"  thresholds by kind: {byk}")
         worst = s.get("worst_regret")
         p(f"  worst regret {100 * worst:+.1f}% at {s.get('worst_at')}; every size within 5%: "
           f"{'YES' if s.get('within_5pct') else 'NO'} ({s.get('measured')} sizes x directions)"

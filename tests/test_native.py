@@ -38,6 +38,10 @@ def test_c_core_on_sim(native_tests):
     _run([os.path.join(native_tests, "test_core")], {"GDRPY_BACKEND": "sim"})
 
 
+def test_c_staging_ring_and_host_table_on_sim(native_tests):
+    _run([os.path.join(native_tests, "test_staging")], {})
+
+
 def test_c_copy_kernels_every_size_and_alignment(native_tests):
     _run([os.path.join(native_tests, "test_copy")], {})
 

@@ -33,6 +33,26 @@ def _gpus():
     return out, ("" if out else "the CUDA driver reports no devices")
 
 
+def _print_nvrm(st: dict) -> None:
+    t = st["table"]
+    newer = ", driver newer than every table" if t["driver_newer_than_tables"] else ""
+    cv = st["cuda_driver"]
+    print(f"nvrm self-test: {st['selftest_ms']:.2f} ms; driver {st['driver']}, CUDA "
+          f"{cv // 1000}.{cv % 1000 // 10}; ABI table {t['branch']} (tag {t['tag']}{newer})")
+    names = {"A": "route A (cuMemCreate)", "C": "route C (cuMemAlloc) "}
+    for r, name in names.items():
+        rep = st["routes"][r]
+        if rep["ok"]:
+            extra = ""
+            lay = rep.get("ipc_layout")
+            if lay:
+                extra = (f" (IPC words: size {lay['size']}, offset {lay['offset']}, client "
+                         f"{lay['client']}, memory {lay['memory']}; {lay['how']})")
+            print(f"  {name}: ok{extra}")
+        else:
+            print(f"  {name}: disabled at \"{rep['step']}\": {rep['detail']}")
+
+
 def cmd_info(args) -> int:
     import gdrpy
     gpus, why_no_gpu = _gpus()
@@ -41,6 +61,11 @@ def cmd_info(args) -> int:
     for name in gdrpy.backend_names()[1:]:
         ok, why = gdrpy.probe(name, device)
         backends[name] = {"available": ok, "why": why}
+    nvrm_st = None
+    if backends.get("nvrm", {}).get("available"):
+        nvrm_st = gdrpy.nvrm_selftest(device)
+        if nvrm_st is not None and not nvrm_st["usable"]:
+            backends["nvrm"] = {"available": False, "why": nvrm_st["reason"]}
     auto = None
     auto_err = None
     try:
@@ -64,6 +89,7 @@ def cmd_info(args) -> int:
         "auto": auto,
         "auto_error": auto_err,
         "auto_info": auto_info,
+        "nvrm_selftest": nvrm_st,
         "libdir": gdrpy.libdir(),
     }
     if args.json:
@@ -87,6 +113,8 @@ def cmd_info(args) -> int:
         else:
             state = "available" if b["available"] else f"unavailable: {b['why']}"
         print(f"  {name:7s} {state}")
+    if nvrm_st is not None:
+        _print_nvrm(nvrm_st)
     if env_backend:
         print(f"GDRPY_BACKEND={env_backend} (overrides auto)")
     if auto:

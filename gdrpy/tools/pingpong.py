@@ -51,6 +51,10 @@ import time
 
 import numpy as np
 
+from .._sizes import format_size, parse_size
+from .._sizes import parse_sizes as _parse_sizes
+from .stats import summarize as _summarize
+
 __all__ = ["add_arguments", "main", "run", "summarize", "parse_size", "parse_sizes",
            "GpuRuntime", "Module", "PinnedHost", "Stream", "KernelArgs", "wait_stream",
            "SIM_LABEL", "KERNEL_SRC", "DEVICE_HELPERS_SRC"]
@@ -240,64 +244,33 @@ extern "C" __global__ void pp_once(const unsigned char *payload, u32 len, u64 se
 # ---------------------------------------------------------------------------
 # Sizes and statistics
 
-def parse_size(text) -> int:
-    """'4', '64B', '1K', '4KiB', '1M' -> bytes."""
-    s = str(text).strip().upper().replace("IB", "").rstrip("B")
-    mult = 1
-    if s.endswith("K"):
-        mult, s = 1 << 10, s[:-1]
-    elif s.endswith("M"):
-        mult, s = 1 << 20, s[:-1]
-    elif s.endswith("G"):
-        mult, s = 1 << 30, s[:-1]
-    try:
-        n = int(s) * mult
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 4, 64, 1K, 4K)") from None
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return n
-
-
 def parse_sizes(text) -> list[int]:
-    out = [parse_size(t) for t in str(text).split(",") if t.strip()]
-    if not out:
-        raise argparse.ArgumentTypeError("no sizes given")
-    return out
-
-
-def fmt_size(n: int) -> str:
-    if n >= 1 << 20 and n % (1 << 20) == 0:
-        return f"{n >> 20} MiB"
-    if n >= 1 << 10 and n % (1 << 10) == 0:
-        return f"{n >> 10} KiB"
-    return f"{n} B"
-
-
-PERCENTILES = (("median", 50.0), ("p90", 90.0), ("p99", 99.0), ("p99.9", 99.9))
+    """``--sizes`` for argparse: gdrpy._sizes.parse_sizes, errors as usage errors."""
+    try:
+        return _parse_sizes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def summarize(samples_ns) -> dict:
-    """Round-trip statistics in microseconds: median, p90, p99, p99.9, max
-    (plus min, mean and the sample count n)."""
-    a = np.asarray(samples_ns, dtype=np.float64) / 1e3
-    if a.size == 0:
-        return {"n": 0}
-    q = np.percentile(a, [p for _, p in PERCENTILES])
-    out = {name: float(v) for (name, _), v in zip(PERCENTILES, q, strict=True)}
-    out.update(max=float(a.max()), min=float(a.min()), mean=float(a.mean()), n=int(a.size))
-    return out
+    """Round-trip statistics in microseconds: median, p90, p99, p99.9 (nearest rank:
+    gdrpy.tools.stats), max, min, mean and the sample count n."""
+    return _summarize(samples_ns, scale=1e3)
+
+
+_STATS_COLS = ("median", "p90", "p99", "p99.9", "max")
 
 
 def stats_header(first="") -> str:
-    return f"{first:<26s}{'median':>9s}{'p90':>9s}{'p99':>9s}{'p99.9':>9s}{'max':>10s}"
+    return f"{first:<26s}" + "".join(f" {c:>9s}" for c in _STATS_COLS)
 
 
 def stats_row(label: str, st: dict) -> str:
+    """One table row; every cell starts with a space, so columns never run together
+    (a value wider than its column pushes the rest of the row right instead)."""
     if not st.get("n"):
         return f"{label:<26s}   (no samples)"
-    return (f"{label:<26s}{st['median']:9.2f}{st['p90']:9.2f}{st['p99']:9.2f}"
-            f"{st['p99.9']:9.2f}{st['max']:10.2f}")
+    return f"{label:<26s}" + "".join(f" {st[c]:9.2f}" for c in _STATS_COLS)
 
 
 # ---------------------------------------------------------------------------
@@ -961,9 +934,9 @@ def format_report(res: dict) -> str:
         d = by.get(s, {})
         tag = " [SIM]" if sim else ""
         if "gdrpy" in d:
-            lines.append(stats_row(f"{fmt_size(s):>8s}  gdrpy{tag}", d["gdrpy"]))
+            lines.append(stats_row(f"{format_size(s):>8s}  gdrpy{tag}", d["gdrpy"]))
         if "cuMemcpy" in d:
-            lines.append(stats_row(f"{fmt_size(s):>8s}  cuMemcpy{tag}", d["cuMemcpy"]))
+            lines.append(stats_row(f"{format_size(s):>8s}  cuMemcpy{tag}", d["cuMemcpy"]))
         if not sim and "gdrpy" in d and "cuMemcpy" in d and d["gdrpy"].get("n"):
             sp = d["cuMemcpy"]["median"] / max(d["gdrpy"]["median"], 1e-9)
             lines.append(f"{'':10s}speedup of the median: {sp:.1f}x")
@@ -993,7 +966,7 @@ def plot(res: dict, path: str) -> None:
                     label=f"{path_name} (median, min..p99)")
         ax.scatter(xs + (k - 0.5) * 0.2, [st[s]["p99.9"] for s in sizes], marker="x",
                    color=color, label=f"{path_name} p99.9")
-    ax.set_xticks(xs, [fmt_size(s) for s in sizes])
+    ax.set_xticks(xs, [format_size(s) for s in sizes])
     ax.set_yscale("log")
     ax.set_ylabel("round trip (us)")
     title = "gdrpy pingpong" + (f" - {SIM_LABEL}" if res["sim"] else f" - {res['gpu']}")
@@ -1027,9 +1000,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
          help=f"round trips per size and path (default {DEFAULT_ITERS}, --quick {QUICK_ITERS})")
     _add(parser, "--warmup", type=int, default=None,
          help="untimed round trips before each size (default iters/10, at least 10)")
-    _add(parser, "--json", nargs="?", const="-", default=None, metavar="PATH",
-         help="write the results as JSON to PATH ('-' or no PATH: stdout, table omitted)")
-    _add(parser, "--plot", default=None, metavar="PNG", help="save a plot (needs matplotlib)")
+    _add(parser, "--json", nargs="?", const="-", default=None, metavar="FILE",
+         help="write the results as JSON to FILE ('-' or no FILE: stdout, table omitted)")
+    _add(parser, "--plot", default=None, metavar="FILE.png", help="save a plot (needs matplotlib)")
     _add(parser, "--quick", action="store_true", help=f"{QUICK_ITERS} round trips per size")
     _add(parser, "--no-baseline", action="store_true", help="skip the cuMemcpy path")
     _add(parser, "--kernel-timeout", type=float, default=10.0,
@@ -1064,7 +1037,7 @@ def _main(args) -> int:
         print("gdrpy pingpong: --iters must be positive and --warmup non-negative", file=sys.stderr)
         return 2
     if max(sizes) > MAX_SIZE:
-        print(f"gdrpy pingpong: sizes up to {fmt_size(MAX_SIZE)}", file=sys.stderr)
+        print(f"gdrpy pingpong: sizes up to {format_size(MAX_SIZE)}", file=sys.stderr)
         return 2
     json_to = getattr(args, "json", None)
     if json_to is True:
@@ -1100,6 +1073,8 @@ def _main(args) -> int:
 def _standalone(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m gdrpy.tools.pingpong",
                                 description=__doc__.split("\n\n")[0])
+    from .. import __version__
+    p.add_argument("--version", action="version", version=f"gdrpy {__version__}")
     add_arguments(p)
     args = p.parse_args(argv)
     try:

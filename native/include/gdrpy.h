@@ -114,6 +114,12 @@ GDRPY_API int gdrpy_backend_from_name(const char *name);
 /* 0 if `backend` could be opened on `device`; else a code and, in `why`, the
  * reason.  Does not keep anything open. */
 GDRPY_API int gdrpy_backend_probe(int backend, int device, char *why, size_t whylen);
+/* The nvrm backend's self-test on `device` (run once per process, at the
+ * first open, or here if none happened yet) as JSON in buf: driver version,
+ * ABI table (branch, tag), cost in ms, per route ok/disabled with the step
+ * and reason (docs/nvrm.md).  0 if the backend is usable, else a code; the
+ * report is written whenever the self-test ran. */
+GDRPY_API int gdrpy_nvrm_selftest(int device, char *buf, size_t len);
 
 /* ---- context ---------------------------------------------------------- */
 /* backend AUTO tries nvrm, gdrdrv, dmabuf in that order, never sim; AUTO

@@ -154,6 +154,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--calibrate-budget", type=_pos_float, default=None,
                    help="seconds for the calibration where one is needed (default 5; "
                         "--quick 0.5)")
+    p.add_argument("--host", choices=("pageable", "pinned"), default="pageable",
+                   help="host memory the messages come from / go to: a pageable numpy "
+                        "array (default) or page-locked memory from gdrpy.memory.host_alloc "
+                        "(then the page-locked picker decides)")
     p.set_defaults(bench_fn=cmd_transfer)
 
     _add_pingpong(sub)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..stats import median
 from .common import (
     _DEFAULTS,
     _QUICK,
@@ -19,7 +20,6 @@ from .common import (
     BATCH_BELOW_NS,
     BATCH_MAX,
     BATCH_TARGET_NS,
-    _median_sorted,
     stats,
 )
 
@@ -286,7 +286,7 @@ def _prepare(op: Op, cfg: Cfg) -> None:
     want = max(2, cfg.warmup)
     while len(times) < want and (len(times) < 2 or pc() - start < cfg.warmup_time_ns):
         time_calls(op.fn, op.args, 1, 1, times)
-    op.est_ns = _median_sorted(sorted(times))
+    op.est_ns = median(sorted(times))
     if cfg.batch:
         op.batch = cfg.batch
     elif op.est_ns < BATCH_BELOW_NS:

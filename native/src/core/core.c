@@ -452,6 +452,7 @@ int gdrpy_close(gdrpy_ctx_t h)
         if (r && !first) first = r;
     }
     pthread_mutex_unlock(&c->lock);
+    gp_stage_destroy(c);
     c->be->close(c);
     pthread_mutex_destroy(&c->lock);
     free(c->pins);
@@ -830,3 +831,17 @@ int gdrpy_stream_synchronize(gdrpy_ctx_t h, void *stream)
     ctx_leave(c);
     return rc;
 }
+
+/* ---- for staging.c ----------------------------------------------------- */
+
+int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n, const void *buf,
+                  const char *what, gp_ctx **c, gp_pin **p)
+{
+    return copy_begin(h, ph, offset, n, buf, 0, what, c, p);
+}
+
+void gp_copy_end(gp_ctx *c, gp_pin *p) { copy_end(c, p); }
+
+int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what) { return ctx_enter(h, c, what); }
+
+void gp_ctx_leave(void) { ctx_leave(); }

@@ -74,6 +74,7 @@ struct gp_ctx {
     uint32_t npins_cap;
     uint32_t npins;
     gdrpy_ctx_info_t info;           /* filled by open (backend fills names) */
+    struct gp_stage *stage;          /* staging ring (staging.c); NULL until used */
 };
 
 /* Bounded wait used by teardown (close/unmap/unpin) for calls in flight in
@@ -119,6 +120,18 @@ GP_HIDDEN extern const struct gp_backend gp_backend_sim;
 GP_HIDDEN extern const struct gp_backend gp_backend_nvrm;
 GP_HIDDEN extern const struct gp_backend gp_backend_gdrdrv;
 GP_HIDDEN extern const struct gp_backend gp_backend_dmabuf;
+
+/* ---- validated copy-engine copies (core.c, for staging.c) -------------- */
+/* Enters the context, finds the pin, checks [offset, offset+n) and raises the
+ * pin's in-flight count; on success gp_copy_end() must follow. */
+GP_HIDDEN int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n,
+                            const void *buf, const char *what, gp_ctx **c, gp_pin **p);
+GP_HIDDEN void gp_copy_end(gp_ctx *c, gp_pin *p);
+/* Read-locks the context table and finds the context (gp_ctx_leave after). */
+GP_HIDDEN int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what);
+GP_HIDDEN void gp_ctx_leave(void);
+/* staging.c: frees the context's ring (gdrpy_close, nothing in flight). */
+GP_HIDDEN void gp_stage_destroy(gp_ctx *c);
 
 /* ---- helpers ---------------------------------------------------------- */
 static inline uint64_t gp_round_down(uint64_t x, uint64_t a) { return x & ~(a - 1); }
