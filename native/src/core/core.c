@@ -844,4 +844,4 @@ void gp_copy_end(gp_ctx *c, gp_pin *p) { copy_end(c, p); }
 
 int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what) { return ctx_enter(h, c, what); }
 
-void gp_ctx_leave(void) { ctx_leave(); }
+void gp_ctx_leave(gp_ctx *c) { ctx_leave(c); }

@@ -127,9 +127,9 @@ GP_HIDDEN extern const struct gp_backend gp_backend_dmabuf;
 GP_HIDDEN int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n,
                             const void *buf, const char *what, gp_ctx **c, gp_pin **p);
 GP_HIDDEN void gp_copy_end(gp_ctx *c, gp_pin *p);
-/* Read-locks the context table and finds the context (gp_ctx_leave after). */
+/* Enters the context (its in-flight count; gp_ctx_leave(c) after). */
 GP_HIDDEN int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what);
-GP_HIDDEN void gp_ctx_leave(void);
+GP_HIDDEN void gp_ctx_leave(gp_ctx *c);
 /* staging.c: frees the context's ring (gdrpy_close, nothing in flight). */
 GP_HIDDEN void gp_stage_destroy(gp_ctx *c);
 

@@ -216,7 +216,10 @@ typedef struct hz_rec {
 static hz_rec *_Atomic hz_all;
 static pthread_key_t hz_key;
 static int g_copy_fence = 1;      /* 0 once membarrier is registered */
-static __thread hz_rec *t_hz __attribute__((tls_model("initial-exec")));
+/* Default (dynamic) TLS model: libgdrapi is dlopen'ed (NCCL), where initial-exec
+ * TLS can exhaust the static TLS block; on x86-64 the Makefile compiles this file
+ * with TLS descriptors (-mtls-dialect=gnu2), which make the access cheap. */
+static __thread hz_rec *t_hz;
 
 static void hz_thread_exit(void *p)
 {
