@@ -33,11 +33,13 @@ from ._core import (
 from ._core import version as _core_version
 from ._version import __version__ as __version__
 from .errors import *  # noqa: F403
+from .errors import InvalidArgumentError
+from .streams import RawStream, unchecked_stream
 
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
            "backend_names", "nvrm_selftest", "copy_isa", "copy_isa_available", "set_copy_isa",
            "library_version", "libdir", "includedir", "bindir", "put", "get",
-           "Transfer", "Channel", "put_many"] + list(errors.__all__)
+           "Transfer", "Channel", "put_many", "RawStream", "unchecked_stream"] + list(errors.__all__)
 
 
 def open(device: int = 0, backend: str | None = None) -> Context:
@@ -46,6 +48,10 @@ def open(device: int = 0, backend: str | None = None) -> Context:
     ``sim``).  Raises BackendUnavailableError naming why each backend failed."""
     if backend is None:
         backend = _os.environ.get("GDRPY_BACKEND") or "auto"
+        if backend not in backend_names():
+            raise InvalidArgumentError(
+                f"GDRPY_BACKEND={backend!r} is not one of {', '.join(backend_names())}: fix or "
+                "unset it, or pass backend= explicitly")
     return Context(device, backend)
 
 
@@ -70,6 +76,10 @@ def bindir() -> str:
     gdrapi_copylat, ...), as GDRCopy installs gdrcopy_copylat."""
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "bin")
 
+
+from ._env import check_environment as _check_environment  # noqa: E402
+
+_check_environment(backend_names())
 
 from . import memory  # noqa: E402
 from .transfer import Transfer, get, put  # noqa: E402

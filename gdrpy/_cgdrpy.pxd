@@ -33,6 +33,7 @@ cdef extern from "gdrpy.h" nogil:
         GDRPY_BACKEND_DMABUF
         GDRPY_BACKEND_COUNT_
         GDRPY_GPU_PAGE_SIZE
+        GDRPY_OPEN_NO_ENV
 
     void gdrpy_version(int *major, int *minor, int *patch)
     const char *gdrpy_last_error()

@@ -51,7 +51,7 @@ import errno as _errno
 import weakref as _weakref
 
 from gdrpy.errors import (error_for_code, ClosedError, BusyError, WrongProcessError,
-                          InvalidArgumentError, OutOfRangeError)
+                          InvalidArgumentError, OutOfRangeError, ArgumentTypeError)
 
 PY_SSIZE_T_MAX_ = PY_SSIZE_T_MAX
 
@@ -62,6 +62,15 @@ NOGIL_BYTES = 65536
 cdef Py_ssize_t _nogil_bytes = NOGIL_BYTES
 
 _MAPPING_TYPES = {0: "none", 1: "wc", 2: "caching", 3: "device"}
+
+
+def _busy_wait_s():
+    import os
+    try:
+        v = int(os.environ.get("GDRPY_BUSY_WAIT_MS", "3000"))
+    except ValueError:
+        v = 3000
+    return min(max(v, 0), 600000) / 1000.0
 
 
 cdef int _check(int rc) except -1:
@@ -75,11 +84,11 @@ cdef Py_ssize_t _index(object v, str what) except -1:
     cdef Py_ssize_t r
     if not PyLong_CheckExact(v):
         if isinstance(v, (float, complex, str, bytes, bool)) or v is None:
-            raise TypeError(f"{what} must be an integer, not {type(v).__name__}")
+            raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}")
         try:
             v = v.__index__()
         except AttributeError:
-            raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+            raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}") from None
     try:
         r = PyLong_AsSsize_t(v)
     except OverflowError:
@@ -91,11 +100,11 @@ cdef Py_ssize_t _index(object v, str what) except -1:
 
 cdef uint64_t _u64(object v, str what) except? 0:
     if isinstance(v, (float, complex, str, bytes)) or v is None:
-        raise TypeError(f"{what} must be an integer, not {type(v).__name__}")
+        raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}")
     try:
         v = v.__index__()
     except AttributeError:
-        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+        raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}") from None
     if v < 0 or v >= 2**64:
         raise InvalidArgumentError(f"{what} {v:#x} is not a 64-bit address", _errno.EINVAL)
     return <uint64_t>v
@@ -115,7 +124,10 @@ def backend_names():
 
 cdef int _backend_id(object backend) except -1:
     if not isinstance(backend, str):
-        raise TypeError(f"backend must be a str, not {type(backend).__name__}")
+        raise ArgumentTypeError(f"backend must be a str, not {type(backend).__name__}")
+    if "\0" in backend:
+        raise InvalidArgumentError(f"backend name {backend!r} contains a NUL character",
+                                   _errno.EINVAL)
     cdef int b = gdrpy_backend_from_name(backend.encode())
     if b < 0:
         raise InvalidArgumentError(
@@ -127,7 +139,7 @@ cdef int _backend_id(object backend) except -1:
 cdef int _device(object device) except -1:
     cdef Py_ssize_t d
     if isinstance(device, bool):
-        raise TypeError("device must be an integer, not bool")
+        raise ArgumentTypeError("device must be an integer, not bool")
     try:
         d = _index(device, "device")
     except OutOfRangeError as e:
@@ -184,11 +196,14 @@ def copy_isa_available():
 def set_copy_isa(name):
     """Force a copy kernel by name ('auto' restores dispatch)."""
     if name is not None and not isinstance(name, str):
-        raise TypeError(f"name must be a str or None, not {type(name).__name__}")
+        raise ArgumentTypeError(f"name must be a str or None, not {type(name).__name__}")
     cdef bytes b
     if name is None:
         _check(gdrpy_set_copy_isa(NULL))
     else:
+        if "\0" in name:
+            raise InvalidArgumentError(f"copy kernel name {name!r} contains a NUL character",
+                                       _errno.EINVAL)
         b = name.encode()
         _check(gdrpy_set_copy_isa(b))
 
@@ -226,8 +241,10 @@ cdef class Context:
         cdef int b = _backend_id(backend)
         cdef gdrpy_ctx_t h = 0
         cdef int rc
+        # The backend named here is final: $GDRPY_BACKEND is read by
+        # gdrpy.open() only when no backend is given.
         with nogil:
-            rc = gdrpy_open(d, b, &h)
+            rc = gdrpy_open(d, b | GDRPY_OPEN_NO_ENV, &h)
         _check(rc)
         self._h = h
         self._fork_gen = gdrpy_fork_generation
@@ -334,6 +351,19 @@ cdef class Context:
         self._ready()
         cdef uint64_t d = _u64(dptr, "dptr")
         cdef Py_ssize_t cnt = _index(n, "n")
+        cdef char probe[1]
+        cdef int prc
+        if cnt > 0 and d + <uint64_t>cnt < d:
+            raise InvalidArgumentError(f"memcpy_dtoh: [{dptr:#x}, +{cnt}) wraps around",
+                                       _errno.EINVAL)
+        if cnt > 65536:
+            # Validate before allocating: both ends must be device memory the
+            # driver (sim: a live allocation) accepts.
+            with nogil:
+                prc = gdrpy_memcpy_dtoh(self._h, probe, d + <uint64_t>cnt - 1, 1)
+                if prc == 0:
+                    prc = gdrpy_memcpy_dtoh(self._h, probe, d, 1)
+            _check(prc)
         out = PyBytes_FromStringAndSize(NULL, cnt)
         cdef char *buf = PyBytes_AS_STRING(out)
         cdef int rc
@@ -359,9 +389,10 @@ cdef class Context:
             (<Pin>p).close()
         cdef gdrpy_ctx_t h = self._h
         cdef int rc
-        self._h = 0
-        with nogil:   # waits for calls in flight in other threads
+        with nogil:   # waits (bounded) for calls in flight in other threads
             rc = gdrpy_close(h)
+        if rc != _errno.EBUSY:   # EBUSY: still open; close again later
+            self._h = 0
         _check(rc)
 
     def __enter__(self):
@@ -417,7 +448,7 @@ cdef class Pin:
         return 0
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("Pin objects are made by Context.pin()")
+        raise ArgumentTypeError("Pin objects are made by Context.pin()")
 
     @property
     def closed(self):
@@ -480,7 +511,11 @@ cdef class Pin:
         m = self.mapping
         if m is not None:
             m.close()
-        cdef int rc = gdrpy_unpin(self._ctx._h, self._h)
+        cdef gdrpy_ctx_t ch = self._ctx._h
+        cdef gdrpy_pin_t ph = self._h
+        cdef int rc
+        with nogil:   # waits (bounded) for copy-engine copies in other threads
+            rc = gdrpy_unpin(ch, ph)
         if rc != _errno.EBUSY:   # EBUSY: copies in flight; nothing changed
             self._h = 0
         _check(rc)
@@ -520,6 +555,9 @@ cdef class Pin:
         cdef Py_buffer view
         cdef int rc
         cdef char *buf
+        if <size_t>off > self.size or <size_t>cnt > self.size - <size_t>off:
+            raise OutOfRangeError(f"ce_read: [{off}, {off}+{cnt}) is outside the pinned "
+                                  f"{self.size} bytes", _errno.ERANGE)
         if out is None:
             res = PyBytes_FromStringAndSize(NULL, cnt)
             buf = PyBytes_AS_STRING(res)
@@ -591,7 +629,11 @@ cdef void _fill_u8_buffer(Py_buffer *buffer, char *ptr, Py_ssize_t size,
 cdef int _get_in_buffer(object data, Py_buffer *view) except -1:
     try:
         PyObject_GetBuffer(data, view, PyBUF_ANY_CONTIGUOUS)
-    except BufferError as e:
+    except TypeError as e:
+        raise ArgumentTypeError(f"data must support the buffer protocol (bytes, bytearray, "
+                                f"memoryview, numpy array), not {type(data).__name__}: {e}"
+                                ) from None
+    except (BufferError, ValueError) as e:   # numpy: non-contiguous arrays
         raise InvalidArgumentError(f"data must be a contiguous buffer: {e}",
                                    _errno.EINVAL) from None
     return 0
@@ -600,7 +642,10 @@ cdef int _get_in_buffer(object data, Py_buffer *view) except -1:
 cdef int _get_out_buffer(object out, Py_buffer *view, Py_ssize_t need) except -1:
     try:
         PyObject_GetBuffer(out, view, PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS)
-    except BufferError as e:
+    except TypeError as e:
+        raise ArgumentTypeError(f"out must be a writable buffer (bytearray, memoryview, "
+                                f"numpy array), not {type(out).__name__}: {e}") from None
+    except (BufferError, ValueError) as e:   # numpy: read-only or non-contiguous
         raise InvalidArgumentError(f"out must be a writable contiguous buffer: {e}",
                                    _errno.EINVAL) from None
     if view.len < need:
@@ -745,7 +790,7 @@ cdef class Mapping:
                 f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
         if isinstance(value, (bool, float, complex, str, bytes)) or value is None or \
                 not hasattr(value, "__index__"):
-            raise TypeError(f"value must be an int, not {type(value).__name__}")
+            raise ArgumentTypeError(f"value must be an int, not {type(value).__name__}")
         value = value.__index__()
         if value < 0 or value >= 2**64:
             raise InvalidArgumentError(f"value {value} does not fit in 64 bits", _errno.EINVAL)
@@ -768,6 +813,10 @@ cdef class Mapping:
                 f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
         return gp_load_u64(self._ptr + off)
 
+    # _inflight counts copies running without the GIL: close() waits for them
+    # (bounded) and marks the mapping closed before it releases the GIL to
+    # unmap.  Copies that hold the GIL re-check _ready() after any step that
+    # may run Python code (buffer exports, allocation), right before storing.
     cdef inline void _store(self, char *dst, const void *src, Py_ssize_t n):
         if n < _nogil_bytes:
             gdrpy_copy_to_mapping(dst, src, <size_t>n)
@@ -796,6 +845,9 @@ cdef class Mapping:
             return n
         _get_in_buffer(data, &view)
         try:
+            # Getting the buffer may have run Python code (and let another
+            # thread close the mapping): look again before storing.
+            self._ready()
             n = view.len
             self._range(off, n)
             self._store(self._ptr + off, view.buf, n)
@@ -808,10 +860,12 @@ cdef class Mapping:
         cdef Py_buffer view
         if out is None:
             res = PyBytes_FromStringAndSize(NULL, cnt)
+            self._ready()   # the allocation may have run Python code (gc)
             self._load(PyBytes_AS_STRING(res), self._ptr + off, cnt)
             return res
         _get_out_buffer(out, &view, cnt)
         try:
+            self._ready()
             self._load(view.buf, self._ptr + off, cnt)
         finally:
             PyBuffer_Release(&view)
@@ -826,6 +880,14 @@ cdef class Mapping:
     def __releasebuffer__(self, Py_buffer *buffer):
         self._exports -= 1
 
+    @property
+    def __array_interface__(self):
+        # Only reached by numpy when the buffer protocol failed (a closed or
+        # foreign mapping): raise the reason instead of letting
+        # numpy.asarray() build a 0-d object array.
+        self._ready()
+        raise AttributeError("__array_interface__")
+
     cdef int _check_closable(self) except -1:
         if self._closed:
             return 0
@@ -833,9 +895,26 @@ cdef class Mapping:
             raise BusyError(
                 f"the mapping has {self._exports} live buffer export(s) (memoryview / "
                 f"numpy views); release them before unmapping", _errno.EBUSY)
+        return 0
+
+    cdef int _drain(self) except -1:
+        """Stops new copies (the mapping reads as closed) and waits, with the GIL
+        released, for those in other threads; BusyError (mapping unchanged) if
+        they are still running after GDRPY_BUSY_WAIT_MS (default 3000 ms)."""
+        if self._inflight == 0:
+            return 0
+        import time
+        limit = _busy_wait_s()
+        self._closed = True
+        t0 = time.monotonic()
+        while self._inflight > 0 and time.monotonic() - t0 < limit:
+            time.sleep(0.0002)
         if self._inflight > 0:
-            raise BusyError(f"{self._inflight} copies through the mapping are in flight",
+            self._closed = False
+            raise BusyError(f"{self._inflight} copies through the mapping are still in flight "
+                            f"in other threads after {limit:.1f} s; it stays mapped",
                             _errno.EBUSY)
+        self._closed = False
         return 0
 
     def close(self):
@@ -846,13 +925,19 @@ cdef class Mapping:
             self._closed = True
             return
         self._check_closable()
-        cdef int rc = gdrpy_unmap(self._pin._ctx._h, self._pin._h)
-        if rc != _errno.EBUSY:   # EBUSY: copies in flight; still mapped
-            self._closed = True
+        self._drain()
+        cdef gdrpy_ctx_t ch = self._pin._ctx._h
+        cdef gdrpy_pin_t ph = self._pin._h
+        cdef int rc
+        self._closed = True      # before the GIL is released: no new copies
+        with nogil:
+            rc = gdrpy_unmap(ch, ph)
+        if rc == _errno.EBUSY:   # copies in flight in C; still mapped
+            self._closed = False
         _check(rc)
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("Mapping objects are made by Pin.map()")
+        raise ArgumentTypeError("Mapping objects are made by Pin.map()")
 
     def __repr__(self):
         state = "closed" if self._closed else "open"

@@ -12,10 +12,19 @@ from __future__ import annotations
 import errno as _errno
 
 __all__ = [
-    "GdrError", "InvalidArgumentError", "OutOfRangeError", "ClosedError",
-    "AlreadyMappedError", "BusyError", "WrongProcessError",
-    "BackendUnavailableError", "DeviceNotFoundError", "NotSupportedError",
-    "DriverError", "error_for_code",
+    "AlreadyMappedError",
+    "ArgumentTypeError",
+    "BackendUnavailableError",
+    "BusyError",
+    "ClosedError",
+    "DeviceNotFoundError",
+    "DriverError",
+    "GdrError",
+    "InvalidArgumentError",
+    "NotSupportedError",
+    "OutOfRangeError",
+    "WrongProcessError",
+    "error_for_code",
 ]
 
 
@@ -39,11 +48,23 @@ class GdrError(Exception):
 
 
 class InvalidArgumentError(GdrError, ValueError):
-    """A bad argument (EINVAL)."""
+    """A bad argument value (EINVAL); also a ValueError."""
+
+    def __init__(self, message: str = "", code: int = _errno.EINVAL):
+        super().__init__(message, code)
 
 
-class OutOfRangeError(GdrError, ValueError):
-    """An offset/size outside the pinned range (ERANGE); nothing was touched."""
+class ArgumentTypeError(GdrError, TypeError):
+    """An argument of the wrong type (EINVAL), e.g. a stream that is not a
+    stream object; also a TypeError, so both ``except`` styles work."""
+
+    def __init__(self, message: str = "", code: int = _errno.EINVAL):
+        super().__init__(message, code)
+
+
+class OutOfRangeError(GdrError, IndexError, ValueError):
+    """An offset/size outside the pinned range (ERANGE); nothing was touched.
+    Also an IndexError and (for code written before 0.2) a ValueError."""
 
 
 class ClosedError(GdrError):

@@ -49,7 +49,7 @@ import warnings
 import numpy as np
 
 from ._core import Mapping, Pin, Transfer
-from .errors import InvalidArgumentError
+from .errors import ArgumentTypeError, InvalidArgumentError
 from .threshold import ThresholdPicker
 
 __all__ = ["put", "get", "Transfer", "default_picker", "host_identity", "make_measure",
@@ -69,7 +69,7 @@ def _mapping_of(obj) -> Mapping:
             raise InvalidArgumentError("the pin is not mapped: call pin.map() first",
                                        errno.EINVAL)
         return m
-    raise TypeError(f"expected a gdrpy Mapping (or a mapped Pin), not {type(obj).__name__}")
+    raise ArgumentTypeError(f"expected a gdrpy Mapping (or a mapped Pin), not {type(obj).__name__}")
 
 
 def put(dst, offset, src, stream=None) -> int:

@@ -14,6 +14,10 @@
 #             Python handlers, gdrpy and cuMemcpy paths), its 10 s proof
 #             points and half-capacity latency: about 4-5 min (issue 21)
 #   channel   (only when named) issue 15: channel tests, pingpong SUMMARY, trading feed
+#   misuse    issue 17: the hostile-input sweep on the default backend (counts of
+#             crashes, hangs, clear errors), gdrpy_apilat (8/64 B validated copies
+#             and gdrpy_open latency while 8 threads copy); with MISUSE_OLD_TREE=DIR
+#             (a checkout of the old commit) also scripts/misuse_before_after.sh
 #   large     issue 14 only (named explicitly, not part of all): the host-memory
 #             tests, bench bandwidth by host-memory kind, bench transfer for
 #             pageable and page-locked memory
@@ -160,6 +164,16 @@ if [[ " $STAGES " == *" channel "* ]]; then
         --json "$WORK/pingpong.json"
     grep -A6 '^SUMMARY' "$WORK/channel_pingpong.log"
     step channel_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
+fi
+
+if want misuse; then
+    step misuse_sweep 600 python3 -m gdrpy.tools.misuse_sweep --backend auto --jobs 8 \
+        --json "$WORK/misuse_sweep.json"
+    step misuse_apilat 300 native/build/gdrpy_apilat --lib native/build --backend auto
+    step misuse_stream_probe 300 python3 scripts/stream_probe.py
+    if [ -n "${MISUSE_OLD_TREE:-}" ]; then
+        step misuse_before_after 600 scripts/misuse_before_after.sh "$MISUSE_OLD_TREE" auto
+    fi
 fi
 
 if want asv; then

@@ -77,6 +77,40 @@ class _CacheInvalid(Exception):
     pass
 
 
+class InsecureCacheDir(OSError):
+    """The cache directory is not owned by this user or is writable by others."""
+
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def check_dir(d: pathlib.Path) -> None:
+    """Refuse (InsecureCacheDir, with the fix) a cache directory that another user
+    owns or that group/others can write, as ssh does for ~/.ssh: anyone who can write
+    there could plant thresholds or point our files elsewhere."""
+    if not hasattr(os, "geteuid"):
+        return
+    st = os.stat(d)
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise InsecureCacheDir(
+            f"threshold cache directory {d} is owned by uid {st.st_uid}, not by you "
+            f"(uid {me}); it is not used. Fix: remove it, or set {ENV_CACHE_DIR} to a "
+            "directory of your own (mkdir -m 700 DIR)")
+    if st.st_mode & 0o022:
+        raise InsecureCacheDir(
+            f"threshold cache directory {d} is writable by group or others (mode "
+            f"{st.st_mode & 0o777:o}); it is not used. Fix: chmod go-w {d}")
+
+
+def open_nofollow(path: pathlib.Path, flags: int, mode: int = 0o600) -> int:
+    """os.open with O_NOFOLLOW (a symlink planted at ``path`` fails with ELOOP) after
+    checking the directory holding it."""
+    check_dir(path.parent)
+    return os.open(path, flags | _O_NOFOLLOW | _O_CLOEXEC, mode)
+
+
 _warned_no_filelock = False
 
 
@@ -90,6 +124,14 @@ def _file_lock(path: pathlib.Path, timeout_s: float) -> Iterator[bool]:
     atomic anyway).
     """
     global _warned_no_filelock
+    try:
+        check_dir(path.parent)
+    except InsecureCacheDir as e:
+        log.warning("threshold cache: %s", e)
+        yield False
+        return
+    except OSError:
+        pass        # no directory yet: the lock below reports it
     try:
         import filelock
     except ImportError:
@@ -119,6 +161,7 @@ def _file_lock(path: pathlib.Path, timeout_s: float) -> Iterator[bool]:
 
 
 def _atomic_write(path: pathlib.Path, data: bytes) -> None:
+    check_dir(path.parent)   # mkstemp is O_EXCL; os.replace replaces a link itself
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -27,12 +27,15 @@ from .cache import (
     _CACHE_KIND,
     _MAX_CACHE_BYTES,
     SCHEMA_VERSION,
+    InsecureCacheDir,
     _atomic_write,
     _CacheInvalid,
     _check_identity,
     _file_lock,
     _validate_cache,
+    check_dir,
     identity_key,
+    open_nofollow,
 )
 from .cache import cache_dir as _default_cache_dir
 from .calibrate import (
@@ -439,7 +442,7 @@ class ThresholdPicker:
             raise _CacheInvalid("no identity given; persistence disabled" if self._key is None
                                 else "no cache directory (no $HOME)")
         try:
-            with open(f, "rb") as fh:
+            with os.fdopen(open_nofollow(f, os.O_RDONLY), "rb") as fh:
                 data = fh.read(_MAX_CACHE_BYTES + 1)
         except FileNotFoundError:
             raise _CacheInvalid(f"no cache file {f}") from None
@@ -512,6 +515,11 @@ class ThresholdPicker:
         assert self._cache_dir is not None
         try:
             self._cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            check_dir(self._cache_dir)
+        except InsecureCacheDir as e:
+            self.reason = str(e)
+            log.warning("threshold cache: %s", self.reason)
+            return False
         except OSError as e:
             self.reason = f"cannot create cache directory {self._cache_dir}: {e}"
             log.warning("threshold cache: %s", self.reason)

@@ -85,8 +85,22 @@ static int log_level(void)
     return level;
 }
 
+/* GP_LOG_CONFIG: a GDRPY_* variable whose value cannot be used.  Printed
+ * by default (it would otherwise be ignored silently); GDRPY_LOG_LEVEL=6
+ * silences it. */
 void gp_log(int level, const char *fmt, ...)
 {
+    if (level == GP_LOG_CONFIG) {
+        int l = log_level();
+        if (l != 99 && l > GP_LOG_CONFIG) return;
+        char cbuf[GP_MSG_LEN];
+        va_list cap;
+        va_start(cap, fmt);
+        vsnprintf(cbuf, sizeof cbuf, fmt, cap);
+        va_end(cap);
+        fprintf(stderr, "gdrpy warning: %s\n", cbuf);
+        return;
+    }
     if (level < log_level()) return;
     static const char *names[] = {"", "DBG", "INFO", "WARN", "ERR"};
     char buf[GP_MSG_LEN];

@@ -722,7 +722,7 @@ int gdrpy_staging_set(gdrpy_ctx_t h, size_t chunk, unsigned depth, unsigned thre
     if (rc) return rc;
     gp_stage *st = stage_of(c);
     if (!st) {
-        gp_ctx_leave();
+        gp_ctx_leave(c);
         return gp_err(GDRPY_ENOMEM, "staging_set: out of memory");
     }
     pthread_mutex_lock(&st->op_lock);
@@ -730,7 +730,7 @@ int gdrpy_staging_set(gdrpy_ctx_t h, size_t chunk, unsigned depth, unsigned thre
     if (depth) st->depth = depth;
     if (threads) st->threads = threads;
     pthread_mutex_unlock(&st->op_lock);
-    gp_ctx_leave();
+    gp_ctx_leave(c);
     return 0;
 }
 
@@ -741,7 +741,7 @@ int gdrpy_staging_get(gdrpy_ctx_t h, size_t *chunk, unsigned *depth, unsigned *t
     if (rc) return rc;
     gp_stage *st = stage_of(c);
     if (!st) {
-        gp_ctx_leave();
+        gp_ctx_leave(c);
         return gp_err(GDRPY_ENOMEM, "staging_get: out of memory");
     }
     pthread_mutex_lock(&st->op_lock);
@@ -749,6 +749,6 @@ int gdrpy_staging_get(gdrpy_ctx_t h, size_t *chunk, unsigned *depth, unsigned *t
     if (depth) *depth = st->depth;
     if (threads) *threads = st->threads;
     pthread_mutex_unlock(&st->op_lock);
-    gp_ctx_leave();
+    gp_ctx_leave(c);
     return 0;
 }

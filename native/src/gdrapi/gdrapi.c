@@ -19,10 +19,22 @@
  *    the cold fields of its slots); it is held across the gdrpy calls of
  *    pin/map/unmap/unpin/close.
  *  - mh_lock guards slot allocation only (the free list and chunk growth).
- *  - The copy path takes no lock: it reads the slot's generation and state
- *    (acquire), the mapping bounds, and the generation again.  Writers
- *    publish the bounds before storing state MAPPED (release), and store
- *    state PINNED before the munmap of an unmap.
+ *  - The copy path takes no lock and no atomic read-modify-write: it
+ *    announces the slot it is about to copy through in a per-thread record
+ *    (a hazard pointer: one plain store), then reads the slot's generation
+ *    and state, the mapping bounds, and the generation again, copies, and
+ *    clears the record.  Writers publish the bounds before storing state
+ *    MAPPED (release).  An unmap (gdr_unmap, gdr_unpin_buffer, gdr_close)
+ *    stores state PINNED, runs membarrier(PRIVATE_EXPEDITED) - which makes
+ *    every running thread of the process execute a full memory barrier, so
+ *    the copy side needs none - and then waits, bounded (GDRPY_BUSY_WAIT_MS,
+ *    default 3 s), until no thread's record names the slot, before the
+ *    munmap.  Either a copy sees PINNED and fails with EINVAL, or the unmap
+ *    sees the copy's record and waits for it: the memory stays mapped until
+ *    every copy through it has returned; if copies are still running at the
+ *    limit, the unmap fails with EBUSY (logged, naming the handle) and the
+ *    mapping is left as it was.  Where membarrier is unavailable the copy
+ *    side issues a full fence itself (g_copy_fence).
  *
  * Fork: a gdr is bound to the process that opened it.  Every call in a
  * forked child on the parent's gdr or handles returns EACCES (checked before
@@ -33,6 +45,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -223,6 +236,102 @@ static void slot_free(mh_slot *s, uint32_t idx)
     pthread_mutex_unlock(&mh_lock);
 }
 
+/* ---- per-thread copy records (hazard pointers) ----------------------------- */
+#include <sys/syscall.h>
+#ifndef MEMBARRIER_CMD_PRIVATE_EXPEDITED
+#define MEMBARRIER_CMD_PRIVATE_EXPEDITED (1 << 3)
+#define MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED (1 << 4)
+#endif
+
+typedef struct hz_rec {
+    mh_slot *_Atomic slot;        /* slot being copied through, or NULL */
+    _Atomic int used;             /* owned by a live thread */
+    struct hz_rec *next;          /* append-only list */
+} hz_rec;
+
+static hz_rec *_Atomic hz_all;
+static pthread_key_t hz_key;
+static int g_copy_fence = 1;      /* 0 once membarrier is registered */
+/* Default (dynamic) TLS model: libgdrapi is dlopen'ed (NCCL), where initial-exec
+ * TLS can exhaust the static TLS block; on x86-64 the Makefile compiles this file
+ * with TLS descriptors (-mtls-dialect=gnu2), which make the access cheap. */
+static __thread hz_rec *t_hz;
+
+static void hz_thread_exit(void *p)
+{
+    hz_rec *r = p;
+    atomic_store_explicit(&r->slot, NULL, memory_order_relaxed);
+    atomic_store_explicit(&r->used, 0, memory_order_release);
+}
+
+static void hz_membarrier_register(void)
+{
+    long rc = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
+    g_copy_fence = rc != 0;
+    if (rc) LOGD("membarrier unavailable (errno %d): copies issue their own fence", errno);
+}
+
+static __attribute__((noinline, cold)) hz_rec *hz_register(void)
+{
+    hz_rec *r;
+    for (r = atomic_load_explicit(&hz_all, memory_order_acquire); r; r = r->next) {
+        int z = 0;
+        if (atomic_compare_exchange_strong(&r->used, &z, 1)) break;
+    }
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return NULL;
+        atomic_init(&r->used, 1);
+        hz_rec *head = atomic_load_explicit(&hz_all, memory_order_relaxed);
+        do {
+            r->next = head;
+        } while (!atomic_compare_exchange_weak_explicit(&hz_all, &head, r, memory_order_release,
+                                                        memory_order_relaxed));
+    }
+    pthread_setspecific(hz_key, r);
+    t_hz = r;
+    return r;
+}
+
+static int hz_count(mh_slot *s)
+{
+    int n = 0;
+    for (hz_rec *r = atomic_load_explicit(&hz_all, memory_order_acquire); r; r = r->next)
+        if (atomic_load_explicit(&r->slot, memory_order_acquire) == s) n++;
+    return n;
+}
+
+/* After the caller stored a state that makes new copies of `s` fail: waits
+ * (bounded) until no thread is inside a copy through `s`.  0 or EBUSY. */
+static int hz_wait_clear(mh_slot *s, int *waited_ms, int *busy)
+{
+    *waited_ms = 0;
+    if (g_copy_fence) atomic_thread_fence(memory_order_seq_cst);
+    else if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+        /* Registered at load time, so this does not fail; if it ever did,
+         * copies in flight could not be seen: refuse rather than unmap. */
+        *busy = -1;
+        return EBUSY;
+    }
+    if ((*busy = hz_count(s)) == 0) return 0;
+    int limit = gp_busy_wait_limit_ms();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 0;; i++) {
+        if (i < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, i < 1000 ? 20000 : 200000};
+            nanosleep(&ts, NULL);
+        }
+        *busy = hz_count(s);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        *waited_ms = (int)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000);
+        if (*busy == 0) return 0;
+        if (*waited_ms >= limit) return EBUSY;
+    }
+}
+
 /* ---- gdr instances ---------------------------------------------------- */
 /* Layout note: GDRCopy's own tests (sanity.cpp) look inside a gdr_t as if it
  * were GDRCopy's `struct gdr` (an int fd first, 48 bytes in all): they copy
@@ -264,10 +373,14 @@ static void gdrapi_atfork_child(void)
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&mh_lock, &fresh, sizeof fresh);
     memcpy(&gdr_free_lock, &fresh, sizeof fresh);
+    /* membarrier registration belongs to the parent's address space */
+    hz_membarrier_register();
 }
 
 __attribute__((constructor)) static void gdrapi_init(void)
 {
+    pthread_key_create(&hz_key, hz_thread_exit);
+    hz_membarrier_register();
     pthread_atfork(NULL, NULL, gdrapi_atfork_child);
 }
 
@@ -375,7 +488,9 @@ static int ctx_for(struct gdr *g, int dev, gdrpy_ctx_t *out)
         return 0;
     }
     int want = g->backend_known ? g->backend : g->req_backend;
-    int rc = gdrpy_open(dev, want, &g->ctx[dev]);
+    /* GDRCopy semantics across fork: a mapping pointer kept from before fork
+     * faults in the child (its sanity suite checks that) */
+    int rc = gdrpy_open(dev, want | GDRPY_OPEN_FORK_FAULTS, &g->ctx[dev]);
     if (rc) {
         g->ctx[dev] = 0;
         LOGE("opening device %d (%s backend) failed: %s", dev, gdrpy_backend_name(want),
@@ -535,13 +650,30 @@ gdr_t gdr_open(void)
     return g;
 }
 
+/* With g->lock held and s MAPPED: stops new copies through s (state PINNED)
+ * and waits for those in flight.  0: none left, the caller unmaps; EBUSY:
+ * still running at the limit, state restored to MAPPED. */
+static int drain_copies(mh_slot *s, unsigned long h, const char *what)
+{
+    atomic_store(&s->state, MH_PINNED);
+    int waited = 0, busy = 0;
+    if (hz_wait_clear(s, &waited, &busy) == 0) return 0;
+    atomic_store_explicit(&s->state, MH_MAPPED, memory_order_release);
+    LOGE("%s: %d copies through handle 0x%lx (mapping %p) are still running in other "
+         "threads after %d ms; nothing was released: try again once they return",
+         what, busy, h, s->map_ret, waited);
+    return EBUSY;
+}
+
 /* With g->lock held: unmap if mapped, unpin; the slot stays allocated and
  * linked if the unpin fails. */
-static int slot_release(struct gdr *g, mh_slot *s, const char *what)
+static int slot_release(struct gdr *g, mh_slot *s, unsigned long h, const char *what)
 {
     int rc;
-    if (atomic_load_explicit(&s->state, memory_order_relaxed) == MH_MAPPED) {
-        atomic_store_explicit(&s->state, MH_PINNED, memory_order_release);
+    if (s->map_ret) {
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) == MH_MAPPED &&
+            (rc = drain_copies(s, h, what)))
+            return rc;
         rc = gdrpy_unmap(s->ctx, s->pin);
         if (rc) {
             atomic_store_explicit(&s->state, MH_MAPPED, memory_order_release);
@@ -581,12 +713,26 @@ int gdr_close(gdr_t g)
         pthread_mutex_unlock(&g->lock);
         return EINVAL;
     }
+    /* First stop every copy through this instance's mappings; if some are
+     * still running at the limit, release nothing and stay open (EBUSY). */
+    for (uint32_t i = g->head; i; i = slot_at(i - 1)->next) {
+        mh_slot *s = slot_at(i - 1);
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) != MH_MAPPED) continue;
+        if (drain_copies(s, mk_mh(i - 1, atomic_load(&s->gen)), "gdr_close")) {
+            for (uint32_t k = g->head; k != i; k = slot_at(k - 1)->next)
+                if (slot_at(k - 1)->map_ret)
+                    atomic_store_explicit(&slot_at(k - 1)->state, MH_MAPPED,
+                                          memory_order_release);
+            pthread_mutex_unlock(&g->lock);
+            return EBUSY;
+        }
+    }
     g->closed = 1;
     int first = 0;
     while (g->head) {
         uint32_t idx = g->head - 1;
         mh_slot *s = slot_at(idx);
-        int rc = slot_release(g, s, "gdr_close");
+        int rc = slot_release(g, s, mk_mh(idx, atomic_load(&s->gen)), "gdr_close");
         if (rc && !first) first = rc;
         /* gdrpy_close below releases whatever a failed unpin left. */
         g_unlink(g, s);
@@ -698,7 +844,7 @@ int gdr_unpin_buffer(gdr_t g, gdr_mh_t handle)
         g_leave(g);
         return EINVAL;
     }
-    rc = slot_release(g, s, "gdr_unpin_buffer");
+    rc = slot_release(g, s, handle.h, "gdr_unpin_buffer");
     if (!rc) {
         g_unlink(g, s);
         slot_free(s, slot_idx(s));
@@ -888,8 +1034,7 @@ int gdr_unmap(gdr_t g, gdr_mh_t handle, void *va, size_t size)
         LOGE("gdr_unmap: (%p, %zu) is not the mapping of handle 0x%lx (%p, %zu)", va, size,
              handle.h, s->map_ret, s->map_size);
         rc = EINVAL;
-    } else {
-        atomic_store_explicit(&s->state, MH_PINNED, memory_order_release);
+    } else if (!(rc = drain_copies(s, handle.h, "gdr_unmap"))) {
         rc = gdrpy_unmap(s->ctx, s->pin);
         if (rc) {
             atomic_store_explicit(&s->state, MH_MAPPED, memory_order_release);
@@ -923,54 +1068,82 @@ static __attribute__((noinline, cold)) int copy_fail(gdr_mh_t handle, const void
 }
 
 /* 0 if [p, p+n) may be copied through the mapping of `handle`, else the
- * reason (EINVAL, EACCES, ERANGE). */
-static inline int copy_check(gdr_mh_t handle, const void *p, size_t n)
+ * reason (EINVAL, EACCES, ERANGE, ENOMEM).  On 0 this thread's record *rout
+ * names the slot until copy_done(). */
+static inline __attribute__((always_inline)) int copy_check(gdr_mh_t handle, const void *p,
+                                                         size_t n, hz_rec **rout)
 {
     uint32_t gen;
     mh_slot *s = mh_lookup(handle, &gen);
     if (__builtin_expect(!s, 0)) return EINVAL;
-    if (__builtin_expect(atomic_load_explicit(&s->state, memory_order_acquire) != MH_MAPPED, 0))
-        return EINVAL;
-    if (__builtin_expect(atomic_load_explicit(&s->fork_gen, memory_order_relaxed) !=
-                         gdrpy_fork_generation, 0))
-        return EACCES;
-    const char *lo = atomic_load_explicit(&s->lo, memory_order_relaxed);
-    size_t span = atomic_load_explicit(&s->span, memory_order_relaxed);
-    /* Re-read the generation: the slot was not recycled while we read it. */
-    atomic_thread_fence(memory_order_acquire);
-    if (__builtin_expect(atomic_load_explicit(&s->gen, memory_order_relaxed) != gen, 0))
-        return EINVAL;
-    const char *c = (const char *)p;
-    if (__builtin_expect(c < lo || (size_t)(c - lo) > span || n > span - (size_t)(c - lo), 0))
-        return n ? ERANGE : 0;
+    hz_rec *r = t_hz;
+    if (__builtin_expect(!r, 0) && !(r = hz_register())) return ENOMEM;
+    /* Announce the copy, then check the state: an unmap stores the state,
+     * then (membarrier) scans the records; this thread's store and load are
+     * ordered by that barrier, or by our own fence without membarrier. */
+    atomic_store_explicit(&r->slot, s, memory_order_relaxed);
+    if (__builtin_expect(g_copy_fence, 0)) atomic_thread_fence(memory_order_seq_cst);
+    else atomic_signal_fence(memory_order_seq_cst);
+    int why = 0;
+    if (__builtin_expect(atomic_load_explicit(&s->state, memory_order_acquire) != MH_MAPPED, 0)) {
+        why = EINVAL;
+    } else if (__builtin_expect(atomic_load_explicit(&s->fork_gen, memory_order_relaxed) !=
+                                gdrpy_fork_generation, 0)) {
+        why = EACCES;
+    } else {
+        const char *lo = atomic_load_explicit(&s->lo, memory_order_relaxed);
+        size_t span = atomic_load_explicit(&s->span, memory_order_relaxed);
+        /* Re-read the generation: the slot was not recycled while we read it. */
+        atomic_thread_fence(memory_order_acquire);
+        const char *c = (const char *)p;
+        if (__builtin_expect(atomic_load_explicit(&s->gen, memory_order_relaxed) != gen, 0))
+            why = EINVAL;
+        else if (__builtin_expect(c < lo || (size_t)(c - lo) > span ||
+                                  n > span - (size_t)(c - lo), 0))
+            why = n ? ERANGE : 0;
+    }
+    if (__builtin_expect(why != 0, 0)) {
+        atomic_store_explicit(&r->slot, NULL, memory_order_release);
+        return why;
+    }
+    *rout = r;
     return 0;
+}
+
+static inline void copy_done(hz_rec *r)
+{
+    atomic_store_explicit(&r->slot, NULL, memory_order_release);
 }
 
 int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, size_t size)
 {
-    int rc = copy_check(handle, map_d_ptr, size);
+    hz_rec *s = NULL;
+    int rc = copy_check(handle, map_d_ptr, size, &s);
     if (__builtin_expect(rc != 0, 0))
         return copy_fail(handle, map_d_ptr, size, rc, "gdr_copy_to_mapping");
-    if (__builtin_expect(size == 0, 0)) return 0;
-    if (__builtin_expect(!h_ptr, 0)) {
+    if (__builtin_expect(size != 0 && !h_ptr, 0)) {
+        copy_done(s);
         LOGE("gdr_copy_to_mapping: host pointer is NULL");
         return EINVAL;
     }
-    gdrpy_copy_to_mapping(map_d_ptr, h_ptr, size);
+    if (__builtin_expect(size != 0, 1)) gdrpy_copy_to_mapping(map_d_ptr, h_ptr, size);
+    copy_done(s);
     return 0;
 }
 
 int gdr_copy_from_mapping(gdr_mh_t handle, void *h_ptr, const void *map_d_ptr, size_t size)
 {
-    int rc = copy_check(handle, map_d_ptr, size);
+    hz_rec *s = NULL;
+    int rc = copy_check(handle, map_d_ptr, size, &s);
     if (__builtin_expect(rc != 0, 0))
         return copy_fail(handle, map_d_ptr, size, rc, "gdr_copy_from_mapping");
-    if (__builtin_expect(size == 0, 0)) return 0;
-    if (__builtin_expect(!h_ptr, 0)) {
+    if (__builtin_expect(size != 0 && !h_ptr, 0)) {
+        copy_done(s);
         LOGE("gdr_copy_from_mapping: host pointer is NULL");
         return EINVAL;
     }
-    gdrpy_copy_from_mapping(h_ptr, map_d_ptr, size);
+    if (__builtin_expect(size != 0, 1)) gdrpy_copy_from_mapping(h_ptr, map_d_ptr, size);
+    copy_done(s);
     return 0;
 }
 
