@@ -11,6 +11,8 @@
 #             calibrate, bench transfer
 #   examples  bench pingpong, trading feed, MPI eager
 #   channel   (only when named) issue 15: channel tests, pingpong SUMMARY, trading feed
+#   chanperf  (only when named) issue 15: the channel protocol's variants side by side
+#             (python -m gdrpy bench pingpong --variants; table in chanperf.log)
 #   large     issue 14 only (named explicitly, not part of all): the host-memory
 #             tests, bench bandwidth by host-memory kind, bench transfer for
 #             pageable and page-locked memory
@@ -134,6 +136,14 @@ if [[ " $STAGES " == *" channel "* ]]; then
         --json "$WORK/pingpong.json"
     grep -A6 '^SUMMARY' "$WORK/channel_pingpong.log"
     step channel_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
+fi
+
+# Issue 15's latency: every protocol variant of the 4-byte round trip
+# (gdrpy/tools/chanvar_kernels.cu, native/tools/chanpp/chanvar.c), interleaved,
+# each checked; the table says which are correct by the memory model.
+if [[ " $STAGES " == *" chanperf "* ]]; then
+    step chanperf 240 python3 -m gdrpy bench pingpong --variants --backend nvrm
+    sed -n '/^VARIANTS/,/^SUMMARY chanperf/p' "$WORK/chanperf.log" | grep -v '^{' | tee "$WORK/chanperf_table.txt"
 fi
 
 if want asv; then
