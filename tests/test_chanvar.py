@@ -34,17 +34,17 @@ def test_list_variants():
     vs = list_variants(TOOL)
     names = [v[0] for v in vs]
     assert len(names) == len(set(names)) >= 8
-    assert {"floor-flag", "floor-data", "lib"} <= set(names)
+    assert {"floor-flag", "floor-data", "lib-like"} <= set(names)
     for _name, macros, order, _what in vs:
         assert order in ("model", "empirical")
         assert all(m.startswith("-DVAR_") for m in macros)
 
 
 def test_sim_all_pass():
-    p = _run("--only", "floor-flag,floor-data,lib,pub-LL,msg-packed,best-model,hcredit")
+    p = _run("--only", "floor-flag,floor-data,lib-like,pub-LL,msg-packed,best-model,hcredit")
     assert p.returncode == 0, p.stdout + p.stderr
     rows = _rows(p.stdout)
-    assert set(rows) == {"floor-flag", "floor-data", "lib", "pub-LL", "msg-packed",
+    assert set(rows) == {"floor-flag", "floor-data", "lib-like", "pub-LL", "msg-packed",
                          "best-model", "hcredit"}
     assert set(rows.values()) == {"PASS"}, rows
     assert "SUMMARY chanperf: 7 variants, all passed" in p.stdout
@@ -53,11 +53,11 @@ def test_sim_all_pass():
 def test_sim_stale_payload_fails():
     # the stand-in answers every 997th message from a stale payload: only
     # those variants fail, the table is still printed, the exit status is 1
-    p = _run("--iters", "3000", "--only", "lib,pub-LL,floor-data",
+    p = _run("--iters", "3000", "--only", "lib-like,pub-LL,floor-data",
              "--sim-corrupt", "pub-LL,floor-data")
     assert p.returncode == 1, p.stdout + p.stderr
     rows = _rows(p.stdout)
-    assert rows["lib"] == "PASS"
+    assert rows["lib-like"] == "PASS"
     assert rows["pub-LL"].startswith("FAIL host ")
     assert rows["floor-data"].startswith("FAIL host ")
     assert "SOME FAILED" in p.stdout

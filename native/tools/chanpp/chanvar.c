@@ -45,16 +45,18 @@ typedef struct {
     const char *what;
 } variant_t;
 
-/* lane0 = the library's design with lane 0 polling alone; every other row
- * changes one thing from the row it names (or is a floor / a combination). */
+/* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
+ * one thing from it; floors and combinations say what they are.  `model`:
+ * see docs/channel.md "Variants" for the argument of each row. */
 static const variant_t VARIANTS[] = {
     {"floor-flag", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
      "pplat flag-only: host flag store+sfence; thread 0 volatile poll, volatile answer"},
     {"floor-data", 2, 0, 4, 0, 4, 0, 1, 0, 0, 0,
      "pplat data+flag: data,sfence,flag,sfence; volatile loads/stores, no GPU fences"},
-    {"lib", 0, 1, 0, 0, 0, 2, 1, 0, 0, 1,
-     "library today: 32 lanes poll (acquire.sys) + ballot, st.release.sys seq, consumed, 2 sfence"},
-    {"lane0", 0, 0, 0, 0, 0, 2, 1, 0, 0, 1, "lib, but lane 0 alone polls and answers"},
+    {"lib-like", 0, 1, 0, 0, 0, 2, 1, 0, 0, 1,
+     "the library's choices: 32 lanes poll (acquire.sys) + ballot, st.release.sys seq, "
+     "consumed, 2 sfence"},
+    {"lane0", 0, 0, 0, 0, 0, 2, 1, 0, 0, 1, "lib-like, but lane 0 alone polls and answers"},
     {"poll-relaxed+fsys", 0, 0, 2, 0, 0, 2, 1, 0, 0, 1,
      "lane0; poll ld.relaxed.sys, then fence.acq_rel.sys"},
     {"poll-acq.gpu", 0, 0, 1, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.acquire.gpu"},
@@ -78,6 +80,8 @@ static const variant_t VARIANTS[] = {
      "lane0; message = one 8-byte store seq32|data, then sfence"},
     {"best-model", 0, 0, 0, 1, 3, 3, 1, 0, 0, 1,
      "lane0 acquire.sys poll, packed msg, LL completion, lazy release consumed"},
+    {"packed-vol", 0, 0, 4, 1, 3, 3, 1, 0, 0, 1,
+     "best-model with a volatile poll: the whole message is in the polled word"},
     {"best-empirical", 0, 0, 4, 1, 3, 0, 1, 0, 0, 0,
      "lane0 volatile poll, packed msg, LL completion, no consumed"},
 };
@@ -519,7 +523,8 @@ int chanvar_main(int argc, char **argv)
     }
     int64_t tmo = (int64_t)(timeout_s * 1e9);
     int per_round = (iters + rounds - 1) / rounds;
-    size_t total = (size_t)NV * CV_REGION;
+    size_t total = ((size_t)NV * CV_REGION + GDRPY_GPU_PAGE_SIZE - 1) &
+                   ~(size_t)(GDRPY_GPU_PAGE_SIZE - 1);
     vstate_t *vs = calloc((size_t)NV, sizeof *vs);
     char *devbase = NULL, *hostbase = NULL;
     uint64_t dev_gpu = 0, host_gpu = 0;
