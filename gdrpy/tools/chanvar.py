@@ -44,15 +44,20 @@ def compile_variants(device: int, variants, outdir: str, log=print) -> dict[str,
     """Compiles every variant into ``outdir/NAME.cubin`` (or ``.ptx``);
     returns {name: error} for those that failed (the tool reports them as
     missing images)."""
-    from .cuda_rt import GpuRuntime, nvrtc_compile
+    from .cuda_rt import GpuRuntime, include_dirs, nvrtc_compile
     rt = GpuRuntime(device)
-    src_path = os.path.join(os.path.dirname(os.path.abspath(__file__)), KERNEL_FILE)
-    with open(src_path) as f:
-        src = f.read()
+    here = os.path.dirname(os.path.abspath(__file__))
     errors: dict[str, str] = {}
     for name, macros, _order, _what in variants:
+        if macros and macros[0].startswith("@"):   # a shipped kernel file, e.g. the library's
+            fname, macros = macros[0][1:], [f"-I{d}" for d in include_dirs()]
+        else:
+            fname = KERNEL_FILE
+        src_path = os.path.join(here, fname)
+        with open(src_path) as f:
+            src = f.read()
         try:
-            image, kind, _arch = nvrtc_compile(src, rt.cc, KERNEL_FILE, macros)
+            image, kind, _arch = nvrtc_compile(src, rt.cc, fname, macros)
             with open(os.path.join(outdir, f"{name}.{kind}"), "wb") as f:
                 f.write(image)
         except Exception as e:  # noqa: BLE001 - NVRTC missing or failing: try nvcc

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "gdrpy.h"
+#include "gdrpy_channel.h"
 
 int chanvar_main(int argc, char **argv);
 
@@ -43,52 +44,59 @@ typedef struct {
     int sfence2, pause, hcredit;          /* host side */
     int model;                            /* 1: correct by the memory models */
     const char *what;
+    int library;                          /* the real thing: gdrpy_chan_* + gdrpy_pp_serve */
 } variant_t;
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
  * one thing from it; floors and combinations say what they are.  `model`:
  * see docs/channel.md "Variants" for the argument of each row. */
 static const variant_t VARIANTS[] = {
+    {"library", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped", 1},
     {"floor-flag", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
-     "pplat flag-only: host flag store+sfence; thread 0 volatile poll, volatile answer"},
+     "pplat flag-only: host flag store+sfence; thread 0 volatile poll, volatile answer", 0},
     {"floor-data", 2, 0, 4, 0, 4, 0, 1, 0, 0, 0,
-     "pplat data+flag: data,sfence,flag,sfence; volatile loads/stores, no GPU fences"},
+     "pplat data+flag: data,sfence,flag,sfence; volatile loads/stores, no GPU fences", 0},
     {"lib-like", 0, 1, 0, 0, 0, 2, 1, 0, 0, 1,
      "the library's choices: 32 lanes poll (acquire.sys) + ballot, st.release.sys seq, "
-     "consumed, 2 sfence"},
-    {"lane0", 0, 0, 0, 0, 0, 2, 1, 0, 0, 1, "lib-like, but lane 0 alone polls and answers"},
+     "consumed, 2 sfence", 0},
+    {"lane0", 0, 0, 0, 0, 0, 2, 1, 0, 0, 1, "lib-like, but lane 0 alone polls and answers", 0},
     {"poll-relaxed+fsys", 0, 0, 2, 0, 0, 2, 1, 0, 0, 1,
-     "lane0; poll ld.relaxed.sys, then fence.acq_rel.sys"},
-    {"poll-acq.gpu", 0, 0, 1, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.acquire.gpu"},
+     "lane0; poll ld.relaxed.sys, then fence.acq_rel.sys", 0},
+    {"poll-acq.gpu", 0, 0, 1, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.acquire.gpu", 0},
     {"poll-vol+fgpu", 0, 0, 3, 0, 0, 2, 1, 0, 0, 0,
-     "lane0; poll ld.volatile, then fence.acq_rel.gpu (__threadfence)"},
-    {"poll-vol", 0, 0, 4, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.volatile, no fence"},
+     "lane0; poll ld.volatile, then fence.acq_rel.gpu (__threadfence)", 0},
+    {"poll-vol", 0, 0, 4, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.volatile, no fence", 0},
     {"pub-fsc.sys", 0, 0, 0, 0, 1, 2, 1, 0, 0, 1,
-     "lane0; publish __threadfence_system + volatile seq"},
+     "lane0; publish __threadfence_system + volatile seq", 0},
     {"pub-facqrel.sys", 0, 0, 0, 0, 2, 2, 1, 0, 0, 1,
-     "lane0; publish fence.acq_rel.sys + volatile seq"},
+     "lane0; publish fence.acq_rel.sys + volatile seq", 0},
     {"pub-LL", 0, 0, 0, 0, 3, 3, 1, 0, 0, 1,
-     "lane0; completion words each carry seq32 (no fence); consumed st.release.sys every 32"},
-    {"pub-vol", 0, 0, 0, 0, 4, 0, 1, 0, 0, 0, "lane0; volatile payload, volatile seq, no fence"},
+     "lane0; completion words each carry seq32 (no fence); consumed st.release.sys every 32", 0},
+    {"pub-vol", 0, 0, 0, 0, 4, 0, 1, 0, 0, 0, "lane0; volatile payload, volatile seq, no fence", 0},
     {"no-consumed", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "lane0; no consumed store (the release completion is the credit)"},
-    {"sfence1", 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, "lane0; host: no sfence after the seq store"},
-    {"pause", 0, 0, 0, 0, 0, 2, 1, 1, 0, 1, "lane0; host spins with PAUSE"},
+     "lane0; no consumed store (the release completion is the credit)", 0},
+    {"sfence1", 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, "lane0; host: no sfence after the seq store", 0},
+    {"pause", 0, 0, 0, 0, 0, 2, 1, 1, 0, 1, "lane0; host spins with PAUSE", 0},
     {"hcredit", 0, 0, 0, 0, 0, 2, 1, 0, 1, 1,
-     "lane0; host stores its completion count (+sfence) every message"},
+     "lane0; host stores its completion count (+sfence) every message", 0},
     {"msg-packed", 0, 0, 0, 1, 0, 2, 1, 0, 0, 1,
-     "lane0; message = one 8-byte store seq32|data, then sfence"},
+     "lane0; message = one 8-byte store seq32|data, then sfence", 0},
     {"best-model", 0, 0, 0, 1, 3, 3, 1, 0, 0, 1,
-     "lane0 acquire.sys poll, packed msg, LL completion, lazy release consumed"},
+     "lane0 acquire.sys poll, packed msg, LL completion, lazy release consumed", 0},
     {"packed-vol", 0, 0, 4, 1, 3, 3, 1, 0, 0, 1,
-     "best-model with a volatile poll: the whole message is in the polled word"},
+     "best-model with a volatile poll: the whole message is in the polled word", 0},
     {"best-empirical", 0, 0, 4, 1, 3, 0, 1, 0, 0, 0,
-     "lane0 volatile poll, packed msg, LL completion, no consumed"},
+     "lane0 volatile poll, packed msg, LL completion, no consumed", 0},
 };
 #define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 
 static void defines(const variant_t *v, char *out, size_t n)
 {
+    if (v->library) {
+        snprintf(out, n, "@channel_kernels.cu");
+        return;
+    }
     snprintf(out, n, "-DVAR_FLOOR=%d -DVAR_WARP=%d -DVAR_POLL=%d -DVAR_MSG=%d -DVAR_PUB=%d "
                      "-DVAR_CONS=%d",
              v->floor, v->warp, v->poll, v->msg, v->pub, v->cons);
@@ -221,7 +229,98 @@ typedef struct {
     pthread_t sim_thr;   /* --sim */
     int sim_running;
     int corrupt;         /* --sim-corrupt: the stand-in reads a stale payload now and then */
+    /* library: a channel per round on its own pinned memory */
+    gdrpy_ctx_t ctx;
+    gdrpy_pin_t pin;
+    gdrpy_chan_t *ch;
+    gdrpy_chan_sim_consumer_t *sc;
+    uint64_t lseq; /* messages sent on this round's channel */
 } vstate_t;
+
+static const gdrpy_chan_config_t LIB_CFG = {64, 16, 0, 16, 0, 0};
+
+static int lib_start(vstate_t *s, int sim, int64_t tmo_ns)
+{
+    s->lseq = 0;
+    int rc = gdrpy_chan_create(s->ctx, s->pin, &LIB_CFG, &s->ch);
+    if (rc) {
+        snprintf(s->state, sizeof s->state, "chan_create: %.120s", gdrpy_last_error());
+        return -1;
+    }
+    gdrpy_chan_desc_t desc;
+    gdrpy_chan_get_desc(s->ch, &desc);
+    unsigned long long idle = 2000000000ull;
+    if (sim) {
+        rc = gdrpy_chan_sim_consumer_start(s->ch, GDRPY_CHAN_SIM_COMPLETE, 0, (int64_t)idle, &s->sc);
+        if (rc) {
+            snprintf(s->state, sizeof s->state, "sim consumer: %.120s", gdrpy_last_error());
+            return -1;
+        }
+    } else {
+        void *params[2] = {&desc, &idle};
+        CUresult r = cv_cu.LaunchKernel(s->fn, 1, 1, 1, 32, 1, 1, 0, s->stream, params, NULL);
+        if (r) {
+            snprintf(s->state, sizeof s->state, "LAUNCH failed (CUresult %d)", r);
+            return -1;
+        }
+    }
+    if (gdrpy_chan_wait_attached(s->ch, tmo_ns * 5)) {
+        snprintf(s->state, sizeof s->state, "NOATTACH: %.120s", gdrpy_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int lib_roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
+{
+    uint32_t data = cv_pat(s->next);
+    struct {
+        uint64_t seq;
+        uint32_t csum, len;
+    } ans;
+    int64_t t0 = cv_now();
+    int rc = gdrpy_chan_send(s->ch, &data, 4, (uint32_t)s->next, tmo_ns);
+    if (!rc) rc = gdrpy_chan_recv(s->ch, &ans, sizeof ans, NULL, NULL, tmo_ns);
+    int64_t t1 = cv_now();
+    if (rc) {
+        snprintf(s->state, sizeof s->state, "TIMEOUT/ERROR: %.120s", gdrpy_last_error());
+        return -1;
+    }
+    s->lseq++;
+    if (ans.seq != s->lseq || ans.len != 4 || ans.csum != gdrpy_chan_checksum(&data, 4))
+        s->host_bad++;
+    s->next++;
+    *dt = t1 - t0;
+    return 0;
+}
+
+static int lib_stop(vstate_t *s, int sim, int64_t tmo_ns)
+{
+    int ret = 0;
+    if (!s->ch) return 0;
+    gdrpy_chan_stats_t st;
+    if (gdrpy_chan_shutdown(s->ch, GDRPY_CHAN_ABORT, tmo_ns * 3, &st)) {
+        if (!s->state[0])
+            snprintf(s->state, sizeof s->state, "HANG: shutdown: %.120s", gdrpy_last_error());
+        ret = -1;
+    }
+    if (sim && s->sc) gdrpy_chan_sim_consumer_join(s->sc, NULL, NULL, NULL);
+    s->sc = NULL;
+    if (!sim) {
+        int64_t end = cv_now() + tmo_ns * 3;
+        while (cv_cu.StreamQuery(s->stream) == 600)
+            if (cv_now() > end) {
+                if (!s->state[0])
+                    snprintf(s->state, sizeof s->state, "HANG: the kernel did not stop");
+                return -1; /* channel left as is: the kernel may still use it */
+            }
+    }
+    if (ret == 0) {
+        gdrpy_chan_destroy(s->ch);
+        s->ch = NULL;
+    }
+    return ret;
+}
 
 /* ---- sim stand-in for the kernel (the same protocol on a CPU thread) --- */
 static void *sim_kernel(void *arg)
@@ -305,6 +404,7 @@ static void *sim_kernel(void *arg)
 /* 0, or -1 on timeout (s->state says so). */
 static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
 {
+    if (s->v->library) return lib_roundtrip(s, tmo_ns, dt);
     const variant_t *v = s->v;
     uint64_t i = s->next, seq = i + 1;
     char *dev = s->dev, *host = s->host;
@@ -384,6 +484,7 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
 /* ---- launch / stop ----------------------------------------------------- */
 static int start_kernel(vstate_t *s, int sim, int64_t tmo_ns)
 {
+    if (s->v->library) return lib_start(s, sim, tmo_ns);
     st32(s->host + 8, 0);
     st32(s->dev, 0); /* abort off */
     cv_sfence();
@@ -416,6 +517,7 @@ static int start_kernel(vstate_t *s, int sim, int64_t tmo_ns)
 /* Asks the kernel to stop and waits for it.  0, or -1 (state says why). */
 static int stop_kernel(vstate_t *s, int sim, int64_t tmo_ns)
 {
+    if (s->v->library) return lib_stop(s, sim, tmo_ns);
     st32(s->dev, 1);
     cv_sfence();
     if (sim) {
@@ -537,6 +639,10 @@ int chanvar_main(int argc, char **argv)
         if (!devbase || !hostbase) { fprintf(stderr, "chanvar: out of memory\n"); return 1; }
         memset(devbase, 0, total);
         memset(hostbase, 0, total);
+        if (gdrpy_open(device, GDRPY_BACKEND_SIM, &ctx)) {
+            fprintf(stderr, "chanvar: gdrpy_open(sim): %s\n", gdrpy_last_error());
+            return 1;
+        }
     } else {
         if (cv_load_cuda(err, sizeof err)) { fprintf(stderr, "chanvar: %s\n", err); return 1; }
         int dv;
@@ -579,6 +685,25 @@ int chanvar_main(int argc, char **argv)
             continue;
         }
         nrun++;
+        if (s->v->library) {
+            size_t need;
+            uint64_t d = 0;
+            CUdeviceptr raw = 0;
+            s->ctx = ctx;
+            gdrpy_chan_device_bytes(&LIB_CFG, &need);
+            need = (need + GDRPY_GPU_PAGE_SIZE - 1) & ~(size_t)(GDRPY_GPU_PAGE_SIZE - 1);
+            if (sim ? gdrpy_sim_alloc(need, &d) != 0
+                    : cv_cu.MemAlloc(&raw, need + GDRPY_GPU_PAGE_SIZE) != 0) {
+                snprintf(s->state, sizeof s->state, "cannot allocate the channel's memory");
+                continue;
+            }
+            if (!sim) d = (raw + GDRPY_GPU_PAGE_SIZE - 1) & ~(uint64_t)(GDRPY_GPU_PAGE_SIZE - 1);
+            void *mp, *up;
+            if (gdrpy_pin(ctx, d, need, 0, &s->pin) || gdrpy_map(ctx, s->pin, &mp, &up)) {
+                snprintf(s->state, sizeof s->state, "pin/map: %.120s", gdrpy_last_error());
+                continue;
+            }
+        }
         if (sim) continue;
         char path[4096];
         void *img = NULL;
@@ -593,8 +718,9 @@ int chanvar_main(int argc, char **argv)
         if (!img) snprintf(s->state, sizeof s->state, "NO IMAGE (%s/%s.cubin)", dir, s->v->name);
         else if ((r = cv_cu.ModuleLoadData(&mod, img)) != 0)
             snprintf(s->state, sizeof s->state, "MODULE LOAD failed (CUresult %d)", r);
-        else if ((r = cv_cu.ModuleGetFunction(&s->fn, mod, "gdrpy_chanvar")) != 0)
-            snprintf(s->state, sizeof s->state, "no gdrpy_chanvar in the image (CUresult %d)", r);
+        else if ((r = cv_cu.ModuleGetFunction(&s->fn, mod,
+                                              s->v->library ? "gdrpy_pp_serve" : "gdrpy_chanvar")) != 0)
+            snprintf(s->state, sizeof s->state, "no kernel function in the image (CUresult %d)", r);
         else if ((r = cv_cu.StreamCreate(&s->stream, 1)) != 0)
             snprintf(s->state, sizeof s->state, "cuStreamCreate failed (CUresult %d)", r);
         free(img);
@@ -674,9 +800,16 @@ int chanvar_main(int argc, char **argv)
     fflush(stdout);
     int hung = 0;
     for (int k = 0; k < NV; k++) hung |= !strncmp(vs[k].state, "HANG", 4);
-    if (!sim && !hung) {
-        gdrpy_unmap(ctx, pin);
-        gdrpy_unpin(ctx, pin);
+    if (!hung) {
+        for (int k = 0; k < NV; k++)
+            if (vs[k].v && vs[k].v->library && vs[k].pin && !vs[k].ch) {
+                gdrpy_unmap(ctx, vs[k].pin);
+                gdrpy_unpin(ctx, vs[k].pin);
+            }
+        if (!sim) {
+            gdrpy_unmap(ctx, pin);
+            gdrpy_unpin(ctx, pin);
+        }
         gdrpy_close(ctx);
     }
     if (hung) {
