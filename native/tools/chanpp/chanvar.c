@@ -41,10 +41,10 @@ int chanvar_main(int argc, char **argv);
 typedef struct {
     const char *name;
     int floor, warp, poll, msg, pub, cons; /* kernel macros */
-    int sfence2, pause, hcredit;          /* host side */
-    int model;                            /* 1: correct by the memory models */
+    int sfence2, pause, hcredit;           /* host side */
+    int model;                             /* 1: correct by the memory models */
     const char *what;
-    int library;                          /* the real thing: gdrpy_chan_* + gdrpy_pp_serve */
+    int library; /* the real thing: gdrpy_chan_* + gdrpy_pp_serve */
 } variant_t;
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
@@ -59,7 +59,8 @@ static const variant_t VARIANTS[] = {
      "pplat data+flag: data,sfence,flag,sfence; volatile loads/stores, no GPU fences", 0},
     {"lib-like", 0, 1, 0, 0, 0, 2, 1, 0, 0, 1,
      "the library's choices: 32 lanes poll (acquire.sys) + ballot, st.release.sys seq, "
-     "consumed, 2 sfence", 0},
+     "consumed, 2 sfence",
+     0},
     {"lane0", 0, 0, 0, 0, 0, 2, 1, 0, 0, 1, "lib-like, but lane 0 alone polls and answers", 0},
     {"poll-relaxed+fsys", 0, 0, 2, 0, 0, 2, 1, 0, 0, 1,
      "lane0; poll ld.relaxed.sys, then fence.acq_rel.sys", 0},
@@ -140,13 +141,13 @@ static int cv_load_cuda(char *err, size_t n)
         snprintf(err, n, "cannot load libcuda.so.1: %s", dlerror());
         return -1;
     }
-#define L(f, s)                                                 \
-    do {                                                        \
-        *(void **)&cv_cu.f = dlsym(h, s);                       \
-        if (!cv_cu.f) {                                         \
-            snprintf(err, n, "libcuda lacks %s", s);            \
-            return -1;                                          \
-        }                                                       \
+#define L(f, s)                                      \
+    do {                                             \
+        *(void **)&cv_cu.f = dlsym(h, s);            \
+        if (!cv_cu.f) {                              \
+            snprintf(err, n, "libcuda lacks %s", s); \
+            return -1;                               \
+        }                                            \
     } while (0)
     L(Init, "cuInit");
     L(DeviceGet, "cuDeviceGet");
@@ -212,23 +213,23 @@ static int cmp_i64(const void *a, const void *b)
 /* ---- per-variant state ------------------------------------------------- */
 typedef struct {
     const variant_t *v;
-    char *dev;           /* CPU address of its device region (BAR1 / sim) */
-    char *host;          /* CPU address of its host region */
-    uint64_t dev_gpu;    /* GPU addresses of both */
+    char *dev;        /* CPU address of its device region (BAR1 / sim) */
+    char *host;       /* CPU address of its host region */
+    uint64_t dev_gpu; /* GPU addresses of both */
     uint64_t host_gpu;
     void *fn, *stream;
-    uint64_t next;       /* next message index */
-    uint64_t credit;     /* consumed count last read */
-    int64_t *t;          /* samples */
+    uint64_t next;   /* next message index */
+    uint64_t credit; /* consumed count last read */
+    int64_t *t;      /* samples */
     size_t nt;
     double round_med[64];
     int nrounds;
-    uint64_t host_bad;   /* answers with a wrong checksum/seq */
-    uint64_t kern_bad;   /* messages the kernel found stale */
-    char state[160];     /* "" = fine, else why it stopped */
-    pthread_t sim_thr;   /* --sim */
+    uint64_t host_bad; /* answers with a wrong checksum/seq */
+    uint64_t kern_bad; /* messages the kernel found stale */
+    char state[160];   /* "" = fine, else why it stopped */
+    pthread_t sim_thr; /* --sim */
     int sim_running;
-    int corrupt;         /* --sim-corrupt: the stand-in reads a stale payload now and then */
+    int corrupt; /* --sim-corrupt: the stand-in reads a stale payload now and then */
     /* library: a channel per round on its own pinned memory */
     gdrpy_ctx_t ctx;
     gdrpy_pin_t pin;
@@ -583,9 +584,18 @@ int chanvar_main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--variants")) continue;
-        if (!strcmp(a, "--sim")) { sim = 1; continue; }
-        if (!strcmp(a, "--list-variants")) { list = 1; continue; }
-        if (!val) { fprintf(stderr, "chanvar: option %s needs a value\n", a); return 2; }
+        if (!strcmp(a, "--sim")) {
+            sim = 1;
+            continue;
+        }
+        if (!strcmp(a, "--list-variants")) {
+            list = 1;
+            continue;
+        }
+        if (!val) {
+            fprintf(stderr, "chanvar: option %s needs a value\n", a);
+            return 2;
+        }
         if (!strcmp(a, "--cubin-dir")) dir = val;
         else if (!strcmp(a, "--only")) only = val;
         else if (!strcmp(a, "--sim-corrupt")) corrupt = val;
@@ -595,7 +605,10 @@ int chanvar_main(int argc, char **argv)
         else if (!strcmp(a, "--warmup")) warmup = atoi(val);
         else if (!strcmp(a, "--cpu")) cpu = atoi(val);
         else if (!strcmp(a, "--timeout")) timeout_s = atof(val);
-        else { fprintf(stderr, "chanvar: unknown option %s\n", a); return 2; }
+        else {
+            fprintf(stderr, "chanvar: unknown option %s\n", a);
+            return 2;
+        }
         i++;
     }
     if (list) {
@@ -636,7 +649,10 @@ int chanvar_main(int argc, char **argv)
     if (sim) {
         devbase = aligned_alloc(4096, total);
         hostbase = aligned_alloc(4096, total);
-        if (!devbase || !hostbase) { fprintf(stderr, "chanvar: out of memory\n"); return 1; }
+        if (!devbase || !hostbase) {
+            fprintf(stderr, "chanvar: out of memory\n");
+            return 1;
+        }
         memset(devbase, 0, total);
         memset(hostbase, 0, total);
         if (gdrpy_open(device, GDRPY_BACKEND_SIM, &ctx)) {
@@ -644,7 +660,10 @@ int chanvar_main(int argc, char **argv)
             return 1;
         }
     } else {
-        if (cv_load_cuda(err, sizeof err)) { fprintf(stderr, "chanvar: %s\n", err); return 1; }
+        if (cv_load_cuda(err, sizeof err)) {
+            fprintf(stderr, "chanvar: %s\n", err);
+            return 1;
+        }
         int dv;
         void *cctx;
         CUdeviceptr raw, hp_gpu;
@@ -739,7 +758,10 @@ int chanvar_main(int argc, char **argv)
             int bad = 0;
             size_t first = s->nt;
             for (int i = 0; i < w + per_round; i++) {
-                if (roundtrip(s, tmo, &dt)) { bad = 1; break; }
+                if (roundtrip(s, tmo, &dt)) {
+                    bad = 1;
+                    break;
+                }
                 if (i >= w) s->t[s->nt++] = dt;
             }
             if (stop_kernel(s, sim, tmo) == 0 && !bad) {
