@@ -18,6 +18,8 @@
 #             crashes, hangs, clear errors), gdrpy_apilat (8/64 B validated copies
 #             and gdrpy_open latency while 8 threads copy); with MISUSE_OLD_TREE=DIR
 #             (a checkout of the old commit) also scripts/misuse_before_after.sh
+#   chanperf  (only when named) issue 15: the channel protocol's variants side by side
+#             (python -m gdrpy bench pingpong --variants; table in chanperf.log)
 #   large     issue 14 only (named explicitly, not part of all): the host-memory
 #             tests, bench bandwidth by host-memory kind, bench transfer for
 #             pageable and page-locked memory
@@ -174,6 +176,14 @@ if want misuse; then
     if [ -n "${MISUSE_OLD_TREE:-}" ]; then
         step misuse_before_after 600 scripts/misuse_before_after.sh "$MISUSE_OLD_TREE" auto
     fi
+fi
+
+# Issue 15's latency: every protocol variant of the 4-byte round trip
+# (gdrpy/tools/chanvar_kernels.cu, native/tools/chanpp/chanvar.c), interleaved,
+# each checked; the table says which are correct by the memory model.
+if [[ " $STAGES " == *" chanperf "* ]]; then
+    step chanperf 240 python3 -m gdrpy bench pingpong --variants --backend nvrm
+    sed -n '/^VARIANTS/,/^SUMMARY chanperf/p' "$WORK/chanperf.log" | grep -v '^{' | tee "$WORK/chanperf_table.txt"
 fi
 
 if want asv; then

@@ -591,6 +591,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
          help="the kernel stops after this many idle seconds (default 30)")
     _add(parser, "--timeout", type=float, default=5.0,
          help="the C tool waits at most this long for one answer (default 5 s)")
+    _add(parser, "--variants", action="store_true",
+         help="instead: the channel protocol's variants side by side (gdrpy.tools.chanvar)")
+    _add(parser, "--variant-only", default=None, metavar="A,B",
+         help="with --variants: only these variants")
+    _add(parser, "--rounds", type=int, default=5,
+         help="with --variants: interleaved rounds (default 5)")
 
 
 def main(args) -> int:
@@ -617,6 +623,8 @@ def _main(args) -> int:
         print(f"gdrpy pingpong: need --iters > 0, --warmup >= 0, 1 <= --batch <= 1024, sizes "
               f"<= {fmt_size(MAX_SIZE)}", file=sys.stderr)
         return 2
+    if getattr(args, "variants", False):
+        return _variants(args, iters if getattr(args, "iters", None) else 20000)
     json_to = getattr(args, "json", None)
     with gdrpy.open(getattr(args, "device", 0) or 0, getattr(args, "backend", None)) as ctx:
         if ctx.is_sim:
@@ -645,6 +653,26 @@ def _main(args) -> int:
             print(f"gdrpy pingpong: {e}", file=sys.stderr)
             return 2
     return 0
+
+
+def _variants(args, iters: int) -> int:
+    import gdrpy
+
+    from ..numa import pin_thread_near_gpu
+    from .chanvar import run_variants
+    tool = chanpp_path()
+    if tool is None:
+        print("gdrpy pingpong: gdrpy_chanpp not found (make -C native tools)", file=sys.stderr)
+        return 1
+    with gdrpy.open(getattr(args, "device", 0) or 0, getattr(args, "backend", None)) as ctx:
+        cpu = getattr(args, "cpu", None)
+        if cpu is None and not ctx.is_sim and not getattr(args, "no_near_gpu", False):
+            cpu = pin_thread_near_gpu(ctx)
+        warmup = getattr(args, "warmup", None)
+        return run_variants(ctx, tool, iters=iters, rounds=getattr(args, "rounds", 5),
+                            warmup=500 if warmup is None else warmup, cpu=cpu,
+                            only=getattr(args, "variant_only", None),
+                            timeout_s=min(getattr(args, "timeout", 5.0), 1.0))
 
 
 def _standalone(argv=None) -> int:

@@ -5,6 +5,7 @@
  *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
+ *   gdrpy_chanpp --variants ... (protocol variants side by side: tools/chanpp/chanvar.c)
  *
  * The kernel (FILE: a cubin or PTX image, e.g. written by gdrpy.tools.pingpong
  * after NVRTC compiled it) must be
@@ -142,8 +143,13 @@ typedef struct {
     uint32_t csum, len;
 } answer_t;
 
+int chanvar_main(int argc, char **argv); /* chanvar.c: --variants */
+
 int main(int argc, char **argv)
 {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--variants") || !strcmp(argv[i], "--list-variants"))
+            return chanvar_main(argc, argv);
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0;
     double timeout_s = 5.0;
