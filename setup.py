@@ -19,7 +19,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(HERE, "native")
 NBUILD = os.path.join(NATIVE, "build")
 SHIPPED_LIBS = ["libgdrpy.so.0", "libgdrapi.so.2"]
-SHIPPED_HEADERS = ["gdrpy.h", "gdrapi.h"]
+SHIPPED_HEADERS = ["gdrpy.h", "gdrpy_host.h", "gdrapi.h", "gdrpy_channel.h", "gdrpy_channel.cuh"]
 
 
 def _check_versions():
@@ -65,7 +65,11 @@ class BuildWithNative(build_ext):
             for name in SHIPPED_HEADERS:
                 shutil.copy2(os.path.join(NATIVE, "include", name), os.path.join(incdir, name))
             for name in _tools():
-                shutil.copy2(os.path.join(NBUILD, name), os.path.join(bindir, name))
+                built = os.path.join(NBUILD, name)
+                if not os.path.isfile(built):
+                    raise SystemExit(f"native/tools/{name}.c was not built by `make tools`: "
+                                     f"add $(BUILD)/{name} to TOOLS in native/Makefile")
+                shutil.copy2(built, os.path.join(bindir, name))
 
 
 ext = Extension(
@@ -73,6 +77,9 @@ ext = Extension(
     sources=["gdrpy/_core.pyx"],
     include_dirs=["native/include", "native/src/core", "native/src/copy"],
     extra_objects=[os.path.join("native", "build", "libgdrpy.a")],
+    # relink when the C core changes, not only when _core.pyx does
+    depends=[os.path.join("native", "build", "libgdrpy.a"), "gdrpy/_cgdrpy.pxd",
+             "gdrpy/_channel.pxi", "native/include/gdrpy_channel.h"],
     libraries=["dl", "pthread"],
     extra_compile_args=["-O2"],
 )
@@ -80,6 +87,7 @@ ext = Extension(
 setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildWithNative},
-    package_data={"gdrpy": ["lib/*", "include/*.h", "bin/*", "*.pyx", "*.pxd", "*.pyi",
-                            "py.typed"]},
+    package_data={"gdrpy": ["lib/*", "include/*.h", "include/*.cuh", "bin/*", "*.pyx", "*.pxd",
+                            "*.pxi", "*.pyi", "py.typed"],
+                  "gdrpy.tools": ["*.cu"]},
 )

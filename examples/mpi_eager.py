@@ -15,6 +15,14 @@ staging path moves it when the network cannot read GPU memory itself:
   again).  Larger messages take the staged cuMemcpy path (``Pin.ce_read`` /
   ``Pin.ce_write``: cuMemcpyDtoH / cuMemcpyHtoD through a pinned host buffer),
   so above the eager limit both columns measure the same path.
+* **channel** column (up to ``--eager-limit``; ``--no-channel`` drops it):
+  each rank's GPU runs a persistent echo kernel on a :class:`gdrpy.Channel`
+  (``gdrpy_chan_echo``, gdrpy/tools/channel_kernels.cu; sim: libgdrpy's CPU
+  stand-in thread).  A received message goes into the GPU with
+  ``Channel.send`` (payload, sfence, sequence word into the ring in GPU
+  memory), the kernel takes it and hands it back as a completion in
+  page-locked host memory, and ``Channel.recv_into`` gives it to the next
+  MPI send: every hop passes through a running kernel on each GPU.
 * **cuMemcpy-staged** column: every size through cuMemcpyDtoH -> Send/Recv ->
   cuMemcpyHtoD with the same pinned host buffer (gdrpy's ``ce_read`` /
   ``ce_write``, issued from C without the GIL: a little cheaper than calling
@@ -178,11 +186,14 @@ class Rank:
             self._host_store = np.zeros(a.max_size, dtype=np.uint8)
             self.hbuf = self._host_store
         else:
-            from gdrpy.tools.pingpong import GpuRuntime
+            from gdrpy.tools.cuda_rt import GpuRuntime
             self.rt = GpuRuntime(dev)
             self.host = self.rt.host_alloc(a.max_size)      # pinned staging buffer
             self.hbuf = self.host.array(np.uint8)
         self.hmv = memoryview(self.hbuf)
+        self.ch = self.ch_stream = self.ch_module = self.ch_sim = None
+        if a.channel:
+            self._start_channel(dev)
         # Calibrate (first use on a GPU host) one rank at a time: two ranks on
         # one GPU must not time copies against each other.
         self.t = None
@@ -191,9 +202,31 @@ class Rank:
                 self.t = self.m.transfer()
             comm.barrier()
 
+    def _start_channel(self, dev):
+        """A channel whose persistent kernel echoes every message back."""
+        import gdrpy
+        lim = self.a.eager_limit
+        self.ch = gdrpy.Channel(self.ctx, nslots=64, slot_size=lim, comp_size=lim)
+        if self.sim:
+            self.ch_sim = self.ch._sim_consumer(check=False, complete=False, echo=True,
+                                                idle_timeout=600.0)
+        else:
+            from gdrpy.tools.cuda_rt import KernelParams, launch
+            from gdrpy.tools.pingpong import kernel_source
+            self.ch_module = self.rt.compile(kernel_source(), "channel_kernels.cu")
+            self.ch_stream = self.rt.stream()
+            self.ch_params = KernelParams(("bytes", self.ch.desc), ("u64", 600 * 10**9))
+            launch(self.rt, self.ch_module.function("gdrpy_chan_echo"), (1,), (32,),
+                   self.ch_params, self.ch_stream, what="cuLaunchKernel(gdrpy_chan_echo)")
+        self.ch.wait_attached(timeout=30.0)
+
     # the two halves of one hop
     def send_side(self, method, n):
         hv = self.hmv[:n]
+        if method == "channel":
+            self.ch.recv_into(hv, 10.0)          # GPU -> host: the kernel's completion
+            self.comm.send(self.hbuf, n)
+            return
         if method == "gdrpy" and n <= self.a.eager_limit:
             self.t.get(0, hv)                   # GPU -> host: mapping or cuMemcpy (picker)
         else:
@@ -203,12 +236,17 @@ class Rank:
     def recv_side(self, method, n):
         self.comm.recv(self.hbuf, n)
         hv = self.hmv[:n]
+        if method == "channel":
+            self.ch.send(hv, 0, 10.0)            # host -> GPU: into the ring, kernel takes it
+            return
         if method == "gdrpy" and n <= self.a.eager_limit:
             self.t.put(0, hv)                   # host -> GPU: mapping or cuMemcpy (picker)
         else:
             self.pin.ce_write(0, hv)            # cuMemcpyHtoD from the pinned buffer
 
     def path_of(self, method, n):
+        if method == "channel":
+            return "channel+echo kernel"
         if method != "gdrpy" or n > self.a.eager_limit:
             return "staged"
         return f"{self.t.path_for('d2h', n)}/{self.t.path_for('h2d', n)}"
@@ -217,7 +255,32 @@ class Rank:
         self.pin.ce_write(0, data)
         self.pin.ce_read(0, 1)      # a synchronous DtoH after the HtoD: the data has landed
 
+    def validate_channel(self, n) -> str | None:
+        """A pattern from rank 0's GPU ring goes through rank 1's GPU and
+        back; each rank checks what its kernel handed back."""
+        p0 = _pattern(n, 3 * n + 5)
+        err = None
+        back = np.zeros(n, dtype=np.uint8)
+        if self.comm.rank == 0:
+            self.ch.send(p0, 0, 10.0)
+            self.send_side("channel", n)
+            if not np.array_equal(self.hbuf[:n], p0):
+                err = "rank 0: its echo kernel handed back wrong data"
+            self.recv_side("channel", n)
+            self.ch.recv_into(back, 10.0)
+            if err is None and not np.array_equal(back, p0):
+                err = f"rank 0 received wrong data ({int((back != p0).sum())} bytes differ)"
+        else:
+            self.recv_side("channel", n)
+            self.send_side("channel", n)
+            if not np.array_equal(self.hbuf[:n], p0):
+                err = "rank 1: wrong data through its GPU's channel"
+        other = self.comm.exchange(err)
+        return err or other
+
     def validate(self, method, n) -> str | None:
+        if method == "channel":
+            return self.validate_channel(n)
         p0, p1 = _pattern(n, 2 * n + 1), _pattern(n, 2 * n + 2)
         err = None
         if self.comm.rank == 0:
@@ -243,19 +306,36 @@ class Rank:
         rtt = np.empty(iters, dtype=np.int64)
         self.comm.barrier()
         if self.comm.rank == 0:
+            if method == "channel":          # rank 0's GPU holds the first message
+                self.ch.send(self.hmv[:n], 0, 10.0)
             for i in range(skip + iters):
                 t0 = pc()
                 send_side(method, n)
                 recv_side(method, n)
                 if i >= skip:
                     rtt[i - skip] = pc() - t0
+            if method == "channel":          # and hands the last one back
+                self.ch.recv_into(self.hmv[:n], 10.0)
         else:
-            for i in range(skip + iters):
+            for _ in range(skip + iters):
                 recv_side(method, n)
                 send_side(method, n)
         return rtt
 
     def close(self):
+        if self.ch is not None:
+            try:
+                self.ch.close(timeout=30.0)      # drain, the kernel stops, memory freed
+                if self.ch_sim is not None:
+                    self.ch._sim_join(self.ch_sim)
+                if self.ch_stream is not None:
+                    from gdrpy.tools.cuda_rt import wait_stream
+                    if wait_stream(self.ch_stream, 30.0):
+                        self.ch_stream.close()
+                if self.ch_module is not None:
+                    self.ch_module.close()
+            except Exception as e:
+                print(f"mpi_eager: rank {self.comm.rank} channel: {e}", file=sys.stderr)
         for o in (self.m, self.pin, self.buf, self.host, self.ctx):
             try:
                 if o is not None:
@@ -284,7 +364,9 @@ def rank_main(comm, a) -> int:
             iters = a.iters_large if large else a.iters
             skip = a.skip_large if large else a.skip
             row = {"size": n}
-            for method in ("gdrpy", "staged"):
+            methods = ("gdrpy", "staged") + (("channel",) if a.channel and n <= a.eager_limit
+                                             else ())
+            for method in methods:
                 err = r.validate(method, n)
                 if err:
                     if comm.rank == 0:
@@ -303,7 +385,8 @@ def rank_main(comm, a) -> int:
                 sys.stdout.flush()
         if comm.rank == 0:
             if r.sim:
-                print("# *** SIM backend: host memory stands in for GPU memory; no GPU was used ***")
+                print("# *** SIM backend: host memory stands in for GPU memory; "
+                      "no GPU was used ***")
             if a.json:
                 rep = {"tool": "examples/mpi_eager.py", "mode": comm.label, "ranks": ranks,
                        "sim": r.sim, "eager_limit": a.eager_limit,
@@ -340,15 +423,21 @@ def print_header(comm, a, r, ranks):
     else:
         print("# cuMemcpy-staged: cuMemcpyDtoH -> send/recv -> cuMemcpyHtoD through a pinned "
               "host buffer, every size")
+    if a.channel:
+        print(f"# channel: <= {a.eager_limit} B: Channel.send into the GPU ring -> echo kernel "
+              "-> completion -> Channel.recv_into"
+              + (" (SIM: a CPU thread stands in for the kernel)" if sim else ""))
     print("# latency = total / (2 x iterations) (one way, microseconds)")
     print(f"{'# Size':<10s}{'gdrpy (us)':>14s}{'cuMemcpy-staged (us)':>24s}{'speedup':>10s}"
-          f"   gdrpy path (get/put)")
+          f"{'channel (us)':>15s}   gdrpy path (get/put)")
 
 
 def print_row(row):
     g, s = row["gdrpy"], row["staged"]
     sp = s["avg_us"] / max(g["avg_us"], 1e-9)
-    print(f"{row['size']:<10d}{g['avg_us']:14.2f}{s['avg_us']:24.2f}{sp:9.1f}x   {g['path']}")
+    ch = f"{row['channel']['avg_us']:15.2f}" if "channel" in row else f"{'-':>15s}"
+    print(f"{row['size']:<10d}{g['avg_us']:14.2f}{s['avg_us']:24.2f}{sp:9.1f}x{ch}   "
+          f"{g['path']}")
 
 
 # ---------------------------------------------------------------------------
@@ -419,6 +508,8 @@ def parse(argv):
     p.add_argument("--skip-large", type=int, default=10)
     p.add_argument("--large-from", type=int, default=65536,
                    help="sizes above this use --iters-large (default 64 KiB)")
+    p.add_argument("--no-channel", dest="channel", action="store_false",
+                   help="skip the channel column (persistent echo kernel per rank)")
     p.add_argument("--json", default=None, metavar="PATH", help="write results as JSON (rank 0)")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="local mode: kill the ranks after this many seconds (default 300)")

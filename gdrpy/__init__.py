@@ -18,23 +18,42 @@ from __future__ import annotations
 import os as _os
 
 from . import errors
-from ._core import (Context, Mapping, Pin, backend_names, copy_isa, copy_isa_available,
-                    copy_isa_notes, probe, set_copy_isa, version as _core_version)
-from ._version import __version__
-from .errors import *  # noqa: F401,F403
+from ._core import (
+    Channel,
+    Context,
+    Mapping,
+    Pin,
+    backend_names,
+    copy_isa,
+    copy_isa_available,
+    copy_isa_notes,
+    nvrm_selftest,
+    probe,
+    set_copy_isa,
+)
+from ._core import version as _core_version
+from ._version import __version__ as __version__
+from .errors import *  # noqa: F403
+from .errors import InvalidArgumentError
+from .streams import RawStream, unchecked_stream
 
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
-           "backend_names", "copy_isa", "copy_isa_available", "copy_isa_notes", "set_copy_isa",
+           "backend_names", "nvrm_selftest", "copy_isa", "copy_isa_available",
+           "copy_isa_notes", "set_copy_isa",
            "library_version", "libdir", "includedir", "bindir", "put", "get",
-           "Transfer"] + list(errors.__all__)
+           "Transfer", "Channel", "put_many", "RawStream", "unchecked_stream"] + list(errors.__all__)
 
 
-def open(device: int = 0, backend: str | None = None) -> Context:  # noqa: A001
+def open(device: int = 0, backend: str | None = None) -> Context:
     """Open GPU ``device`` with ``backend`` (default: ``$GDRPY_BACKEND`` or
     ``"auto"``, which picks the first real GPU backend that works and never
     ``sim``).  Raises BackendUnavailableError naming why each backend failed."""
     if backend is None:
         backend = _os.environ.get("GDRPY_BACKEND") or "auto"
+        if backend not in backend_names():
+            raise InvalidArgumentError(
+                f"GDRPY_BACKEND={backend!r} is not one of {', '.join(backend_names())}: fix or "
+                "unset it, or pass backend= explicitly")
     return Context(device, backend)
 
 
@@ -49,7 +68,8 @@ def libdir() -> str:
 
 
 def includedir() -> str:
-    """Directory holding gdrpy.h and gdrapi.h."""
+    """Directory holding gdrpy.h, gdrapi.h, gdrpy_channel.h and the CUDA device
+    header gdrpy_channel.cuh."""
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "include")
 
 
@@ -59,6 +79,20 @@ def bindir() -> str:
     return _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "bin")
 
 
-from . import memory  # noqa: E402
+from ._env import check_environment as _check_environment  # noqa: E402
 
+_check_environment(backend_names())
+
+from . import memory  # noqa: E402
 from .transfer import Transfer, get, put  # noqa: E402
+
+
+def put_many(dst, items) -> int:
+    """Vectored put into mapping ``dst`` (a Mapping or an object with a
+    ``mapping``): ``items`` = [(offset, buffer), ...], every range checked
+    first, one store fence at the end.  Returns the total bytes."""
+    m = dst if isinstance(dst, Mapping) else getattr(dst, "mapping", None)
+    if not isinstance(m, Mapping):
+        from .errors import InvalidArgumentError
+        raise InvalidArgumentError(f"put_many needs a Mapping, not {type(dst).__name__}", 22)
+    return m.put_many(items)

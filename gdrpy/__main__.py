@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -62,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=_version_text())
     sub = p.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("info", help="versions, GPUs, backends and what auto picks")
-    s.add_argument("--device", type=int, default=0)
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--device", type=int, default=0,
+                   help="CUDA device whose backends are probed (default 0)")
+    s.add_argument("--json", action="store_true", help="print the same facts as JSON")
     s.set_defaults(fn=cmd_info)
     s = sub.add_parser("libdir", help="print the directory of libgdrapi.so.2")
     s.set_defaults(fn=cmd_libdir)
@@ -72,11 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("bindir", help="print the directory of the C tools (gdrpy_copylat, ...)")
     s.set_defaults(fn=cmd_bindir)
     s = sub.add_parser("calibrate", help="measure and store put/get thresholds")
-    s.add_argument("--device", type=int, default=0)
-    s.add_argument("--backend", default=None)
-    s.add_argument("--budget", type=float, default=8.0, help="seconds (default 8)")
-    s.add_argument("--no-save", action="store_true")
-    s.add_argument("--quiet", action="store_true")
+    s.add_argument("--device", type=int, default=0, help="CUDA device (default 0)")
+    s.add_argument("--backend", default=None,
+                   help="auto, nvrm, gdrdrv, dmabuf or sim (default: $GDRPY_BACKEND or auto)")
+    s.add_argument("--budget", type=float, default=8.0,
+                   help="seconds the calibration may take (default 8)")
+    s.add_argument("--no-save", action="store_true",
+                   help="measure and print, but do not store the thresholds in the cache")
+    s.add_argument("--quiet", action="store_true", help="no progress output")
     s.set_defaults(fn=cmd_calibrate)
     s = sub.add_parser("bench", help="benchmarks: latency, bandwidth, transfer, pingpong")
     try:
@@ -91,9 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.fn(args)
+        rc = args.fn(args)
+        sys.stdout.flush()              # a closed pipe shows up here, not at exit
+        return rc
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `python -m gdrpy info | head -1`: the reader left; no traceback, and no second
+        # error when Python flushes stdout at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141                      # 128 + SIGPIPE, as a shell reports it
     except Exception as e:  # clear one-line errors for the CLI
         from .errors import GdrError
         if isinstance(e, GdrError):

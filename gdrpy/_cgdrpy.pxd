@@ -33,6 +33,7 @@ cdef extern from "gdrpy.h" nogil:
         GDRPY_BACKEND_DMABUF
         GDRPY_BACKEND_COUNT_
         GDRPY_GPU_PAGE_SIZE
+        GDRPY_OPEN_NO_ENV
 
     void gdrpy_version(int *major, int *minor, int *patch)
     const char *gdrpy_last_error()
@@ -40,6 +41,7 @@ cdef extern from "gdrpy.h" nogil:
     const char *gdrpy_backend_name(int backend)
     int gdrpy_backend_from_name(const char *name)
     int gdrpy_backend_probe(int backend, int device, char *why, size_t whylen)
+    int gdrpy_nvrm_selftest(int device, char *buf, size_t len)
 
     int gdrpy_open(int device, int backend, gdrpy_ctx_t *out)
     int gdrpy_close(gdrpy_ctx_t ctx)
@@ -54,8 +56,10 @@ cdef extern from "gdrpy.h" nogil:
 
     int gdrpy_write(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, const void *src, size_t n)
     int gdrpy_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, void *dst, size_t n)
-    int gdrpy_ce_write(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, const void *src, size_t n, void *stream)
-    int gdrpy_ce_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, void *dst, size_t n, void *stream)
+    int gdrpy_ce_write(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, const void *src,
+                       size_t n, void *stream)
+    int gdrpy_ce_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset, void *dst, size_t n,
+                      void *stream)
     int gdrpy_stream_synchronize(gdrpy_ctx_t ctx, void *stream)
     int gdrpy_memcpy_htod(gdrpy_ctx_t ctx, uint64_t dptr, const void *src, size_t n)
     int gdrpy_memcpy_dtoh(gdrpy_ctx_t ctx, void *dst, uint64_t dptr, size_t n)

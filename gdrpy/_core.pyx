@@ -18,7 +18,7 @@ Contract of this wrapper:
   copies always release it.
 """
 
-from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE,
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release,
                              PyBUF_WRITABLE, PyBUF_ANY_CONTIGUOUS, PyBUF_FORMAT,
                              PyBUF_ND, PyBUF_STRIDES)
 from cpython.bytes cimport (PyBytes_FromStringAndSize, PyBytes_AS_STRING,
@@ -51,15 +51,26 @@ import errno as _errno
 import weakref as _weakref
 
 from gdrpy.errors import (error_for_code, ClosedError, BusyError, WrongProcessError,
-                          InvalidArgumentError, OutOfRangeError)
+                          InvalidArgumentError, OutOfRangeError, ArgumentTypeError)
 
 PY_SSIZE_T_MAX_ = PY_SSIZE_T_MAX
+
+include "_hostmem.pxi"
 
 # Copies at least this large release the GIL.
 NOGIL_BYTES = 65536
 cdef Py_ssize_t _nogil_bytes = NOGIL_BYTES
 
 _MAPPING_TYPES = {0: "none", 1: "wc", 2: "caching", 3: "device"}
+
+
+def _busy_wait_s():
+    import os
+    try:
+        v = int(os.environ.get("GDRPY_BUSY_WAIT_MS", "3000"))
+    except ValueError:
+        v = 3000
+    return min(max(v, 0), 600000) / 1000.0
 
 
 cdef int _check(int rc) except -1:
@@ -73,11 +84,11 @@ cdef Py_ssize_t _index(object v, str what) except -1:
     cdef Py_ssize_t r
     if not PyLong_CheckExact(v):
         if isinstance(v, (float, complex, str, bytes, bool)) or v is None:
-            raise TypeError(f"{what} must be an integer, not {type(v).__name__}")
+            raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}")
         try:
             v = v.__index__()
         except AttributeError:
-            raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+            raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}") from None
     try:
         r = PyLong_AsSsize_t(v)
     except OverflowError:
@@ -89,11 +100,11 @@ cdef Py_ssize_t _index(object v, str what) except -1:
 
 cdef uint64_t _u64(object v, str what) except? 0:
     if isinstance(v, (float, complex, str, bytes)) or v is None:
-        raise TypeError(f"{what} must be an integer, not {type(v).__name__}")
+        raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}")
     try:
         v = v.__index__()
     except AttributeError:
-        raise TypeError(f"{what} must be an integer, not {type(v).__name__}") from None
+        raise ArgumentTypeError(f"{what} must be an integer, not {type(v).__name__}") from None
     if v < 0 or v >= 2**64:
         raise InvalidArgumentError(f"{what} {v:#x} is not a 64-bit address", _errno.EINVAL)
     return <uint64_t>v
@@ -113,7 +124,10 @@ def backend_names():
 
 cdef int _backend_id(object backend) except -1:
     if not isinstance(backend, str):
-        raise TypeError(f"backend must be a str, not {type(backend).__name__}")
+        raise ArgumentTypeError(f"backend must be a str, not {type(backend).__name__}")
+    if "\0" in backend:
+        raise InvalidArgumentError(f"backend name {backend!r} contains a NUL character",
+                                   _errno.EINVAL)
     cdef int b = gdrpy_backend_from_name(backend.encode())
     if b < 0:
         raise InvalidArgumentError(
@@ -125,7 +139,7 @@ cdef int _backend_id(object backend) except -1:
 cdef int _device(object device) except -1:
     cdef Py_ssize_t d
     if isinstance(device, bool):
-        raise TypeError("device must be an integer, not bool")
+        raise ArgumentTypeError("device must be an integer, not bool")
     try:
         d = _index(device, "device")
     except OutOfRangeError as e:
@@ -145,6 +159,27 @@ def probe(backend, device=0):
         raise InvalidArgumentError("probe a concrete backend, not 'auto'", _errno.EINVAL)
     rc = gdrpy_backend_probe(b, d, why, sizeof(why))
     return rc == 0, why.decode("utf-8", "replace")
+
+
+def nvrm_selftest(device=0):
+    """The nvrm backend's self-test report for a device, as a dict (it runs
+    once per process, at the first open of the device, or here).
+
+    Keys: ``driver``, ``cuda_driver``, ``table`` (``branch``, ``tag``,
+    ``driver_newer_than_tables``), ``selftest_ms``, ``usable``, ``reason``,
+    ``routes`` (``A``/``C``: ``ok``, ``step``, ``detail``; ``C`` also
+    ``ipc_layout``).  Returns None where the self-test could not run (no
+    NVIDIA driver or GPU); the reason is then in ``probe('nvrm')``.
+    """
+    import json
+    cdef int d = _device(device)
+    cdef bytes buf = PyBytes_FromStringAndSize(NULL, 16384)
+    cdef char *p = PyBytes_AS_STRING(buf)
+    p[0] = 0
+    gdrpy_nvrm_selftest(d, p, 16384)
+    if p[0] == 0:
+        return None
+    return json.loads(p.decode("utf-8", "replace"))
 
 
 def copy_isa():
@@ -168,11 +203,14 @@ def copy_isa_notes():
 def set_copy_isa(name):
     """Force a copy kernel by name ('auto' restores dispatch)."""
     if name is not None and not isinstance(name, str):
-        raise TypeError(f"name must be a str or None, not {type(name).__name__}")
+        raise ArgumentTypeError(f"name must be a str or None, not {type(name).__name__}")
     cdef bytes b
     if name is None:
         _check(gdrpy_set_copy_isa(NULL))
     else:
+        if "\0" in name:
+            raise InvalidArgumentError(f"copy kernel name {name!r} contains a NUL character",
+                                       _errno.EINVAL)
         b = name.encode()
         _check(gdrpy_set_copy_isa(b))
 
@@ -210,8 +248,10 @@ cdef class Context:
         cdef int b = _backend_id(backend)
         cdef gdrpy_ctx_t h = 0
         cdef int rc
+        # The backend named here is final: $GDRPY_BACKEND is read by
+        # gdrpy.open() only when no backend is given.
         with nogil:
-            rc = gdrpy_open(d, b, &h)
+            rc = gdrpy_open(d, b | GDRPY_OPEN_NO_ENV, &h)
         _check(rc)
         self._h = h
         self._fork_gen = gdrpy_fork_generation
@@ -293,6 +333,12 @@ cdef class Context:
         self._pins.add(p)
         return p
 
+    def register(self, obj):
+        """Page-lock ``obj``'s memory (cuMemHostRegister) for the copy engines
+        while the returned :class:`Registration` is open:
+        ``with ctx.register(buf) as reg: ...``."""
+        return host_register(self, obj)
+
     def memcpy_htod(self, dptr, data):
         """cuMemcpyHtoD (sim: memcpy) of a host buffer to a device address."""
         self._ready()
@@ -312,6 +358,19 @@ cdef class Context:
         self._ready()
         cdef uint64_t d = _u64(dptr, "dptr")
         cdef Py_ssize_t cnt = _index(n, "n")
+        cdef char probe[1]
+        cdef int prc
+        if cnt > 0 and d + <uint64_t>cnt < d:
+            raise InvalidArgumentError(f"memcpy_dtoh: [{dptr:#x}, +{cnt}) wraps around",
+                                       _errno.EINVAL)
+        if cnt > 65536:
+            # Validate before allocating: both ends must be device memory the
+            # driver (sim: a live allocation) accepts.
+            with nogil:
+                prc = gdrpy_memcpy_dtoh(self._h, probe, d + <uint64_t>cnt - 1, 1)
+                if prc == 0:
+                    prc = gdrpy_memcpy_dtoh(self._h, probe, d, 1)
+            _check(prc)
         out = PyBytes_FromStringAndSize(NULL, cnt)
         cdef char *buf = PyBytes_AS_STRING(out)
         cdef int rc
@@ -337,9 +396,10 @@ cdef class Context:
             (<Pin>p).close()
         cdef gdrpy_ctx_t h = self._h
         cdef int rc
-        self._h = 0
-        with nogil:   # waits for calls in flight in other threads
+        with nogil:   # waits (bounded) for calls in flight in other threads
             rc = gdrpy_close(h)
+        if rc != _errno.EBUSY:   # EBUSY: still open; close again later
+            self._h = 0
         _check(rc)
 
     def __enter__(self):
@@ -395,7 +455,7 @@ cdef class Pin:
         return 0
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("Pin objects are made by Context.pin()")
+        raise ArgumentTypeError("Pin objects are made by Context.pin()")
 
     @property
     def closed(self):
@@ -458,55 +518,67 @@ cdef class Pin:
         m = self.mapping
         if m is not None:
             m.close()
-        cdef int rc = gdrpy_unpin(self._ctx._h, self._h)
+        cdef gdrpy_ctx_t ch = self._ctx._h
+        cdef gdrpy_pin_t ph = self._h
+        cdef int rc
+        with nogil:   # waits (bounded) for copy-engine copies in other threads
+            rc = gdrpy_unpin(ch, ph)
         if rc != _errno.EBUSY:   # EBUSY: copies in flight; nothing changed
             self._h = 0
         _check(rc)
 
-    def ce_write(self, offset, data, stream=None):
+    def ce_write(self, offset, data, stream=None, method="direct"):
         """Copy-engine write (cuMemcpyHtoD, or HtoDAsync on ``stream``) at
-        ``offset`` in the pin.  Returns the number of bytes."""
+        ``offset`` in the pin.  ``method``: 'direct' (cuMemcpy from ``data``),
+        'locked' (``data`` is page-locked: no extra wait) or 'staged' (through
+        the context's staging ring).  Returns the number of bytes."""
         self._ready()
-        return self._ce_write_obj(_index(offset, "offset"), data, _stream_ptr(stream))
+        return self._ce_write_obj(_index(offset, "offset"), data, _stream_ptr(stream),
+                                  _ce_method(method))
 
-    def ce_read(self, offset, n, out=None, stream=None):
+    def ce_read(self, offset, n, out=None, stream=None, method="direct"):
         """Copy-engine read (cuMemcpyDtoH[Async]); returns bytes or ``out``.
-        With a stream the copy is ordered on it and this call waits for it."""
+        With a stream the copy is ordered on it and this call waits for it.
+        ``method`` as for :meth:`ce_write`."""
         self._ready()
         return self._ce_read_obj(_index(offset, "offset"), _index(n, "n"), out,
-                                 _stream_ptr(stream))
+                                 _stream_ptr(stream), _ce_method(method))
 
-    cdef Py_ssize_t _ce_write_obj(self, Py_ssize_t off, object data, void *s) except -1:
+    cdef Py_ssize_t _ce_write_obj(self, Py_ssize_t off, object data, void *s,
+                                  int method=CE_DIRECT) except -1:
         cdef Py_buffer view
         cdef int rc
         _get_in_buffer(data, &view)
         try:
             with nogil:
-                rc = gdrpy_ce_write(self._ctx._h, self._h, <size_t>off, view.buf,
-                                    <size_t>view.len, s)
+                rc = _ce_copy(self._ctx, self._h, 0, method, off, view.buf, view.len, s)
             _check(rc)
             return view.len
         finally:
             PyBuffer_Release(&view)
 
-    cdef object _ce_read_obj(self, Py_ssize_t off, Py_ssize_t cnt, object out, void *s):
+    cdef object _ce_read_obj(self, Py_ssize_t off, Py_ssize_t cnt, object out, void *s,
+                             int method=CE_DIRECT):
         cdef Py_buffer view
         cdef int rc
         cdef char *buf
+        if <size_t>off > self.size or <size_t>cnt > self.size - <size_t>off:
+            raise OutOfRangeError(f"ce_read: [{off}, {off}+{cnt}) is outside the pinned "
+                                  f"{self.size} bytes", _errno.ERANGE)
         if out is None:
             res = PyBytes_FromStringAndSize(NULL, cnt)
             buf = PyBytes_AS_STRING(res)
             with nogil:
-                rc = gdrpy_ce_read(self._ctx._h, self._h, <size_t>off, buf, <size_t>cnt, s)
-                if rc == 0 and s != NULL:
+                rc = _ce_copy(self._ctx, self._h, 1, method, off, buf, cnt, s)
+                if rc == 0 and s != NULL and method != CE_STAGED:
                     rc = gdrpy_stream_synchronize(self._ctx._h, s)
             _check(rc)
             return res
         _get_out_buffer(out, &view, cnt)
         try:
             with nogil:
-                rc = gdrpy_ce_read(self._ctx._h, self._h, <size_t>off, view.buf, <size_t>cnt, s)
-                if rc == 0 and s != NULL:
+                rc = _ce_copy(self._ctx, self._h, 1, method, off, view.buf, cnt, s)
+                if rc == 0 and s != NULL and method != CE_STAGED:
                     rc = gdrpy_stream_synchronize(self._ctx._h, s)
             _check(rc)
         finally:
@@ -525,6 +597,14 @@ cdef class Pin:
     def __exit__(self, *exc):
         self.close()
         return False
+
+
+cdef int _ce_method(object method) except -1:
+    try:
+        return _CE_METHODS[method]
+    except (KeyError, TypeError):
+        raise InvalidArgumentError(f"method must be one of {', '.join(_CE_METHODS)}, "
+                                   f"not {method!r}", _errno.EINVAL) from None
 
 
 cdef void *_stream_ptr(object stream) except? NULL:
@@ -556,7 +636,11 @@ cdef void _fill_u8_buffer(Py_buffer *buffer, char *ptr, Py_ssize_t size,
 cdef int _get_in_buffer(object data, Py_buffer *view) except -1:
     try:
         PyObject_GetBuffer(data, view, PyBUF_ANY_CONTIGUOUS)
-    except BufferError as e:
+    except TypeError as e:
+        raise ArgumentTypeError(f"data must support the buffer protocol (bytes, bytearray, "
+                                f"memoryview, numpy array), not {type(data).__name__}: {e}"
+                                ) from None
+    except (BufferError, ValueError) as e:   # numpy: non-contiguous arrays
         raise InvalidArgumentError(f"data must be a contiguous buffer: {e}",
                                    _errno.EINVAL) from None
     return 0
@@ -565,7 +649,10 @@ cdef int _get_in_buffer(object data, Py_buffer *view) except -1:
 cdef int _get_out_buffer(object out, Py_buffer *view, Py_ssize_t need) except -1:
     try:
         PyObject_GetBuffer(out, view, PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS)
-    except BufferError as e:
+    except TypeError as e:
+        raise ArgumentTypeError(f"out must be a writable buffer (bytearray, memoryview, "
+                                f"numpy array), not {type(out).__name__}: {e}") from None
+    except (BufferError, ValueError) as e:   # numpy: read-only or non-contiguous
         raise InvalidArgumentError(f"out must be a writable contiguous buffer: {e}",
                                    _errno.EINVAL) from None
     if view.len < need:
@@ -710,11 +797,17 @@ cdef class Mapping:
                 f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
         if isinstance(value, (bool, float, complex, str, bytes)) or value is None or \
                 not hasattr(value, "__index__"):
-            raise TypeError(f"value must be an int, not {type(value).__name__}")
+            raise ArgumentTypeError(f"value must be an int, not {type(value).__name__}")
         value = value.__index__()
         if value < 0 or value >= 2**64:
             raise InvalidArgumentError(f"value {value} does not fit in 64 bits", _errno.EINVAL)
         gp_store_u64(self._ptr + off, <unsigned long long>value)
+
+    def put_many(self, items):
+        """Vectored put: ``items`` = [(offset, buffer), ...]; every range is
+        checked first, then all are stored with ONE store fence at the end
+        (``gdrpy_writev``).  Returns the total bytes."""
+        return mapping_put_many(self, items)
 
     def read_u64(self, offset):
         """Load one aligned 8-byte little-endian value at ``offset`` (a single
@@ -727,6 +820,10 @@ cdef class Mapping:
                 f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
         return gp_load_u64(self._ptr + off)
 
+    # _inflight counts copies running without the GIL: close() waits for them
+    # (bounded) and marks the mapping closed before it releases the GIL to
+    # unmap.  Copies that hold the GIL re-check _ready() after any step that
+    # may run Python code (buffer exports, allocation), right before storing.
     cdef inline void _store(self, char *dst, const void *src, Py_ssize_t n):
         if n < _nogil_bytes:
             gdrpy_copy_to_mapping(dst, src, <size_t>n)
@@ -755,6 +852,9 @@ cdef class Mapping:
             return n
         _get_in_buffer(data, &view)
         try:
+            # Getting the buffer may have run Python code (and let another
+            # thread close the mapping): look again before storing.
+            self._ready()
             n = view.len
             self._range(off, n)
             self._store(self._ptr + off, view.buf, n)
@@ -767,10 +867,12 @@ cdef class Mapping:
         cdef Py_buffer view
         if out is None:
             res = PyBytes_FromStringAndSize(NULL, cnt)
+            self._ready()   # the allocation may have run Python code (gc)
             self._load(PyBytes_AS_STRING(res), self._ptr + off, cnt)
             return res
         _get_out_buffer(out, &view, cnt)
         try:
+            self._ready()
             self._load(view.buf, self._ptr + off, cnt)
         finally:
             PyBuffer_Release(&view)
@@ -785,6 +887,14 @@ cdef class Mapping:
     def __releasebuffer__(self, Py_buffer *buffer):
         self._exports -= 1
 
+    @property
+    def __array_interface__(self):
+        # Only reached by numpy when the buffer protocol failed (a closed or
+        # foreign mapping): raise the reason instead of letting
+        # numpy.asarray() build a 0-d object array.
+        self._ready()
+        raise AttributeError("__array_interface__")
+
     cdef int _check_closable(self) except -1:
         if self._closed:
             return 0
@@ -792,9 +902,26 @@ cdef class Mapping:
             raise BusyError(
                 f"the mapping has {self._exports} live buffer export(s) (memoryview / "
                 f"numpy views); release them before unmapping", _errno.EBUSY)
+        return 0
+
+    cdef int _drain(self) except -1:
+        """Stops new copies (the mapping reads as closed) and waits, with the GIL
+        released, for those in other threads; BusyError (mapping unchanged) if
+        they are still running after GDRPY_BUSY_WAIT_MS (default 3000 ms)."""
+        if self._inflight == 0:
+            return 0
+        import time
+        limit = _busy_wait_s()
+        self._closed = True
+        t0 = time.monotonic()
+        while self._inflight > 0 and time.monotonic() - t0 < limit:
+            time.sleep(0.0002)
         if self._inflight > 0:
-            raise BusyError(f"{self._inflight} copies through the mapping are in flight",
+            self._closed = False
+            raise BusyError(f"{self._inflight} copies through the mapping are still in flight "
+                            f"in other threads after {limit:.1f} s; it stays mapped",
                             _errno.EBUSY)
+        self._closed = False
         return 0
 
     def close(self):
@@ -805,13 +932,19 @@ cdef class Mapping:
             self._closed = True
             return
         self._check_closable()
-        cdef int rc = gdrpy_unmap(self._pin._ctx._h, self._pin._h)
-        if rc != _errno.EBUSY:   # EBUSY: copies in flight; still mapped
-            self._closed = True
+        self._drain()
+        cdef gdrpy_ctx_t ch = self._pin._ctx._h
+        cdef gdrpy_pin_t ph = self._pin._h
+        cdef int rc
+        self._closed = True      # before the GIL is released: no new copies
+        with nogil:
+            rc = gdrpy_unmap(ch, ph)
+        if rc == _errno.EBUSY:   # copies in flight in C; still mapped
+            self._closed = False
         _check(rc)
 
     def __init__(self, *args, **kwargs):
-        raise TypeError("Mapping objects are made by Pin.map()")
+        raise ArgumentTypeError("Mapping objects are made by Pin.map()")
 
     def __repr__(self):
         state = "closed" if self._closed else "open"
@@ -854,20 +987,35 @@ cdef class Transfer:
 
     ``put(offset, src)`` (host -> GPU) and ``get(offset, out)`` (GPU -> host)
     send a message through the mapping (CPU stores / streaming loads) when it
-    is at most the picker's threshold for that direction, else through the
-    copy engine (cuMemcpy, issued from C without the GIL).  The thresholds are
-    cached as C integers and re-read from the picker every 4096 calls and
-    after every timed sample, so choosing costs a comparison.  Inside the
-    picker's adaptation window (sizes near a threshold) one transfer in
-    ``2 * picker probe_every`` is timed and recorded, alternately on the
-    other path (a probe) and on the chosen one (a baseline sample): the
-    picker moves the threshold when the evidence is clear (online
-    adaptation).  The schedule is a counter here, so untimed transfers make
-    no Python call.
+    is at most the threshold for that direction and host-memory kind, else
+    through the copy engine, issued from C without the GIL:
+
+    * page-locked host memory (gdrpy host buffers and registrations,
+      cudaHostAlloc / torch ``pin_memory()`` / CuPy pinned memory): cuMemcpy
+      straight from/to it (``ce-locked``);
+    * pageable memory: cuMemcpy from/to it (``ce-direct``, the driver stages
+      it) below the staging plan's ``staged_min``, else through the
+      context's pipelined staging ring (``ce-staged``).
+
+    Two pickers hold the thresholds: ``picker`` for pageable memory and
+    ``picker_locked`` for page-locked memory (one picker given explicitly
+    serves both).  The host memory is classified (gdrpy_host_kind: gdrpy's
+    own ranges, then - unless Python or numpy allocated the memory - two
+    cuPointerGetAttributes) only for messages of at
+    least ``classify_min`` bytes: below it every kind takes the same path, so
+    small messages pay nothing.  The thresholds are cached as C integers and
+    re-read every 4096 calls and after every timed sample, so choosing costs
+    a comparison.  Inside a picker's adaptation window one transfer in
+    ``2 * probe_every`` is timed and recorded, alternately on the other path
+    (a probe) and on the chosen one (a baseline sample), to the picker of the
+    message's memory kind (online adaptation).
 
     ``stream`` (any stream object or handle; None: synchronous):
-      * put over the copy engine: cuMemcpyHtoDAsync on the stream (the source
-        is pageable, so the driver has staged it when the call returns);
+      * put over the copy engine: enqueued on the stream.  A pageable source
+        (direct or staged) has been consumed when the call returns, so the
+        caller may reuse it at once; a page-locked source is read by the copy
+        engine later, as with cuMemcpyHtoDAsync: keep it unchanged until the
+        stream has reached the copy;
       * put over the mapping: waits for the stream's earlier work first, then
         stores; work launched on the stream afterwards sees the data;
       * get (either path): ordered after the stream's earlier work; returns
@@ -877,34 +1025,58 @@ cdef class Transfer:
     cdef Mapping _m
     cdef Pin _pin
     cdef readonly object picker
-    cdef Py_ssize_t _t[2]          # thresholds: 0 h2d, 1 d2h (-1: always ce)
-    cdef Py_ssize_t _lo[2]
-    cdef Py_ssize_t _hi[2]
+    cdef readonly object picker_locked
+    cdef readonly object plan
+    cdef Py_ssize_t _t[4]          # thresholds [kind * 2 + dir]: kind 0 pageable, 1 locked
+    cdef Py_ssize_t _lo[4]
+    cdef Py_ssize_t _hi[4]
+    cdef Py_ssize_t _classify_min[2]
+    cdef Py_ssize_t _staged_min[2]
     cdef unsigned _calls
-    cdef unsigned _tick[2]         # in-window calls since the last timed one
+    cdef unsigned _tick[4]         # in-window calls since the last timed one
     cdef unsigned _every           # in-window calls between timed transfers
-    cdef unsigned char _probe[2]   # next timed transfer is a probe (1) or a sample (0)
+    cdef unsigned char _probe[4]   # next timed transfer is a probe (1) or a sample (0)
 
-    def __cinit__(self, Mapping mapping not None, picker=None):
+    def __cinit__(self, Mapping mapping not None, picker=None, picker_locked=None, plan=None):
         mapping._ready()
         self._m = mapping
         self._pin = mapping._pin
+        ctx = mapping._pin._ctx
         if picker is None:
             from gdrpy.transfer import default_picker
-            picker = default_picker(mapping._pin._ctx)
+            picker = default_picker(ctx)
+            if picker_locked is None:
+                picker_locked = default_picker(ctx, "locked")
+        if picker_locked is None:
+            picker_locked = picker
+        if plan is None:
+            from gdrpy.staging import default_plan
+            plan = default_plan(ctx)
         self.picker = picker
+        self.picker_locked = picker_locked
+        self.plan = plan
         self.refresh()
 
     def refresh(self):
-        """Re-read thresholds and adaptation windows from the picker."""
-        thr = self.picker._thr
-        st = self.picker._st
+        """Re-read thresholds, adaptation windows and the staging plan."""
+        cdef int j
+        for k, pk in enumerate((self.picker, self.picker_locked)):
+            thr = pk._thr
+            st = pk._st
+            for i, d in enumerate(("h2d", "d2h")):
+                j = k * 2 + i
+                t = thr[d]
+                self._t[j] = t if t < PY_SSIZE_T_MAX_ else PY_SSIZE_T_MAX_
+                w = st[d]
+                self._lo[j] = max(0, min(int(w.lo), PY_SSIZE_T_MAX_))
+                self._hi[j] = max(-1, min(int(w.hi), PY_SSIZE_T_MAX_)) if w.adaptive else -1
         for i, d in enumerate(("h2d", "d2h")):
-            t = thr[d]
-            self._t[i] = t if t < PY_SSIZE_T_MAX_ else PY_SSIZE_T_MAX_
-            w = st[d]
-            self._lo[i] = max(0, min(int(w.lo), PY_SSIZE_T_MAX_))
-            self._hi[i] = max(-1, min(int(w.hi), PY_SSIZE_T_MAX_)) if w.adaptive else -1
+            sm = int(self.plan.staged_min[d])
+            self._staged_min[i] = max(0, min(sm, PY_SSIZE_T_MAX_))
+            cm = min(self._staged_min[i], int(self.plan.locked_gain_min))
+            if self._t[2 + i] != self._t[i]:     # the kinds' thresholds differ: from
+                cm = min(cm, min(self._t[2 + i], self._t[i]) + 1)   # the lower one up
+            self._classify_min[i] = max(0, cm)
         self._every = max(2, 2 * int(getattr(self.picker, "_probe_every", 64)))
         self._calls = 0
 
@@ -913,32 +1085,78 @@ cdef class Transfer:
         return self._m
 
     def thresholds(self):
-        """The cached thresholds (bytes) in use: {'h2d': T, 'd2h': T}."""
+        """The cached thresholds (bytes) for pageable memory: {'h2d': T, 'd2h': T}."""
         return {"h2d": self._t[0], "d2h": self._t[1]}
 
-    def path_for(self, direction, nbytes):
-        """'mapping' or 'ce': the path a message of ``nbytes`` takes now."""
-        cdef int i = 0 if direction == "h2d" else (1 if direction == "d2h" else -1)
-        if i < 0:
-            raise InvalidArgumentError(f"direction must be 'h2d' or 'd2h', not {direction!r}",
-                                       _errno.EINVAL)
-        return "mapping" if _index(nbytes, "nbytes") <= self._t[i] else "ce"
+    def thresholds_by_kind(self):
+        """{'pageable': {...}, 'page-locked': {...}, 'staged_min': {...},
+        'classify_min': {...}} in bytes."""
+        return {"pageable": {"h2d": self._t[0], "d2h": self._t[1]},
+                "page-locked": {"h2d": self._t[2], "d2h": self._t[3]},
+                "staged_min": {"h2d": self._staged_min[0], "d2h": self._staged_min[1]},
+                "classify_min": {"h2d": self._classify_min[0], "d2h": self._classify_min[1]}}
 
-    cdef inline int _advice(self, int i, Py_ssize_t n) except -1:
-        cdef int use = ADVISE_MAPPING if n <= self._t[i] else 0
+    cdef int _dir(self, direction) except -1:
+        if direction == "h2d":
+            return 0
+        if direction == "d2h":
+            return 1
+        raise InvalidArgumentError(f"direction must be 'h2d' or 'd2h', not {direction!r}",
+                                   _errno.EINVAL)
+
+    def path_for(self, direction, nbytes, kind="pageable"):
+        """'mapping' or 'ce': the path a message of ``nbytes`` in memory of
+        ``kind`` ('pageable' or 'page-locked') takes now."""
+        cdef int i = self._dir(direction)
+        cdef int k = 1 if kind in ("page-locked", "pinned", "registered", "locked") else 0
+        cdef Py_ssize_t n = _index(nbytes, "nbytes")
+        if n < self._classify_min[i]:
+            k = 0
+        return "mapping" if n <= self._t[k * 2 + i] else "ce"
+
+    def method_for(self, direction, nbytes, kind="pageable"):
+        """'mapping', 'ce-direct', 'ce-locked' or 'ce-staged' (untimed choice)."""
+        cdef int i = self._dir(direction)
+        cdef Py_ssize_t n = _index(nbytes, "nbytes")
+        p = self.path_for(direction, n, kind)
+        if p == "mapping":
+            return p
+        if n >= self._classify_min[i] and kind in ("page-locked", "pinned", "registered",
+                                                   "locked"):
+            return "ce-locked"
+        return "ce-staged" if n >= self._staged_min[i] else "ce-direct"
+
+    cdef inline int _advice(self, int j, Py_ssize_t n) except -1:
+        cdef int use = ADVISE_MAPPING if n <= self._t[j] else 0
         self._calls += 1
         if self._calls >= REFRESH_EVERY:
             self.refresh()
-        if n < self._lo[i] or n > self._hi[i]:
+        if n < self._lo[j] or n > self._hi[j]:
             return use
-        self._tick[i] += 1
-        if self._tick[i] < self._every:
+        self._tick[j] += 1
+        if self._tick[j] < self._every:
             return use
-        self._tick[i] = 0
-        self._probe[i] ^= 1
-        if self._probe[i]:
+        self._tick[j] = 0
+        self._probe[j] ^= 1
+        if self._probe[j]:
             return ADVISE_TIMED | (use ^ ADVISE_MAPPING)
         return ADVISE_TIMED | use
+
+    cdef inline int _kind(self, object obj, void *buf, Py_ssize_t n) except -1:
+        """1 if [buf, buf+n) is page-locked, else 0."""
+        cdef int kind = 0
+        if type(obj) is HostBuffer:
+            return 1
+        if _python_owned(obj):
+            kind = gdrpy_host_kind_known(buf, <size_t>n)
+        else:
+            _check(gdrpy_host_kind(self._pin._ctx._h, buf, <size_t>n, &kind))
+        return 1 if kind != GDRPY_HOST_PAGEABLE else 0
+
+    cdef inline int _method(self, int i, int kind, Py_ssize_t n) noexcept:
+        if kind:
+            return CE_LOCKED
+        return CE_STAGED if n >= self._staged_min[i] else CE_DIRECT
 
     def put(self, offset, src, stream=None):
         """Host -> GPU: copy ``src`` (any contiguous buffer) to ``offset``.
@@ -948,18 +1166,24 @@ cdef class Transfer:
         cdef void *s = NULL
         cdef Py_ssize_t n
         cdef Py_buffer view
-        cdef int adv, rc
+        cdef int adv, rc, kind = 0
         cdef double t0
         if stream is not None:
             s = _stream_ptr(stream)
         if PyBytes_CheckExact(src):
             n = PyBytes_GET_SIZE(src)
+            if n >= self._classify_min[0]:
+                kind = self._kind(src, PyBytes_AS_STRING(src), n)
         else:
             _get_in_buffer(src, &view)
             n = view.len
-            PyBuffer_Release(&view)
+            try:
+                if n >= self._classify_min[0]:
+                    kind = self._kind(src, view.buf, n)
+            finally:
+                PyBuffer_Release(&view)
         self._m._range(off, n)
-        adv = self._advice(0, n)
+        adv = self._advice(kind * 2, n)
         if adv & ADVISE_TIMED:
             t0 = _now()
         if adv & ADVISE_MAPPING:
@@ -969,10 +1193,10 @@ cdef class Transfer:
                 _check(rc)
             self._m._write_obj(off, src)
         else:
-            self._pin._ce_write_obj(off, src, s)
+            self._pin._ce_write_obj(off, src, s, self._method(0, kind, n))
         if adv & ADVISE_TIMED:
-            self.picker.record("h2d", "mapping" if adv & ADVISE_MAPPING else "ce", n,
-                               _now() - t0)
+            (self.picker_locked if kind else self.picker).record(
+                "h2d", "mapping" if adv & ADVISE_MAPPING else "ce", n, _now() - t0)
             self.refresh()
         return n
 
@@ -984,7 +1208,7 @@ cdef class Transfer:
         cdef void *s = NULL
         cdef Py_ssize_t n
         cdef Py_buffer view
-        cdef int adv, rc
+        cdef int adv, rc, kind = 0
         cdef double t0
         if stream is not None:
             s = _stream_ptr(stream)
@@ -995,9 +1219,13 @@ cdef class Transfer:
         else:
             _get_out_buffer(out, &view, 0)
             n = view.len
-            PyBuffer_Release(&view)
+            try:
+                if n >= self._classify_min[1]:
+                    kind = self._kind(out, view.buf, n)
+            finally:
+                PyBuffer_Release(&view)
         self._m._range(off, n)
-        adv = self._advice(1, n)
+        adv = self._advice(kind * 2 + 1, n)
         if adv & ADVISE_TIMED:
             t0 = _now()
         if adv & ADVISE_MAPPING:
@@ -1007,18 +1235,16 @@ cdef class Transfer:
                 _check(rc)
             res = self._m._read_obj(off, n, out)
         else:
-            res = self._pin._ce_read_obj(off, n, out, s)
+            res = self._pin._ce_read_obj(off, n, out, s, self._method(1, kind, n))
         if adv & ADVISE_TIMED:
-            self.picker.record("d2h", "mapping" if adv & ADVISE_MAPPING else "ce", n,
-                               _now() - t0)
+            (self.picker_locked if kind else self.picker).record(
+                "d2h", "mapping" if adv & ADVISE_MAPPING else "ce", n, _now() - t0)
             self.refresh()
         return res
 
     def __repr__(self):
         return (f"<gdrpy.Transfer h2d<={self._t[0]} d2h<={self._t[1]} "
-                f"mapping={self._m!r}>")
-
-
+                f"(page-locked h2d<={self._t[2]} d2h<={self._t[3]}) mapping={self._m!r}>")
 
 # ---------------------------------------------------------------------------
 # DLPack export (legacy unversioned DLManagedTensor in a "dltensor" capsule).
@@ -1066,7 +1292,7 @@ cdef extern from "Python.h":
     int gp_capsule_is_valid "PyCapsule_IsValid"(PyObject *o, const char *name)
     void *gp_capsule_get_pointer "PyCapsule_GetPointer"(PyObject *o, const char *name)
     object gp_capsule_new "PyCapsule_New"(void *p, const char *name,
-                                           void (*destructor)(PyObject *) noexcept)
+                                          void (*destructor)(PyObject *) noexcept)
 
 
 cdef void _dl_deleter(gp_DLManagedTensor *mt) noexcept with gil:
@@ -1143,3 +1369,6 @@ def host_view(owner, ptr, nbytes):
     (<_HostView>v).shape[0] = (<_HostView>v).size
     (<_HostView>v).strides[0] = 1
     return v
+
+
+include "_channel.pxi"

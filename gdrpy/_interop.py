@@ -3,10 +3,8 @@
 * Device memory: anything with ``__cuda_array_interface__`` (CuPy arrays,
   PyTorch CUDA tensors, Numba device arrays, gdrpy.memory buffers) or a raw
   device pointer (int) with an explicit size.
-* Streams: objects implementing the ``__cuda_stream__`` protocol (returns
-  ``(version, handle)``), CuPy streams (``.ptr``), PyTorch streams
-  (``.cuda_stream``), cuda-python ``CUstream`` / ``cudaStream_t`` (``int()``),
-  or a raw handle (int; 0 is the legacy default stream).
+* Streams: see :mod:`gdrpy.streams` (only objects that prove they are
+  streams; raw integers through ``gdrpy.RawStream``).
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ from __future__ import annotations
 import errno
 import math
 
-from .errors import InvalidArgumentError, NotSupportedError
+from .errors import ArgumentTypeError, InvalidArgumentError, NotSupportedError
 
 _ITEMSIZE_CHARS = "biufcmMOSUV"
 
@@ -25,17 +23,18 @@ def _nbytes_from_cai(cai: dict) -> int:
     try:
         itemsize = int(typestr[2:])
     except (TypeError, ValueError):
-        raise InvalidArgumentError(f"__cuda_array_interface__ typestr {typestr!r} is not understood",
-                                   errno.EINVAL) from None
+        raise InvalidArgumentError(
+            f"__cuda_array_interface__ typestr {typestr!r} is not understood",
+            errno.EINVAL) from None
     strides = cai.get("strides")
     if strides is not None:
         # Accept C-contiguous strides only: a pin is one contiguous range.
         expect = itemsize
-        for dim, st in zip(reversed(shape), reversed(tuple(strides))):
+        for dim, st in zip(reversed(shape), reversed(tuple(strides)), strict=False):
             if dim > 1 and st != expect:
                 raise InvalidArgumentError(
-                    "device array is not C-contiguous (strides %r): pin a contiguous "
-                    "array" % (tuple(strides),), errno.EINVAL)
+                    f"device array is not C-contiguous (strides {tuple(strides)!r}): pin a "
+                    "contiguous array", errno.EINVAL)
             expect *= dim
     return int(math.prod(shape)) * itemsize
 
@@ -43,7 +42,7 @@ def _nbytes_from_cai(cai: dict) -> int:
 def device_range(obj, size=None):
     """(address, nbytes, owner) for ``Context.pin``."""
     if isinstance(obj, bool):
-        raise TypeError("pin() takes device memory or an address, not bool")
+        raise ArgumentTypeError("pin() takes device memory or an address, not bool")
     own = getattr(obj, "__gdrpy_device_range__", None)
     if own is not None:  # gdrpy.memory buffers (sim buffers have no CAI)
         ptr, nbytes = own()
@@ -78,16 +77,16 @@ def device_range(obj, size=None):
             errno.ENOTSUP)
     if hasattr(obj, "__index__") and not isinstance(obj, (float, str, bytes)):
         if size is None:
-            raise TypeError("pin(ptr) of a raw device pointer needs size=")
+            raise ArgumentTypeError("pin(ptr) of a raw device pointer needs size=")
         return int(obj.__index__()), _as_size(size), None
-    raise TypeError(
+    raise ArgumentTypeError(
         f"cannot pin {type(obj).__name__}: expected an object with "
         "__cuda_array_interface__ or a device pointer (int) with size=")
 
 
 def _as_size(size) -> int:
     if isinstance(size, bool) or not hasattr(size, "__index__") or isinstance(size, (float, str)):
-        raise TypeError(f"size must be an integer, not {type(size).__name__}")
+        raise ArgumentTypeError(f"size must be an integer, not {type(size).__name__}")
     size = int(size.__index__())
     if size <= 0:
         raise InvalidArgumentError(f"size {size} must be positive", errno.EINVAL)
@@ -95,26 +94,6 @@ def _as_size(size) -> int:
 
 
 def stream_handle(stream) -> int:
-    """The CUstream handle (int) of a stream-like object."""
-    if stream is None:
-        return 0
-    proto = getattr(stream, "__cuda_stream__", None)
-    if proto is not None:
-        val = proto() if callable(proto) else proto
-        if isinstance(val, tuple) and len(val) == 2:
-            return int(val[1])
-        raise InvalidArgumentError("__cuda_stream__ must return (version, handle)", errno.EINVAL)
-    for attr in ("cuda_stream", "ptr", "handle"):  # torch, cupy, others
-        v = getattr(stream, attr, None)
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    if isinstance(stream, (bool, float, complex, str, bytes)):
-        raise TypeError(f"stream must be a stream object or handle, not {type(stream).__name__}")
-    if isinstance(stream, int):
-        if stream < 0:
-            raise InvalidArgumentError(f"stream handle {stream} is negative", errno.EINVAL)
-        return stream
-    try:
-        return int(stream)  # cuda-python CUstream / cudaStream_t
-    except (TypeError, ValueError):
-        raise TypeError(f"{type(stream).__name__} is not a CUDA stream") from None
+    """The CUstream handle (int) of a stream object: see :mod:`gdrpy.streams`."""
+    from .streams import stream_handle as _sh
+    return _sh(stream)

@@ -12,10 +12,19 @@ from __future__ import annotations
 import errno as _errno
 
 __all__ = [
-    "GdrError", "InvalidArgumentError", "OutOfRangeError", "ClosedError",
-    "AlreadyMappedError", "BusyError", "WrongProcessError",
-    "BackendUnavailableError", "DeviceNotFoundError", "NotSupportedError",
-    "DriverError", "error_for_code",
+    "AlreadyMappedError",
+    "ArgumentTypeError",
+    "BackendUnavailableError",
+    "BusyError",
+    "ClosedError",
+    "DeviceNotFoundError",
+    "DriverError",
+    "GdrError",
+    "InvalidArgumentError",
+    "NotSupportedError",
+    "OutOfRangeError",
+    "WrongProcessError",
+    "error_for_code",
 ]
 
 
@@ -39,11 +48,23 @@ class GdrError(Exception):
 
 
 class InvalidArgumentError(GdrError, ValueError):
-    """A bad argument (EINVAL)."""
+    """A bad argument value (EINVAL); also a ValueError."""
+
+    def __init__(self, message: str = "", code: int = _errno.EINVAL):
+        super().__init__(message, code)
 
 
-class OutOfRangeError(GdrError, ValueError):
-    """An offset/size outside the pinned range (ERANGE); nothing was touched."""
+class ArgumentTypeError(GdrError, TypeError):
+    """An argument of the wrong type (EINVAL), e.g. a stream that is not a
+    stream object; also a TypeError, so both ``except`` styles work."""
+
+    def __init__(self, message: str = "", code: int = _errno.EINVAL):
+        super().__init__(message, code)
+
+
+class OutOfRangeError(GdrError, IndexError, ValueError):
+    """An offset/size outside the pinned range (ERANGE); nothing was touched.
+    Also an IndexError and (for code written before 0.2) a ValueError."""
 
 
 class ClosedError(GdrError):
@@ -98,3 +119,20 @@ def error_for_code(code: int, message: str) -> GdrError:
     if code == _errno.ENOMEM:
         return GdrError(message, code)
     return _BY_CODE.get(code, GdrError)(message, code)
+
+
+# ---- channel (gdrpy.Channel) -------------------------------------------------
+
+class ChannelFullError(GdrError):
+    """The channel's ring is full and the call was told not to wait (EAGAIN)."""
+
+
+class ChannelTimeoutError(GdrError, TimeoutError):
+    """A channel wait ran out of time (ETIMEDOUT)."""
+
+
+class ChannelClosedError(GdrError):
+    """The channel is shut down, or its kernel stopped (EPIPE)."""
+
+
+__all__ += ["ChannelFullError", "ChannelTimeoutError", "ChannelClosedError"]

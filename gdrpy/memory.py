@@ -13,6 +13,9 @@
   *not* claim to be CUDA memory: it exposes ``__dlpack__`` as CPU memory and
   ``numpy()`` for its "device side".
 
+Page-locked *host* memory for the copy engines: ``host_alloc(nbytes, ctx=ctx)``
+(a :class:`HostBuffer`; see gdrpy.hostmem, also for ``ctx.register(buf)``).
+
 Every buffer is a context manager; ``close()`` frees it (pins taken on it
 keep their pages alive until unpinned, as on a GPU).
 """
@@ -23,17 +26,25 @@ import errno
 import threading
 
 from . import _core
-from .errors import DriverError, InvalidArgumentError, NotSupportedError
+from .errors import (
+    ArgumentTypeError,
+    DriverError,
+    InvalidArgumentError,
+    NotSupportedError,
+)
 
-__all__ = ["alloc", "DeviceBuffer", "VmmBuffer", "SimBuffer", "cuda_driver"]
+__all__ = ["DeviceBuffer", "SimBuffer", "VmmBuffer", "alloc", "cuda_driver"]
 
 
 def _as_nbytes(nbytes) -> int:
     if isinstance(nbytes, bool) or not hasattr(nbytes, "__index__") or isinstance(nbytes, float):
-        raise TypeError(f"nbytes must be an integer, not {type(nbytes).__name__}")
+        raise ArgumentTypeError(f"nbytes must be an integer, not {type(nbytes).__name__}")
     n = int(nbytes.__index__())
     if n <= 0:
         raise InvalidArgumentError(f"nbytes {n} must be positive", errno.EINVAL)
+    if n >= 1 << 48:   # 256 TiB: beyond any GPU; keeps driver calls' size_t safe
+        raise InvalidArgumentError(f"nbytes {n} is larger than any device memory",
+                                   errno.EINVAL)
     return n
 
 
@@ -43,16 +54,27 @@ class DeviceBuffer:
     kind = "abstract"
 
     def __init__(self, ptr: int, size: int, device: int):
-        self._ptr = ptr
+        self._ptr: int | None = ptr
         self.size = size
         self.device = device
         self._exports = 0   # live DLPack exports (numpy/torch/cupy views)
+        self._fork_gen = _core.fork_generation()
+
+    @property
+    def _foreign(self) -> bool:
+        """True in a forked child: the memory belongs to the parent."""
+        return self._fork_gen != _core.fork_generation()
 
     @property
     def ptr(self) -> int:
         if self._ptr is None:
             from .errors import ClosedError
             raise ClosedError("the buffer is freed", errno.EBADF)
+        if self._foreign:
+            from .errors import WrongProcessError
+            raise WrongProcessError(
+                "this buffer belongs to the parent process (fork): device memory is not "
+                "inherited; allocate a new buffer in the child", errno.EACCES)
         return self._ptr
 
     @property
@@ -132,6 +154,8 @@ class SimBuffer(DeviceBuffer):
         super().__init__(ptr, n, 0)
 
     def close(self) -> None:
+        if self._ptr is not None and self._foreign:
+            self._ptr = None   # the parent's: nothing to free in the child
         if self._ptr is not None:
             self._check_closable()
             p, self._ptr = self._ptr, None
@@ -164,7 +188,7 @@ def cuda_driver():
                     from cuda.bindings import driver as cu
                 except ImportError:  # older cuda-python layout
                     try:
-                        from cuda import cuda as cu  # type: ignore
+                        from cuda import cuda as cu
                     except ImportError as e:
                         raise NotSupportedError(
                             f"cuda-python (cuda-bindings) is not installed: {e}",
@@ -249,6 +273,8 @@ class VmmBuffer(DeviceBuffer):
         super().__init__(int(ptr), n, device)
 
     def close(self) -> None:
+        if self._ptr is not None and self._foreign:
+            self._ptr = None   # the parent's: CUDA is not usable in the child
         if self._ptr is None:
             return
         self._check_closable()
@@ -285,3 +311,9 @@ def alloc(nbytes: int, device: int = 0, ctx=None, kind: str | None = None) -> De
     if kind == "vmm":
         return VmmBuffer(nbytes, device)
     raise InvalidArgumentError(f"unknown memory kind {kind!r} (vmm or sim)", errno.EINVAL)
+
+
+# Page-locked host memory for the copy engines (gdrpy.hostmem; issue 14).
+from .hostmem import HostBuffer, Registration, host_alloc  # noqa: E402
+
+__all__ += ["host_alloc", "HostBuffer", "Registration"]

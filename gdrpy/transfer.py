@@ -49,7 +49,7 @@ import warnings
 import numpy as np
 
 from ._core import Mapping, Pin, Transfer
-from .errors import InvalidArgumentError
+from .errors import ArgumentTypeError, InvalidArgumentError
 from .threshold import ThresholdPicker
 
 __all__ = ["put", "get", "Transfer", "default_picker", "host_identity", "make_measure",
@@ -69,7 +69,7 @@ def _mapping_of(obj) -> Mapping:
             raise InvalidArgumentError("the pin is not mapped: call pin.map() first",
                                        errno.EINVAL)
         return m
-    raise TypeError(f"expected a gdrpy Mapping (or a mapped Pin), not {type(obj).__name__}")
+    raise ArgumentTypeError(f"expected a gdrpy Mapping (or a mapped Pin), not {type(obj).__name__}")
 
 
 def put(dst, offset, src, stream=None) -> int:
@@ -132,20 +132,37 @@ def host_identity(ctx) -> dict:
     }
 
 
-def default_picker(ctx) -> ThresholdPicker:
-    """The shared picker of ``ctx``'s (device, backend): loaded from the cache,
+HOST_KINDS = ("pageable", "locked")
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in HOST_KINDS:
+        raise InvalidArgumentError(f"host memory kind must be one of {HOST_KINDS}, "
+                                   f"not {kind!r}", errno.EINVAL)
+    return kind
+
+
+def picker_identity(ctx, kind: str = "pageable") -> dict:
+    """The picker's identity: the host's, plus the host-memory kind its copy-engine
+    side was measured with."""
+    return {**host_identity(ctx), "host_memory": _check_kind(kind)}
+
+
+def default_picker(ctx, kind: str = "pageable") -> ThresholdPicker:
+    """The shared picker of ``ctx``'s (device, backend) for host memory of
+    ``kind`` ('pageable' or 'locked' = page-locked): loaded from the cache,
     else calibrated (real GPU backends) or left at the defaults (sim)."""
-    key = (ctx.device, ctx.backend)
+    key = (ctx.device, ctx.backend, _check_kind(kind))
     with _pickers_lock:
         p = _pickers.get(key)
         if p is not None:
             return p
-        p = ThresholdPicker(identity=host_identity(ctx))
+        p = ThresholdPicker(identity=picker_identity(ctx, kind))
         if not p.load():
             auto = os.environ.get("GDRPY_AUTOCALIBRATE", "1") != "0"
             if auto and not ctx.is_sim and p.uncalibrated():
                 try:
-                    calibrate_context(ctx, p, budget_s=5.0)
+                    calibrate_context(ctx, p, budget_s=4.0, kind=kind)
                 except Exception as e:  # keep the defaults; never retry on every put
                     p.reason = f"automatic calibration failed ({e}); using the defaults"
                     warnings.warn(f"gdrpy: {p.reason}", RuntimeWarning, stacklevel=3)
@@ -153,27 +170,44 @@ def default_picker(ctx) -> ThresholdPicker:
         return p
 
 
-def make_measure(ctx, max_bytes: int = CALIBRATION_MAX_BYTES):
+def make_measure(ctx, max_bytes: int = CALIBRATION_MAX_BYTES, kind: str = "pageable"):
     """A ``measure(direction, path, nbytes, iters)`` callback for the picker
     that times real transfers on ``ctx`` (through the same Python entry points
-    a user calls).  Returns (measure, close)."""
+    a user calls) with host memory of ``kind``: 'pageable' (a numpy array;
+    the copy-engine side is direct or staged as the staging plan says) or
+    'locked' (a gdrpy host buffer, copied directly).  Returns (measure, close)."""
     from . import memory
+    from .staging import default_plan
+    _check_kind(kind)
     buf = memory.alloc(max_bytes, ctx=ctx)
     pin = ctx.pin(buf)
     m = pin.map()
-    host = np.zeros(max_bytes, np.uint8)
-    host_mv = memoryview(host)
+    hb = None
+    if kind == "locked":
+        hb = memory.host_alloc(max_bytes, ctx=ctx)
+        host_mv = memoryview(hb)
+    else:
+        host = np.zeros(max_bytes, np.uint8)
+        host_mv = host.data
+    plan = default_plan(ctx)
     perf = time.perf_counter
+
+    def method(direction, nbytes):
+        if kind == "locked":
+            return "locked"
+        return "staged" if nbytes >= plan.staged_min[direction] else "direct"
 
     def measure(direction, path, nbytes, iters):
         if nbytes > max_bytes:
             raise InvalidArgumentError(f"{nbytes} > calibration buffer {max_bytes}", errno.EINVAL)
         src = host_mv[:nbytes]
+        how = method(direction, nbytes)
         if direction == "h2d":
-            op = (lambda: m.write(0, src)) if path == "mapping" else (lambda: pin.ce_write(0, src))
+            op = (lambda: m.write(0, src)) if path == "mapping" else \
+                (lambda: pin.ce_write(0, src, method=how))
         else:
             op = (lambda: m.read(0, nbytes, src)) if path == "mapping" else \
-                (lambda: pin.ce_read(0, nbytes, src))
+                (lambda: pin.ce_read(0, nbytes, src, method=how))
         out = []
         for _ in range(iters):
             t0 = perf()
@@ -185,13 +219,17 @@ def make_measure(ctx, max_bytes: int = CALIBRATION_MAX_BYTES):
         m.close()
         pin.close()
         buf.close()
+        if hb is not None:
+            host_mv.release()
+            hb.close()
 
     return measure, close
 
 
 def calibrate_context(ctx, picker: ThresholdPicker, budget_s: float = 8.0, progress=None,
-                      save: bool = True, max_bytes: int = CALIBRATION_MAX_BYTES):
-    measure, close = make_measure(ctx, max_bytes)
+                      save: bool = True, max_bytes: int = CALIBRATION_MAX_BYTES,
+                      kind: str = "pageable"):
+    measure, close = make_measure(ctx, max_bytes, kind)
     try:
         return picker.calibrate(measure, budget_s=budget_s, progress=progress, save=save)
     finally:

@@ -5,10 +5,30 @@
 #   scripts/gpu_suite.sh [all|test|bench|examples]...   (default: all)
 #
 #   test      pytest (GDRPY_REQUIRE_GPU=1: nothing GPU-marked may skip), the C
-#             core test on nvrm, the nvrm backend harness
+#             core test on nvrm, the nvrm backend harness, the nvrm self-test
+#             (cost, routes, corrupted-table switch)
 #   bench     C copylat (gdrpy and libgdrapi), bench latency/bandwidth (--c),
 #             calibrate, bench transfer
-#   examples  bench pingpong, trading feed, MPI eager
+#   examples  bench pingpong, trading feed (one run per handler and path), MPI eager
+#   feed      the trading feed's capacity sweep (UDP and shared memory, C and
+#             Python handlers, gdrpy and cuMemcpy paths), its 10 s proof
+#             points and half-capacity latency: about 4-5 min (issue 21)
+#   channel   (only when named) issue 15: channel tests, pingpong SUMMARY, trading feed
+#   misuse    issue 17: the hostile-input sweep on the default backend (counts of
+#             crashes, hangs, clear errors), gdrpy_apilat (8/64 B validated copies
+#             and gdrpy_open latency while 8 threads copy); with MISUSE_OLD_TREE=DIR
+#             (a checkout of the old commit) also scripts/misuse_before_after.sh
+#   chanperf  (only when named) issue 15: the channel protocol's variants side by side
+#             (python -m gdrpy bench pingpong --variants; table in chanperf.log)
+#   large     issue 14 only (named explicitly, not part of all): the host-memory
+#             tests, bench bandwidth by host-memory kind, bench transfer for
+#             pageable and page-locked memory
+#   kinds     memory kinds x nvrm routes (probe_kinds), libgdrapi compat on
+#             the GPU (fork after gdr_open, layouts), pytest tests/test_gpu_kinds.py
+#   gdrcopy   GDRCopy's own tests on libgdrapi.so.2 (needs .ext/gdrcopy: see
+#             scripts/gdrcopy_tests.sh)
+#   ucx       ucx_perftest with and without gdr_copy (needs .ext/ucx from
+#             scripts/ucx_build.sh)
 #   asv       records an asv run of the benchmarks in asv_bench/ (all only
 #             includes it when asv or its wheels in .whl/ are there)
 #
@@ -65,6 +85,19 @@ if want test; then
     step pytest 900 python3 -m pytest -q -rs -p no:cacheprovider --junitxml="$WORK/junit.xml"
     step c_core_gpu 120 env GDRPY_BACKEND=nvrm native/build/test_core
     step c_nvrm_backend 300 sh native/tests/gpu/run_backend_test.sh "$WORK"
+    step nvrm_selftest 300 python3 scripts/nvrm_selftest.py --json "$WORK/nvrm_selftest.json"
+fi
+
+if want kinds; then
+    step kinds_probe 300 sh native/tests/gpu/run_probe_kinds.sh "$WORK"
+    step gdrapi_compat_gpu 120 native/build/test_gdrapi_compat
+    step pytest_kinds 300 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_kinds.py
+fi
+if want gdrcopy && [ -d .ext/gdrcopy ]; then
+    step gdrcopy_tests 560 scripts/gdrcopy_tests.sh .ext/gdrcopy --work "$WORK/gdrcopy" --timeout 240
+fi
+if want ucx && [ -x .ext/ucx/bin/ucx_perftest ]; then
+    step ucx_perftest 560 scripts/ucx_perftest.sh --work "$WORK/ucx"
 fi
 
 if want bench; then
@@ -72,16 +105,37 @@ if want bench; then
     step c_gdrapi_copylat 300 native/build/gdrapi_copylat --max 16777216
     step bench_latency 300 python3 -m gdrpy bench latency --backend nvrm --c \
         --json "$WORK/latency.json" --plot "$WORK/latency.png"
-    step bench_bandwidth 300 python3 -m gdrpy bench bandwidth --backend nvrm --c \
+    # also the host-memory kinds (issue 14): put/get from page-locked, registered and
+    # pageable memory next to cuMemcpy/torch pinned and pageable, 4 KiB..256 MiB, and
+    # the <= 64 KiB latency table of the same run
+    step bench_bandwidth 560 python3 -m gdrpy bench bandwidth --backend nvrm --c \
         --json "$WORK/bandwidth.json" --plot "$WORK/bandwidth.png"
     step calibrate 120 python3 -m gdrpy calibrate --backend nvrm
     step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 1500 \
         --json "$WORK/transfer.json" --plot "$WORK/transfer.png"
 fi
 
+# Issue 14 (large messages by host-memory kind) on its own, in one call of a few
+# minutes: named explicitly only (`scripts/gpu_suite.sh large`), never part of `all`.
+if [[ " $STAGES " == *" large "* ]]; then
+    step pytest_large 600 python3 -m pytest -q -rs -p no:cacheprovider \
+        tests/test_hostmem.py tests/test_native.py -k "hostmem or staging" \
+        --junitxml="$WORK/junit_large.xml"
+    step bench_bandwidth 560 python3 -m gdrpy bench bandwidth --backend nvrm \
+        --json "$WORK/bandwidth.json" --plot "$WORK/bandwidth.png"
+    step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 600 \
+        --json "$WORK/transfer.json" --plot "$WORK/transfer.png"
+fi
+
+# the page-locked picker's regret (issue 14): messages from/to host_alloc memory
+if want bench || [[ " $STAGES " == *" large "* ]]; then
+    step bench_transfer_pinned 400 python3 -m gdrpy bench transfer --backend nvrm --iters 600 \
+        --host pinned --json "$WORK/transfer_pinned.json" --plot "$WORK/transfer_pinned.png"
+fi
+
 if want examples; then
     step bench_pingpong 300 python3 -m gdrpy bench pingpong --backend nvrm \
-        --json "$WORK/pingpong.json" --plot "$WORK/pingpong.png"
+        --json "$WORK/pingpong.json"
     step trading_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
     # MPI mode needs an mpiexec: the GPU image has mpi4py but no MPI launcher;
     # PyPI's mpich wheel carried in .whl/mpi/ provides one (docs/examples.md).
@@ -94,6 +148,42 @@ if want examples; then
     else
         step mpi_eager 300 python3 examples/mpi_eager.py --json "$WORK/mpi_eager.json"
     fi
+fi
+
+if want feed; then
+    step feed_sweep 540 python3 examples/trading_feed.py --sweep --backend nvrm \
+        --json "$WORK/feed_sweep.json" --plot "$WORK/feed_sweep.svg" --markdown "$WORK/feed_sweep.md"
+fi
+
+# Issue 15 on its own (not part of `all`: test and examples cover it there):
+# the channel's tests (sim + GPU), then the pingpong benchmark whose SUMMARY
+# lines are the issue's numbers, then the trading feed on the channel.
+if [[ " $STAGES " == *" channel "* ]]; then
+    step channel_c_tests 120 env GDRPY_BACKEND=sim native/build/test_channel
+    step channel_tests 600 python3 -m pytest -q -rs -p no:cacheprovider tests/test_channel.py \
+        tests/test_channel_gpu.py tests/test_numa.py
+    step channel_pingpong 300 python3 -m gdrpy bench pingpong --backend nvrm \
+        --json "$WORK/pingpong.json"
+    grep -A6 '^SUMMARY' "$WORK/channel_pingpong.log"
+    step channel_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
+fi
+
+if want misuse; then
+    step misuse_sweep 600 python3 -m gdrpy.tools.misuse_sweep --backend auto --jobs 8 \
+        --json "$WORK/misuse_sweep.json"
+    step misuse_apilat 300 native/build/gdrpy_apilat --lib native/build --backend auto
+    step misuse_stream_probe 300 python3 scripts/stream_probe.py
+    if [ -n "${MISUSE_OLD_TREE:-}" ]; then
+        step misuse_before_after 600 scripts/misuse_before_after.sh "$MISUSE_OLD_TREE" auto
+    fi
+fi
+
+# Issue 15's latency: every protocol variant of the 4-byte round trip
+# (gdrpy/tools/chanvar_kernels.cu, native/tools/chanpp/chanvar.c), interleaved,
+# each checked; the table says which are correct by the memory model.
+if [[ " $STAGES " == *" chanperf "* ]]; then
+    step chanperf 240 python3 -m gdrpy bench pingpong --variants --backend nvrm
+    sed -n '/^VARIANTS/,/^SUMMARY chanperf/p' "$WORK/chanperf.log" | grep -v '^{' | tee "$WORK/chanperf_table.txt"
 fi
 
 if want asv; then

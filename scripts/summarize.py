@@ -57,7 +57,8 @@ def main(d):
     fails = [ln for ln in steps.splitlines() if "rc=" in ln and "rc=0 " not in ln]
     p(f"steps: {sum('rc=' in ln for ln in steps.splitlines())} run, {len(fails)} failed"
       + ("".join(f"\n  FAILED {ln[4:]}" for ln in fails)))
-    tail = [ln for ln in read(d, "pytest.log").splitlines() if re.search(r"\d+ (passed|failed)", ln)]
+    tail = [ln for ln in read(d, "pytest.log").splitlines()
+            if re.search(r"\d+ (passed|failed)", ln)]
     if tail:
         p(f"pytest: {tail[-1].strip('= ')}")
     for name in ("c_core_gpu.log", "c_nvrm_backend.log"):
@@ -141,6 +142,22 @@ def main(d):
                 p(f"  C write kernel / raw at {size >> 20} MiB: "
                   f"{100 * a['gbps_median'] / b['gbps_median']:.1f}% (target >= 95%)")
 
+    if bw and bw.get("host_kinds_verdict"):
+        p("")
+        p("large messages by host-memory kind (% of pinned cuMemcpy, same run; issue 14)")
+        for key, v in bw["host_kinds_verdict"].items():
+            if v.get("min_pct") is None:
+                p(f"  {key:<16} not measured")
+                continue
+            p(f"  {key:<16} >= {v['from'] >> 20} MiB: worst {v['min_pct']:.1f}% at "
+              f"{v['at'] >> 20} MiB (target {v['target_pct']:.0f}%): "
+              f"{'PASS' if v['ok'] else 'FAIL'}")
+        lat = bw.get("latency_rows") or []
+        if lat:
+            p("  <= 64 KiB latencies (median/p99 us): " + "; ".join(
+                f"{r['key'][4:]} {r['size']}B {r['median_us']:.3f}/{r['p99_us']:.3f}"
+                for r in lat if r.get("median_us") is not None and r["size"] in (8, 65536)))
+
     harness = read(d, "c_nvrm_backend.log")
     pins = [ln for ln in harness.splitlines()
             if ln.startswith("TIME") and re.search(r"(pin|map) 64 (KiB|MiB)", ln)
@@ -158,13 +175,19 @@ def main(d):
         for ln in read(d, "calibrate.log").splitlines():
             if "threshold" in ln and ":" in ln:
                 p("  " + ln.strip())
-    tr = load(d, "transfer.json")
-    if tr:
+    for fname, label in (("transfer.json", "transfer"),
+                         ("transfer_pinned.json", "transfer, page-locked host memory")):
+        tr = load(d, fname)
+        if not tr:
+            continue
         s = tr.get("summary", {})
         pk = tr.get("meta", {}).get("picker", {})
         p("")
-        p(f"transfer: thresholds {pk.get('thresholds')} ({pk.get('sources')}); "
+        p(f"{label}: thresholds {pk.get('thresholds')} ({pk.get('sources')}); "
           f"calibration {pk.get('calibration_s', '-')} s")
+        byk = tr.get("meta", {}).get("thresholds_by_kind")
+        if byk:
+            p(f"  thresholds by kind: {byk}")
         worst = s.get("worst_regret")
         p(f"  worst regret {100 * worst:+.1f}% at {s.get('worst_at')}; every size within 5%: "
           f"{'YES' if s.get('within_5pct') else 'NO'} ({s.get('measured')} sizes x directions)"
@@ -173,25 +196,45 @@ def main(d):
     pp = load(d, "pingpong.json")
     if pp:
         p("")
-        p("ping-pong round trip (us): payload  gdrpy median/p99   cuMemcpy+launch median/p99")
+        p("ping-pong round trip through gdrpy.Channel (us), median / p99:")
+        p("  payload     python            C                 cuMemcpy+launch")
         by = {}
         for r in pp.get("results", []):
             by.setdefault(r["size"], {})[r["path"]] = r["stats_us"]
-        for size, v in sorted(by.items()):
-            g, c = v.get("gdrpy", {}), v.get("cuMemcpy", {})
-            p(f"  {size:>6} B   {us(g.get('median'))} / {us(g.get('p99'))}"
-              f"        {us(c.get('median'))} / {us(c.get('p99'))}")
+        for size in pp.get("sizes", []):
+            v = by.get(size, {})
+            cols = [v.get(k, {}) for k in ("python", "c", "cuMemcpy")]
+            p(f"  {size:>6} B   " + "   ".join(f"{us(c.get('median'))} / {us(c.get('p99'))}"
+                                           for c in cols))
+        sm = pp.get("summary") or {}
+        if sm:
+            p(f"  issue 15: Python {us(sm.get('python_median_us'))} us (<= 2.6), "
+              f"C {us(sm.get('c_median_us'))} us (<= 1.6), batch/tick Python "
+              f"{sm.get('python_batch_ratio', float('nan')):.2f}x, C "
+              f"{sm.get('c_batch_ratio', float('nan')):.2f}x (< 2)")
+        if (pp.get("c_tool") or {}).get("error"):
+            p(f"  C tool: {pp['c_tool']['error']}")
 
-    tf = load(d, "trading_feed.json")
-    if tf:
+    for fname in ("trading_feed.json", "feed_sweep.json"):
+        tf = load(d, fname)
+        if not tf:
+            continue
         p("")
-        p("trading feed: tick-to-GPU (recv -> kernel ack seen), p50 / p99 us, gaps, overruns")
-        for name, r in tf.get("paths", {}).items():
-            lat = (r.get("latency_us") or {}).get("tick_to_gpu_ack", {})
-            p(f"  {name:<9} {us(lat.get('median'))} / {us(lat.get('p99'))}   "
-              f"processed {r.get('processed')}/{r.get('sent')}  gaps {r.get('gaps', {}).get('missing')}"
-              f"  full {r.get('ring', {}).get('full_events')}  check "
-              f"{'ok' if (r.get('check') or {}).get('ok') else 'FAILED'}")
+        p(f"trading feed ({fname}): end-to-end (sender stamp -> ack seen) p50 / p99 us")
+        for r in tf.get("points", []):
+            e = (r.get("latency_us") or {}).get("end_to_end", {})
+            lo = r.get("loss") or {}
+            p(f"  {r.get('kind', ''):<13} {r.get('source')}/{r.get('handler')}/{r.get('path'):<8} "
+              f"{r.get('offered_per_s', 0):>11,.0f}/s  "
+              f"processed {r.get('processed_per_s') or 0:>11,.0f}/s"
+              f"  lost {lo.get('lost')}  full {(r.get('ring') or {}).get('full_events')}  "
+              f"{us(e.get('median'))} / {us(e.get('p99'))}"
+              f"{'' if r.get('checks_ok') else '  CHECK FAILED'}")
+        for k, v in (tf.get("zero_loss_capacity") or {}).items():
+            p(f"  zero-loss capacity {k}: {v:,.0f}/s")
+        for dw in tf.get("done_when") or []:
+            p(f"  [{'PASS' if dw['ok'] else 'SHORT'}] {dw['what']}: {dw['measured']}"
+              + (f"; bound: {dw['bound']}" if dw.get("bound") else ""))
 
     mp = load(d, "mpi_eager.json")
     if mp:
@@ -200,7 +243,8 @@ def main(d):
           "  size  gdrpy  cuMemcpy-staged")
         for r in mp.get("rows", []):
             if r["size"] in (1, 8, 64, 1024, 8192, 65536, 1 << 20):
-                p(f"  {r['size']:>8}  {us(r['gdrpy']['median_us']):>7}  {us(r['staged']['median_us']):>7}"
+                p(f"  {r['size']:>8}  {us(r['gdrpy']['median_us']):>7}  "
+                  f"{us(r['staged']['median_us']):>7}"
                   f"   ({r['gdrpy'].get('path')})")
     asvlog = read(d, "asv.log")
     if asvlog:

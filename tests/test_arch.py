@@ -1,7 +1,7 @@
 """Copy kernels per CPU architecture (issue 20): what the build offers on this
 machine's architecture, and that the reasons for the kernels it cannot use are
 reported.  Runs natively on x86-64 and, in CI, on aarch64 under qemu-user
-(scripts/ci/70-arm64.sh)."""
+(scripts/ci/90-arm64.sh)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import GPU_PRESENT
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,8 +10,14 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import (Bundle, RuleBasedStateMachine, consumes, invariant,
-                                 precondition, rule)
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    consumes,
+    invariant,
+    precondition,
+    rule,
+)
 
 import gdrpy
 from gdrpy import errors
@@ -90,9 +96,8 @@ def test_pin_beyond_the_allocation_is_refused(sim_ctx):
 
 @pytest.mark.parametrize("flags", [-1, 2, 1 << 40, "1", None])
 def test_pin_rejects_bad_flags(sim_ctx, flags):
-    with gdrpy.memory.alloc(4096, ctx=sim_ctx) as buf:
-        with pytest.raises(BAD_ERRORS):
-            sim_ctx.pin(buf, flags=flags)
+    with gdrpy.memory.alloc(4096, ctx=sim_ctx) as buf, pytest.raises(BAD_ERRORS):
+        sim_ctx.pin(buf, flags=flags)
 
 
 @pytest.mark.parametrize("offset,data", [
@@ -100,11 +105,10 @@ def test_pin_rejects_bad_flags(sim_ctx, flags):
     (0, np.zeros((4, 4), np.uint8)[:, ::2]),  # non-contiguous
 ])
 def test_write_rejects_bad_arguments(sim_ctx, offset, data):
-    with gdrpy.memory.alloc(4096, ctx=sim_ctx) as buf:
-        with sim_ctx.pin(buf) as pin, pin.map() as m:
-            with pytest.raises(BAD_ERRORS) as ei:
-                m.write(offset, data)
-            assert str(ei.value)
+    with gdrpy.memory.alloc(4096, ctx=sim_ctx) as buf, sim_ctx.pin(buf) as pin, pin.map() as m:
+        with pytest.raises(BAD_ERRORS) as ei:
+            m.write(offset, data)
+        assert str(ei.value)
 
 
 @pytest.mark.parametrize("offset,n,out", [
@@ -112,10 +116,9 @@ def test_write_rejects_bad_arguments(sim_ctx, offset, data):
     (0, 8, "str"), (0, 8, np.zeros(16, np.uint8)[::2]),
 ])
 def test_read_rejects_bad_arguments(sim_ctx, offset, n, out):
-    with gdrpy.memory.alloc(4096, ctx=sim_ctx) as buf:
-        with sim_ctx.pin(buf) as pin, pin.map() as m:
-            with pytest.raises(BAD_ERRORS):
-                m.read(offset, n, out=out)
+    with (gdrpy.memory.alloc(4096, ctx=sim_ctx) as buf, sim_ctx.pin(buf) as pin,
+          pin.map() as m, pytest.raises(BAD_ERRORS)):
+        m.read(offset, n, out=out)
 
 
 def test_stream_argument_is_validated(sim_ctx):

@@ -13,12 +13,11 @@ import platform
 import sys
 
 import pytest
+from conftest import GPU_PRESENT
 
 import gdrpy
-from gdrpy.tools import bench
 from gdrpy.__main__ import main
-
-from conftest import GPU_PRESENT
+from gdrpy.tools import bench
 
 COPYLAT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                        "native", "build", "gdrpy_copylat")
@@ -57,14 +56,15 @@ def test_parse_sizes_accepts_binary_suffixes_and_sorts():
     for bad in ("0", "-1", "4X", "", "1.5K"):
         with pytest.raises(ValueError):
             bench.parse_sizes(bad) if bad == "" else bench.parse_size(bad)
-    assert [bench.format_size(n) for n in (1, 3072, 1 << 20, 1536)] == ["1", "3K", "1M", "1536"]
+    assert [bench.format_size(n) for n in (1, 3072, 1 << 20, 1536)] == \
+        ["1 B", "3 KiB", "1 MiB", "1536 B"]
 
 
 def test_bad_size_on_the_command_line_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "latency", "--backend", "sim", "--sizes", "8,0"])
     assert e.value.code == 2
-    assert "bad size '0'" in capsys.readouterr().err
+    assert "size '0' must be at least 1 byte" in capsys.readouterr().err
 
 
 def test_stats_median_and_nearest_rank_p99():
@@ -127,7 +127,7 @@ def test_latency_on_sim_prints_the_sim_note_and_writes_json(tmp_path, capsys, mo
     assert not any(r["library"] in ("cuda-python", "cupy", "torch") for r in rows)
     # the short summary comes last, after the JSON note
     assert out.rindex("summary d2h") > out.index("JSON written to")
-    assert out.rstrip().splitlines()[-1].startswith("4K")
+    assert out.rstrip().splitlines()[-1].startswith("4 KiB")
 
 
 @pytest.mark.skipif(not os.access(COPYLAT, os.X_OK),

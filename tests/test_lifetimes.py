@@ -104,14 +104,13 @@ def test_pins_and_mappings_cannot_be_built_directly():
 
 
 def test_integer_like_arguments(sim_ctx):
-    with gdrpy.memory.alloc(4096, ctx=sim_ctx) as buf:
-        with sim_ctx.pin(buf) as pin, pin.map() as m:
-            m.write_u64(8, np.uint64(5))
-            assert m.read_u64(8) == 5
-            t = m.transfer()
-            assert t.get(8, np.int64(2)) == b"\x05\x00"
-            assert m.read(np.int32(8), np.int16(1)) == b"\x05"
-            with pytest.raises(TypeError):
-                m.write(True, b"x")
+    with gdrpy.memory.alloc(4096, ctx=sim_ctx) as buf, sim_ctx.pin(buf) as pin, pin.map() as m:
+        m.write_u64(8, np.uint64(5))
+        assert m.read_u64(8) == 5
+        t = m.transfer()
+        assert t.get(8, np.int64(2)) == b"\x05\x00"
+        assert m.read(np.int32(8), np.int16(1)) == b"\x05"
+        with pytest.raises(TypeError):
+            m.write(True, b"x")
     with pytest.raises(errors.NotSupportedError):
         sim_ctx.pin(np.zeros(16, np.uint8))

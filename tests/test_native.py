@@ -27,7 +27,8 @@ def _run(args, env_extra, timeout=600):
     env = dict(os.environ, **env_extra)
     r = subprocess.run(args, capture_output=True, text=True, env=env, timeout=timeout)
     sys.stdout.write(r.stdout[-3000:])
-    assert r.returncode == 0, f"{args[0]} exited {r.returncode}\n{r.stdout[-6000:]}\n{r.stderr[-3000:]}"
+    assert r.returncode == 0, (f"{args[0]} exited {r.returncode}\n{r.stdout[-6000:]}\n"
+                               f"{r.stderr[-3000:]}")
     last = [ln for ln in r.stdout.splitlines() if " passed, " in ln]
     assert last and last[-1].split(": ", 1)[1].split(",")[1].strip().startswith("0 failed"), last
     return r.stdout
@@ -35,6 +36,10 @@ def _run(args, env_extra, timeout=600):
 
 def test_c_core_on_sim(native_tests):
     _run([os.path.join(native_tests, "test_core")], {"GDRPY_BACKEND": "sim"})
+
+
+def test_c_staging_ring_and_host_table_on_sim(native_tests):
+    _run([os.path.join(native_tests, "test_staging")], {})
 
 
 def test_c_copy_kernels_every_size_and_alignment(native_tests):

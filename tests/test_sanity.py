@@ -128,13 +128,12 @@ def test_two_small_buffers_in_one_page_are_independent(ctx, alloc):
     buf = alloc(PAGE)
     alloc.device_write(buf.ptr, bytes(64))
     a, b = buf.ptr + 8, buf.ptr + 40
-    with ctx.pin(a, size=8) as pa, ctx.pin(b, size=8) as pb:
-        with pa.map() as ma, pb.map() as mb:
-            ma.write(0, b"AAAAAAAA")
-            mb.write(0, b"BBBBBBBB")
-            assert alloc.device_read(buf.ptr, 64) == (
-                bytes(8) + b"A" * 8 + bytes(24) + b"B" * 8 + bytes(16))
-            assert ma.read(0, 8) == b"A" * 8 and mb.read(0, 8) == b"B" * 8
+    with ctx.pin(a, size=8) as pa, ctx.pin(b, size=8) as pb, pa.map() as ma, pb.map() as mb:
+        ma.write(0, b"AAAAAAAA")
+        mb.write(0, b"BBBBBBBB")
+        assert alloc.device_read(buf.ptr, 64) == (
+            bytes(8) + b"A" * 8 + bytes(24) + b"B" * 8 + bytes(16))
+        assert ma.read(0, 8) == b"A" * 8 and mb.read(0, 8) == b"B" * 8
 
 
 @pytest.mark.parametrize("off,n", [(0, 4097), (4096, 1), (4095, 2), (2**62, 1), (1, 2**62)])

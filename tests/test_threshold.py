@@ -20,7 +20,6 @@ import pytest
 
 from gdrpy import threshold as th
 
-
 # ---------------------------------------------------------------------------------------
 # Synthetic cost models and a fake transfer engine
 # ---------------------------------------------------------------------------------------
@@ -471,7 +470,7 @@ def test_progress_callback_is_monotonic_and_failures_do_not_abort():
     th.calibrate(fake, progress=lambda f, msg: seen.append((f, msg)), **fast_cal(fake))
     fr = [f for f, _ in seen]
     assert len(fr) > 20 and fr[-1] == 1.0 and all(0 <= f <= 1 for f in fr)
-    assert all(a <= b for a, b in zip(fr, fr[1:]))
+    assert all(a <= b for a, b in zip(fr, fr[1:], strict=False))
     assert all(isinstance(m, str) and m for _, m in seen)
 
     def broken(f, msg):
@@ -691,6 +690,7 @@ def test_partial_cache_calibrates_only_the_missing_direction(picker_factory):
 
 def test_concurrent_load_or_calibrate_measures_once(picker_factory):
     """Six pickers of one identity start at once: one measures, five load its result."""
+    pytest.importorskip("filelock", reason="without filelock the cache is written unlocked")
     lock = threading.Lock()
     measuring_threads = set()
     fake = FakeMeasure({"h2d": H100_H2D, "d2h": H100_D2H})

@@ -1,7 +1,8 @@
 """Bandwidth (GB/s from the median time of one copy) of the mapping and the
 copy engine, 1 MiB and 64 MiB."""
 
-from .common import BANDWIDTH_SIZES, Fixture, close_fixture as _close, gbps
+from .common import BANDWIDTH_SIZES, Fixture, gbps
+from .common import close_fixture as _close
 
 
 def _unit(fn):

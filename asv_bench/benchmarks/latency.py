@@ -8,7 +8,8 @@
   one path.
 """
 
-from .common import LATENCY_SIZES, Fixture, close_fixture as _close, median_us
+from .common import LATENCY_SIZES, Fixture, median_us
+from .common import close_fixture as _close
 
 
 class MappingLatency:

@@ -13,7 +13,7 @@ GPU's copy engines (cuMemcpy, ``"ce"``).
 * :func:`calibrate` measures both paths through a ``measure`` callback supplied by the
   transfer engine and picks the crossover from the measurements (sweep, then bisection).
 * Results persist per host identity in a JSON file in the user's cache directory
-  (``$GDRPY_CACHE_DIR``, else ``$XDG_CACHE_HOME/gdrpy``, else ``~/.cache/gdrpy``),
+  (``$GDRPY_CACHE_DIR``, else platformdirs' user cache dir: ``~/.cache/gdrpy`` on Linux),
   written atomically under a file lock. A cache that is missing, corrupt, of another
   schema or another identity, or holds absurd values is never an error: it is reported
   (``picker.reason``, logger ``gdrpy.threshold``) and the caller recalibrates.

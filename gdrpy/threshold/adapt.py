@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from .calibrate import _median
 

@@ -4,15 +4,14 @@ atomic write and validation of a cache document."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import math
 import os
 import pathlib
 import tempfile
-import time
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any, TypeGuard
 
 from .values import DIRECTIONS, MAX_THRESHOLD, log
 
@@ -52,70 +51,117 @@ def identity_key(identity: Mapping[str, Any]) -> str:
 def cache_dir(env: Mapping[str, str] | None = None) -> pathlib.Path | None:
     """The directory holding threshold caches, or None if no home can be found.
 
-    ``$GDRPY_CACHE_DIR`` if set and non-empty, else ``$XDG_CACHE_HOME/gdrpy`` if that is
-    an absolute path (per the XDG spec), else ``~/.cache/gdrpy``.
+    ``$GDRPY_CACHE_DIR`` (read from ``env``, default ``os.environ``) if set and non-empty,
+    else the user cache directory of platformdirs (on Linux ``$XDG_CACHE_HOME/gdrpy``,
+    else ``~/.cache/gdrpy``); a relative ``$XDG_CACHE_HOME`` is ignored, as the XDG spec
+    says.
     """
     env = os.environ if env is None else env
     d = env.get(ENV_CACHE_DIR, "")
     if d:
         return pathlib.Path(d).expanduser()
-    xdg = env.get("XDG_CACHE_HOME", "")
-    if xdg and os.path.isabs(xdg):
-        return pathlib.Path(xdg) / "gdrpy"
     try:
-        return pathlib.Path.home() / ".cache" / "gdrpy"
-    except (RuntimeError, KeyError, OSError):   # no $HOME and no passwd entry
-        return None
+        import platformdirs
+        p = platformdirs.user_cache_path("gdrpy", appauthor=False)
+    except ImportError:         # a dependency, but keep working where it is missing
+        p = pathlib.Path("~/.cache/gdrpy").expanduser()
+    if not p.is_absolute():     # relative $XDG_CACHE_HOME, or no home to expand ~ into
+        try:
+            p = pathlib.Path.home() / ".cache" / "gdrpy"
+        except (RuntimeError, KeyError, OSError):   # no $HOME and no passwd entry
+            return None
+    return p
 
 
 class _CacheInvalid(Exception):
     pass
 
 
+class InsecureCacheDir(OSError):
+    """The cache directory is not owned by this user or is writable by others."""
+
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def check_dir(d: pathlib.Path) -> None:
+    """Refuse (InsecureCacheDir, with the fix) a cache directory that another user
+    owns or that group/others can write, as ssh does for ~/.ssh: anyone who can write
+    there could plant thresholds or point our files elsewhere."""
+    if not hasattr(os, "geteuid"):
+        return
+    st = os.stat(d)
+    me = os.geteuid()
+    if st.st_uid != me:
+        raise InsecureCacheDir(
+            f"threshold cache directory {d} is owned by uid {st.st_uid}, not by you "
+            f"(uid {me}); it is not used. Fix: remove it, or set {ENV_CACHE_DIR} to a "
+            "directory of your own (mkdir -m 700 DIR)")
+    if st.st_mode & 0o022:
+        raise InsecureCacheDir(
+            f"threshold cache directory {d} is writable by group or others (mode "
+            f"{st.st_mode & 0o777:o}); it is not used. Fix: chmod go-w {d}")
+
+
+def open_nofollow(path: pathlib.Path, flags: int, mode: int = 0o600) -> int:
+    """os.open with O_NOFOLLOW (a symlink planted at ``path`` fails with ELOOP) after
+    checking the directory holding it."""
+    check_dir(path.parent)
+    return os.open(path, flags | _O_NOFOLLOW | _O_CLOEXEC, mode)
+
+
+_warned_no_filelock = False
+
+
 @contextlib.contextmanager
 def _file_lock(path: pathlib.Path, timeout_s: float) -> Iterator[bool]:
-    """Exclusive flock on ``path`` (created if needed); yields whether it was taken.
+    """Exclusive lock (filelock: flock, lock file opened O_NOFOLLOW, 0600) on ``path``;
+    yields whether it was taken.
 
-    Never raises for lock trouble: without fcntl, on an unwritable directory or after
-    ``timeout_s`` it yields False and the caller proceeds (writes stay atomic anyway).
+    Never raises for lock trouble: on an unwritable directory, after ``timeout_s``, or
+    without the filelock package it yields False and the caller proceeds (writes stay
+    atomic anyway).
     """
+    global _warned_no_filelock
     try:
-        import fcntl
-    except ImportError:         # not POSIX: atomic replace alone
+        check_dir(path.parent)
+    except InsecureCacheDir as e:
+        log.warning("threshold cache: %s", e)
         yield False
         return
+    except OSError:
+        pass        # no directory yet: the lock below reports it
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+        import filelock
+    except ImportError:
+        if not _warned_no_filelock:
+            _warned_no_filelock = True
+            log.warning("threshold cache: the filelock package is missing; caches are "
+                        "written without a lock (atomically)")
+        yield False
+        return
+    lock = filelock.FileLock(str(path), mode=0o600)
+    try:
+        lock.acquire(timeout=timeout_s, poll_interval=0.01)
+    except filelock.Timeout:
+        log.warning("threshold cache: lock %s still held after %.0f s; going on without it",
+                    path, timeout_s)
+        yield False
+        return
     except OSError as e:
-        log.debug("threshold cache: cannot open lock file %s: %s", path, e)
+        log.debug("threshold cache: cannot lock %s: %s", path, e)
         yield False
         return
-    got = False
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                got = True
-                break
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    log.debug("threshold cache: flock %s failed: %s", path, e)
-                    break
-                if time.monotonic() >= deadline:
-                    log.warning("threshold cache: lock %s still held after %.0f s; "
-                                "going on without it", path, timeout_s)
-                    break
-                time.sleep(0.01)
-        yield got
+        yield True
     finally:
-        if got:
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        os.close(fd)
+        with contextlib.suppress(OSError):
+            lock.release()
 
 
 def _atomic_write(path: pathlib.Path, data: bytes) -> None:
+    check_dir(path.parent)   # mkstemp is O_EXCL; os.replace replaces a link itself
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -129,7 +175,7 @@ def _atomic_write(path: pathlib.Path, data: bytes) -> None:
         raise
 
 
-def _finite(x: object) -> bool:
+def _finite(x: object) -> TypeGuard[float]:
     return (isinstance(x, (int, float)) and not isinstance(x, bool)
             and math.isfinite(x))
 

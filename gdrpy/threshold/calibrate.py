@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from .values import (
     DEFAULT_THRESHOLDS,
@@ -160,7 +161,7 @@ class _Calibrator:
         paths' order is not the same in most rounds, or a path's rounds spread > 1.5x
         (interference bursts can spoil several rounds in a row)."""
         m, c = meds["mapping"], meds["ce"]
-        wins = sum(a < b for a, b in zip(m, c))
+        wins = sum(a < b for a, b in zip(m, c, strict=False))
         if min(wins, len(m) - wins) * 4 > len(m):
             return True
         return any(min(v) <= 0 or max(v) > 1.5 * min(v) for v in (m, c) if v)

@@ -10,7 +10,8 @@ import os
 import pathlib
 import threading
 import time
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from .adapt import (
     _EV_NONE,
@@ -26,12 +27,15 @@ from .cache import (
     _CACHE_KIND,
     _MAX_CACHE_BYTES,
     SCHEMA_VERSION,
+    InsecureCacheDir,
     _atomic_write,
     _CacheInvalid,
     _check_identity,
     _file_lock,
     _validate_cache,
+    check_dir,
     identity_key,
+    open_nofollow,
 )
 from .cache import cache_dir as _default_cache_dir
 from .calibrate import (
@@ -438,7 +442,7 @@ class ThresholdPicker:
             raise _CacheInvalid("no identity given; persistence disabled" if self._key is None
                                 else "no cache directory (no $HOME)")
         try:
-            with open(f, "rb") as fh:
+            with os.fdopen(open_nofollow(f, os.O_RDONLY), "rb") as fh:
                 data = fh.read(_MAX_CACHE_BYTES + 1)
         except FileNotFoundError:
             raise _CacheInvalid(f"no cache file {f}") from None
@@ -477,12 +481,12 @@ class ThresholdPicker:
             log.info("threshold cache not used: %s", e)
             return False
         with self._lock:
-            for d, e in entries.items():
+            for d, entry in entries.items():
                 st = self._st[d]
-                st.persist = e
+                st.persist = entry
                 if st.override is None:
                     st.buckets = {}
-                    self._set(d, e["threshold"], "cache")
+                    self._set(d, entry["threshold"], "cache")
             if isinstance(cal, dict):
                 self._calibration = {k: cal.get(k) for k in
                                      ("time", "duration_s", "budget_s", "truncated",
@@ -511,6 +515,11 @@ class ThresholdPicker:
         assert self._cache_dir is not None
         try:
             self._cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            check_dir(self._cache_dir)
+        except InsecureCacheDir as e:
+            self.reason = str(e)
+            log.warning("threshold cache: %s", self.reason)
+            return False
         except OSError as e:
             self.reason = f"cannot create cache directory {self._cache_dir}: {e}"
             log.warning("threshold cache: %s", self.reason)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import logging
 import operator
-import re
 import sys
-from typing import Mapping
+from collections.abc import Mapping
+
+from .._sizes import format_size, parse_size
 
 log = logging.getLogger("gdrpy.threshold")
 
@@ -52,8 +53,6 @@ _WORDS = {
     "always-ce": ALWAYS_CE,
 }
 _AUTO_WORDS = ("", "auto")
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-_SIZE_RE = re.compile(r"^(\d+)\s*(?:([kmg])(?:ib|b)?|b)?$", re.IGNORECASE)
 
 # ---------------------------------------------------------------------------------------
 # Parsing and validation helpers
@@ -61,13 +60,13 @@ _SIZE_RE = re.compile(r"^(\d+)\s*(?:([kmg])(?:ib|b)?|b)?$", re.IGNORECASE)
 
 def _check_direction(direction: object) -> str:
     if direction in DIRECTIONS:
-        return direction  # type: ignore[return-value]
+        return direction
     raise ValueError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
 
 
 def _check_path(path: object) -> str:
     if path in PATHS:
-        return path  # type: ignore[return-value]
+        return path
     raise ValueError(f"path must be one of {PATHS}, got {path!r}")
 
 
@@ -86,7 +85,7 @@ def _as_real(value: object, name: str) -> float:
             value, "__float__"):
         raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     try:
-        return float(value)  # type: ignore[arg-type]
+        return float(value)
     except (TypeError, ValueError):
         raise TypeError(
             f"{name} must be a real number, got {type(value).__name__} {value!r}") from None
@@ -111,12 +110,13 @@ def parse_threshold(value: object, name: str = "threshold") -> int | None:
             return None
         if text in _WORDS:
             return _WORDS[text]
-        m = _SIZE_RE.match(text)
-        if not m:
+        try:
+            n = parse_size(text, minimum=0)
+        except ValueError:
             raise ValueError(
                 f"{name}: cannot parse {value!r}; expected a byte count such as 4096, 64K, "
-                f"64KiB, 1M, or one of 'mapping', 'ce', 'always-mapping', 'always-ce', 'auto'")
-        n = int(m.group(1)) * _UNITS[(m.group(2) or "").lower()]
+                f"64KiB, 1M, or one of 'mapping', 'ce', 'always-mapping', 'always-ce', "
+                f"'auto'") from None
     else:
         n = _as_int(value, name)
     if n < 0:
@@ -134,8 +134,5 @@ def format_threshold(t: int) -> str:
         return "always-mapping"
     if t == ALWAYS_CE:
         return "always-ce"
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if t >= size and t % size == 0:
-            return f"{t // size} {unit}"
-    return f"{t} B"
+    return format_size(t)
 

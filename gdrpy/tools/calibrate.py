@@ -1,4 +1,5 @@
-"""``python -m gdrpy calibrate``: measure and store this host's put/get thresholds."""
+"""``python -m gdrpy calibrate``: measure and store this host's staging plan and
+put/get thresholds (for pageable and for page-locked host memory)."""
 
 from __future__ import annotations
 
@@ -6,44 +7,53 @@ import sys
 import time
 
 from ..threshold import ThresholdPicker, format_threshold
-from ..transfer import _pickers, _pickers_lock, calibrate_context, host_identity
-
-
-def _progress_bar(stream=sys.stderr):
-    width = 30
-
-    def progress(frac, msg):
-        n = int(round(frac * width))
-        stream.write(f"\r[{'#' * n}{'.' * (width - n)}] {frac * 100:5.1f}% {msg[:50]:<50}")
-        stream.flush()
-        if frac >= 1.0:
-            stream.write("\n")
-    return progress
-
+from ..transfer import (
+    HOST_KINDS,
+    _pickers,
+    _pickers_lock,
+    calibrate_context,
+    host_identity,
+    picker_identity,
+)
+from .progress import progress_bar
 
 
 def calibrate_cli(args) -> int:
     from .. import open as gopen
+    from ..staging import calibrate_plan, save_plan, set_plan
     with gopen(args.device, args.backend) as ctx:
-        picker = ThresholdPicker(identity=host_identity(ctx))
         if ctx.is_sim:
             print("note: backend sim - host memory stands in for the GPU; these "
                   "thresholds describe the simulation, not a GPU", file=sys.stderr)
         t0 = time.perf_counter()
-        res = calibrate_context(ctx, picker, budget_s=args.budget,
-                                progress=None if args.quiet else _progress_bar(),
-                                save=not args.no_save)
-        dt = time.perf_counter() - t0
-        with _pickers_lock:
-            _pickers[(ctx.device, ctx.backend)] = picker
-        print(f"calibrated {ctx.backend} on device {ctx.device} in {dt:.2f} s"
-              f"{' (truncated by the budget)' if res.truncated else ''}")
-        for d, r in res.directions.items():
-            print(f"  {d}: threshold {format_threshold(r.threshold)} "
-                  f"(messages up to it go through the mapping)")
-            for meas in r.sweep:
-                print(f"    {meas.nbytes:>10d} B  mapping {meas.mapping_s * 1e6:9.2f} us"
-                      f"  ce {meas.ce_s * 1e6:9.2f} us")
+        plan = calibrate_plan(ctx, budget_s=max(0.5, args.budget / 4))
+        set_plan(ctx, plan)
         if not args.no_save:
-            print(f"stored in {picker.cache_file}")
+            save_plan(host_identity(ctx), plan)
+        def staged(n: int) -> str:
+            return "never" if n >= 1 << 40 else format_threshold(n)
+        print(f"staging plan: chunk {plan.chunk >> 10} KiB, depth {plan.depth}, "
+              f"threads {plan.threads}; staged from h2d {staged(plan.staged_min['h2d'])}, "
+              f"d2h {staged(plan.staged_min['d2h'])}")
+        for kind in HOST_KINDS:
+            picker = ThresholdPicker(identity=picker_identity(ctx, kind))
+            res = calibrate_context(ctx, picker, budget_s=args.budget * 3 / 8,
+                                    progress=None if args.quiet else
+                                    progress_bar(f"calibrating ({kind})"),
+                                    save=not args.no_save, kind=kind)
+            with _pickers_lock:
+                _pickers[(ctx.device, ctx.backend, kind)] = picker
+            print(f"{kind} host memory: calibrated {ctx.backend} on device {ctx.device}"
+                  f"{' (truncated by the budget)' if res.truncated else ''}")
+            for d, r in res.directions.items():
+                print(f"  {d}: threshold {format_threshold(r.threshold)} "
+                      f"(messages up to it go through the mapping)")
+                for meas in r.sweep:
+                    print(f"    {meas.nbytes:>10d} B  mapping {meas.mapping_s * 1e6:9.2f} us"
+                          f"  ce {meas.ce_s * 1e6:9.2f} us")
+            if not args.no_save:
+                print(f"  stored in {picker.cache_file}")
+        print(f"calibrated {ctx.backend} on device {ctx.device} in "
+              f"{time.perf_counter() - t0:.2f} s (staging plan, pageable and page-locked "
+              "pickers)")
     return 0

@@ -34,6 +34,34 @@ def _gpus():
     return out, ("" if out else "the CUDA driver reports no devices")
 
 
+def _locality(auto_info) -> dict | None:
+    """The GPU's NUMA node and nearby CPUs (sysfs), when a GPU backend works."""
+    if not auto_info or not auto_info.get("pci_bus_id"):
+        return None
+    from ..numa import device_locality
+    return device_locality(pci_bus_id=auto_info["pci_bus_id"])
+
+
+def _print_nvrm(st: dict) -> None:
+    t = st["table"]
+    newer = ", driver newer than every table" if t["driver_newer_than_tables"] else ""
+    cv = st["cuda_driver"]
+    print(f"nvrm self-test: {st['selftest_ms']:.2f} ms; driver {st['driver']}, CUDA "
+          f"{cv // 1000}.{cv % 1000 // 10}; ABI table {t['branch']} (tag {t['tag']}{newer})")
+    names = {"A": "route A (cuMemCreate)", "C": "route C (cuMemAlloc) "}
+    for r, name in names.items():
+        rep = st["routes"][r]
+        if rep["ok"]:
+            extra = ""
+            lay = rep.get("ipc_layout")
+            if lay:
+                extra = (f" (IPC words: size {lay['size']}, offset {lay['offset']}, client "
+                         f"{lay['client']}, memory {lay['memory']}; {lay['how']})")
+            print(f"  {name}: ok{extra}")
+        else:
+            print(f"  {name}: disabled at \"{rep['step']}\": {rep['detail']}")
+
+
 def cmd_info(args) -> int:
     import gdrpy
     gpus, why_no_gpu = _gpus()
@@ -42,6 +70,11 @@ def cmd_info(args) -> int:
     for name in gdrpy.backend_names()[1:]:
         ok, why = gdrpy.probe(name, device)
         backends[name] = {"available": ok, "why": why}
+    nvrm_st = None
+    if backends.get("nvrm", {}).get("available"):
+        nvrm_st = gdrpy.nvrm_selftest(device)
+        if nvrm_st is not None and not nvrm_st["usable"]:
+            backends["nvrm"] = {"available": False, "why": nvrm_st["reason"]}
     auto = None
     auto_err = None
     try:
@@ -67,7 +100,9 @@ def cmd_info(args) -> int:
         "auto": auto,
         "auto_error": auto_err,
         "auto_info": auto_info,
+        "nvrm_selftest": nvrm_st,
         "libdir": gdrpy.libdir(),
+        "gpu_locality": _locality(auto_info),
     }
     if args.json:
         print(json.dumps(data, indent=2))
@@ -96,6 +131,8 @@ def cmd_info(args) -> int:
         else:
             state = "available" if b["available"] else f"unavailable: {b['why']}"
         print(f"  {name:7s} {state}")
+    if nvrm_st is not None:
+        _print_nvrm(nvrm_st)
     if env_backend:
         print(f"GDRPY_BACKEND={env_backend} (overrides auto)")
     if auto:
@@ -104,6 +141,11 @@ def cmd_info(args) -> int:
         if auto_info and auto != "sim":
             print(f"  {auto_info['gpu_name']} [{auto_info['pci_bus_id']}] "
                   f"driver {auto_info['driver_version']}")
+            loc = data["gpu_locality"]
+            if loc and loc.get("pci_bus_id"):
+                print(f"  NUMA node {loc['numa_node']}, nearby CPUs "
+                      f"{loc['local_cpulist'] or '?'}"
+                      + (f" ({loc['why']})" if loc.get("why") else ""))
     else:
         print("auto selects: nothing - no GPU backend works on this machine.")
         print("  To run everything on host memory instead, use backend='sim' or "

@@ -114,9 +114,24 @@ GDRPY_API int gdrpy_backend_from_name(const char *name);
 /* 0 if `backend` could be opened on `device`; else a code and, in `why`, the
  * reason.  Does not keep anything open. */
 GDRPY_API int gdrpy_backend_probe(int backend, int device, char *why, size_t whylen);
+/* The nvrm backend's self-test on `device` (run once per process, at the
+ * first open, or here if none happened yet) as JSON in buf: driver version,
+ * ABI table (branch, tag), cost in ms, per route ok/disabled with the step
+ * and reason (docs/nvrm.md).  0 if the backend is usable, else a code; the
+ * report is written whenever the self-test ran. */
+GDRPY_API int gdrpy_nvrm_selftest(int device, char *buf, size_t len);
 
 /* ---- context ---------------------------------------------------------- */
-/* backend AUTO tries nvrm, gdrdrv, dmabuf in that order, never sim. */
+/* backend AUTO tries nvrm, gdrdrv, dmabuf in that order, never sim; AUTO
+ * honours $GDRPY_BACKEND unless GDRPY_OPEN_NO_ENV is or'ed into `backend`
+ * (an explicit choice of the caller that the environment must not override).
+ * A concrete backend is never overridden. */
+#define GDRPY_OPEN_NO_ENV 0x100
+/* Or'ed into `backend`: in a forked child, this context's mappings are left as
+ * the kernel leaves them (not inherited: a pointer kept from before fork
+ * faults), as GDRCopy's are; libgdrapi.so.2 opens its contexts so.  Without
+ * it the child finds private zero-filled memory there (docs/misuse.md). */
+#define GDRPY_OPEN_FORK_FAULTS 0x200
 GDRPY_API int gdrpy_open(int device, int backend, gdrpy_ctx_t *out);
 GDRPY_API int gdrpy_close(gdrpy_ctx_t ctx);
 GDRPY_API int gdrpy_ctx_get_info(gdrpy_ctx_t ctx, gdrpy_ctx_info_t *out);
@@ -185,7 +200,11 @@ GDRPY_API const char *gdrpy_copy_isa_notes(void);
 GDRPY_API int gdrpy_sim_alloc(size_t size, uint64_t *dptr);
 GDRPY_API int gdrpy_sim_free(uint64_t dptr);
 
-/* Incremented in every child after fork(); a cheap fork check. */
+/* Incremented in every child after fork() (pthread_atfork); a cheap fork
+ * check.  In the child every mapping of the parent is replaced by private
+ * zero-filled memory at the same address: a raw pointer into a parent
+ * mapping reads zeros and writes to the child's own memory; it never sees
+ * or changes the parent's device memory and never faults. */
 GDRPY_API extern volatile unsigned gdrpy_fork_generation;
 
 #ifdef __cplusplus

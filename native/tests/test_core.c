@@ -280,6 +280,100 @@ static int many_cycles_leak_no_fds(void)
     return 0;
 }
 
+/* ---- teardown while other threads copy (issue 17) ---------------------- */
+struct racer { gdrpy_ctx_t c; gdrpy_pin_t p; volatile int stop; int bad; volatile long n; };
+
+static void *racer_main(void *arg)
+{
+    struct racer *r = arg;
+    static unsigned char data[PAGE];
+    while (!r->stop) {
+        int rc = gdrpy_write(r->c, r->p, 0, data, sizeof data);
+        if (rc == 0) { r->n++; continue; }
+        /* the pin or context went away under us: a clear error, never a fault */
+        if (rc != GDRPY_EINVAL && rc != GDRPY_EBUSY && rc != GDRPY_EBADF) r->bad = rc;
+        break;
+    }
+    return NULL;
+}
+
+static int teardown_waits_for_copies_in_other_threads(void)
+{
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
+    for (int what = 0; what < 3; what++) {     /* unmap, unpin, close */
+        for (int round = 0; round < 20; round++) {
+            gdrpy_ctx_t c = open_sim();
+            CHECK(c);
+            gdrpy_pin_t p;
+            CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == 0);
+            CHECK(gdrpy_map(c, p, NULL, NULL) == 0);
+            struct racer r[4];
+            pthread_t th[4];
+            for (int i = 0; i < 4; i++) {
+                r[i] = (struct racer){.c = c, .p = p};
+                pthread_create(&th[i], NULL, racer_main, &r[i]);
+            }
+            usleep(200 + 100 * round);
+            int rc;
+            if (what == 0) {
+                rc = gdrpy_unmap(c, p);
+            } else if (what == 1) {
+                /* unpin of a mapped pin is refused; unmap first, as users must */
+                CHECK(gdrpy_unpin(c, p) == GDRPY_EBUSY);
+                rc = gdrpy_unmap(c, p);
+                if (rc == 0) rc = gdrpy_unpin(c, p);
+            } else {
+                rc = gdrpy_close(c);
+            }
+            CHECK(rc == 0);                    /* the bounded wait was long enough */
+            for (int i = 0; i < 4; i++) r[i].stop = 1;
+            for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+            for (int i = 0; i < 4; i++) CHECK(r[i].bad == 0);
+            if (what != 2) CHECK(gdrpy_close(c) == 0);
+        }
+    }
+    CHECK(gdrpy_sim_free(d) == 0);
+    return 0;
+}
+
+static int open_close_never_wait_on_other_contexts_copies(void)
+{
+    gdrpy_ctx_t c = open_sim();
+    CHECK(c);
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
+    gdrpy_pin_t p;
+    CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == 0);
+    CHECK(gdrpy_map(c, p, NULL, NULL) == 0);
+    struct racer r[8];
+    pthread_t th[8];
+    for (int i = 0; i < 8; i++) {
+        r[i] = (struct racer){.c = c, .p = p};
+        pthread_create(&th[i], NULL, racer_main, &r[i]);
+    }
+    for (int w = 0; w < 10000; w++) {        /* every copier is running (<= 10 s) */
+        int all = 1;
+        for (int i = 0; i < 8; i++) all &= r[i].n > 0;
+        if (all) break;
+        usleep(1000);
+    }
+    /* Functional (timing is gdrpy_apilat's job): 200 opens and closes of other
+     * contexts complete while 8 threads copy; before issue 17 the first one
+     * blocked until the copies stopped. */
+    for (int i = 0; i < 200; i++) {
+        gdrpy_ctx_t o = open_sim();
+        CHECK(o);
+        CHECK(gdrpy_close(o) == 0);
+    }
+    for (int i = 0; i < 8; i++) r[i].stop = 1;
+    for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 8; i++) CHECK(r[i].bad == 0 && r[i].n > 0);
+    CHECK(gdrpy_close(c) == 0);
+    CHECK(gdrpy_sim_free(d) == 0);
+    return 0;
+}
+
 static int auto_never_picks_sim(void)
 {
     gdrpy_ctx_t c = 0;
@@ -313,6 +407,8 @@ int main(void)
     RUN(forked_child_gets_eacces);
     RUN(pins_from_one_thread_map_and_copy_in_others);
     RUN(many_cycles_leak_no_fds);
+    RUN(teardown_waits_for_copies_in_other_threads);
+    RUN(open_close_never_wait_on_other_contexts_copies);
     RUN(auto_never_picks_sim);
     printf("test_core: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -13,7 +13,8 @@ python3 -m venv "$out/venv"
 "$out/venv/bin/pip" install -q "$whl"
 cd "$out"          # not the checkout: import the installed package
 "$out/venv/bin/python" -m gdrpy --version
-"$out/venv/bin/python" -m gdrpy info | head -n 1
+"$out/venv/bin/python" -m gdrpy info > "$out/info.txt"
+head -n 1 "$out/info.txt"
 for tool in gdrpy_copylat gdrapi_copylat; do
     GDRPY_BACKEND=sim "$("$out/venv/bin/python" -m gdrpy bindir)/$tool" --help > /dev/null 2>&1 \
         || { echo "installed $tool does not run"; exit 1; }

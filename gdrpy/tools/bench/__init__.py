@@ -80,8 +80,9 @@ See docs/benchmarks.md.
 
 from __future__ import annotations
 
+from ..._sizes import format_size, parse_size, parse_sizes
 from .cli import add_arguments, add_common_arguments, main
-from .common import SIM_NOTE, format_size, parse_size, parse_sizes, stats
+from .common import SIM_NOTE, stats
 from .session import open_context, print_header
 from .timing import Cfg, Op, measure_group, time_calls, timer_overhead
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
+import sys
 
 from .alternatives import _alternatives, _gdrpy_ops
 from .common import (
@@ -18,6 +20,13 @@ from .common import (
     _table,
     format_size,
     parse_sizes,
+)
+from .hostkinds import (
+    LATENCY_SIZES,
+    HostKinds,
+    kinds_summary,
+    latency_table,
+    verify_bytes_op,
 )
 from .latency import _c_for_json, _print_errors
 from .native import _c_summary_line, c_rows, run_copylat
@@ -35,7 +44,7 @@ def cmd_bandwidth(args) -> int:
     skipped: list = []
     c = None
     with _session(args, "bandwidth") as (ctx, meta):
-        env = _Env(ctx, max(sizes))
+        env = _Env(ctx, max(max(sizes), max(LATENCY_SIZES)))
         provs: list = []
         try:
             timer = timer_overhead()
@@ -64,6 +73,9 @@ def cmd_bandwidth(args) -> int:
                         r = op.row("bandwidth") | {"short": op.short}
                         print(_detail_line(r), flush=True)
                         rows.append(r)
+            kinds_rows, lat_rows, kinds_text, verdict = _host_kinds(ctx, env, sizes, cfg, args,
+                                                                     meta)
+            rows += kinds_rows
             if c is not None and "json" in c:
                 crows = [r for r in c_rows(c, "bandwidth") if r["size"] in set(sizes)
                          and r["key"] in ("c_kernel", "c_raw", "c_cumemcpy")]
@@ -74,14 +86,95 @@ def cmd_bandwidth(args) -> int:
             for p in provs:
                 with contextlib.suppress(Exception):
                     p.close()
-            ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            # the last ops hold views of the buffer (torch/cupy/numpy): drop them
+            ops = []
+            op = None
             gc.collect()
             env.close()
-    _finish(args, "bandwidth", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c)})
-    _print_errors(rows)
+    if args.plot:
+        _kinds_plot(args.plot, meta, [r for r in rows if r["key"] in KIND_KEYS])
+    _finish(args, "bandwidth", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c),
+                                            "latency_rows": lat_rows,
+                                            "host_kinds_verdict": verdict})
+    _print_errors(rows + lat_rows)
     print()
     print(_bandwidth_summary(rows, sizes, meta, c is not None and "json" in c))
+    print()
+    print(kinds_text)
+    print()
+    print(latency_table(lat_rows))
     return 0
+
+
+def _run_group(ops: list, env, cfg, salt: int, command: str, t=None) -> list:
+    """Verify, time (interleaved) and report one group of ops; returns the rows.
+    The ops (and the host views they hold) die with this call."""
+    for i, op in enumerate(ops):
+        if op.key == "lat_put_bytes":
+            verify_bytes_op(op, env)
+        else:
+            _verify(op, env, salt + i)
+    measure_group(ops, cfg)
+    rows = []
+    for op in ops:
+        r = op.row(command) | {"short": op.short}
+        if t is not None and op.library == "gdrpy":
+            r["method_chosen"] = t.method_for(op.direction, op.nbytes,
+                                              op.extra.get("host_kind", "pageable"))
+        print(_detail_line(r), flush=True)
+        rows.append(r)
+    return rows
+
+
+def _host_kinds(ctx, env, sizes: list, cfg, args, meta: dict):
+    """Put/get for each host-memory kind next to cuMemcpy and torch (pinned and
+    pageable), interleaved per size; then the small-message latencies."""
+    hk = HostKinds(ctx, env)
+    rows: list = []
+    lat_rows: list = []
+    try:
+        print()
+        print(f"host-memory kinds: {hk.kinds_text()}; staging plan "
+              f"{hk.t.plan.as_dict()}; thresholds {hk.t.thresholds_by_kind()}")
+        meta["host_kinds"] = {"plan": hk.t.plan.as_dict(),
+                              "thresholds": hk.t.thresholds_by_kind(),
+                              "staging_ring": _core_staging(ctx), "notes": hk.notes}
+        for note in hk.notes:
+            print(f"note: {note}")
+        print(_fixed_header(_DETAIL_COLS))
+        salt = 1000
+        for n in sizes:
+            for d in DIRECTIONS:
+                rows += _run_group(hk.ops(d, n), env, cfg, salt, "bandwidth", hk.t)
+                salt += 100
+        lcfg = Cfg.from_args(args, "latency")
+        for n in LATENCY_SIZES:
+            for d in DIRECTIONS:
+                lat_rows += _run_group(hk.latency_ops(d, n), env, lcfg, salt, "latency")
+                salt += 100
+        text, verdict = kinds_summary(rows, sizes, meta["sim"])
+    finally:
+        hk.close()
+    return rows, lat_rows, text, verdict
+
+
+KIND_KEYS = {f"{op}_{k}" for op in ("put", "get") for k in ("pinned", "registered", "pageable")} \
+    | {f"{lib}_{k}" for lib in ("cumemcpy", "torch") for k in ("pinned", "pageable")}
+
+
+def _kinds_plot(path: str, meta: dict, rows: list) -> None:
+    """<plot>_kinds.png: only the host-memory kinds and their references."""
+    from .plot import _save_plot
+    root, ext = os.path.splitext(path)
+    try:
+        _save_plot(f"{root}_kinds{ext or '.png'}", "bandwidth", meta, rows, {})
+    except Exception as e:  # a plot never costs the measurements
+        print(f"note: kinds plot failed: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def _core_staging(ctx) -> dict:
+    from gdrpy import _core
+    return _core.staging_config(ctx)
 
 
 def _bandwidth_summary(rows: list, sizes: list, meta: dict, have_c: bool) -> str:
@@ -100,7 +193,7 @@ def _bandwidth_summary(rows: list, sizes: list, meta: dict, have_c: bool) -> str
         headers += ["C kernel/raw", "Mapping/raw"] if have_c else ["Mapping/ce"]
         body = []
 
-        def g(n, key):
+        def g(n, key, cell=cell):
             r = cell.get((n, key))
             return r.get("gbps_median") if r and not r.get("error") else None
         for n in sizes:

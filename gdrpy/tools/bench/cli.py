@@ -125,7 +125,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="also run the C benchmark gdrpy_copylat (installed in `python -m gdrpy "
                         "bindir`; in a checkout: make -C native bench) and merge its rows")
     p.add_argument("--copylat", metavar="PATH", default=None,
-                   help="path of gdrpy_copylat (default: $GDRPY_COPYLAT, native/build/, bindir, PATH)")
+                   help="path of gdrpy_copylat (default: $GDRPY_COPYLAT, native/build/, "
+                        "bindir, PATH)")
     p.add_argument("--no-calibrate", action="store_true",
                    help="do not calibrate the default picker where it has no calibration")
     p.add_argument("--calibrate-budget", type=_pos_float, default=None,
@@ -153,6 +154,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--calibrate-budget", type=_pos_float, default=None,
                    help="seconds for the calibration where one is needed (default 5; "
                         "--quick 0.5)")
+    p.add_argument("--host", choices=("pageable", "pinned"), default="pageable",
+                   help="host memory the messages come from / go to: a pageable numpy "
+                        "array (default) or page-locked memory from gdrpy.memory.host_alloc "
+                        "(then the page-locked picker decides)")
     p.set_defaults(bench_fn=cmd_transfer)
 
     _add_pingpong(sub)

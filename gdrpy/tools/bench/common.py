@@ -6,15 +6,17 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 
 import numpy as np
+
+from ..._sizes import format_size, parse_sizes
+from ..stats import summarize
 
 SIM_NOTE = "SIM: host memory stands in for the GPU; no GPU numbers"
 
 DEFAULT_SIZES = {
     "latency": "1,8,64,512,4K,64K,1M",
-    "bandwidth": "64K,256K,1M,4M,16M,64M",
+    "bandwidth": "4K,16K,64K,256K,1M,2M,4M,8M,16M,64M,256M",
     "transfer": ",".join([str(1 << i) for i in range(27)] + ["3K", "96K", "192K", "384K"]),
 }
 
@@ -41,48 +43,11 @@ DIRECTIONS = ("h2d", "d2h")
 _DIR_TEXT = {"h2d": "host -> GPU", "d2h": "GPU -> host"}
 
 
-# ---------------------------------------------------------------------------
-# Sizes
-
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*(?:([kmg])(?:i?b)?|b)?\s*$", re.IGNORECASE)
-_UNITS = {None: 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    """'8' -> 8, '4K' / '4KiB' / '4kb' -> 4096, '1M' -> 1048576 (binary units)."""
-    m = _SIZE_RE.match(str(text))
-    if not m:
-        raise ValueError(f"bad size {text!r} (use e.g. 8, 4K, 1M, 64MiB)")
-    v = int(m.group(1)) * _UNITS[m.group(2).lower() if m.group(2) else None]
-    if v <= 0:
-        raise ValueError(f"bad size {text!r}: must be > 0")
-    return v
-
-
-def parse_sizes(text: str) -> list[int]:
-    """'8,64,4K,1M' -> sorted unique byte counts."""
-    out = set()
-    for tok in str(text).split(","):
-        if tok.strip():
-            out.add(parse_size(tok))
-    if not out:
-        raise ValueError(f"no sizes in {text!r}")
-    return sorted(out)
-
-
 def _sizes_arg(text: str) -> list[int]:
     try:
         return parse_sizes(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-
-
-def format_size(n: int) -> str:
-    """8 -> '8', 4096 -> '4K', 3<<20 -> '3M', 1536 -> '1536'."""
-    for shift, unit in ((30, "G"), (20, "M"), (10, "K")):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift}{unit}"
-    return str(n)
 
 
 def _fmt(x: float | None) -> str:
@@ -99,25 +64,15 @@ def _fmt(x: float | None) -> str:
     return f"{x:.3f}"
 
 
-def _median_sorted(s: list) -> float:
-    n = len(s)
-    return float(s[n // 2]) if n & 1 else 0.5 * (s[n // 2 - 1] + s[n // 2])
-
-
 def stats(samples_ns: list) -> dict:
-    """median / p99 (nearest rank) / mean / min / max in microseconds, and n."""
-    s = sorted(samples_ns)
-    n = len(s)
-    if n == 0:
+    """median / p99 (nearest rank, see gdrpy.tools.stats) / mean / min / max in
+    microseconds, and n."""
+    st = summarize(samples_ns, scale=1e3)
+    if not st["n"]:
         return {"n": 0, "median_us": None, "p99_us": None, "mean_us": None, "min_us": None,
                 "max_us": None}
-    i99 = max(0, math.ceil(0.99 * n) - 1)
-    return {"n": n,
-            "median_us": _median_sorted(s) / 1e3,
-            "p99_us": float(s[i99]) / 1e3,
-            "mean_us": sum(s) / n / 1e3,
-            "min_us": float(s[0]) / 1e3,
-            "max_us": float(s[-1]) / 1e3}
+    return {"n": st["n"], "median_us": st["median"], "p99_us": st["p99"],
+            "mean_us": st["mean"], "min_us": st["min"], "max_us": st["max"]}
 
 
 # ---------------------------------------------------------------------------
@@ -150,7 +105,7 @@ def _ok_text(row: dict) -> str:
     return "yes" if v else ("-" if v is None else "NO")
 
 
-_DETAIL_COLS = (("size", 6, "l"), ("dir", 4, "l"), ("method", 36, "l"),
+_DETAIL_COLS = (("size", 8, "l"), ("dir", 4, "l"), ("method", 36, "l"),
                 ("median us", 10, "r"), ("p99 us", 10, "r"), ("mean us", 10, "r"),
                 ("min us", 10, "r"), ("B", 5, "r"), ("n", 6, "r"), ("GB/s", 8, "r"),
                 ("ok", 5, "l"))
@@ -158,7 +113,7 @@ _DETAIL_COLS = (("size", 6, "l"), ("dir", 4, "l"), ("method", 36, "l"),
 
 def _fixed_line(cells, cols) -> str:
     out = []
-    for c, (_, w, a) in zip(cells, cols):
+    for c, (_, w, a) in zip(cells, cols, strict=False):
         s = str(c)
         out.append(s.ljust(w) if a == "l" else s.rjust(w))
     return "  ".join(out).rstrip()

@@ -49,7 +49,8 @@ def cmd_latency(args) -> int:
             meta["config"] = cfg.as_dict()
             _print_methodology(cfg, timer, f", {cfg.rounds} interleaved round(s)")
             desc = _ready_default_picker(ctx, calibrate=not args.no_calibrate,
-                                         budget=_calibrate_budget(args))
+                                         budget=_calibrate_budget(args),
+                                         save=not args.quick)
             desc.pop("picker")
             print(_picker_line(desc))
             meta["picker"] = desc
@@ -88,14 +89,16 @@ def cmd_latency(args) -> int:
                 print(f"\nisolated messages: each call timed alone (clock pair included, "
                       f"{timer.get('pair_median_ns', 0):.0f} ns) after {args.gap_us:g} us idle")
                 for r in iso:
-                    print(f"  {format_size(r['size']):>5} {r['direction']}  {r['method']:<40} "
+                    print(f"  {format_size(r['size']):>7} {r['direction']}  {r['method']:<40} "
                           f"median {_fmt(r['median_us'])} us  p99 {_fmt(r['p99_us'])} us")
             rows += iso
         finally:
             for p in provs:
                 with contextlib.suppress(Exception):
                     p.close()
-            ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            # the last ops hold views of the buffer (torch/cupy/numpy): drop them
+            ops = []
+            op = None
             gc.collect()
             env.close()
     _finish(args, "latency", meta, rows, {"skipped": skipped, "c_benchmark": _c_for_json(c)})

@@ -62,7 +62,7 @@ def _plot_lines(ax, rows: list, direction: str, ykey: str, keys_order: list) -> 
         pts = sorted(by.get(method, []))
         if not pts:
             continue
-        xs, ys = zip(*pts)
+        xs, ys = zip(*pts, strict=True)
         style = "--" if method.startswith("C ") else "-"
         ax.plot(xs, ys, style, marker="o", markersize=3, label=method)
     ax.set_xscale("log", base=2)
@@ -103,7 +103,7 @@ def _save_plot(path: str, command: str, meta: dict, rows: list, extra: dict | No
         axes = fig.subplots(1, 2)
     ykey = "gbps_median" if command == "bandwidth" else "median_us"
     ylabel = "GB/s (from median)" if command == "bandwidth" else "median latency (us)"
-    for ax, d in zip(axes, DIRECTIONS):
+    for ax, d in zip(axes, DIRECTIONS, strict=True):
         _plot_lines(ax, rows, d, ykey, order)
         ax.set_title(f"{d} ({_DIR_TEXT[d]})")
         ax.set_xlabel("bytes")
@@ -114,7 +114,7 @@ def _save_plot(path: str, command: str, meta: dict, rows: list, extra: dict | No
             pts = sorted((g["size"], g["regret"] * 100) for g in extra["regret"]
                          if g["direction"] == d and g["regret"] is not None)
             if pts:
-                xs, ys = zip(*pts)
+                xs, ys = zip(*pts, strict=True)
                 ax.plot(xs, ys, marker="o", markersize=3, label=d)
         ax.axhline(5, color="red", linestyle=":", linewidth=1, label="5 %")
         ax.axhline(0, color="black", linewidth=0.5)

@@ -142,26 +142,28 @@ def _options(args) -> dict:
 
 
 def _print_methodology(cfg: Cfg, timer: dict, extra: str = "") -> None:
-    print("method: warm-up (1 untimed call + up to %d timed), then up to %d samples per "
-          "method (max %.3g s each, at least %d)%s;" % (
-              cfg.warmup, cfg.iters, cfg.max_time_ns / 1e9, cfg.min_samples, extra))
-    print("        methods under %.0f us are timed in batches of B calls (batch ~%.0f us; "
-          "sample = batch mean), others call by call (B=1)%s;" % (
-              BATCH_BELOW_NS / 1e3, BATCH_TARGET_NS / 1e3,
-              f"; --batch {cfg.batch} forced" if cfg.batch else ""))
+    print(f"method: warm-up (1 untimed call + up to {cfg.warmup} timed), then up to "
+          f"{cfg.iters} samples per method (max {cfg.max_time_ns / 1e9:.3g} s each, at least "
+          f"{cfg.min_samples}){extra};")
+    forced = f"; --batch {cfg.batch} forced" if cfg.batch else ""
+    print(f"        methods under {BATCH_BELOW_NS / 1e3:.0f} us are timed in batches of B "
+          f"calls (batch ~{BATCH_TARGET_NS / 1e3:.0f} us; sample = batch mean), others call "
+          f"by call (B=1){forced};")
     print("        GC off while timing; median and p99 (nearest rank) in us; each method's "
           "bytes checked once before timing (column ok).")
-    print("timer:  %s, resolution %.0f ns; clock pair %.0f ns; empty call timed alone "
-          "%.0f ns (p99 %.0f); in a batch of %d: %.1f ns per call - included below, "
-          "not subtracted" % (
-              timer["clock"], timer["resolution_ns"], timer["pair_median_ns"],
-              timer["empty_call_median_ns"], timer["empty_call_p99_ns"], timer["batch"],
-              timer["empty_call_in_batch_ns"]))
+    print(f"timer:  {timer['clock']}, resolution {timer['resolution_ns']:.0f} ns; clock pair "
+          f"{timer['pair_median_ns']:.0f} ns; empty call timed alone "
+          f"{timer['empty_call_median_ns']:.0f} ns (p99 {timer['empty_call_p99_ns']:.0f}); in a "
+          f"batch of {timer['batch']}: {timer['empty_call_in_batch_ns']:.1f} ns per call - "
+          f"included below, not subtracted")
 
 
-def _ready_default_picker(ctx, calibrate: bool = True, budget: float = 5.0) -> dict:
+def _ready_default_picker(ctx, calibrate: bool = True, budget: float = 5.0,
+                          save: bool = True) -> dict:
     """The context's default picker, calibrated first where it has no
-    calibration (unless ``calibrate`` is False).  Returns a description."""
+    calibration (unless ``calibrate`` is False), and the calibration stored in the
+    cache only if ``save`` (a --quick smoke run's truncated calibration must not be
+    what later runs load).  Returns a description."""
     from gdrpy.threshold import format_threshold
     from gdrpy.transfer import calibrate_context, default_picker
     old = os.environ.get("GDRPY_AUTOCALIBRATE")
@@ -179,9 +181,23 @@ def _ready_default_picker(ctx, calibrate: bool = True, budget: float = 5.0) -> d
                   "sources_before": sources, "reason": getattr(picker, "reason", None)}
     if need and calibrate:
         t0 = time.perf_counter()
-        res = calibrate_context(ctx, picker, budget_s=budget)
+        res = calibrate_context(ctx, picker, budget_s=budget, save=save)
         desc.update(calibrated_now=True, calibration_s=time.perf_counter() - t0,
-                    budget_s=budget, truncated=bool(getattr(res, "truncated", False)))
+                    budget_s=budget, truncated=bool(getattr(res, "truncated", False)),
+                    saved=save)
+    # page-locked host memory has its own picker (gdrpy.transfer.default_picker)
+    old = os.environ.get("GDRPY_AUTOCALIBRATE")
+    os.environ["GDRPY_AUTOCALIBRATE"] = "0"
+    try:
+        locked = default_picker(ctx, "locked")
+    finally:
+        if old is None:
+            os.environ.pop("GDRPY_AUTOCALIBRATE", None)
+        else:
+            os.environ["GDRPY_AUTOCALIBRATE"] = old
+    if calibrate and any(locked.source(d) == "default" for d in DIRECTIONS):
+        calibrate_context(ctx, locked, budget_s=budget, save=save, kind="locked")
+    desc["thresholds_locked"] = {d: locked.threshold(d) for d in DIRECTIONS}
     desc["thresholds"] = {d: picker.threshold(d) for d in DIRECTIONS}
     desc["thresholds_text"] = {d: format_threshold(picker.threshold(d)) for d in DIRECTIONS}
     desc["sources"] = {d: picker.source(d) for d in DIRECTIONS}
@@ -195,7 +211,8 @@ def _picker_line(desc: dict) -> str:
                     for d in DIRECTIONS)
     if desc["calibrated_now"]:
         how = (f"calibrated now in {desc['calibration_s']:.2f} s (budget "
-               f"{desc['budget_s']:g} s{', truncated' if desc.get('truncated') else ''})")
+               f"{desc['budget_s']:g} s{', truncated' if desc.get('truncated') else ''}"
+               f"{'' if desc.get('saved', True) else '; not stored: --quick'})")
     elif all(s == "default" for s in desc["sources_before"].values()):
         how = "not calibrated (--no-calibrate): provisional defaults"
     else:

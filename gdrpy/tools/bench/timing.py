@@ -7,10 +7,12 @@ import dataclasses
 import gc
 import math
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..stats import median
 from .common import (
     _DEFAULTS,
     _QUICK,
@@ -18,7 +20,6 @@ from .common import (
     BATCH_BELOW_NS,
     BATCH_MAX,
     BATCH_TARGET_NS,
-    _median_sorted,
     stats,
 )
 
@@ -139,9 +140,9 @@ def time_isolated(fn: Callable, args: tuple, count: int, gap_ns: int, out: list)
 ISOLATED_SIZES = (1, 8, 64, 512, 4096)
 
 
-def measure_isolated(env: "_Env", transfer, sizes: list, count: int, gap_us: float) -> list:
+def measure_isolated(env: _Env, transfer, sizes: list, count: int, gap_us: float) -> list:
     """Rows for gdrpy's mapping paths measured as isolated messages."""
-    rows = []
+    rows: list[dict] = []
     gap = int(gap_us * 1e3)
     for n in [x for x in sizes if x in ISOLATED_SIZES]:
         hv = env.host[:n]
@@ -184,7 +185,8 @@ def timer_overhead(n: int = 2000, batch: int = 100) -> dict:
         t0 = pc()
         t1 = pc()
         pair.append(t1 - t0)
-    alone, batched = [], []
+    alone: list[float] = []
+    batched: list[float] = []
     time_calls(_noop, (0, None), n, 1, alone)
     time_calls(_noop, (0, None), max(20, n // 10), batch, batched)
     info = time.get_clock_info("perf_counter")
@@ -209,8 +211,8 @@ class Cfg:
     warmup_time_ns: float
 
     @classmethod
-    def from_args(cls, args, command: str) -> "Cfg":
-        d = dict((_QUICK if args.quick else _DEFAULTS)[command])
+    def from_args(cls, args, command: str) -> Cfg:
+        d: dict[str, Any] = dict((_QUICK if args.quick else _DEFAULTS)[command])
         if args.iters is not None:
             d["iters"] = args.iters
         if args.warmup is not None:
@@ -267,6 +269,7 @@ class Op:
 
 
 def _call_checked(op: Op):
+    assert op.fn is not None, op.method
     res = op.fn(*op.args)
     if op.check is not None:
         op.check(res)
@@ -276,13 +279,14 @@ def _call_checked(op: Op):
 def _prepare(op: Op, cfg: Cfg) -> None:
     """Untimed first call, then timed warm-up calls: per-call estimate and B."""
     _call_checked(op)
+    assert op.fn is not None
     times: list = []
     pc = time.perf_counter_ns
     start = pc()
     want = max(2, cfg.warmup)
     while len(times) < want and (len(times) < 2 or pc() - start < cfg.warmup_time_ns):
         time_calls(op.fn, op.args, 1, 1, times)
-    op.est_ns = _median_sorted(sorted(times))
+    op.est_ns = median(sorted(times))
     if cfg.batch:
         op.batch = cfg.batch
     elif op.est_ns < BATCH_BELOW_NS:
@@ -304,7 +308,7 @@ def _pattern(n: int, salt: int) -> np.ndarray:
     return np.resize(base, n)
 
 
-def _verify(op: Op, env: "_Env", salt: int) -> None:
+def _verify(op: Op, env: _Env, salt: int) -> None:
     """Run ``op`` once on a pattern and check the bytes arrived (through the
     copy-engine path of the pin, or the pattern it wrote)."""
     n = op.nbytes

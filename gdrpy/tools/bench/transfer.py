@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 from .common import (
     DEFAULT_SIZES,
@@ -29,7 +30,7 @@ from .timing import Cfg, Op, _verify, measure_group, timer_overhead
 # ---------------------------------------------------------------------------
 # bench transfer
 
-_TRANSFER_COLS = (("dir", 4, "l"), ("size", 6, "l"), ("auto med", 9, "r"),
+_TRANSFER_COLS = (("dir", 4, "l"), ("size", 8, "l"), ("auto med", 9, "r"),
                   ("auto p99", 9, "r"), ("path", 7, "l"), ("map med", 9, "r"),
                   ("map p99", 9, "r"), ("ce med", 9, "r"), ("ce p99", 9, "r"), ("B", 5, "r"),
                   ("n", 5, "r"), ("ok", 4, "l"), ("regret", 10, "r"))
@@ -54,20 +55,36 @@ def cmd_transfer(args) -> int:
     region = -(-max(max(sizes), 4096) // 65536) * 65536
     with _session(args, "transfer") as (ctx, meta):
         env = _Env(ctx, 3 * region)
+        pinned = getattr(args, "host", "pageable") == "pinned"
+        hostbuf = None
+        host: Any = env.host
+        hv: Any = None
         try:
+            if pinned:     # page-locked host memory: the page-locked picker decides
+                hostbuf = gdrpy.memory.host_alloc(3 * region, ctx=ctx)
+                host = hostbuf.numpy()
+                host[:] = env.host
+                meta["host_memory"] = "pinned (gdrpy.memory.host_alloc)"
+            else:
+                meta["host_memory"] = "pageable (numpy)"
             timer = timer_overhead()
             meta["timer"] = timer
             meta["config"] = cfg.as_dict()
             _print_methodology(cfg, timer, "; the three variants interleaved sample by sample "
                                "(every order in turn), with the same B")
             desc = _ready_default_picker(ctx, calibrate=not args.no_calibrate,
-                                         budget=_calibrate_budget(args))
+                                         budget=_calibrate_budget(args),
+                                         save=not args.quick)
             picker = desc.pop("picker")
             print(_picker_line(desc))
             meta["picker"] = desc
             auto = env.m.transfer()       # what gdrpy.put/get use: the default picker
             if auto.picker is not picker:
                 auto = gdrpy.Transfer(env.m, picker)
+            kind = "pinned" if pinned else "pageable"
+            print(f"host memory: {meta['host_memory']}; thresholds by kind "
+                  f"{auto.thresholds_by_kind()}")
+            meta["thresholds_by_kind"] = auto.thresholds_by_kind()
             variants = (
                 ("auto", auto),
                 ("mapping", gdrpy.Transfer(env.m, ThresholdPicker(
@@ -86,7 +103,7 @@ def cmd_transfer(args) -> int:
                             (" (auto)" if key == "auto" else f" (always-{key})")
                         off = i * region if ctx.is_sim else 0
                         hoff = i * region
-                        hv = env.host[hoff:hoff + n]
+                        hv = host[hoff:hoff + n]
                         ops.append(Op(key, name, key, "gdrpy", d, n,
                                       t.put if d == "h2d" else t.get, (off, hv), hv,
                                       offset=off))
@@ -94,7 +111,7 @@ def cmd_transfer(args) -> int:
                         salt += 1
                         _verify(op, env, salt)
                     measure_group(ops, cfg, per_sample=True, same_batch=True)
-                    path = auto.path_for(d, n)
+                    path = auto.path_for(d, n, kind)
                     new = [op.row("transfer") | {"variant": op.key, "short": op.key}
                            for op in ops]
                     new[0]["path"] = path
@@ -110,8 +127,13 @@ def cmd_transfer(args) -> int:
                          _regret_text(g["regret"])], _TRANSFER_COLS), flush=True)
             thr_after = {dd: picker.threshold(dd) for dd in DIRECTIONS}
         finally:
-            ops = op = None   # the last ops hold views of the buffer (torch/cupy/numpy)
+            # the last ops hold views of the buffer (torch/cupy/numpy): drop them
+            ops = []
+            op = None  # type: ignore[assignment]
+            host = hv = None
             gc.collect()
+            if hostbuf is not None:
+                hostbuf.close()
             env.close()
     meta["thresholds_after"] = thr_after
     summary = _regret_summary(regret)
@@ -144,10 +166,19 @@ def cmd_transfer(args) -> int:
     if w is None:
         print("worst regret: - (no size was measured on all three variants)")
     else:
-        verdict = "yes" if summary["within_5pct"] else \
-            f"NO ({len(summary['over_5pct'])} over)"
+        n_over, n = len(summary["over_5pct"]), summary["measured"]
+        # A --quick run (a handful of samples) or the sim backend (host memory, no GPU)
+        # makes no statement about the picker: say so instead of a yes/no.
+        caveats = [c for c, on in (("--quick: too few samples", args.quick),
+                                   ("sim: no GPU", meta["sim"])) if on]
+        if caveats:
+            verdict = f"not judged ({'; '.join(caveats)}); {n_over} of {n} sizes over 5%"
+        elif summary["within_5pct"]:
+            verdict = "yes"
+        else:
+            verdict = f"no, {n_over} of {n} sizes over 5%"
         print(f"worst regret: {summary['worst_regret'] * 100:+.1f}% ({w['direction']} "
-              f"{format_size(w['size'])}); every size within 5%: {verdict}{sim}")
+              f"{format_size(w['size'])}); every size within 5%: {verdict}")
     return 0
 
 

@@ -50,11 +50,24 @@ static void sim_release_locked(sim_alloc *a)
 }
 
 /* A child of fork() starts with this lock in whatever state the forking
- * thread saw; the child never shares the parent's objects, so reset it. */
+ * thread saw; the child never shares the parent's objects, so reset it.
+ * Like GPU memory, the parent's sim allocations are not inherited: each
+ * device-side view is replaced by private zero-filled memory at the same
+ * address (a pointer kept from before fork reads zeros, its writes stay in
+ * the child, nothing faults and the range is never reused), the memfds are
+ * closed, and the allocations are forgotten, so the child can neither pin
+ * them nor reach the parent's bytes.  (Mappings of pins get the same
+ * treatment in core.c.) */
 static void sim_atfork_child(void)
 {
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&sim_lock, &fresh, sizeof fresh);
+    for (sim_alloc *a = sim_list; a; a = a->next) {
+        mmap((void *)(uintptr_t)a->base, a->size, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+        close(a->fd);
+    }
+    sim_list = NULL;   /* the records leak in the child: a few bytes each */
 }
 
 __attribute__((constructor)) static void sim_init(void)

@@ -157,10 +157,10 @@ static void copy_init(void)
     if (env && *env && strcasecmp(env, "auto") != 0) {
         const gp_copy_kernel *e = gp_copy_kernel_by_name(env);
         if (!e)
-            gp_log(3, "GDRPY_COPY_ISA=%.40s: unknown copy kernel (known: %s); using auto (%s)",
+            gp_log(GP_LOG_CONFIG, "GDRPY_COPY_ISA=%.40s: unknown copy kernel (known: %s); using auto (%s)",
                    env, GP_KNOWN_NAMES, g_auto->name);
         else if (!e->cpu_ok())
-            gp_log(3, "GDRPY_COPY_ISA=%s: this CPU cannot run it (available: %s); using auto (%s)",
+            gp_log(GP_LOG_CONFIG, "GDRPY_COPY_ISA=%s: this CPU cannot run it (available: %s); using auto (%s)",
                    e->name, g_available, g_auto->name);
         else
             k = e;

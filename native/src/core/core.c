@@ -2,43 +2,148 @@
  * core.c - contexts, pins and mappings in handle tables; argument
  * validation; lifetimes; fork detection; backend selection.
  *
- * Locking: `g_lock` (rwlock) guards the context table.  Every public call
- * holds it for reading for its whole duration, so a context cannot be freed
- * under a caller; gdrpy_close() takes it for writing after marking the
- * context closed.  `ctx->lock` guards the pin table and pin state.  Validated
- * copies (gdrpy_write/read/ce_*) raise pin->inflight under ctx->lock, copy
- * without it, and drop it; unmap/unpin refuse (EBUSY) while copies are in
- * flight.
+ * Locking (no lock is held across a copy by anything but its own context):
+ *  - The context table is an array of slots that are never freed.  A call
+ *    enters a context by raising the slot's `users` count and then checking
+ *    the generation and the `closing` flag (sequentially consistent, so
+ *    either the call sees `closing` or gdrpy_close sees the call); it leaves
+ *    by dropping the count.  `g_tab_lock` guards slot allocation and the
+ *    start and end of a close only: opening or closing one context never
+ *    waits on another context's calls.
+ *  - gdrpy_close sets `closing` (new calls get EBADF), waits for the calls
+ *    already inside to leave (bounded: gp_wait_idle; EBUSY naming the
+ *    context if they do not), then tears down and frees the context.
+ *  - `ctx->lock` guards the pin table and pin state.  Validated copies
+ *    (gdrpy_write/read/ce_*) raise pin->inflight under ctx->lock and drop it
+ *    (atomically) without it; unmap/unpin mark the pin `tearing` (new copies
+ *    get EBUSY), wait (bounded) for the copies in flight, then unmap: the
+ *    mapping stays mapped until every copy through it has returned.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "cudadrv.h"
+#include "gdrpy_channel.h"
 
 volatile unsigned gdrpy_fork_generation = 0;
 
 #define CTX_MAX 1024u
 
-static pthread_rwlock_t g_lock = PTHREAD_RWLOCK_INITIALIZER;
-static gp_ctx *g_ctx[CTX_MAX];
-static uint32_t g_ctx_gen[CTX_MAX];
+struct gp_ctx_slot {
+    _Atomic uint32_t gen;       /* generation of the handle now valid */
+    _Atomic int users;          /* calls inside the context */
+    _Atomic int closing;        /* gdrpy_close in progress */
+    gp_ctx *_Atomic ctx;        /* NULL: free */
+};
+
+static pthread_mutex_t g_tab_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gp_ctx_slot g_slots[CTX_MAX];
+
+static void map_placeholders(void);
 
 static void on_fork_child(void)
 {
     gdrpy_fork_generation++;
-    /* The child inherits the lock states of the forking thread only; the
-     * table is never used from the child (every call fails with EACCES),
-     * but reinitialise the lock so that the check itself cannot block. */
-    pthread_rwlock_t fresh = PTHREAD_RWLOCK_INITIALIZER;
-    memcpy(&g_lock, &fresh, sizeof fresh);
+    /* Only the forking thread survives: the table lock may have been held
+     * by another thread.  The child never uses the parent's contexts (every
+     * call fails with EACCES before any lock is taken). */
+    pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
+    memcpy(&g_tab_lock, &fresh, sizeof fresh);
+    map_placeholders();
+}
+
+/* In a forked child: every mapping of the parent's contexts is replaced by
+ * private zero-filled memory at the same address (MAP_FIXED: whether the
+ * backend's MADV_DONTFORK left a hole or the mapping was inherited).  A raw
+ * view taken before fork then reads zeros and writes into memory of the
+ * child's own: it never sees or changes the parent's device memory, never
+ * faults, and the range can never be reused for an unrelated allocation of
+ * the child.  Runs single-threaded right after fork; reads the inherited
+ * table without locks. */
+static size_t g_host_page = 4096;
+
+static void map_placeholders(void)
+{
+    for (uint32_t i = 0; i < CTX_MAX; i++) {
+        gp_ctx *c = atomic_load_explicit(&g_slots[i].ctx, memory_order_relaxed);
+        if (!c || !c->pins || c->fork_faults) continue;
+        for (uint32_t k = 0; k < c->npins_cap; k++) {
+            gp_pin *p = c->pins[k];
+            if (!p || !p->map_base || !p->map_len) continue;
+            /* map_base need not be page aligned (nvrm: the BAR1 offset's low
+             * bits); cover the whole pages the backend mapped */
+            uintptr_t lo = gp_round_down((uintptr_t)p->map_base, g_host_page);
+            uintptr_t hi = gp_round_up((uintptr_t)p->map_base + p->map_len, g_host_page);
+            mmap((void *)lo, hi - lo, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+        }
+    }
+}
+
+/* ---- bounded waits ------------------------------------------------------ */
+int gp_busy_wait_limit_ms(void)
+{
+    static _Atomic int cached = -1;
+    int v = atomic_load_explicit(&cached, memory_order_relaxed);
+    if (v >= 0) return v;
+    v = 3000;
+    const char *e = getenv("GDRPY_BUSY_WAIT_MS");
+    if (e && *e) {
+        char *end;
+        long x = strtol(e, &end, 10);
+        if (*end || x < 0 || x > 600000)
+            gp_log(GP_LOG_CONFIG, "GDRPY_BUSY_WAIT_MS=%s is not a number of milliseconds 0..600000; "
+                   "using %d", e, v);
+        else
+            v = (int)x;
+    }
+    atomic_store_explicit(&cached, v, memory_order_relaxed);
+    return v;
+}
+
+static uint64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+int gp_wait_idle(_Atomic int *count, int *waited_ms)
+{
+    *waited_ms = 0;
+    if (atomic_load(count) == 0) return 0;
+    int limit = gp_busy_wait_limit_ms();
+    uint64_t t0 = mono_ms();
+    for (unsigned i = 0;; i++) {
+        if (atomic_load(count) == 0) {
+            *waited_ms = (int)(mono_ms() - t0);
+            return 0;
+        }
+        uint64_t el = mono_ms() - t0;
+        if (el >= (uint64_t)limit) {
+            *waited_ms = (int)el;
+            return GDRPY_EBUSY;
+        }
+        if (i < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, i < 1000 ? 20000 : 200000};
+            nanosleep(&ts, NULL);
+        }
+    }
 }
 
 __attribute__((constructor)) static void gp_core_init(void)
 {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg > 0) g_host_page = (size_t)pg;
     pthread_atfork(NULL, NULL, on_fork_child);
 }
 
@@ -114,33 +219,49 @@ static inline int split_handle(uint64_t h, uint32_t cap, uint32_t *idx, uint32_t
     return 0;
 }
 
-/* Read-locks g_lock and returns the context; on error nothing is held. */
+/* Enters the context (raises its slot's `users`); on error nothing is held.
+ * Leave with ctx_leave(). */
+static int ctx_enter_(gdrpy_ctx_t h, gp_ctx **out, const char *what, int hot);
+
 static int ctx_enter(gdrpy_ctx_t h, gp_ctx **out, const char *what)
+{
+    return ctx_enter_(h, out, what, 0);
+}
+
+/* hot: the copy paths skip the getpid() system call; the fork generation
+ * (bumped by the pthread_atfork child handler) is checked by every call. */
+static int ctx_enter_(gdrpy_ctx_t h, gp_ctx **out, const char *what, int hot)
 {
     uint32_t idx, gen;
     if (h == 0 || split_handle(h, CTX_MAX, &idx, &gen))
         return gp_err(GDRPY_EBADF, "%s: invalid context handle 0x%llx", what,
                       (unsigned long long)h);
-    pthread_rwlock_rdlock(&g_lock);
-    gp_ctx *c = g_ctx[idx];
-    if (!c || g_ctx_gen[idx] != gen || c->handle != h) {
-        pthread_rwlock_unlock(&g_lock);
-        return gp_err(GDRPY_EBADF, "%s: context 0x%llx is closed or unknown", what,
-                      (unsigned long long)h);
+    struct gp_ctx_slot *s = &g_slots[idx];
+    atomic_fetch_add(&s->users, 1);
+    gp_ctx *c = atomic_load(&s->ctx);
+    if (!c || atomic_load(&s->gen) != gen || atomic_load(&s->closing)) {
+        int closing = c && atomic_load(&s->gen) == gen;
+        atomic_fetch_sub_explicit(&s->users, 1, memory_order_release);
+        return gp_err(GDRPY_EBADF, "%s: context 0x%llx is %s", what, (unsigned long long)h,
+                      closing ? "being closed by another thread" : "closed or unknown");
     }
-    if (c->fork_gen != gdrpy_fork_generation || c->pid != getpid()) {
-        pthread_rwlock_unlock(&g_lock);
+    if (c->fork_gen != gdrpy_fork_generation || (!hot && c->pid != getpid())) {
+        pid_t opener = c->pid;
+        atomic_fetch_sub_explicit(&s->users, 1, memory_order_release);
         return gp_err(GDRPY_EACCES,
                       "%s: the context was opened by process %d; this process (%d) "
                       "cannot use it (contexts, pins and mappings are not inherited "
                       "across fork: open a new context in the child)",
-                      what, (int)c->pid, (int)getpid());
+                      what, (int)opener, (int)getpid());
     }
     *out = c;
     return 0;
 }
 
-static inline void ctx_leave(void) { pthread_rwlock_unlock(&g_lock); }
+static inline void ctx_leave(gp_ctx *c)
+{
+    atomic_fetch_sub_explicit(&c->slot->users, 1, memory_order_release);
+}
 
 /* With ctx->lock held. */
 static int pin_lookup(gp_ctx *c, gdrpy_pin_t h, gp_pin **out, const char *what)
@@ -183,7 +304,11 @@ int gdrpy_open(int device, int backend, gdrpy_ctx_t *out)
     if (!out) return gp_err(GDRPY_EINVAL, "open: output pointer is NULL");
     *out = 0;
     if (device < 0) return gp_err(GDRPY_EINVAL, "open: device %d is negative", device);
-    if (backend == GDRPY_BACKEND_AUTO) {
+    int noenv = backend >= 0 && (backend & GDRPY_OPEN_NO_ENV);
+    if (noenv) backend &= ~GDRPY_OPEN_NO_ENV;
+    int fork_faults = backend >= 0 && (backend & GDRPY_OPEN_FORK_FAULTS);
+    if (fork_faults) backend &= ~GDRPY_OPEN_FORK_FAULTS;
+    if (backend == GDRPY_BACKEND_AUTO && !noenv) {
         const char *env = getenv("GDRPY_BACKEND");
         if (env && *env) {
             int b = gdrpy_backend_from_name(env);
@@ -239,22 +364,27 @@ int gdrpy_open(int device, int backend, gdrpy_ctx_t *out)
         if (rc) return gp_err_prefix(rc, "open: backend %s on device %d", be->name, device);
     }
 
-    pthread_rwlock_wrlock(&g_lock);
+    pthread_mutex_lock(&g_tab_lock);
     uint32_t idx = CTX_MAX;
     for (uint32_t i = 0; i < CTX_MAX; i++)
-        if (!g_ctx[i]) { idx = i; break; }
+        if (!atomic_load_explicit(&g_slots[i].ctx, memory_order_relaxed)) { idx = i; break; }
     if (idx == CTX_MAX) {
-        pthread_rwlock_unlock(&g_lock);
+        pthread_mutex_unlock(&g_tab_lock);
         c->be->close(c);
         pthread_mutex_destroy(&c->lock);
         free(c);
         return gp_err(GDRPY_ENOMEM, "open: too many open contexts (%u)", CTX_MAX);
     }
-    g_ctx_gen[idx]++;
-    if (g_ctx_gen[idx] == 0) g_ctx_gen[idx] = 1;
-    c->handle = mk_handle(idx, g_ctx_gen[idx]);
-    g_ctx[idx] = c;
-    pthread_rwlock_unlock(&g_lock);
+    struct gp_ctx_slot *s = &g_slots[idx];
+    uint32_t gen = atomic_load(&s->gen) + 1;
+    if (gen == 0) gen = 1;
+    c->handle = mk_handle(idx, gen);
+    c->slot = s;
+    c->fork_faults = fork_faults;
+    atomic_store(&s->gen, gen);
+    atomic_store(&s->closing, 0);
+    atomic_store(&s->ctx, c);
+    pthread_mutex_unlock(&g_tab_lock);
     *out = c->handle;
     return 0;
 }
@@ -278,21 +408,44 @@ static int pin_teardown(gp_ctx *c, gp_pin *p, uint32_t idx)
 
 int gdrpy_close(gdrpy_ctx_t h)
 {
-    gp_ctx *c;
-    int rc = ctx_enter(h, &c, "close");
-    if (rc) return rc;
-    ctx_leave();
-    /* Take the table for writing: no call is inside this context now. */
-    pthread_rwlock_wrlock(&g_lock);
     uint32_t idx, gen;
-    split_handle(h, CTX_MAX, &idx, &gen);
-    if (g_ctx[idx] != c || c->handle != h) {
-        pthread_rwlock_unlock(&g_lock);
-        return gp_err(GDRPY_EBADF, "close: context 0x%llx was closed concurrently",
+    if (h == 0 || split_handle(h, CTX_MAX, &idx, &gen))
+        return gp_err(GDRPY_EBADF, "close: invalid context handle 0x%llx", (unsigned long long)h);
+    struct gp_ctx_slot *s = &g_slots[idx];
+    pthread_mutex_lock(&g_tab_lock);
+    gp_ctx *c = atomic_load(&s->ctx);
+    if (!c || atomic_load(&s->gen) != gen) {
+        pthread_mutex_unlock(&g_tab_lock);
+        return gp_err(GDRPY_EBADF, "close: context 0x%llx is closed or unknown",
                       (unsigned long long)h);
     }
-    g_ctx[idx] = NULL;
-    pthread_rwlock_unlock(&g_lock);
+    if (atomic_load(&s->closing)) {
+        pthread_mutex_unlock(&g_tab_lock);
+        return gp_err(GDRPY_EBADF, "close: context 0x%llx is being closed by another thread",
+                      (unsigned long long)h);
+    }
+    if (c->fork_gen != gdrpy_fork_generation || c->pid != getpid()) {
+        pthread_mutex_unlock(&g_tab_lock);
+        return gp_err(GDRPY_EACCES, "close: the context was opened by process %d; this "
+                      "process (%d) cannot close it (not inherited across fork)",
+                      (int)c->pid, (int)getpid());
+    }
+    atomic_store(&s->closing, 1);
+    pthread_mutex_unlock(&g_tab_lock);
+    /* New calls now fail; wait for those already inside. */
+    int waited = 0;
+    if (gp_wait_idle(&s->users, &waited)) {
+        int n = atomic_load(&s->users);
+        atomic_store(&s->closing, 0);
+        return gp_err(GDRPY_EBUSY, "close: context 0x%llx (device %d, %s backend) still has %d "
+                      "call(s) in flight in other threads after %d ms (copies or "
+                      "stream waits); it stays open: close it again once they return",
+                      (unsigned long long)h, c->device, c->be->name, n, waited);
+    }
+    pthread_mutex_lock(&g_tab_lock);
+    atomic_store(&s->ctx, NULL);
+    atomic_store(&s->closing, 0);
+    pthread_mutex_unlock(&g_tab_lock);
 
     int first = 0;
     pthread_mutex_lock(&c->lock);
@@ -303,6 +456,7 @@ int gdrpy_close(gdrpy_ctx_t h)
         if (r && !first) first = r;
     }
     pthread_mutex_unlock(&c->lock);
+    gp_stage_destroy(c);
     c->be->close(c);
     pthread_mutex_destroy(&c->lock);
     free(c->pins);
@@ -320,7 +474,7 @@ int gdrpy_ctx_get_info(gdrpy_ctx_t h, gdrpy_ctx_info_t *out)
     int rc = ctx_enter(h, &c, "ctx_get_info");
     if (rc) return rc;
     *out = c->info;
-    ctx_leave();
+    ctx_leave(c);
     return 0;
 }
 
@@ -340,9 +494,11 @@ int gdrpy_ctx_live_objects(gdrpy_ctx_t h, uint64_t *out)
         *out = n;
     }
     pthread_mutex_unlock(&c->lock);
-    ctx_leave();
+    ctx_leave(c);
     return 0;
 }
+
+static int pin_drain(gp_ctx *c, gp_pin *p, gdrpy_pin_t ph, const char *what);
 
 /* ---- pins ------------------------------------------------------------- */
 
@@ -378,7 +534,7 @@ int gdrpy_pin(gdrpy_ctx_t h, uint64_t addr, size_t size, unsigned flags, gdrpy_p
     int rc = ctx_enter(h, &c, "pin");
     if (rc) return rc;
     gp_pin *p = calloc(1, sizeof *p);
-    if (!p) { ctx_leave(); return gp_err(GDRPY_ENOMEM, "pin: out of memory"); }
+    if (!p) { ctx_leave(c); return gp_err(GDRPY_ENOMEM, "pin: out of memory"); }
     p->addr = addr;
     p->size = size;
     p->flags = flags;
@@ -399,7 +555,7 @@ int gdrpy_pin(gdrpy_ctx_t h, uint64_t addr, size_t size, unsigned flags, gdrpy_p
     }
     if (rc) {
         pthread_mutex_unlock(&c->lock);
-        ctx_leave();
+        ctx_leave(c);
         free(p);
         return rc;
     }
@@ -411,7 +567,7 @@ int gdrpy_pin(gdrpy_ctx_t h, uint64_t addr, size_t size, unsigned flags, gdrpy_p
     c->npins++;
     *out = p->handle;
     pthread_mutex_unlock(&c->lock);
-    ctx_leave();
+    ctx_leave(c);
     return 0;
 }
 
@@ -426,16 +582,14 @@ int gdrpy_unpin(gdrpy_ctx_t h, gdrpy_pin_t ph)
     if (!rc && p->map_base)
         rc = gp_err(GDRPY_EBUSY, "unpin: pin 0x%llx is still mapped; unmap it first",
                     (unsigned long long)ph);
-    if (!rc && p->inflight)
-        rc = gp_err(GDRPY_EBUSY, "unpin: %d copies through pin 0x%llx are in flight",
-                    p->inflight, (unsigned long long)ph);
+    if (!rc) rc = pin_drain(c, p, ph, "unpin");
     if (!rc) {
         uint32_t idx = (uint32_t)ph - 1;
         rc = pin_teardown(c, p, idx);
         if (rc) gp_err_prefix(rc, "unpin");
     }
     pthread_mutex_unlock(&c->lock);
-    ctx_leave();
+    ctx_leave(c);
     return rc;
 }
 
@@ -467,7 +621,7 @@ int gdrpy_pin_get_info(gdrpy_ctx_t h, gdrpy_pin_t ph, gdrpy_pin_info_t *out)
     rc = pin_lookup(c, ph, &p, "pin_get_info");
     if (!rc) fill_info(c, p, out);
     pthread_mutex_unlock(&c->lock);
-    ctx_leave();
+    ctx_leave(c);
     return rc;
 }
 
@@ -483,6 +637,9 @@ int gdrpy_map(gdrpy_ctx_t h, gdrpy_pin_t ph, void **map_ptr, void **user_ptr)
     rc = pin_lookup(c, ph, &p, "map");
     if (!rc && p->map_base)
         rc = gp_err(GDRPY_EAGAIN, "map: pin 0x%llx is already mapped (one mapping per pin)",
+                    (unsigned long long)ph);
+    if (!rc && p->tearing)
+        rc = gp_err(GDRPY_EBUSY, "map: pin 0x%llx is being unpinned by another thread",
                     (unsigned long long)ph);
     if (!rc) {
         rc = c->be->map(c, p);
@@ -502,7 +659,7 @@ int gdrpy_map(gdrpy_ctx_t h, gdrpy_pin_t ph, void **map_ptr, void **user_ptr)
         if (user_ptr) *user_ptr = (char *)p->map_base + (p->addr - p->va);
     }
     pthread_mutex_unlock(&c->lock);
-    ctx_leave();
+    ctx_leave(c);
     return rc;
 }
 
@@ -516,10 +673,9 @@ int gdrpy_unmap(gdrpy_ctx_t h, gdrpy_pin_t ph)
     rc = pin_lookup(c, ph, &p, "unmap");
     if (!rc && !p->map_base)
         rc = gp_err(GDRPY_EINVAL, "unmap: pin 0x%llx is not mapped", (unsigned long long)ph);
-    if (!rc && p->inflight)
-        rc = gp_err(GDRPY_EBUSY, "unmap: %d copies through pin 0x%llx are in flight",
-                    p->inflight, (unsigned long long)ph);
+    if (!rc) rc = pin_drain(c, p, ph, "unmap");
     if (!rc) {
+        p->tearing = 0;
         rc = c->be->unmap(c, p);
         p->map_base = NULL;
         p->map_len = 0;
@@ -527,7 +683,7 @@ int gdrpy_unmap(gdrpy_ctx_t h, gdrpy_pin_t ph)
         if (rc) gp_err_prefix(rc, "unmap");
     }
     pthread_mutex_unlock(&c->lock);
-    ctx_leave();
+    ctx_leave(c);
     return rc;
 }
 
@@ -542,7 +698,7 @@ static int copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n,
     if (n && !buf) return gp_err(GDRPY_EINVAL, "%s: buffer pointer is NULL", what);
     gp_ctx *c;
     gp_pin *p;
-    int rc = ctx_enter(h, &c, what);
+    int rc = ctx_enter_(h, &c, what, 1);
     if (rc) return rc;
     pthread_mutex_lock(&c->lock);
     rc = pin_lookup(c, ph, &p, what);
@@ -551,9 +707,12 @@ static int copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n,
     if (!rc && (offset > p->size || n > p->size - offset))
         rc = gp_err(GDRPY_ERANGE, "%s: [%zu, %zu+%zu) is outside the pinned %llu bytes", what,
                     offset, offset, n, (unsigned long long)p->size);
-    if (!rc) p->inflight++;
+    if (!rc && p->tearing)
+        rc = gp_err(GDRPY_EBUSY, "%s: pin 0x%llx is being unmapped or unpinned by another "
+                    "thread", what, (unsigned long long)ph);
+    if (!rc) atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
-    if (rc) { ctx_leave(); return rc; }
+    if (rc) { ctx_leave(c); return rc; }
     *cout = c;
     *pout = p;
     return 0;
@@ -561,10 +720,33 @@ static int copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n,
 
 static void copy_end(gp_ctx *c, gp_pin *p)
 {
-    pthread_mutex_lock(&c->lock);
-    p->inflight--;
+    atomic_fetch_sub_explicit(&p->inflight, 1, memory_order_release);
+    ctx_leave(c);
+}
+
+/* With ctx->lock held and p looked up: marks p `tearing` and waits (lock
+ * released meanwhile, bounded) until no copy through it is in flight.
+ * 0: the caller proceeds with the lock held and must clear `tearing`;
+ * else EBUSY/... with the lock held and `tearing` cleared. */
+static int pin_drain(gp_ctx *c, gp_pin *p, gdrpy_pin_t ph, const char *what)
+{
+    if (p->tearing)
+        return gp_err(GDRPY_EBUSY, "%s: pin 0x%llx is being unmapped or unpinned by another "
+                      "thread", what, (unsigned long long)ph);
+    if (atomic_load_explicit(&p->inflight, memory_order_acquire) == 0) return 0;
+    p->tearing = 1;
     pthread_mutex_unlock(&c->lock);
-    ctx_leave();
+    int waited = 0;
+    int rc = gp_wait_idle(&p->inflight, &waited);
+    pthread_mutex_lock(&c->lock);
+    if (rc) {
+        p->tearing = 0;
+        return gp_err(GDRPY_EBUSY, "%s: %d copies through pin 0x%llx (0x%llx, %llu bytes) are "
+                      "still in flight in other threads after %d ms; nothing was changed",
+                      what, atomic_load(&p->inflight), (unsigned long long)ph,
+                      (unsigned long long)p->addr, (unsigned long long)p->size, waited);
+    }
+    return 0;
 }
 
 int gdrpy_write(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, const void *src, size_t n)
@@ -622,7 +804,7 @@ static int raw_memcpy(gdrpy_ctx_t h, int dir, uint64_t dptr, void *host, size_t 
     int rc = ctx_enter(h, &c, what);
     if (rc) return rc;
     if (n) rc = c->be->dev_memcpy(c, dir, dptr, host, n, NULL);
-    ctx_leave();
+    ctx_leave(c);
     return rc;
 }
 
@@ -650,6 +832,95 @@ int gdrpy_stream_synchronize(gdrpy_ctx_t h, void *stream)
             if (r) rc = gp_cuda_err(0, r, "cuStreamSynchronize", "stream_synchronize");
         }
     }
-    ctx_leave();
+    ctx_leave(c);
     return rc;
+}
+
+/* ---- for staging.c ----------------------------------------------------- */
+
+int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n, const void *buf,
+                  const char *what, gp_ctx **c, gp_pin **p)
+{
+    return copy_begin(h, ph, offset, n, buf, 0, what, c, p);
+}
+
+void gp_copy_end(gp_ctx *c, gp_pin *p) { copy_end(c, p); }
+
+int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what) { return ctx_enter(h, c, what); }
+
+void gp_ctx_leave(gp_ctx *c) { ctx_leave(c); }
+
+
+/* ---- for the channel (src/channel/) ----------------------------------- */
+
+/* hold > 0: checks that `ph` is a mapped pin of `h`, raises its in-flight
+ * count (unmap/unpin then fail with EBUSY) and fills *info, *device and
+ * *is_real.  hold <= 0: drops that count again (if the pin still exists). */
+GP_HIDDEN int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *info,
+                               int *device, int *is_real);
+int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *info,
+                     int *device, int *is_real)
+{
+    gp_ctx *c;
+    gp_pin *p;
+    int rc = ctx_enter(h, &c, hold > 0 ? "chan_create" : "chan_destroy");
+    if (rc) return rc;
+    pthread_mutex_lock(&c->lock);
+    rc = pin_lookup(c, ph, &p, hold > 0 ? "chan_create" : "chan_destroy");
+    if (!rc && hold > 0) {
+        if (!p->map_base)
+            rc = gp_err(GDRPY_EINVAL, "chan_create: pin 0x%llx is not mapped",
+                        (unsigned long long)ph);
+        else if (p->tearing)
+            rc = gp_err(GDRPY_EBUSY, "chan_create: pin 0x%llx is being unmapped or unpinned "
+                        "by another thread", (unsigned long long)ph);
+        if (!rc) {
+            atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
+            fill_info(c, p, info);
+            *device = c->device;
+            *is_real = c->be->is_real;
+        }
+    } else if (!rc && atomic_load(&p->inflight) > 0) {
+        atomic_fetch_sub_explicit(&p->inflight, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&c->lock);
+    ctx_leave(c);
+    return rc;
+}
+
+/* src/channel/wc.c */
+GP_HIDDEN void gp_wc_store_nofence(void *dst, const void *src, size_t n);
+GP_HIDDEN void gp_wc_fence(void);
+
+int gdrpy_writev(gdrpy_ctx_t h, gdrpy_pin_t ph, const gdrpy_iov_t *iov, size_t n)
+{
+    if (n && !iov) return gp_err(GDRPY_EINVAL, "writev: iov is NULL");
+    for (size_t i = 0; i < n; i++)
+        if (iov[i].len && !iov[i].buf)
+            return gp_err(GDRPY_EINVAL, "writev: iov[%zu].buf is NULL", i);
+    gp_ctx *c;
+    gp_pin *p;
+    int rc = ctx_enter_(h, &c, "writev", 1);
+    if (rc) return rc;
+    pthread_mutex_lock(&c->lock);
+    rc = pin_lookup(c, ph, &p, "writev");
+    if (!rc && !p->map_base)
+        rc = gp_err(GDRPY_EINVAL, "writev: pin 0x%llx is not mapped", (unsigned long long)ph);
+    for (size_t i = 0; !rc && i < n; i++)
+        if (iov[i].offset > p->size || iov[i].len > p->size - iov[i].offset)
+            rc = gp_err(GDRPY_ERANGE, "writev: iov[%zu] [%zu, %zu+%zu) is outside the pinned "
+                        "%llu bytes; nothing was written", i, iov[i].offset, iov[i].offset,
+                        iov[i].len, (unsigned long long)p->size);
+    if (!rc && p->tearing)
+        rc = gp_err(GDRPY_EBUSY, "writev: pin 0x%llx is being unmapped or unpinned by another "
+                    "thread", (unsigned long long)ph);
+    if (!rc) atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&c->lock);
+    if (rc) { ctx_leave(c); return rc; }
+    char *base = (char *)p->map_base + (p->addr - p->va);
+    for (size_t i = 0; i < n; i++)
+        if (iov[i].len) gp_wc_store_nofence(base + iov[i].offset, iov[i].buf, iov[i].len);
+    gp_wc_fence();   /* the one store fence */
+    copy_end(c, p);
+    return 0;
 }

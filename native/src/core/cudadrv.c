@@ -84,6 +84,24 @@ static void do_load(void)
         OPT(MemGetHandleForAddressRange, "cuMemGetHandleForAddressRange"),
         OPT(MemAlloc, "cuMemAlloc_v2"),
         OPT(MemFree, "cuMemFree_v2"),
+        /* the nvrm self-test's scratch memory (route A) */
+        OPT(MemCreate, "cuMemCreate"),
+        OPT(MemAddressReserve, "cuMemAddressReserve"),
+        OPT(MemAddressFree, "cuMemAddressFree"),
+        OPT(MemMap, "cuMemMap"),
+        OPT(MemUnmap, "cuMemUnmap"),
+        OPT(MemSetAccess, "cuMemSetAccess"),
+        OPT(MemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
+        /* page-locked host memory and the staging ring (hostmem.c, staging.c) */
+        OPT(MemHostAlloc, "cuMemHostAlloc"),
+        OPT(MemFreeHost, "cuMemFreeHost"),
+        OPT(MemHostRegister, "cuMemHostRegister_v2"),
+        OPT(MemHostUnregister, "cuMemHostUnregister"),
+        OPT(EventCreate, "cuEventCreate"),
+        OPT(EventDestroy, "cuEventDestroy_v2"),
+        OPT(EventRecord, "cuEventRecord"),
+        OPT(EventSynchronize, "cuEventSynchronize"),
+        OPT(EventQuery, "cuEventQuery"),
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].slot = dlsym(h, syms[i].name);
@@ -346,7 +364,22 @@ static CUresult do_copy(int dir, uint64_t dptr, void *host, size_t n, CUstream s
                     : gp_cu.MemcpyDtoHAsync(host, dptr, n, st);
 }
 
+static int memcpy_impl(int device, int dir, uint64_t dptr, void *host, size_t n, void *stream,
+                       int locked);
+
 int gp_cuda_memcpy(int device, int dir, uint64_t dptr, void *host, size_t n, void *stream)
+{
+    return memcpy_impl(device, dir, dptr, host, n, stream, 0);
+}
+
+int gp_cuda_memcpy_locked(int device, int dir, uint64_t dptr, void *host, size_t n,
+                          void *stream)
+{
+    return memcpy_impl(device, dir, dptr, host, n, stream, 1);
+}
+
+static int memcpy_impl(int device, int dir, uint64_t dptr, void *host, size_t n, void *stream,
+                       int locked)
 {
     if (n == 0) return 0;
     if (dir != 0 && dir != 1) return gp_err(GDRPY_EINVAL, "memcpy: bad direction %d", dir);
@@ -383,7 +416,7 @@ int gp_cuda_memcpy(int device, int dir, uint64_t dptr, void *host, size_t n, voi
      * source is staged, before the DMA lands.  Callers of the synchronous
      * path (put, ce_write) are promised the data is in GPU memory, so that
      * a read through the mapping right after sees it: wait for the copy. */
-    if (r == CUDA_SUCCESS && !st && dir == 0) {
+    if (r == CUDA_SUCCESS && !st && dir == 0 && !locked) {
         call = "cuStreamSynchronize";
         r = gp_cu.StreamSynchronize(NULL);
     }

@@ -28,6 +28,7 @@ typedef int CUdevice;
 typedef uint64_t CUdeviceptr;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
+typedef struct CUevent_st *CUevent;
 typedef uint64_t CUmemGenericAllocationHandle;
 typedef struct { unsigned char reserved[64]; } CUipcMemHandle;
 
@@ -45,6 +46,16 @@ typedef struct {
     unsigned char reserved[4];
 } gp_CUmemAllocationProp;
 _Static_assert(sizeof(gp_CUmemAllocationProp) == 32, "CUmemAllocationProp size");
+
+typedef struct {
+    int location_type;           /* CUmemLocationType: 1 device */
+    int location_id;
+    int flags;                   /* CUmemAccess_flags: 3 read-write */
+} gp_CUmemAccessDesc;
+_Static_assert(sizeof(gp_CUmemAccessDesc) == 12, "CUmemAccessDesc size");
+#define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
+#define CU_MEM_ALLOCATION_TYPE_PINNED 1
+#define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
@@ -74,6 +85,14 @@ _Static_assert(sizeof(gp_CUmemAllocationProp) == 32, "CUmemAllocationProp size")
 #define CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE 17
 #define CU_POINTER_ATTRIBUTE_MAPPING_SIZE 18
 #define CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR 19
+
+#define CUDA_ERROR_NOT_READY 600
+#define CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED 712
+#define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
+
+#define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTREGISTER_PORTABLE 0x01
+#define CU_EVENT_DISABLE_TIMING 0x02
 
 #define CU_MEMORYTYPE_HOST 1
 #define CU_MEMORYTYPE_DEVICE 2
@@ -135,6 +154,30 @@ struct gp_cuda_api {
                                             unsigned long long flags); /* optional */
     CUresult (*MemAlloc)(CUdeviceptr *p, size_t n);           /* _v2, optional */
     CUresult (*MemFree)(CUdeviceptr p);                       /* _v2, optional */
+    /* optional: VMM allocation (the nvrm self-test's scratch memory) */
+    CUresult (*MemCreate)(CUmemGenericAllocationHandle *h, size_t size,
+                          const gp_CUmemAllocationProp *prop, unsigned long long flags);
+    CUresult (*MemAddressReserve)(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr,
+                                  unsigned long long flags);
+    CUresult (*MemAddressFree)(CUdeviceptr p, size_t size);
+    CUresult (*MemMap)(CUdeviceptr p, size_t size, size_t offset,
+                       CUmemGenericAllocationHandle h, unsigned long long flags);
+    CUresult (*MemUnmap)(CUdeviceptr p, size_t size);
+    CUresult (*MemSetAccess)(CUdeviceptr p, size_t size, const gp_CUmemAccessDesc *desc,
+                             size_t count);
+    CUresult (*MemGetAllocationGranularity)(size_t *g, const gp_CUmemAllocationProp *prop,
+                                            int option);
+    /* page-locked host memory and events (optional: hostmem.c and staging.c
+     * report ENOTSUP without them) */
+    CUresult (*MemHostAlloc)(void **p, size_t n, unsigned flags);
+    CUresult (*MemFreeHost)(void *p);
+    CUresult (*MemHostRegister)(void *p, size_t n, unsigned flags);    /* _v2 */
+    CUresult (*MemHostUnregister)(void *p);
+    CUresult (*EventCreate)(CUevent *e, unsigned flags);
+    CUresult (*EventDestroy)(CUevent e);                                /* _v2 */
+    CUresult (*EventRecord)(CUevent e, CUstream s);
+    CUresult (*EventSynchronize)(CUevent e);
+    CUresult (*EventQuery)(CUevent e);
 };
 
 GP_HIDDEN extern struct gp_cuda_api gp_cu;
@@ -195,6 +238,12 @@ GP_HIDDEN void gp_cuda_leave(gp_cuda_scope *s);
  * the stream's own context when a stream is given. */
 GP_HIDDEN int gp_cuda_memcpy(int device, int dir, uint64_t dptr, void *host, size_t n,
                              void *stream);
+
+/* The same for host memory known to be page-locked: a synchronous
+ * cuMemcpyHtoD from page-locked memory returns after the DMA, so the extra
+ * wait that pageable sources need is left out. */
+GP_HIDDEN int gp_cuda_memcpy_locked(int device, int dir, uint64_t dptr, void *host, size_t n,
+                                    void *stream);
 
 /* ---- pointer classification ------------------------------------------- */
 enum {

@@ -6,16 +6,24 @@
 
 #include "internal.h"
 
-#define GP_MSG_LEN 512
+/* Room for the longest message we build (open's per-backend reasons plus advice); a
+ * longer one ends in "..." instead of stopping mid-word. */
+#define GP_MSG_LEN 2048
 
 static __thread char tls_msg[GP_MSG_LEN];
+
+static void mark_truncated(char *buf, size_t size, int wanted)
+{
+    if (wanted >= 0 && (size_t)wanted >= size) memcpy(buf + size - 4, "...", 4);
+}
 
 int gp_err(int code, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(tls_msg, sizeof tls_msg, fmt, ap);
+    int n = vsnprintf(tls_msg, sizeof tls_msg, fmt, ap);
     va_end(ap);
+    mark_truncated(tls_msg, sizeof tls_msg, n);
     gp_log(1, "error %s: %s", gdrpy_strerror(code), tls_msg);
     return code;
 }
@@ -77,8 +85,22 @@ static int log_level(void)
     return level;
 }
 
+/* GP_LOG_CONFIG: a GDRPY_* variable whose value cannot be used.  Printed
+ * by default (it would otherwise be ignored silently); GDRPY_LOG_LEVEL=6
+ * silences it. */
 void gp_log(int level, const char *fmt, ...)
 {
+    if (level == GP_LOG_CONFIG) {
+        int l = log_level();
+        if (l != 99 && l > GP_LOG_CONFIG) return;
+        char cbuf[GP_MSG_LEN];
+        va_list cap;
+        va_start(cap, fmt);
+        vsnprintf(cbuf, sizeof cbuf, fmt, cap);
+        va_end(cap);
+        fprintf(stderr, "gdrpy warning: %s\n", cbuf);
+        return;
+    }
     if (level < log_level()) return;
     static const char *names[] = {"", "DBG", "INFO", "WARN", "ERR"};
     char buf[GP_MSG_LEN];

@@ -6,6 +6,7 @@
 #define GDRPY_INTERNAL_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -25,6 +26,8 @@ GP_HIDDEN void gp_err_clear(void);
 /* Debug log to stderr when GDRPY_LOG_LEVEL (or GDRCOPY_LOG_LEVEL) <= level.
  * Levels: 1 debug, 2 info, 3 warn, 4 error. */
 GP_HIDDEN void gp_log(int level, const char *fmt, ...) GP_PRINTF(2, 3);
+/* Level for unusable GDRPY_* values: printed even when logging is off. */
+#define GP_LOG_CONFIG 5
 
 /* ---- objects ---------------------------------------------------------- */
 typedef struct gp_ctx gp_ctx;
@@ -47,14 +50,19 @@ struct gp_pin {
     size_t map_len;         /* bytes mapped at map_base (>= len) */
     int mapping_type;       /* gdrpy_mapping_type_t */
     void *bpriv;            /* backend private */
-    /* core only: validated copies in flight (unmap waits for none) */
-    int inflight;
+    /* core only: validated copies in flight (raised under ctx->lock,
+     * dropped without it); unmap/unpin wait (bounded) for none */
+    _Atomic int inflight;
+    int tearing;            /* unmap/unpin in progress (ctx->lock) */
 };
 
 struct gp_backend;
 
+struct gp_ctx_slot;
+
 struct gp_ctx {
     gdrpy_ctx_t handle;
+    struct gp_ctx_slot *slot;        /* its entry in the context table */
     int device;
     const struct gp_backend *be;
     void *bpriv;                     /* backend private */
@@ -66,7 +74,15 @@ struct gp_ctx {
     uint32_t npins_cap;
     uint32_t npins;
     gdrpy_ctx_info_t info;           /* filled by open (backend fills names) */
+    struct gp_stage *stage;          /* staging ring (staging.c); NULL until used */
+    int fork_faults;                 /* GDRPY_OPEN_FORK_FAULTS: no placeholders in a child */
 };
+
+/* Bounded wait used by teardown (close/unmap/unpin) for calls in flight in
+ * other threads: returns 0 once *count is 0, else GDRPY_EBUSY after the
+ * limit (GDRPY_BUSY_WAIT_MS, default 3000 ms).  Sets *waited_ms. */
+GP_HIDDEN int gp_wait_idle(_Atomic int *count, int *waited_ms);
+GP_HIDDEN int gp_busy_wait_limit_ms(void);
 
 /* ---- backend interface ------------------------------------------------ */
 /* A backend is one file exporting one `const struct gp_backend`.
@@ -105,6 +121,18 @@ GP_HIDDEN extern const struct gp_backend gp_backend_sim;
 GP_HIDDEN extern const struct gp_backend gp_backend_nvrm;
 GP_HIDDEN extern const struct gp_backend gp_backend_gdrdrv;
 GP_HIDDEN extern const struct gp_backend gp_backend_dmabuf;
+
+/* ---- validated copy-engine copies (core.c, for staging.c) -------------- */
+/* Enters the context, finds the pin, checks [offset, offset+n) and raises the
+ * pin's in-flight count; on success gp_copy_end() must follow. */
+GP_HIDDEN int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n,
+                            const void *buf, const char *what, gp_ctx **c, gp_pin **p);
+GP_HIDDEN void gp_copy_end(gp_ctx *c, gp_pin *p);
+/* Enters the context (its in-flight count; gp_ctx_leave(c) after). */
+GP_HIDDEN int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what);
+GP_HIDDEN void gp_ctx_leave(gp_ctx *c);
+/* staging.c: frees the context's ring (gdrpy_close, nothing in flight). */
+GP_HIDDEN void gp_stage_destroy(gp_ctx *c);
 
 /* ---- helpers ---------------------------------------------------------- */
 static inline uint64_t gp_round_down(uint64_t x, uint64_t a) { return x & ~(a - 1); }

@@ -9,20 +9,32 @@
  *    per CUDA device, opened lazily: a pin goes to the context of the device
  *    that owns the address (cuPointerGetAttribute, when libcuda is loaded),
  *    like GDRCopy's pins, which work with whatever device owns the pointer.
- *  - gdr_mh_t.h encodes (generation << 32) | (slot + 1) in a global slot
- *    table made of fixed chunks that are allocated once and never freed.  A
- *    stale or forged handle therefore always reads valid memory, and the
- *    generation tells it apart from the slot's current occupant.
+ *  - gdr_mh_t.h is the address of a slot in a global slot range plus the
+ *    low bits of the slot's generation (see "handle slots"); slots are
+ *    never unmapped, a handle is range-checked before it is dereferenced,
+ *    and the generation tells it apart from the slot's current occupant.
  *
  * Locking
  *  - g->lock guards everything of one gdr (its handle list, its contexts and
  *    the cold fields of its slots); it is held across the gdrpy calls of
  *    pin/map/unmap/unpin/close.
  *  - mh_lock guards slot allocation only (the free list and chunk growth).
- *  - The copy path takes no lock: it reads the slot's generation and state
- *    (acquire), the mapping bounds, and the generation again.  Writers
- *    publish the bounds before storing state MAPPED (release), and store
- *    state PINNED before the munmap of an unmap.
+ *  - The copy path takes no lock and no atomic read-modify-write: it
+ *    announces the slot it is about to copy through in a per-thread record
+ *    (a hazard pointer: one plain store), then reads the slot's generation
+ *    and state, the mapping bounds, and the generation again, copies, and
+ *    clears the record.  Writers publish the bounds before storing state
+ *    MAPPED (release).  An unmap (gdr_unmap, gdr_unpin_buffer, gdr_close)
+ *    stores state PINNED, runs membarrier(PRIVATE_EXPEDITED) - which makes
+ *    every running thread of the process execute a full memory barrier, so
+ *    the copy side needs none - and then waits, bounded (GDRPY_BUSY_WAIT_MS,
+ *    default 3 s), until no thread's record names the slot, before the
+ *    munmap.  Either a copy sees PINNED and fails with EINVAL, or the unmap
+ *    sees the copy's record and waits for it: the memory stays mapped until
+ *    every copy through it has returned; if copies are still running at the
+ *    limit, the unmap fails with EBUSY (logged, naming the handle) and the
+ *    mapping is left as it was.  Where membarrier is unavailable the copy
+ *    side issues a full fence itself (g_copy_fence).
  *
  * Fork: a gdr is bound to the process that opened it.  Every call in a
  * forked child on the parent's gdr or handles returns EACCES (checked before
@@ -32,10 +44,14 @@
  */
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -101,39 +117,79 @@ typedef struct mh_slot {
     uint32_t prev, next;     /* slot + 1 links: g's list, or the free list */
 } mh_slot;
 
-#define MH_CHUNK_SHIFT 10
-#define MH_CHUNK (1u << MH_CHUNK_SHIFT)
-#define MH_MAX_CHUNKS 16384u   /* 16 Mi handles */
+/* Slots live in one reserved address range, MH_STRIDE bytes apart; chunks
+ * of it are made read-write as they are needed and never given back.  A
+ * handle is the address of its slot plus the low MH_GEN_BITS of the slot's
+ * generation, so that (a) programs that treat gdr_mh_t.h as a pointer to
+ * GDRCopy's internal gdr_memh_t (GDRCopy's own sanity tests read ~104
+ * bytes there) read valid memory, and (b) a stale or forged handle is
+ * recognised without being dereferenced: it must fall inside the committed
+ * range and carry the slot's current generation.  Freed slots are reused
+ * first-in first-out, so a stale handle only matches again after its slot
+ * has been recycled 2^MH_GEN_BITS times. */
+#define MH_STRIDE 1024u
+#define MH_GEN_BITS 9u
+#define MH_GEN_MASK ((1u << MH_GEN_BITS) - 1)
+#define MH_CHUNK 256u                   /* slots made read-write at a time */
+#define MH_MAX_SLOTS (1u << 18)         /* 256 MiB of address space reserved */
+_Static_assert(sizeof(mh_slot) + MH_GEN_MASK + 128 <= MH_STRIDE, "slot stride");
 
-static mh_slot *_Atomic mh_chunks[MH_MAX_CHUNKS];
+static char *mh_base;                    /* reserved range, set once */
+static _Atomic uint32_t mh_committed;    /* slots that are read-write */
 static pthread_mutex_t mh_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t mh_free_head;  /* slot + 1, 0 = empty */
-static uint32_t mh_nslots;     /* slots ever created */
+static uint32_t mh_free_head, mh_free_tail;  /* slot + 1, 0 = empty (FIFO) */
+static uint32_t mh_nslots;               /* slots ever handed out */
 
 static inline mh_slot *slot_at(uint32_t idx)
 {
-    mh_slot *c = atomic_load_explicit(&mh_chunks[idx >> MH_CHUNK_SHIFT], memory_order_acquire);
-    return c ? &c[idx & (MH_CHUNK - 1)] : NULL;
+    return (mh_slot *)(mh_base + (size_t)idx * MH_STRIDE);
+}
+
+static inline uint32_t slot_idx(const mh_slot *s)
+{
+    return (uint32_t)(((const char *)s - mh_base) / MH_STRIDE);
 }
 
 static inline unsigned long mk_mh(uint32_t idx, uint32_t gen)
 {
-    return ((unsigned long)gen << 32) | (unsigned long)(idx + 1);
+    return (unsigned long)(uintptr_t)slot_at(idx) + (gen & MH_GEN_MASK);
 }
 
-/* The slot a handle names, or NULL.  No lock; the slot may be in any state. */
+/* The slot a handle names, or NULL.  No lock; the slot may be in any state.
+ * Never dereferences memory outside the committed slot range. */
 static inline mh_slot *mh_lookup(gdr_mh_t mh, uint32_t *gen_out)
 {
-    uint32_t lo = (uint32_t)mh.h;
-    uint32_t gen = (uint32_t)(mh.h >> 32);
-    if (__builtin_expect(lo == 0 || gen == 0, 0)) return NULL;
-    uint32_t idx = lo - 1;
-    if (__builtin_expect((idx >> MH_CHUNK_SHIFT) >= MH_MAX_CHUNKS, 0)) return NULL;
-    mh_slot *s = slot_at(idx);
-    if (__builtin_expect(!s || atomic_load_explicit(&s->gen, memory_order_acquire) != gen, 0))
+    char *base = mh_base;
+    if (__builtin_expect(!base || mh.h < (unsigned long)(uintptr_t)base, 0)) return NULL;
+    unsigned long off = mh.h - (unsigned long)(uintptr_t)base;
+    unsigned long idx = off / MH_STRIDE;
+    if (__builtin_expect(idx >= atomic_load_explicit(&mh_committed, memory_order_acquire), 0))
         return NULL;
+    uint32_t glow = (uint32_t)(off % MH_STRIDE);
+    if (__builtin_expect(glow > MH_GEN_MASK, 0)) return NULL;
+    mh_slot *s = slot_at((uint32_t)idx);
+    uint32_t gen = atomic_load_explicit(&s->gen, memory_order_acquire);
+    if (__builtin_expect((gen & MH_GEN_MASK) != glow, 0)) return NULL;
     *gen_out = gen;
     return s;
+}
+
+/* With mh_lock held: make slots [mh_committed, +MH_CHUNK) usable. */
+static int mh_grow(void)
+{
+    if (!mh_base) {
+        void *p = mmap(NULL, (size_t)MH_MAX_SLOTS * MH_STRIDE, PROT_NONE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) return -1;
+        mh_base = p;
+    }
+    uint32_t c = atomic_load_explicit(&mh_committed, memory_order_relaxed);
+    if (c + MH_CHUNK > MH_MAX_SLOTS) return -1;
+    char *at = (char *)slot_at(c);
+    if (mprotect(at, (size_t)MH_CHUNK * MH_STRIDE, PROT_READ | PROT_WRITE) != 0) return -1;
+    for (uint32_t i = 0; i < MH_CHUNK; i++) atomic_init(&slot_at(c + i)->gen, 1);
+    atomic_store_explicit(&mh_committed, c + MH_CHUNK, memory_order_release);
+    return 0;
 }
 
 static mh_slot *slot_alloc(uint32_t *idx_out)
@@ -143,23 +199,14 @@ static mh_slot *slot_alloc(uint32_t *idx_out)
     if (mh_free_head) {
         idx = mh_free_head - 1;
         mh_free_head = slot_at(idx)->next;
+        if (!mh_free_head) mh_free_tail = 0;
     } else {
-        if (mh_nslots >= MH_MAX_CHUNKS * MH_CHUNK) {
+        if (mh_nslots >= atomic_load_explicit(&mh_committed, memory_order_relaxed) &&
+            mh_grow() != 0) {
             pthread_mutex_unlock(&mh_lock);
             return NULL;
         }
-        idx = mh_nslots;
-        uint32_t c = idx >> MH_CHUNK_SHIFT;
-        if (!atomic_load_explicit(&mh_chunks[c], memory_order_relaxed)) {
-            mh_slot *chunk = calloc(MH_CHUNK, sizeof *chunk);
-            if (!chunk) {
-                pthread_mutex_unlock(&mh_lock);
-                return NULL;
-            }
-            for (uint32_t i = 0; i < MH_CHUNK; i++) atomic_init(&chunk[i].gen, 1);
-            atomic_store_explicit(&mh_chunks[c], chunk, memory_order_release);
-        }
-        mh_nslots++;
+        idx = mh_nslots++;
     }
     pthread_mutex_unlock(&mh_lock);
     mh_slot *s = slot_at(idx);
@@ -182,19 +229,128 @@ static void slot_free(mh_slot *s, uint32_t idx)
     atomic_store_explicit(&s->span, 0, memory_order_relaxed);
     s->map_ret = NULL;
     pthread_mutex_lock(&mh_lock);
-    s->next = mh_free_head;
-    mh_free_head = idx + 1;
+    s->next = 0;
+    if (mh_free_tail) slot_at(mh_free_tail - 1)->next = idx + 1;
+    else mh_free_head = idx + 1;
+    mh_free_tail = idx + 1;
     pthread_mutex_unlock(&mh_lock);
 }
 
+/* ---- per-thread copy records (hazard pointers) ----------------------------- */
+#include <sys/syscall.h>
+#ifndef MEMBARRIER_CMD_PRIVATE_EXPEDITED
+#define MEMBARRIER_CMD_PRIVATE_EXPEDITED (1 << 3)
+#define MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED (1 << 4)
+#endif
+
+typedef struct hz_rec {
+    mh_slot *_Atomic slot;        /* slot being copied through, or NULL */
+    _Atomic int used;             /* owned by a live thread */
+    struct hz_rec *next;          /* append-only list */
+} hz_rec;
+
+static hz_rec *_Atomic hz_all;
+static pthread_key_t hz_key;
+static int g_copy_fence = 1;      /* 0 once membarrier is registered */
+/* Default (dynamic) TLS model: libgdrapi is dlopen'ed (NCCL), where initial-exec
+ * TLS can exhaust the static TLS block; on x86-64 the Makefile compiles this file
+ * with TLS descriptors (-mtls-dialect=gnu2), which make the access cheap. */
+static __thread hz_rec *t_hz;
+
+static void hz_thread_exit(void *p)
+{
+    hz_rec *r = p;
+    atomic_store_explicit(&r->slot, NULL, memory_order_relaxed);
+    atomic_store_explicit(&r->used, 0, memory_order_release);
+}
+
+static void hz_membarrier_register(void)
+{
+    long rc = syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0);
+    g_copy_fence = rc != 0;
+    if (rc) LOGD("membarrier unavailable (errno %d): copies issue their own fence", errno);
+}
+
+static __attribute__((noinline, cold)) hz_rec *hz_register(void)
+{
+    hz_rec *r;
+    for (r = atomic_load_explicit(&hz_all, memory_order_acquire); r; r = r->next) {
+        int z = 0;
+        if (atomic_compare_exchange_strong(&r->used, &z, 1)) break;
+    }
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return NULL;
+        atomic_init(&r->used, 1);
+        hz_rec *head = atomic_load_explicit(&hz_all, memory_order_relaxed);
+        do {
+            r->next = head;
+        } while (!atomic_compare_exchange_weak_explicit(&hz_all, &head, r, memory_order_release,
+                                                        memory_order_relaxed));
+    }
+    pthread_setspecific(hz_key, r);
+    t_hz = r;
+    return r;
+}
+
+static int hz_count(mh_slot *s)
+{
+    int n = 0;
+    for (hz_rec *r = atomic_load_explicit(&hz_all, memory_order_acquire); r; r = r->next)
+        if (atomic_load_explicit(&r->slot, memory_order_acquire) == s) n++;
+    return n;
+}
+
+/* After the caller stored a state that makes new copies of `s` fail: waits
+ * (bounded) until no thread is inside a copy through `s`.  0 or EBUSY. */
+static int hz_wait_clear(mh_slot *s, int *waited_ms, int *busy)
+{
+    *waited_ms = 0;
+    if (g_copy_fence) atomic_thread_fence(memory_order_seq_cst);
+    else if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+        /* Registered at load time, so this does not fail; if it ever did,
+         * copies in flight could not be seen: refuse rather than unmap. */
+        *busy = -1;
+        return EBUSY;
+    }
+    if ((*busy = hz_count(s)) == 0) return 0;
+    int limit = gp_busy_wait_limit_ms();
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (unsigned i = 0;; i++) {
+        if (i < 64) {
+            sched_yield();
+        } else {
+            struct timespec ts = {0, i < 1000 ? 20000 : 200000};
+            nanosleep(&ts, NULL);
+        }
+        *busy = hz_count(s);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        *waited_ms = (int)((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000);
+        if (*busy == 0) return 0;
+        if (*waited_ms >= limit) return EBUSY;
+    }
+}
+
 /* ---- gdr instances ---------------------------------------------------- */
+/* Layout note: GDRCopy's own tests (sanity.cpp) look inside a gdr_t as if it
+ * were GDRCopy's `struct gdr` (an int fd first, 48 bytes in all): they copy
+ * sizeof that struct and send `g->fd` to another process over a unix
+ * socket, expecting nothing usable to arrive.  So `fd` comes first and is a
+ * real descriptor: the /dev/nvidiactl (or /dev/gdrdrv) node gdr_open checks
+ * for, holding no RM client or pin (the gdrpy contexts own those); -1 for
+ * the sim backend. */
 struct gdr {
+    int fd;                        /* see above; closed by gdr_close */
     uint32_t magic;
     int closed;
     pthread_mutex_t lock;
     unsigned fork_gen;             /* gdrpy_fork_generation at open */
     pid_t pid;
-    int backend;                   /* gdrpy_backend_t of the default context */
+    int req_backend;               /* asked for (AUTO unless GDRPY_BACKEND) */
+    int backend;                   /* of the open contexts; before the first
+                                      pin, the one gdr_open expects */
+    int backend_known;             /* a context has been opened */
     int default_dev;
     gdrpy_ctx_t ctx[GDR_MAX_DEV];  /* 0 = not opened yet */
     uint32_t head;                 /* first slot + 1 of the handle list */
@@ -202,6 +358,8 @@ struct gdr {
     struct gdr *all_next;          /* append-only list of every gdr ever made */
     struct gdr *free_next;
 };
+_Static_assert(offsetof(struct gdr, fd) == 0 && sizeof(struct gdr) >= 48,
+               "GDRCopy's struct gdr layout: int fd first, at least 48 bytes");
 
 static struct gdr *_Atomic gdr_all;
 static pthread_mutex_t gdr_free_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -215,10 +373,14 @@ static void gdrapi_atfork_child(void)
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&mh_lock, &fresh, sizeof fresh);
     memcpy(&gdr_free_lock, &fresh, sizeof fresh);
+    /* membarrier registration belongs to the parent's address space */
+    hz_membarrier_register();
 }
 
 __attribute__((constructor)) static void gdrapi_init(void)
 {
+    pthread_key_create(&hz_key, hz_thread_exit);
+    hz_membarrier_register();
     pthread_atfork(NULL, NULL, gdrapi_atfork_child);
 }
 
@@ -300,7 +462,8 @@ static void cu_resolve(void)
 /* With g->lock held. */
 static int device_of(struct gdr *g, unsigned long addr)
 {
-    if (g->backend == GDRPY_BACKEND_SIM) return g->default_dev;
+    if (g->req_backend == GDRPY_BACKEND_SIM || g->backend == GDRPY_BACKEND_SIM)
+        return g->default_dev;
     pthread_once(&cu_once, cu_resolve);
     if (!cu_ptr_attr) return g->default_dev;
     int dev = -1;
@@ -313,22 +476,38 @@ static int device_of(struct gdr *g, unsigned long addr)
     return dev;
 }
 
-/* With g->lock held: the context for `dev`, opened on first use with the
- * backend of the default context. */
+/* With g->lock held: the context for `dev`, opened on first use.  The first
+ * context of a gdr is opened here, at its first pin, not in gdr_open: that
+ * is when CUDA is first touched (GDRCopy's gdr_open leaves no CUDA state
+ * either, and programs fork after gdr_open).  Later devices use the
+ * backend the first one chose. */
 static int ctx_for(struct gdr *g, int dev, gdrpy_ctx_t *out)
 {
     if (g->ctx[dev]) {
         *out = g->ctx[dev];
         return 0;
     }
-    int rc = gdrpy_open(dev, g->backend, &g->ctx[dev]);
+    int want = g->backend_known ? g->backend : g->req_backend;
+    /* GDRCopy semantics across fork: a mapping pointer kept from before fork
+     * faults in the child (its sanity suite checks that) */
+    int rc = gdrpy_open(dev, want | GDRPY_OPEN_FORK_FAULTS, &g->ctx[dev]);
     if (rc) {
         g->ctx[dev] = 0;
-        LOGE("opening device %d (%s backend) failed: %s", dev, gdrpy_backend_name(g->backend),
+        LOGE("opening device %d (%s backend) failed: %s", dev, gdrpy_backend_name(want),
              gdrpy_last_error());
         return rc;
     }
-    LOGD("opened device %d for a pin on it", dev);
+    if (!g->backend_known) {
+        gdrpy_ctx_info_t ci;
+        if (gdrpy_ctx_get_info(g->ctx[dev], &ci) == 0) {
+            if (ci.backend != g->backend)
+                LOGW("gdr_t %p: expected the %s backend, the driver gave %s", (void *)g,
+                     gdrpy_backend_name(g->backend), ci.backend_name);
+            g->backend = ci.backend;
+            g->backend_known = 1;
+        }
+    }
+    LOGD("opened device %d (%s backend) for a pin on it", dev, gdrpy_backend_name(g->backend));
     *out = g->ctx[dev];
     return 0;
 }
@@ -369,6 +548,34 @@ static void cpm_calibrate(void)
 }
 
 /* ---- instance --------------------------------------------------------- */
+/* The backend gdr_open expects, and the descriptor of its device node,
+ * found without touching CUDA.  Returns 0 or an errno. */
+static int expect_backend(int req, int *backend, int *fd)
+{
+    *fd = -1;
+    *backend = req;
+    if (req == GDRPY_BACKEND_SIM) return 0;
+    const char *nodes[2] = {"/dev/nvidiactl", "/dev/gdrdrv"};
+    int first_err = 0;
+    for (int i = 0; i < 2; i++) {
+        if (i == 0 && req == GDRPY_BACKEND_GDRDRV) continue;
+        int fd_ = open(nodes[i], O_RDWR | O_CLOEXEC);
+        if (fd_ < 0) {
+            if (!first_err) first_err = errno;
+            LOGD("gdr_open: %s: %s", nodes[i], strerror(errno));
+            continue;
+        }
+        *fd = fd_;
+        if (req == GDRPY_BACKEND_AUTO)
+            *backend = i == 0 ? GDRPY_BACKEND_NVRM : GDRPY_BACKEND_GDRDRV;
+        if (i == 0 && req == GDRPY_BACKEND_AUTO && access("/dev/gdrdrv", F_OK) == 0)
+            LOGD("gdr_open: /dev/gdrdrv present too; auto tries nvrm first");
+        return 0;
+    }
+    /* No NVIDIA device node: nothing can map GPU memory here. */
+    return first_err == EACCES || first_err == EPERM ? EACCES : ENODEV;
+}
+
 gdr_t gdr_open(void)
 {
     int dev = 0;
@@ -383,19 +590,23 @@ gdr_t gdr_open(void)
         }
         dev = (int)v;
     }
-    /* AUTO: gdrpy_open honours GDRPY_BACKEND itself. */
-    gdrpy_ctx_t ctx;
-    int rc = gdrpy_open(dev, GDRPY_BACKEND_AUTO, &ctx);
-    if (rc) {
-        LOGE("gdr_open: %s", gdrpy_last_error());
-        errno = rc;
-        return NULL;
+    int req = GDRPY_BACKEND_AUTO;
+    const char *bs = getenv("GDRPY_BACKEND");
+    if (bs && *bs) {
+        req = gdrpy_backend_from_name(bs);
+        if (req < 0) {
+            LOGE("gdr_open: GDRPY_BACKEND=%s is not one of auto, sim, nvrm, gdrdrv, dmabuf", bs);
+            errno = EINVAL;
+            return NULL;
+        }
     }
-    gdrpy_ctx_info_t ci;
-    rc = gdrpy_ctx_get_info(ctx, &ci);
+    /* No CUDA call here: the gdrpy context is opened at the first pin. */
+    int backend, fd;
+    int rc = expect_backend(req, &backend, &fd);
     if (rc) {
-        LOGE("gdr_open: %s", gdrpy_last_error());
-        gdrpy_close(ctx);
+        LOGE("gdr_open: no NVIDIA device node could be opened (/dev/nvidiactl, /dev/gdrdrv): "
+             "%s; is the NVIDIA driver loaded? (GDRPY_BACKEND=sim runs without a GPU)",
+             strerror(rc));
         errno = rc;
         return NULL;
     }
@@ -408,7 +619,7 @@ gdr_t gdr_open(void)
     if (!g) {
         g = calloc(1, sizeof *g);
         if (!g) {
-            gdrpy_close(ctx);
+            if (fd >= 0) close(fd);
             errno = ENOMEM;
             return NULL;
         }
@@ -421,9 +632,11 @@ gdr_t gdr_open(void)
     }
     pthread_mutex_lock(&g->lock);
     memset(g->ctx, 0, sizeof g->ctx);
-    g->ctx[dev] = ctx;
+    g->fd = fd;
     g->default_dev = dev;
-    g->backend = ci.backend;
+    g->req_backend = req;
+    g->backend = backend;
+    g->backend_known = 0;
     g->head = 0;
     g->nhandles = 0;
     g->free_next = NULL;
@@ -432,17 +645,35 @@ gdr_t gdr_open(void)
     g->closed = 0;
     g->magic = GDR_MAGIC;
     pthread_mutex_unlock(&g->lock);
-    LOGD("gdr_open: %p on device %d, %s backend", (void *)g, dev, ci.backend_name);
+    LOGD("gdr_open: %p, device %d, %s backend expected (opened at the first pin)", (void *)g,
+         dev, gdrpy_backend_name(backend));
     return g;
+}
+
+/* With g->lock held and s MAPPED: stops new copies through s (state PINNED)
+ * and waits for those in flight.  0: none left, the caller unmaps; EBUSY:
+ * still running at the limit, state restored to MAPPED. */
+static int drain_copies(mh_slot *s, unsigned long h, const char *what)
+{
+    atomic_store(&s->state, MH_PINNED);
+    int waited = 0, busy = 0;
+    if (hz_wait_clear(s, &waited, &busy) == 0) return 0;
+    atomic_store_explicit(&s->state, MH_MAPPED, memory_order_release);
+    LOGE("%s: %d copies through handle 0x%lx (mapping %p) are still running in other "
+         "threads after %d ms; nothing was released: try again once they return",
+         what, busy, h, s->map_ret, waited);
+    return EBUSY;
 }
 
 /* With g->lock held: unmap if mapped, unpin; the slot stays allocated and
  * linked if the unpin fails. */
-static int slot_release(struct gdr *g, mh_slot *s, const char *what)
+static int slot_release(struct gdr *g, mh_slot *s, unsigned long h, const char *what)
 {
     int rc;
-    if (atomic_load_explicit(&s->state, memory_order_relaxed) == MH_MAPPED) {
-        atomic_store_explicit(&s->state, MH_PINNED, memory_order_release);
+    if (s->map_ret) {
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) == MH_MAPPED &&
+            (rc = drain_copies(s, h, what)))
+            return rc;
         rc = gdrpy_unmap(s->ctx, s->pin);
         if (rc) {
             atomic_store_explicit(&s->state, MH_MAPPED, memory_order_release);
@@ -472,6 +703,8 @@ int gdr_close(gdr_t g)
          * inherited.  Forget it here without touching its lock. */
         g->magic = GDR_DEAD;
         g->closed = 1;
+        if (g->fd >= 0) close(g->fd);   /* the child's copy of the descriptor */
+        g->fd = -1;
         LOGD("gdr_close: %p belongs to the parent process; dropped in the child", (void *)g);
         return 0;
     }
@@ -480,12 +713,26 @@ int gdr_close(gdr_t g)
         pthread_mutex_unlock(&g->lock);
         return EINVAL;
     }
+    /* First stop every copy through this instance's mappings; if some are
+     * still running at the limit, release nothing and stay open (EBUSY). */
+    for (uint32_t i = g->head; i; i = slot_at(i - 1)->next) {
+        mh_slot *s = slot_at(i - 1);
+        if (atomic_load_explicit(&s->state, memory_order_relaxed) != MH_MAPPED) continue;
+        if (drain_copies(s, mk_mh(i - 1, atomic_load(&s->gen)), "gdr_close")) {
+            for (uint32_t k = g->head; k != i; k = slot_at(k - 1)->next)
+                if (slot_at(k - 1)->map_ret)
+                    atomic_store_explicit(&slot_at(k - 1)->state, MH_MAPPED,
+                                          memory_order_release);
+            pthread_mutex_unlock(&g->lock);
+            return EBUSY;
+        }
+    }
     g->closed = 1;
     int first = 0;
     while (g->head) {
         uint32_t idx = g->head - 1;
         mh_slot *s = slot_at(idx);
-        int rc = slot_release(g, s, "gdr_close");
+        int rc = slot_release(g, s, mk_mh(idx, atomic_load(&s->gen)), "gdr_close");
         if (rc && !first) first = rc;
         /* gdrpy_close below releases whatever a failed unpin left. */
         g_unlink(g, s);
@@ -497,6 +744,8 @@ int gdr_close(gdr_t g)
         if (rc && !first) first = rc;
         g->ctx[d] = 0;
     }
+    if (g->fd >= 0) close(g->fd);
+    g->fd = -1;
     g->magic = GDR_DEAD;
     pthread_mutex_unlock(&g->lock);
     pthread_mutex_lock(&gdr_free_lock);
@@ -595,10 +844,10 @@ int gdr_unpin_buffer(gdr_t g, gdr_mh_t handle)
         g_leave(g);
         return EINVAL;
     }
-    rc = slot_release(g, s, "gdr_unpin_buffer");
+    rc = slot_release(g, s, handle.h, "gdr_unpin_buffer");
     if (!rc) {
         g_unlink(g, s);
-        slot_free(s, (uint32_t)handle.h - 1);
+        slot_free(s, slot_idx(s));
     }
     g_leave(g);
     return rc;
@@ -785,8 +1034,7 @@ int gdr_unmap(gdr_t g, gdr_mh_t handle, void *va, size_t size)
         LOGE("gdr_unmap: (%p, %zu) is not the mapping of handle 0x%lx (%p, %zu)", va, size,
              handle.h, s->map_ret, s->map_size);
         rc = EINVAL;
-    } else {
-        atomic_store_explicit(&s->state, MH_PINNED, memory_order_release);
+    } else if (!(rc = drain_copies(s, handle.h, "gdr_unmap"))) {
         rc = gdrpy_unmap(s->ctx, s->pin);
         if (rc) {
             atomic_store_explicit(&s->state, MH_MAPPED, memory_order_release);
@@ -820,54 +1068,82 @@ static __attribute__((noinline, cold)) int copy_fail(gdr_mh_t handle, const void
 }
 
 /* 0 if [p, p+n) may be copied through the mapping of `handle`, else the
- * reason (EINVAL, EACCES, ERANGE). */
-static inline int copy_check(gdr_mh_t handle, const void *p, size_t n)
+ * reason (EINVAL, EACCES, ERANGE, ENOMEM).  On 0 this thread's record *rout
+ * names the slot until copy_done(). */
+static inline __attribute__((always_inline)) int copy_check(gdr_mh_t handle, const void *p,
+                                                         size_t n, hz_rec **rout)
 {
     uint32_t gen;
     mh_slot *s = mh_lookup(handle, &gen);
     if (__builtin_expect(!s, 0)) return EINVAL;
-    if (__builtin_expect(atomic_load_explicit(&s->state, memory_order_acquire) != MH_MAPPED, 0))
-        return EINVAL;
-    if (__builtin_expect(atomic_load_explicit(&s->fork_gen, memory_order_relaxed) !=
-                         gdrpy_fork_generation, 0))
-        return EACCES;
-    const char *lo = atomic_load_explicit(&s->lo, memory_order_relaxed);
-    size_t span = atomic_load_explicit(&s->span, memory_order_relaxed);
-    /* Re-read the generation: the slot was not recycled while we read it. */
-    atomic_thread_fence(memory_order_acquire);
-    if (__builtin_expect(atomic_load_explicit(&s->gen, memory_order_relaxed) != gen, 0))
-        return EINVAL;
-    const char *c = (const char *)p;
-    if (__builtin_expect(c < lo || (size_t)(c - lo) > span || n > span - (size_t)(c - lo), 0))
-        return n ? ERANGE : 0;
+    hz_rec *r = t_hz;
+    if (__builtin_expect(!r, 0) && !(r = hz_register())) return ENOMEM;
+    /* Announce the copy, then check the state: an unmap stores the state,
+     * then (membarrier) scans the records; this thread's store and load are
+     * ordered by that barrier, or by our own fence without membarrier. */
+    atomic_store_explicit(&r->slot, s, memory_order_relaxed);
+    if (__builtin_expect(g_copy_fence, 0)) atomic_thread_fence(memory_order_seq_cst);
+    else atomic_signal_fence(memory_order_seq_cst);
+    int why = 0;
+    if (__builtin_expect(atomic_load_explicit(&s->state, memory_order_acquire) != MH_MAPPED, 0)) {
+        why = EINVAL;
+    } else if (__builtin_expect(atomic_load_explicit(&s->fork_gen, memory_order_relaxed) !=
+                                gdrpy_fork_generation, 0)) {
+        why = EACCES;
+    } else {
+        const char *lo = atomic_load_explicit(&s->lo, memory_order_relaxed);
+        size_t span = atomic_load_explicit(&s->span, memory_order_relaxed);
+        /* Re-read the generation: the slot was not recycled while we read it. */
+        atomic_thread_fence(memory_order_acquire);
+        const char *c = (const char *)p;
+        if (__builtin_expect(atomic_load_explicit(&s->gen, memory_order_relaxed) != gen, 0))
+            why = EINVAL;
+        else if (__builtin_expect(c < lo || (size_t)(c - lo) > span ||
+                                  n > span - (size_t)(c - lo), 0))
+            why = n ? ERANGE : 0;
+    }
+    if (__builtin_expect(why != 0, 0)) {
+        atomic_store_explicit(&r->slot, NULL, memory_order_release);
+        return why;
+    }
+    *rout = r;
     return 0;
+}
+
+static inline void copy_done(hz_rec *r)
+{
+    atomic_store_explicit(&r->slot, NULL, memory_order_release);
 }
 
 int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, size_t size)
 {
-    int rc = copy_check(handle, map_d_ptr, size);
+    hz_rec *s = NULL;
+    int rc = copy_check(handle, map_d_ptr, size, &s);
     if (__builtin_expect(rc != 0, 0))
         return copy_fail(handle, map_d_ptr, size, rc, "gdr_copy_to_mapping");
-    if (__builtin_expect(size == 0, 0)) return 0;
-    if (__builtin_expect(!h_ptr, 0)) {
+    if (__builtin_expect(size != 0 && !h_ptr, 0)) {
+        copy_done(s);
         LOGE("gdr_copy_to_mapping: host pointer is NULL");
         return EINVAL;
     }
-    gdrpy_copy_to_mapping(map_d_ptr, h_ptr, size);
+    if (__builtin_expect(size != 0, 1)) gdrpy_copy_to_mapping(map_d_ptr, h_ptr, size);
+    copy_done(s);
     return 0;
 }
 
 int gdr_copy_from_mapping(gdr_mh_t handle, void *h_ptr, const void *map_d_ptr, size_t size)
 {
-    int rc = copy_check(handle, map_d_ptr, size);
+    hz_rec *s = NULL;
+    int rc = copy_check(handle, map_d_ptr, size, &s);
     if (__builtin_expect(rc != 0, 0))
         return copy_fail(handle, map_d_ptr, size, rc, "gdr_copy_from_mapping");
-    if (__builtin_expect(size == 0, 0)) return 0;
-    if (__builtin_expect(!h_ptr, 0)) {
+    if (__builtin_expect(size != 0 && !h_ptr, 0)) {
+        copy_done(s);
         LOGE("gdr_copy_from_mapping: host pointer is NULL");
         return EINVAL;
     }
-    gdrpy_copy_from_mapping(h_ptr, map_d_ptr, size);
+    if (__builtin_expect(size != 0, 1)) gdrpy_copy_from_mapping(h_ptr, map_d_ptr, size);
+    copy_done(s);
     return 0;
 }
 
@@ -894,12 +1170,25 @@ int gdr_driver_get_version(gdr_t g, int *major, int *minor)
 int gdr_get_attribute(gdr_t g, gdr_attr_t attr, int *v)
 {
     if (!v) return EINVAL;
+    *v = 0;   /* as GDRCopy: 0 on every failure */
     int rc = g_enter(g, "gdr_get_attribute");
     if (rc) return rc;
     int backend = g->backend;
     g_leave(g);
+    /* gdrdrv backend: the module's own answer, as GDRCopy asks it (0 when
+     * the module is too old to say). */
+    if (backend == GDRPY_BACKEND_GDRDRV &&
+        (attr == GDR_ATTR_USE_PERSISTENT_MAPPING || attr == GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE)) {
+        int fd = open("/dev/gdrdrv", O_RDWR | O_CLOEXEC);
+        struct { uint32_t attr, val; } a = {(uint32_t)attr, 0};
+        *v = fd >= 0 && ioctl(fd, 0xC008DA06u /* GDRDRV_IOC_GET_ATTR */, &a) == 0 ? (int)a.val : 0;
+        if (fd >= 0) close(fd);
+        return 0;
+    }
     switch ((int)attr) {
     case GDR_ATTR_USE_PERSISTENT_MAPPING:
+        /* nvrm, dmabuf, sim: the pin's RM handle / dma-buf / memfd keeps the
+         * pages; a freed allocation never invalidates the mapping. */
         *v = 1;
         return 0;
     case GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE:

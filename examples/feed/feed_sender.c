@@ -1,0 +1,327 @@
+/*
+ * feed_sender - the trading-feed example's market-data source (a separate
+ * process, so it never shares the handler's CPU or interpreter).
+ *
+ *   feed_sender --mode udp --port P --rate R --seconds S [options]
+ *   feed_sender --mode shm --shm-fd FD --rate R --seconds S [options]
+ *
+ * Pacing: every pass of the loop computes how many ticks are due by now
+ * (rate x elapsed) and publishes them in one batch (at most --batch): one
+ * sendmmsg() for UDP, one run of slot stores for the shared-memory ring.
+ * So the offered rate is kept over any time slice longer than one batch,
+ * and at low rates batches are small and each tick's timestamp is close to
+ * its real departure.  send_ns is CLOCK_MONOTONIC taken just before the
+ * batch goes out.  --rate 0: as fast as possible.
+ *
+ * Stops after --ticks seqs or --seconds, whichever first.  UDP: then sends
+ * an END packet (seq = UINT64_MAX) three times, carrying the counts.  shm:
+ * sets the header's counts and `done`.  Either way it prints one JSON line
+ * with what it achieved (its own rate, so that a short figure can be put on
+ * the sender rather than the handler).
+ *
+ * UDP: --per-packet K puts K ticks in a datagram; --gso hands the kernel up
+ * to 64 datagrams per send (UDP_SEGMENT): each still arrives as its own
+ * datagram, the sender's trip down the stack is paid once per send.
+ *
+ * Test knobs: --inject-skip K skips every K-th seq (simulated loss, counted
+ * as "skipped").
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "feed.h"
+
+#define MAX_BATCH 1024
+#define MAX_PER_PACKET 32
+#define GSO_SEGS 64
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+#ifndef SOL_UDP
+#define SOL_UDP 17
+#endif
+
+static inline uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+typedef struct {
+    const char *mode;
+    int port, shm_fd, cpu, batch, per_packet, gso;
+    double rate, seconds;
+    uint64_t ticks, seed, inject_skip;
+    uint32_t nsym;
+} opts_t;
+
+typedef struct {
+    uint64_t generated;   /* seqs consumed (last seq) */
+    uint64_t sent;        /* published: sendmmsg accepted / slot written */
+    uint64_t skipped;     /* --inject-skip */
+    uint64_t failed;      /* UDP: sendmmsg refused (errno counted) */
+    uint64_t dropped;     /* shm: ring full at publish time */
+    uint64_t batches;
+    uint64_t packets;     /* UDP: datagrams sent */
+    uint64_t max_behind;  /* most ticks the sender was behind its schedule */
+    uint64_t t_first, t_last;
+    int last_errno;
+    int sndbuf;
+    int gso, gso_failed;
+} counts_t;
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: feed_sender --mode udp|shm [--port P | --shm-fd FD] --rate R "
+                    "--seconds S [--ticks N] [--symbols N] [--seed N] [--batch N] [--cpu N] "
+                    "[--inject-skip K] [--per-packet K] [--gso]\n");
+    exit(2);
+}
+
+/* How many seqs are due at `t`; `rate` 0 = a full batch every pass. */
+static inline uint64_t due_by(const opts_t *o, uint64_t t0, uint64_t t)
+{
+    if (o->rate <= 0) return UINT64_MAX;
+    return (uint64_t)((double)(t - t0) * o->rate * 1e-9) + 1;
+}
+
+static int run_udp(const opts_t *o, counts_t *c)
+{
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    if (fd < 0) { perror("socket"); return 1; }
+    int sb = 16 << 20;
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sb, sizeof sb) != 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sb, sizeof sb);
+    socklen_t sl = sizeof c->sndbuf;
+    getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &c->sndbuf, &sl);
+    struct sockaddr_in dst = {0};
+    dst.sin_family = AF_INET;
+    dst.sin_port = htons((uint16_t)o->port);
+    dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&dst, sizeof dst) != 0) { perror("connect"); return 1; }
+
+    /* --per-packet K: K ticks per datagram, back to back (as MoldUDP64 and
+     * similar feed protocols pack messages); --batch counts datagrams. */
+    const int K = o->per_packet;
+    static feed_tick_t ticks[MAX_BATCH * MAX_PER_PACKET * GSO_SEGS];
+    static struct mmsghdr msgs[MAX_BATCH];
+    static struct iovec iov[MAX_BATCH];
+    /* --gso: UDP generic segmentation offload; one send carries up to
+     * GSO_SEGS datagrams of K ticks, split by the kernel (each still arrives
+     * as its own datagram); it saves the per-datagram trip down the stack */
+    int G = 1;
+    if (o->gso) {
+        int seg = K * (int)FEED_TICK_SIZE;
+        if (setsockopt(fd, SOL_UDP, UDP_SEGMENT, &seg, sizeof seg) == 0) G = GSO_SEGS;
+        else c->gso_failed = errno;
+    }
+    c->gso = G > 1;
+    for (int i = 0; i < MAX_BATCH; i++) {
+        iov[i].iov_base = &ticks[(size_t)i * K * G];
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    uint64_t t0 = now_ns();
+    uint64_t t_end = t0 + (uint64_t)(o->seconds * 1e9);
+    uint64_t seq = 0;   /* last seq generated */
+    for (;;) {
+        uint64_t t = now_ns();
+        if (t >= t_end || seq >= o->ticks) break;
+        uint64_t due = due_by(o, t0, t);
+        if (due > o->ticks) due = o->ticks;
+        if (due <= seq) continue;
+        uint64_t behind = due - seq;
+        if (o->rate > 0 && behind > c->max_behind) c->max_behind = behind;
+        int n = 0;
+        while (n < o->batch * K * G && seq < due) {
+            ++seq;
+            if (o->inject_skip && seq % o->inject_skip == 0) { c->skipped++; continue; }
+            feed_tick_fill(&ticks[n], seq, o->seed, o->nsym);
+            n++;
+        }
+        if (n == 0) continue;
+        int per = K * G;                  /* ticks per send */
+        int nd = (n + per - 1) / per;
+        for (int i = 0; i < nd; i++)
+            iov[i].iov_len = (size_t)((i + 1) * per <= n ? per : n - i * per) * FEED_TICK_SIZE;
+        uint64_t ts = now_ns();
+        for (int i = 0; i < n; i++) ticks[i].send_ns = ts;
+        int off = 0;
+        while (off < nd) {
+            int r = sendmmsg(fd, msgs + off, (unsigned)(nd - off), 0);
+            if (r < 0) {
+                if (errno == EINTR) continue;
+                c->last_errno = errno;
+                c->failed += iov[off].iov_len / FEED_TICK_SIZE;   /* lost; go on */
+                off++;
+                continue;
+            }
+            for (int i = off; i < off + r; i++) {
+                c->sent += iov[i].iov_len / FEED_TICK_SIZE;
+                c->packets += (iov[i].iov_len / FEED_TICK_SIZE + (size_t)K - 1) / (size_t)K;
+            }
+            off += r;
+        }
+        c->batches++;
+        if (!c->t_first) c->t_first = ts;
+        c->t_last = now_ns();
+    }
+    c->generated = seq;
+    /* END: seq, sent, generated, skipped, failed, t_first, t_last */
+    uint64_t end[8] = {FEED_END_SEQ, c->sent, c->generated, c->skipped, c->failed,
+                       c->t_first, c->t_last, 0};
+    if (c->gso) {           /* END is one 64-byte datagram: segmentation off */
+        int zero = 0;
+        setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof zero);
+    }
+    for (int k = 0; k < 3; k++) {
+        if (send(fd, end, sizeof end, 0) < 0) c->last_errno = errno;
+        usleep(1000);
+    }
+    close(fd);
+    return 0;
+}
+
+static int run_shm(const opts_t *o, counts_t *c)
+{
+    struct stat st;
+    if (fstat(o->shm_fd, &st) != 0) { perror("fstat(shm fd)"); return 1; }
+    void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, o->shm_fd, 0);
+    if (base == MAP_FAILED) { perror("mmap(shm fd)"); return 1; }
+    feed_shm_hdr_t *h = (feed_shm_hdr_t *)base;
+    uint64_t nslots = h->nslots;
+    if (h->magic != FEED_SHM_MAGIC || nslots == 0 || (nslots & (nslots - 1)) ||
+        FEED_SHM_HDR + nslots * FEED_SHM_SLOT > (uint64_t)st.st_size) {
+        fprintf(stderr, "feed_sender: the shm region is not a feed ring\n");
+        return 1;
+    }
+    unsigned char *slots = (unsigned char *)base + FEED_SHM_HDR;
+    uint64_t head = h->head, tail = __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE);
+    uint64_t t0 = now_ns();
+    uint64_t t_end = t0 + (uint64_t)(o->seconds * 1e9);
+    uint64_t seq = 0;
+    for (;;) {
+        uint64_t t = now_ns();
+        if (t >= t_end || seq >= o->ticks) break;
+        uint64_t due = due_by(o, t0, t);
+        if (due > o->ticks) due = o->ticks;
+        if (due <= seq) continue;
+        uint64_t behind = due - seq;
+        if (o->rate > 0 && behind > c->max_behind) c->max_behind = behind;
+        int n = 0;
+        uint64_t ts = now_ns();
+        while (n < o->batch && seq < due) {
+            ++seq;
+            n++;
+            if (o->inject_skip && seq % o->inject_skip == 0) { c->skipped++; continue; }
+            if (head - tail >= nslots) {
+                tail = __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE);
+                if (head - tail >= nslots) { c->dropped++; continue; }   /* rx_missed */
+            }
+            unsigned char *s = slots + (head & (nslots - 1)) * FEED_SHM_SLOT;
+            feed_tick_t tk;
+            feed_tick_fill(&tk, seq, o->seed, o->nsym);
+            tk.send_ns = ts;
+            memcpy(s, &tk, sizeof tk);
+            __atomic_store_n((uint64_t *)(s + FEED_SHM_MARK), head + 1, __ATOMIC_RELEASE);
+            head++;
+            c->sent++;
+        }
+        __atomic_store_n(&h->head, head, __ATOMIC_RELEASE);
+        c->batches++;
+        if (!c->t_first) c->t_first = ts;
+        c->t_last = now_ns();
+    }
+    c->generated = seq;
+    h->sent = c->sent;
+    h->dropped = c->dropped;
+    h->last_seq = seq;
+    h->t_first_ns = c->t_first;
+    h->t_last_ns = c->t_last;
+    __atomic_store_n(&h->done, 1, __ATOMIC_RELEASE);
+    munmap(base, (size_t)st.st_size);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    opts_t o = {.mode = NULL, .port = 0, .shm_fd = -1, .cpu = -1, .batch = 64, .per_packet = 1, .gso = 0, .rate = 0,
+                .seconds = 1.0, .ticks = UINT64_MAX - 1, .seed = 7, .inject_skip = 0,
+                .nsym = 16};
+    static struct option lo[] = {
+        {"mode", 1, 0, 'm'}, {"port", 1, 0, 'p'}, {"shm-fd", 1, 0, 'f'}, {"rate", 1, 0, 'r'},
+        {"seconds", 1, 0, 's'}, {"ticks", 1, 0, 'n'}, {"symbols", 1, 0, 'y'},
+        {"seed", 1, 0, 'e'}, {"batch", 1, 0, 'b'}, {"cpu", 1, 0, 'c'},
+        {"inject-skip", 1, 0, 'k'}, {"per-packet", 1, 0, 'K'}, {"gso", 0, 0, 'G'},
+        {0, 0, 0, 0}};
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (ch) {
+        case 'm': o.mode = optarg; break;
+        case 'p': o.port = atoi(optarg); break;
+        case 'f': o.shm_fd = atoi(optarg); break;
+        case 'r': o.rate = atof(optarg); break;
+        case 's': o.seconds = atof(optarg); break;
+        case 'n': o.ticks = strtoull(optarg, NULL, 0); break;
+        case 'y': o.nsym = (uint32_t)strtoul(optarg, NULL, 0); break;
+        case 'e': o.seed = strtoull(optarg, NULL, 0); break;
+        case 'b': o.batch = atoi(optarg); break;
+        case 'c': o.cpu = atoi(optarg); break;
+        case 'k': o.inject_skip = strtoull(optarg, NULL, 0); break;
+        case 'K': o.per_packet = atoi(optarg); break;
+        case 'G': o.gso = 1; break;
+        default: usage();
+        }
+    }
+    if (!o.mode || o.rate < 0 || o.seconds <= 0 || o.nsym == 0 || o.batch < 1 ||
+        o.batch > MAX_BATCH || o.ticks == 0 ||
+        o.per_packet < 1 || o.per_packet > MAX_PER_PACKET)
+        usage();
+    if (o.cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(o.cpu, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0) o.cpu = -1;
+    }
+    counts_t c = {0};
+    int rc;
+    if (strcmp(o.mode, "udp") == 0) {
+        if (o.port <= 0 || o.port > 65535) usage();
+        rc = run_udp(&o, &c);
+    } else if (strcmp(o.mode, "shm") == 0) {
+        if (o.shm_fd < 0) usage();
+        rc = run_shm(&o, &c);
+    } else {
+        usage();
+        return 2;
+    }
+    double secs = c.t_last > c.t_first ? (double)(c.t_last - c.t_first) * 1e-9 : 0.0;
+    printf("{\"mode\": \"%s\", \"rate\": %.1f, \"generated\": %llu, \"sent\": %llu, "
+           "\"skipped\": %llu, \"failed\": %llu, \"dropped_ring_full\": %llu, "
+           "\"batches\": %llu, \"packets\": %llu, \"per_packet\": %d, \"max_behind\": %llu, \"seconds\": %.6f, "
+           "\"achieved_per_s\": %.1f, \"t_first_ns\": %llu, \"t_last_ns\": %llu, "
+           "\"sndbuf\": %d, \"last_errno\": %d, \"cpu\": %d, \"gso\": %d, "
+           "\"gso_errno\": %d}\n",
+           o.mode, o.rate, (unsigned long long)c.generated, (unsigned long long)c.sent,
+           (unsigned long long)c.skipped, (unsigned long long)c.failed,
+           (unsigned long long)c.dropped, (unsigned long long)c.batches,
+           (unsigned long long)c.packets, o.per_packet,
+           (unsigned long long)c.max_behind, secs,
+           secs > 0 ? (double)(c.sent + c.dropped + c.failed) / secs : 0.0,
+           (unsigned long long)c.t_first, (unsigned long long)c.t_last, c.sndbuf,
+           c.last_errno, o.cpu, c.gso, c.gso_failed);
+    fflush(stdout);
+    return rc;
+}

@@ -1,0 +1,147 @@
+/*
+ * feedcore.h - the trading-feed example's C library (libfeedcore.so, loaded
+ * by examples/feed/ (Python, ctypes); structs mirrored there).
+ *
+ *  - the C feed handler (feed_handler_run): UDP via recvmmsg or the
+ *    shared-memory ring -> batches -> gdrpy channel (gdrpy_chan_send_batch:
+ *    one fence per batch) or the cuMemcpy path; back-pressure counted.
+ *  - the ack collector (feed_acks_*): a thread that spins on the consumer's
+ *    cumulative "consumed" word in host memory and turns every advance into
+ *    per-tick latencies (histograms), so no handler ever waits for an ack.
+ *  - the sim consumer (feed_simc_*): a CPU thread running the GPU kernel's
+ *    protocol and checks on host memory (backend sim only).
+ *  - feed_udp_recv_batch: recvmmsg into a preallocated array, for the
+ *    Python handler (Python's socket module has no recvmmsg).
+ */
+#ifndef FEEDCORE_H
+#define FEEDCORE_H
+
+#include <stdint.h>
+
+#include "feed.h"
+
+#define FEED_API __attribute__((visibility("default")))
+
+/* ---- latency histograms (ns) ------------------------------------------
+ * Exact below 1024 ns, then 512 sub-buckets per power of two (<= 0.2 %). */
+#define FEED_HBUCKETS (1024 + 40 * 512)
+typedef struct feed_hist {
+    uint64_t n, sum, min, max;
+    uint64_t b[FEED_HBUCKETS];
+} feed_hist_t;
+
+/* end-to-end (send -> ack seen), send -> recv, recv -> written, written ->
+ * ack seen, and recv -> ack seen (the handler's view: the old "tick -> ack") */
+enum { FEED_H_E2E = 0, FEED_H_SOCKET, FEED_H_HANDLER, FEED_H_GPU, FEED_H_RECV_ACK, FEED_H_COUNT };
+
+/* Per-tick stamps, written by the handler for ring index i (1-based) at
+ * ts[i & mask]: send (from the tick), recv (the batch's receive returned),
+ * wr (the batch was published), then `idx` = i LAST (release). */
+typedef struct feed_ts {
+    uint64_t send_ns, recv_ns, wr_ns, idx;
+} feed_ts_t;
+
+typedef struct feed_acks feed_acks_t;
+
+/* ---- consumer result block (host memory the consumer writes at the end)
+ * The sim consumer and the GPU kernel write the same layout. */
+#define FEED_OUT_PROCESSED 0
+#define FEED_OUT_TORN 8         /* tick fields that do not match its seq */
+#define FEED_OUT_MISSING 16     /* seqs skipped in ring order */
+#define FEED_OUT_GAPS 24        /* forward jumps */
+#define FEED_OUT_BACKWARD 32    /* seq <= previous (reordered / duplicate) */
+#define FEED_OUT_LAST_SEQ 40
+#define FEED_OUT_BADLEN 48
+#define FEED_OUT_DONE 56        /* u32: 1 once the block is final */
+#define FEED_OUT_SYM 64         /* per symbol: sum(px*qty) u64, sum(qty) u64, count u64 */
+#define FEED_OUT_SYM_BYTES 24
+/* The cuMemcpy path publishes its count here (device control block). */
+#define FEED_DEV_PUBLISHED 96
+
+/* ---- handler ---------------------------------------------------------- */
+enum { FEED_SRC_UDP = 0, FEED_SRC_SHM = 1 };
+enum { FEED_PATH_CHANNEL = 0, FEED_PATH_CUMEMCPY = 1 };
+enum { FEED_FULL_WAIT = 0, FEED_FULL_DROP = 1 };
+
+typedef struct feed_hcfg {
+    int32_t src, path, on_full, cpu;
+    int32_t fd;                 /* UDP: bound socket */
+    int32_t per_packet_max;     /* UDP: most ticks in one datagram */
+    void *shm;                  /* shm: mapped ring (header first) */
+    void *chan;                 /* channel path: gdrpy_chan_t * */
+    uint64_t ctx;               /* cuMemcpy path: gdrpy context (this library's copy) */
+    uint64_t dev_ctrl, ring;    /* cuMemcpy path: device addresses */
+    const volatile uint64_t *consumed;   /* host word: ticks consumed by the consumer */
+    uint32_t nslots, slot_stride;
+    uint32_t batch;             /* most ticks per batch */
+    uint32_t pad;
+    feed_acks_t *acks;
+    uint64_t max_ns;            /* give up after this long */
+    uint64_t full_timeout_ns;   /* ring full this long: error */
+    uint64_t idle_end_ns;       /* shm: producer done and nothing new this long: stop */
+} feed_hcfg_t;
+
+typedef struct feed_hstats {
+    uint64_t received, forwarded, missing, gaps, backward, bad_packets;
+    uint64_t batches, max_batch, full_events, full_wait_ns, dropped_full;
+    uint64_t collector_waits, empty_polls, busy_ns;
+    uint64_t t_first_recv, t_last_fwd, last_seq;
+    uint64_t end_seen, snd_sent, snd_generated, snd_skipped, snd_failed, snd_t0, snd_t1;
+    int32_t error, pad;
+    char msg[160];
+} feed_hstats_t;
+
+FEED_API int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st);
+
+/* ---- ack collector ---------------------------------------------------- */
+FEED_API feed_acks_t *feed_acks_new(uint64_t ts_slots);   /* power of two */
+FEED_API void feed_acks_free(feed_acks_t *a);
+FEED_API feed_ts_t *feed_acks_ts(feed_acks_t *a);
+FEED_API uint64_t feed_acks_mask(feed_acks_t *a);
+/* Starts the thread on `cpu` (-1: any) spinning on *consumed. */
+FEED_API int feed_acks_start(feed_acks_t *a, const volatile uint64_t *consumed, int cpu);
+/* Accounts what is acknowledged now, stops and joins. */
+FEED_API int feed_acks_stop(feed_acks_t *a);
+FEED_API uint64_t feed_acks_done(feed_acks_t *a);        /* ring index accounted */
+FEED_API feed_hist_t *feed_acks_hist(feed_acks_t *a, int k);
+FEED_API uint64_t feed_acks_first_ns(feed_acks_t *a);
+FEED_API uint64_t feed_acks_last_ns(feed_acks_t *a);
+FEED_API uint64_t feed_acks_stamp_waits(feed_acks_t *a);
+/* Bucket k's representative value (ns). */
+FEED_API double feed_hist_value(int k);
+
+/* ---- Python handler's batch receive ----------------------------------- */
+/* recvmmsg(MSG_DONTWAIT) of up to `max` datagrams of up to `cap` bytes
+ * into buf + k*cap; lens[k] gets each length.  Returns the count, 0 when
+ * nothing is there, -errno on error. */
+FEED_API int feed_udp_recv_batch(int fd, void *buf, uint32_t cap, uint32_t max, uint32_t *lens);
+
+/* ---- sim consumer ----------------------------------------------------- */
+typedef struct feed_simc feed_simc_t;
+/* desc: a gdrpy_chan_desc_t (host addresses on sim); published: 1 = the
+ * cuMemcpy path's count word instead of the slots' sequence words; out: the
+ * result block; acc unused (the thread keeps its own sums). */
+FEED_API feed_simc_t *feed_simc_start(const void *desc, int published, void *out,
+                                      uint32_t nsym, uint64_t seed, uint64_t idle_ns,
+                                      uint64_t delay_ns, int cpu);
+FEED_API int feed_simc_join(feed_simc_t *c, double timeout_s);   /* 0 ok, 1 still running */
+
+/* ---- channel on this library's own gdrpy context (C handler) ---------- */
+typedef struct feed_cchan feed_cchan_t;
+FEED_API feed_cchan_t *feed_cchan_open(int device, const char *backend, uint64_t dptr,
+                                       uint64_t size, uint32_t nslots, char *err, int errlen);
+FEED_API uint64_t feed_chan_device_bytes(uint32_t nslots);   /* 0 on error */
+FEED_API void *feed_cchan_chan(feed_cchan_t *c);
+FEED_API void *feed_cchan_host_block(feed_cchan_t *c);    /* CPU address */
+FEED_API uint64_t feed_cchan_ctx(feed_cchan_t *c);
+FEED_API int feed_cchan_desc(feed_cchan_t *c, void *out64);
+FEED_API int feed_cchan_shutdown(feed_cchan_t *c, int drain, double timeout_s, uint64_t *stats5);
+FEED_API void feed_cchan_close(feed_cchan_t *c);
+FEED_API uint64_t feed_sim_alloc(uint64_t size);   /* this library's sim allocator */
+FEED_API void feed_sim_free(uint64_t dptr);
+FEED_API uint64_t feed_ctx_open(int device, const char *backend);   /* 0 on failure */
+FEED_API void feed_ctx_close(uint64_t ctx);
+FEED_API const char *feed_last_error(void);
+FEED_API uint64_t feed_now_ns(void);
+
+#endif /* FEEDCORE_H */

@@ -1,0 +1,279 @@
+"""The feed example's GPU side: the consumer kernel (NVRTC) and the little
+CUDA plumbing it needs (cuda.bindings: module, stream, launch, page-locked
+host memory).  Example code, not part of the gdrpy library."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+KERNEL_SRC = r"""
+#include "gdrpy_channel.cuh"
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+__device__ __forceinline__ u64 mix64(u64 z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* One warp consumes the channel (gdrpy_channel.cuh helpers): each round lane
+ * k looks at message head + k, the ready prefix is processed in parallel
+ * (tick checked against its seq, sequence continuity against the previous
+ * tick, per-symbol integer sums by atomics: order-independent, exact), up
+ * to 4 rounds, then ONE release store publishes "consumed" to the host: the
+ * ack.  published != 0 (cuMemcpy path): a count word at dev_ctrl + 96 says
+ * how many messages are complete instead of the slots' sequence words. */
+extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64 *acc,
+                                         unsigned char *out, u32 nsym, u64 seed,
+                                         u64 idle_ns, u64 delay_ns)
+{
+    if (threadIdx.x >= 32 || blockIdx.x != 0) return;
+    const unsigned lane = threadIdx.x;
+    const unsigned full = 0xffffffffu;
+    const unsigned window = d.nslots < 32u ? d.nslots : 32u;
+    u64 head = 0, last = 0;
+    u64 torn = 0, missing = 0, gaps = 0, backward = 0, badlen = 0;
+    if (lane == 0) gdrpy_chan_attach(d);
+    __syncwarp();
+    u64 t_idle = gdrpy_globaltimer();
+    u32 status = GDRPY_CHAN_ST_STOPPED;
+    unsigned spins = 0, rounds = 0;
+    for (;;) {
+        u64 batch = 0;
+        for (int r = 0; r < 4; ++r) {
+            u64 base = head + batch;
+            unsigned n;
+            if (published) {
+                /* one lane loads the count and broadcasts it: lanes loading
+                 * it themselves could see different values (divergence) */
+                u64 pub = 0;
+                if (lane == 0) pub = gdrpy_ld_acquire_sys_u64((const void *)(d.dev_ctrl + 96));
+                pub = __shfl_sync(full, pub, 0);
+                __syncwarp();
+                u64 avail = pub > base ? pub - base : 0;
+                n = avail > window ? window : (unsigned)avail;
+            } else {
+                bool ready = lane < window && gdrpy_chan_ready(d, base + lane);
+                unsigned mask = __ballot_sync(full, ready);
+                n = (mask == full) ? 32u : (unsigned)(__ffs(~mask) - 1);
+            }
+            if (n == 0) break;
+            u64 seq = 0, px = 0;
+            u32 sym = 0, qty = 0, len = 0;
+            if (lane < n) {
+                const volatile unsigned char *m = gdrpy_chan_msg(d, base + lane, &len, 0);
+                seq = *(const volatile u64 *)(m + 0);
+                px = *(const volatile u64 *)(m + 16);
+                sym = *(const volatile u32 *)(m + 24);
+                qty = *(const volatile u32 *)(m + 28);
+            }
+            u64 prev = __shfl_up_sync(full, seq, 1);
+            if (lane == 0) prev = last;
+            if (lane < n) {
+                if (len != 32u) ++badlen;
+                u64 h1 = mix64(seq + seed * 0x9e3779b97f4a7c15ULL);
+                u64 h2 = mix64(h1);
+                u32 rs = (u32)((h1 >> 32) % nsym);
+                u32 rq = 1u + (u32)((h1 & 0xffffffffULL) % 1000u);
+                u64 rp = 1000000ULL + h2 % 4000000ULL;
+                if (rs != sym || rq != qty || rp != px) ++torn;
+                if (seq > prev + 1) { ++gaps; missing += seq - prev - 1; }
+                else if (seq <= prev) ++backward;
+                if (sym < nsym) {
+                    atomicAdd(&acc[3 * sym], px * (u64)qty);
+                    atomicAdd(&acc[3 * sym + 1], (u64)qty);
+                    atomicAdd(&acc[3 * sym + 2], 1ULL);
+                }
+            }
+            last = __shfl_sync(full, seq, n - 1);
+            if (delay_ns && lane == 0) {              /* test knob: a slow consumer */
+                u64 t = gdrpy_globaltimer();
+                while (gdrpy_globaltimer() - t < delay_ns * n) { }
+            }
+            batch += n;
+            if (n < 32u) break;
+        }
+        if (batch == 0) {
+            u32 mode = 0;
+            if (lane == 0) mode = gdrpy_chan_shutdown_mode(d);
+            mode = __shfl_sync(full, mode, 0);
+            if (mode == GDRPY_CHAN_ABORT) break;
+            if (mode == GDRPY_CHAN_DRAIN) {
+                u64 sent = 0;
+                if (lane == 0) sent = gdrpy_chan_sent(d);
+                sent = __shfl_sync(full, sent, 0);
+                if (head >= sent) break;
+                continue;
+            }
+            if (idle_ns && (++spins & 255u) == 0) {
+                u64 now = 0;
+                if (lane == 0) now = gdrpy_globaltimer();
+                now = __shfl_sync(full, now, 0);
+                if (now - t_idle > idle_ns) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
+            }
+            continue;
+        }
+        spins = 0;
+        head += batch;
+        __syncwarp();                                 /* every lane's slot loads are done */
+        if (lane == 0) gdrpy_chan_consume(d, head);   /* the ack (st.release.sys) */
+        if (idle_ns) {
+            u64 now = 0;
+            if (lane == 0) now = gdrpy_globaltimer();
+            t_idle = __shfl_sync(full, now, 0);
+        }
+        if ((++rounds & 63u) == 0) {
+            u32 mode = 0;
+            if (lane == 0) mode = gdrpy_chan_shutdown_mode(d);
+            mode = __shfl_sync(full, mode, 0);
+            if (mode == GDRPY_CHAN_ABORT) break;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        torn += __shfl_xor_sync(full, torn, o);
+        missing += __shfl_xor_sync(full, missing, o);
+        gaps += __shfl_xor_sync(full, gaps, o);
+        backward += __shfl_xor_sync(full, backward, o);
+        badlen += __shfl_xor_sync(full, badlen, o);
+    }
+    __threadfence();
+    __syncwarp();
+    volatile u64 *o64 = (volatile u64 *)out;
+    for (u32 k = lane; k < 3u * nsym; k += 32u)
+        o64[8 + k] = *(volatile u64 *)&acc[k];
+    if (lane == 0) {
+        o64[0] = head; o64[1] = torn; o64[2] = missing; o64[3] = gaps;
+        o64[4] = backward; o64[5] = last; o64[6] = badlen;
+    }
+    __threadfence_system();
+    __syncwarp();
+    if (lane == 0) {
+        *(volatile u32 *)(out + 56) = 1u;
+        gdrpy_chan_stop(d, head, status);
+    }
+    __syncwarp();
+}
+"""
+
+
+def include_dirs() -> list[str]:
+    """Where gdrpy_channel.cuh is: the installed package's, else this tree's."""
+    out = []
+    try:
+        import gdrpy
+        inc = os.path.join(os.path.dirname(gdrpy.__file__), "include")
+        if os.path.exists(os.path.join(inc, "gdrpy_channel.cuh")):
+            out.append(inc)
+    except ImportError:
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    tree = os.path.normpath(os.path.join(here, "..", "..", "native", "include"))
+    if os.path.exists(os.path.join(tree, "gdrpy_channel.cuh")):
+        out.append(tree)
+    return out
+
+
+def _chk(res, what):
+    err = res[0] if isinstance(res, tuple) else res
+    if int(err) != 0:
+        raise RuntimeError(f"{what} failed: {err!r}")
+    if isinstance(res, tuple):
+        return res[1] if len(res) == 2 else res[1:]
+    return None
+
+
+class Gpu:
+    """Primary context of `device`, the consumer kernel compiled by NVRTC,
+    one non-blocking stream, page-locked host allocations."""
+
+    def __init__(self, device: int = 0):
+        from cuda.bindings import driver as cu
+        from cuda.bindings import nvrtc
+        self.cu, self.nvrtc = cu, nvrtc
+        _chk(cu.cuInit(0), "cuInit")
+        self.dev = _chk(cu.cuDeviceGet(device), "cuDeviceGet")
+        self.ctx = _chk(cu.cuDevicePrimaryCtxRetain(self.dev), "cuDevicePrimaryCtxRetain")
+        _chk(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        A = cu.CUdevice_attribute
+        self.cc = (int(_chk(cu.cuDeviceGetAttribute(
+                       A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, self.dev), "attr")),
+                   int(_chk(cu.cuDeviceGetAttribute(
+                       A.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, self.dev), "attr")))
+        self.module = self._compile(KERNEL_SRC)
+        self.func = _chk(cu.cuModuleGetFunction(self.module, b"feed_consumer"),
+                         "cuModuleGetFunction")
+        self.stream = _chk(cu.cuStreamCreate(1), "cuStreamCreate")
+        self._host = []
+        self._keep = None
+
+    def _compile(self, src: str):
+        nv, cu = self.nvrtc, self.cu
+        err, archs = nv.nvrtcGetSupportedArchs()
+        want = self.cc[0] * 10 + self.cc[1]
+        archs = sorted(int(a) for a in archs) if not int(err) else [want]
+        cubin = want in archs
+        arch = f"sm_{want}" if cubin else f"compute_{max(a for a in archs if a <= want)}"
+        prog = _chk(nv.nvrtcCreateProgram(src.encode(), b"feed_consumer.cu", 0, [], []),
+                    "nvrtcCreateProgram")
+        opts = [f"--gpu-architecture={arch}".encode(), b"-std=c++17"]
+        opts += [f"-I{d}".encode() for d in include_dirs()]
+        res = nv.nvrtcCompileProgram(prog, len(opts), opts)
+        if int(res[0]) != 0:
+            n = _chk(nv.nvrtcGetProgramLogSize(prog), "log size")
+            log = b" " * n
+            nv.nvrtcGetProgramLog(prog, log)
+            raise RuntimeError(f"NVRTC failed: {log.decode(errors='replace')}")
+        if cubin:
+            n = _chk(nv.nvrtcGetCUBINSize(prog), "cubin size")
+            img = b" " * n
+            _chk(nv.nvrtcGetCUBIN(prog, img), "nvrtcGetCUBIN")
+        else:
+            n = _chk(nv.nvrtcGetPTXSize(prog), "ptx size")
+            img = b" " * n
+            _chk(nv.nvrtcGetPTX(prog, img), "nvrtcGetPTX")
+        self.arch = arch
+        return _chk(cu.cuModuleLoadData(img), "cuModuleLoadData")
+
+    def host_alloc(self, nbytes: int) -> tuple[int, int]:
+        """Zeroed page-locked host memory mapped into the device: (cpu, dev)."""
+        cu = self.cu
+        p = int(_chk(cu.cuMemHostAlloc(nbytes, 0x01 | 0x02), "cuMemHostAlloc"))
+        ctypes.memset(p, 0, nbytes)
+        d = int(_chk(cu.cuMemHostGetDevicePointer(p, 0), "cuMemHostGetDevicePointer"))
+        self._host.append(p)
+        return p, d
+
+    def launch(self, desc: bytes, published: bool, acc: int, out_dev: int, nsym: int,
+               seed: int, idle_ns: int, delay_ns: int) -> None:
+        cu = self.cu
+        _chk(cu.cuCtxSetCurrent(self.ctx), "cuCtxSetCurrent")
+        vals = [(ctypes.c_char * 64).from_buffer_copy(desc), ctypes.c_int(int(published)),
+                ctypes.c_uint64(acc), ctypes.c_uint64(out_dev), ctypes.c_uint32(nsym),
+                ctypes.c_uint64(seed), ctypes.c_uint64(idle_ns), ctypes.c_uint64(delay_ns)]
+        ptrs = (ctypes.c_void_p * len(vals))(*[ctypes.addressof(v) for v in vals])
+        self._keep = (vals, ptrs)
+        _chk(cu.cuLaunchKernel(self.func, 1, 1, 1, 32, 1, 1, 0, self.stream,
+                               ctypes.addressof(ptrs), 0), "cuLaunchKernel(feed_consumer)")
+
+    def done(self) -> bool:
+        return int(self.cu.cuStreamQuery(self.stream)[0]) == 0
+
+    def memset(self, dptr: int, nbytes: int) -> None:
+        """Zero device memory on the kernel's stream: ordered before the next
+        launch (a plain cuMemsetD8 may still run when the kernel starts)."""
+        _chk(self.cu.cuMemsetD8Async(dptr, 0, nbytes, self.stream), "cuMemsetD8Async")
+
+    def close(self) -> None:
+        cu = self.cu
+        for p in self._host:
+            cu.cuMemFreeHost(p)
+        self._host = []
+        if self.stream is not None:
+            cu.cuStreamDestroy(self.stream)
+            self.stream = None
+        if self.module is not None:
+            cu.cuModuleUnload(self.module)
+            self.module = None

@@ -1,0 +1,697 @@
+# Included by _core.pyx (one extension, one copy of libgdrpy's handle tables).
+# gdrpy.Channel: a host<->GPU message channel (native/include/gdrpy_channel.h)
+# and Mapping-level vectored put (gdrpy_writev).
+
+from libc.stdint cimport int64_t as _i64, uint32_t as _u32
+from libc.stdlib cimport malloc as _malloc, free as _free
+
+cdef extern from "gdrpy_channel.h" nogil:
+    ctypedef struct gdrpy_chan_t:
+        pass
+    ctypedef struct gdrpy_chan_config_t:
+        _u32 nslots
+        _u32 slot_size
+        _u32 comp_nslots
+        _u32 comp_size
+        _u32 flags
+        _u32 reserved
+    ctypedef struct gdrpy_chan_desc_t:
+        uint64_t dev_ctrl
+        uint64_t ring
+        uint64_t host_ctrl
+        uint64_t comp
+        _u32 nslots, slot_stride, slot_size
+        _u32 comp_nslots, comp_stride, comp_size
+    ctypedef struct gdrpy_chan_msg_t:
+        const void *buf
+        _u32 len
+        _u32 tag
+    ctypedef struct gdrpy_chan_stats_t:
+        uint64_t sent
+        uint64_t consumed
+        uint64_t received
+        uint64_t full_waits
+        _u32 status
+        _u32 shutdown
+        uint64_t final_consumed
+        uint64_t dropped
+    ctypedef struct gdrpy_iov_t:
+        size_t offset
+        const void *buf
+        size_t len
+    enum:
+        GDRPY_ETIMEDOUT
+        GDRPY_EPIPE
+        GDRPY_CHAN_DRAIN
+        GDRPY_CHAN_ABORT
+    int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
+    int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_t *cfg,
+                          gdrpy_chan_t **out)
+    int gdrpy_chan_destroy(gdrpy_chan_t *chan)
+    int gdrpy_chan_get_desc(const gdrpy_chan_t *chan, gdrpy_chan_desc_t *out)
+    void *gdrpy_chan_device_block(const gdrpy_chan_t *chan)
+    void *gdrpy_chan_host_block(const gdrpy_chan_t *chan)
+    int gdrpy_chan_send(gdrpy_chan_t *chan, const void *buf, size_t len, _u32 tag,
+                        _i64 timeout_ns)
+    int gdrpy_chan_send_batch(gdrpy_chan_t *chan, const gdrpy_chan_msg_t *msgs, size_t n,
+                              _i64 timeout_ns)
+    int gdrpy_chan_recv(gdrpy_chan_t *chan, void *buf, size_t cap, _u32 *len_out,
+                        _u32 *tag_out, _i64 timeout_ns)
+    int gdrpy_chan_recv_many(gdrpy_chan_t *chan, void *buf, size_t stride, _u32 *lens,
+                             _u32 *tags, size_t mn, size_t mx, _i64 timeout_ns, size_t *got)
+    int gdrpy_chan_shutdown(gdrpy_chan_t *chan, unsigned mode, _i64 timeout_ns,
+                            gdrpy_chan_stats_t *st)
+    int gdrpy_chan_get_stats(gdrpy_chan_t *chan, gdrpy_chan_stats_t *out)
+    int gdrpy_chan_wait_attached(gdrpy_chan_t *chan, _i64 timeout_ns)
+    void gdrpy_chan_pattern(uint64_t i, void *buf, size_t len)
+    _u32 gdrpy_chan_checksum(const void *buf, size_t len)
+    int gdrpy_writev(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_iov_t *iov, size_t n)
+
+    ctypedef struct gdrpy_chan_sim_consumer_t:
+        pass
+    enum:
+        GDRPY_CHAN_SIM_CHECK
+        GDRPY_CHAN_SIM_COMPLETE
+        GDRPY_CHAN_SIM_ECHO
+    int gdrpy_chan_sim_consumer_start(gdrpy_chan_t *chan, unsigned flags,
+                                      _i64 start_delay_ns, _i64 idle_timeout_ns,
+                                      gdrpy_chan_sim_consumer_t **out)
+    int gdrpy_chan_sim_consumer_join(gdrpy_chan_sim_consumer_t *c, uint64_t *consumed,
+                                     uint64_t *errors, uint64_t *first_bad)
+
+
+# Waits shorter than this spin with the GIL held (a round trip is ~2 us;
+# releasing and re-taking the GIL would add to it); longer waits go on
+# without the GIL.
+DEF SPIN_WITH_GIL_NS = 50000
+
+_ST_NAMES = {0: "none", 1: "running", 2: "stopped", 3: "timeout"}
+
+# Memory of channels whose kernel did not stop when they were closed: the
+# GPU may still read the ring and write completions, so the ring's buffer,
+# pin and mapping are kept here for the life of the process (never freed
+# under a running kernel).  C keeps the host block the same way.
+_orphaned = []
+
+
+cdef _i64 _timeout_ns(object timeout) except? -2:
+    """None: forever (-1); seconds (float or int, >= 0) -> ns."""
+    if timeout is None:
+        return -1
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be seconds (int/float) or None, not "
+                        f"{type(timeout).__name__}")
+    if timeout < 0:
+        raise InvalidArgumentError(f"timeout {timeout} is negative", _errno.EINVAL)
+    if timeout > 1e9:
+        return -1
+    return <_i64>(timeout * 1e9)
+
+
+cdef int _chan_check(int rc) except -1:
+    if rc == 0:
+        return 0
+    from gdrpy.errors import ChannelFullError, ChannelTimeoutError, ChannelClosedError
+    msg = gdrpy_last_error().decode("utf-8", "replace")
+    if rc == _errno.EAGAIN:
+        raise ChannelFullError(msg, rc)
+    if rc == GDRPY_ETIMEDOUT:
+        raise ChannelTimeoutError(msg, rc)
+    if rc == GDRPY_EPIPE:
+        raise ChannelClosedError(msg, rc)
+    return _check(rc)
+
+
+@cython.no_gc_clear
+cdef class Channel:
+    """A host<->GPU message channel (``gdrpy_channel.h``).
+
+    ``Channel(ctx, nslots=64, slot_size=64, comp_size=16, comp_nslots=0,
+    buffer=None)``: a ring of ``nslots`` (power of two) message slots of
+    ``slot_size`` payload bytes in GPU memory (``buffer``, pinned and mapped
+    here; by default a new :func:`gdrpy.memory.alloc` buffer of
+    ``device_bytes`` bytes), and a ring of ``comp_nslots`` (0: ``nslots``)
+    completions of ``comp_size`` bytes in page-locked host memory.
+
+    * ``send(payload, tag=0, timeout=1.0)``: one call = payload stores,
+      sfence, sequence-word store.  ``timeout`` 0: raise ChannelFullError at
+      once when the ring is full; None: wait forever; else seconds
+      (ChannelTimeoutError).
+    * ``send_many(payloads, tags=None, timeout=1.0)``: a 2-D C-contiguous
+      buffer (one row per message) or a sequence of buffers; one fence for
+      all, all or nothing.
+    * ``recv(timeout=1.0)`` -> bytes, ``recv_into(buf, timeout)`` -> length,
+      ``poll()`` -> bytes or None (no wait), ``recv_many(min, max, out,
+      timeout)`` -> count; ``last_tag`` is the tag of the last completion.
+    * ``shutdown(drain=True, timeout=5.0)`` -> stats dict; ``close()`` (also on
+      ``with`` exit) shuts down (drain) if not done and frees the channel.
+    * ``desc`` (bytes, 64): the ``gdrpy_chan_desc_t`` to pass to a kernel by
+      value; ``device_pointers()`` the same as a dict.
+
+    The ring's mapping is exported (held) for the channel's lifetime, so the
+    context cannot unmap it underneath (``Context.close()`` raises BusyError
+    while a channel is open).  Tiny sends keep the GIL (tens of ns);
+    waits longer than 50 us release it.  Single producer, single consumer.
+    """
+
+    cdef gdrpy_chan_t *_c
+    cdef readonly Context context
+    cdef readonly object buffer
+    cdef readonly Pin pin
+    cdef readonly Mapping mapping
+    cdef object _hold           # memoryview holding the mapping's export
+    cdef bint _own_buffer
+    cdef bint _stopped
+    cdef unsigned _fork_gen
+    cdef readonly _u32 nslots
+    cdef readonly _u32 slot_size
+    cdef readonly _u32 comp_nslots
+    cdef readonly _u32 comp_size
+    cdef readonly _u32 last_tag
+    cdef readonly _u32 last_len
+    cdef object __weakref__
+
+    def __cinit__(self):
+        self._c = NULL
+        self._stopped = False
+
+    def __init__(self, Context ctx not None, nslots=64, slot_size=64, comp_size=16,
+                 comp_nslots=0, buffer=None):
+        ctx._ready()
+        if self._c != NULL:
+            raise InvalidArgumentError("Channel.__init__ called twice", _errno.EINVAL)
+        cdef gdrpy_chan_config_t cfg
+        cfg.nslots = <_u32>min(_index(nslots, "nslots"), 0xFFFFFFFF)
+        cfg.slot_size = <_u32>min(_index(slot_size, "slot_size"), 0xFFFFFFFF)
+        cfg.comp_nslots = <_u32>min(_index(comp_nslots, "comp_nslots"), 0xFFFFFFFF)
+        cfg.comp_size = <_u32>min(_index(comp_size, "comp_size"), 0xFFFFFFFF)
+        cfg.flags = 0
+        cfg.reserved = 0
+        cdef size_t need = 0
+        _check(gdrpy_chan_device_bytes(&cfg, &need))
+        self.context = ctx
+        self._fork_gen = gdrpy_fork_generation
+        if buffer is None:
+            from gdrpy import memory as _memory
+            buffer = _memory.alloc(need, ctx=ctx)
+            self._own_buffer = True
+        self.buffer = buffer
+        cdef gdrpy_chan_t *c = NULL
+        cdef int rc
+        try:
+            self.pin = ctx.pin(buffer)
+            if self.pin.size < need:
+                raise InvalidArgumentError(
+                    f"the buffer holds {self.pin.size} bytes; a channel of {cfg.nslots} x "
+                    f"{cfg.slot_size} B slots needs {need}", _errno.EINVAL)
+            self.mapping = self.pin.map()
+            with nogil:
+                rc = gdrpy_chan_create(ctx._h, self.pin._h, &cfg, &c)
+            _check(rc)
+            self._c = c
+            self._hold = memoryview(self.mapping)
+        except BaseException:
+            self._release_memory()
+            raise
+        cdef gdrpy_chan_desc_t d
+        gdrpy_chan_get_desc(self._c, &d)
+        self.nslots = d.nslots
+        self.slot_size = d.slot_size
+        self.comp_nslots = d.comp_nslots
+        self.comp_size = d.comp_size
+
+    @staticmethod
+    def device_bytes(nslots=64, slot_size=64, comp_size=16, comp_nslots=0):
+        """Bytes of GPU memory a channel of this shape needs."""
+        cdef gdrpy_chan_config_t cfg
+        cfg.nslots = <_u32>min(_index(nslots, "nslots"), 0xFFFFFFFF)
+        cfg.slot_size = <_u32>min(_index(slot_size, "slot_size"), 0xFFFFFFFF)
+        cfg.comp_nslots = <_u32>min(_index(comp_nslots, "comp_nslots"), 0xFFFFFFFF)
+        cfg.comp_size = <_u32>min(_index(comp_size, "comp_size"), 0xFFFFFFFF)
+        cfg.flags = 0
+        cfg.reserved = 0
+        cdef size_t need = 0
+        _check(gdrpy_chan_device_bytes(&cfg, &need))
+        return need
+
+    cdef _release_memory(self):
+        self._hold = None
+        m, p = self.mapping, self.pin
+        self.mapping = None
+        self.pin = None
+        if m is not None:
+            try:
+                m.close()
+            except Exception:
+                pass
+        if p is not None:
+            try:
+                p.close()
+            except Exception:
+                pass
+        if self._own_buffer and self.buffer is not None:
+            try:
+                self.buffer.close()
+            except Exception:
+                pass
+        self.buffer = None
+
+    def __dealloc__(self):
+        # Not closed: stop the kernel quickly (abort), then free, keeping
+        # the memory if it still runs (see close()).
+        cdef gdrpy_chan_stats_t s
+        if self._c != NULL and self._fork_gen == gdrpy_fork_generation:
+            gdrpy_chan_get_stats(self._c, &s)
+            if s.status == 1:
+                gdrpy_chan_shutdown(self._c, GDRPY_CHAN_ABORT, 100000000, NULL)
+            try:
+                self._destroy()
+            except BaseException:
+                pass
+        self._c = NULL
+
+    cdef inline int _ready(self) except -1:
+        if self._c == NULL:
+            raise ClosedError("the channel is closed", _errno.EBADF)
+        if self._fork_gen != gdrpy_fork_generation:
+            raise WrongProcessError("this channel belongs to the parent process (fork)",
+                                    _errno.EACCES)
+        return 0
+
+    @property
+    def closed(self):
+        return self._c == NULL
+
+    @property
+    def desc(self):
+        """The 64-byte ``gdrpy_chan_desc_t`` (pass by value to a kernel)."""
+        self._ready()
+        cdef gdrpy_chan_desc_t d
+        gdrpy_chan_get_desc(self._c, &d)
+        return PyBytes_FromStringAndSize(<char *>&d, sizeof(d))
+
+    def device_pointers(self):
+        """dict: dev_ctrl, ring, host_ctrl, comp (device addresses), strides."""
+        self._ready()
+        cdef gdrpy_chan_desc_t d
+        gdrpy_chan_get_desc(self._c, &d)
+        return {"dev_ctrl": d.dev_ctrl, "ring": d.ring, "host_ctrl": d.host_ctrl,
+                "comp": d.comp, "nslots": d.nslots, "slot_stride": d.slot_stride,
+                "slot_size": d.slot_size, "comp_nslots": d.comp_nslots,
+                "comp_stride": d.comp_stride, "comp_size": d.comp_size}
+
+    def send(self, payload, unsigned int tag=0, timeout=1.0):
+        """Publish one message (payload: bytes or any contiguous buffer,
+        at most ``slot_size`` bytes)."""
+        self._ready()
+        cdef Py_buffer view
+        cdef int rc
+        cdef _i64 t = _timeout_ns(timeout)
+        if PyBytes_CheckExact(payload):
+            return _chan_check(self._send(PyBytes_AS_STRING(payload),
+                                          PyBytes_GET_SIZE(payload), tag, t))
+        _get_in_buffer(payload, &view)
+        try:
+            rc = self._send(<const char *>view.buf, view.len, tag, t)
+        finally:
+            PyBuffer_Release(&view)
+        return _chan_check(rc)
+
+    cdef inline int _send(self, const char *p, Py_ssize_t n, _u32 tag, _i64 t):
+        # Spin up to SPIN_WITH_GIL_NS with the GIL (the common case costs no
+        # wait at all), then go on without it.
+        cdef _i64 first = SPIN_WITH_GIL_NS if (t < 0 or t > SPIN_WITH_GIL_NS) else t
+        cdef int rc = gdrpy_chan_send(self._c, p, <size_t>n, tag, first)
+        if rc == GDRPY_ETIMEDOUT and (t < 0 or t > first):
+            with nogil:
+                rc = gdrpy_chan_send(self._c, p, <size_t>n, tag, t - first if t > 0 else -1)
+        return rc
+
+    def send_many(self, payloads, tags=None, timeout=1.0):
+        """Publish several messages with one store fence: ``payloads`` is a
+        2-D C-contiguous buffer (each row one message) or a sequence of
+        buffers; ``tags`` None, an int for all, or a sequence.  All or nothing
+        (at most ``nslots`` messages).  Returns the count."""
+        self._ready()
+        cdef _i64 t = _timeout_ns(timeout)
+        cdef Py_buffer whole
+        cdef Py_buffer *views = NULL
+        cdef gdrpy_chan_msg_t *msgs = NULL
+        cdef Py_ssize_t n = 0, i, row = 0, got = 0
+        cdef bint have_whole = False
+        cdef int rc = 0
+        cdef _u32 one_tag = 0
+        cdef bint per_tag = False
+        if tags is not None and not isinstance(tags, int):
+            per_tag = True
+        elif tags is not None:
+            one_tag = <_u32>tags
+        try:
+            if not isinstance(payloads, (list, tuple)):
+                PyObject_GetBuffer(payloads, &whole, PyBUF_ANY_CONTIGUOUS | PyBUF_ND)
+                have_whole = True
+                if whole.ndim != 2:
+                    raise InvalidArgumentError(
+                        f"send_many takes a 2-D buffer (one row per message) or a list of "
+                        f"buffers, not a {whole.ndim}-D buffer", _errno.EINVAL)
+                n = whole.shape[0]
+                row = whole.shape[1] * whole.itemsize
+            else:
+                n = len(payloads)
+            if per_tag and len(tags) != n:
+                raise InvalidArgumentError(f"{len(tags)} tags for {n} messages", _errno.EINVAL)
+            if n == 0:
+                return 0
+            msgs = <gdrpy_chan_msg_t *>_malloc(n * sizeof(gdrpy_chan_msg_t))
+            if msgs == NULL:
+                raise MemoryError()
+            if not have_whole:
+                views = <Py_buffer *>_malloc(n * sizeof(Py_buffer))
+                if views == NULL:
+                    raise MemoryError()
+            for i in range(n):
+                if have_whole:
+                    msgs[i].buf = <char *>whole.buf + i * row
+                    msgs[i].len = <_u32>row
+                else:
+                    _get_in_buffer(payloads[i], &views[i])
+                    got += 1
+                    msgs[i].buf = views[i].buf
+                    if views[i].len > 0xFFFFFFFF:
+                        raise InvalidArgumentError("message too large", _errno.EINVAL)
+                    msgs[i].len = <_u32>views[i].len
+                msgs[i].tag = <_u32>tags[i] if per_tag else one_tag
+            rc = gdrpy_chan_send_batch(self._c, msgs, <size_t>n, 0)
+            if rc == _errno.EAGAIN and t != 0:
+                with nogil:
+                    rc = gdrpy_chan_send_batch(self._c, msgs, <size_t>n, t)
+            _chan_check(rc)
+            return n
+        finally:
+            if views != NULL:
+                for i in range(got):
+                    PyBuffer_Release(&views[i])
+                _free(views)
+            if msgs != NULL:
+                _free(msgs)
+            if have_whole:
+                PyBuffer_Release(&whole)
+
+    cdef int _recv_wait(self, void *buf, size_t cap, _i64 t):
+        cdef _u32 ln = 0, tg = 0
+        cdef _i64 first = SPIN_WITH_GIL_NS if (t < 0 or t > SPIN_WITH_GIL_NS) else t
+        cdef int rc = gdrpy_chan_recv(self._c, buf, cap, &ln, &tg, first)
+        if rc == GDRPY_ETIMEDOUT and (t < 0 or t > first):
+            with nogil:
+                rc = gdrpy_chan_recv(self._c, buf, cap, &ln, &tg, t - first if t > 0 else -1)
+        if rc == 0:
+            self.last_len = ln
+            self.last_tag = tg
+        return rc
+
+    def recv(self, timeout=1.0):
+        """The next completion's payload (bytes; ``last_tag`` gets its tag)."""
+        self._ready()
+        cdef char tmp[256]
+        cdef _i64 t = _timeout_ns(timeout)
+        cdef int rc
+        cdef size_t cap = self.comp_size
+        if cap <= 256:
+            rc = self._recv_wait(tmp, cap, t)
+            _chan_check(rc)
+            return PyBytes_FromStringAndSize(tmp, min(self.last_len, cap))
+        out = bytearray(cap)
+        cdef char *b = out
+        rc = self._recv_wait(b, cap, t)
+        _chan_check(rc)
+        return bytes(out[:min(self.last_len, cap)])
+
+    def recv_into(self, out, timeout=1.0):
+        """Copy the next completion's payload into ``out``; returns its length
+        (``last_tag``: its tag)."""
+        self._ready()
+        cdef Py_buffer view
+        cdef _i64 t = _timeout_ns(timeout)
+        _get_out_buffer(out, &view, 0)
+        try:
+            _chan_check(self._recv_wait(view.buf, <size_t>view.len, t))
+        finally:
+            PyBuffer_Release(&view)
+        return self.last_len
+
+    def poll(self):
+        """The next completion's payload if one is there, else None (no wait)."""
+        self._ready()
+        cdef char tmp[256]
+        cdef _u32 ln = 0, tg = 0
+        cdef size_t cap = self.comp_size if self.comp_size <= 256 else 256
+        cdef int rc = gdrpy_chan_recv(self._c, tmp, cap, &ln, &tg, 0)
+        if rc == _errno.EAGAIN:
+            return None
+        _chan_check(rc)
+        self.last_len = ln
+        self.last_tag = tg
+        return PyBytes_FromStringAndSize(tmp, min(ln, cap))
+
+    def recv_many(self, min_count=1, max_count=None, out=None, timeout=1.0):
+        """Receive between ``min_count`` and ``max_count`` (default: min_count)
+        completions; payload k goes to ``out[k*comp_size:]`` (``out``: a
+        writable buffer of max_count*comp_size bytes, or None to skip
+        payloads).  Returns the count."""
+        self._ready()
+        cdef Py_ssize_t mn = _index(min_count, "min_count")
+        cdef Py_ssize_t mx = mn if max_count is None else _index(max_count, "max_count")
+        cdef _i64 t = _timeout_ns(timeout)
+        cdef Py_buffer view
+        cdef void *buf = NULL
+        cdef size_t got = 0
+        cdef int rc
+        cdef bint have = False
+        if mx < mn or mn < 1:
+            raise InvalidArgumentError(f"need 1 <= min_count <= max_count, got {mn}, {mx}",
+                                       _errno.EINVAL)
+        if out is not None:
+            _get_out_buffer(out, &view, mx * <Py_ssize_t>self.comp_size)
+            have = True
+            buf = view.buf
+        try:
+            rc = gdrpy_chan_recv_many(self._c, buf, self.comp_size, NULL, NULL, <size_t>mn,
+                                      <size_t>mx, 0 if t == 0 else min(t, SPIN_WITH_GIL_NS)
+                                      if t > 0 else SPIN_WITH_GIL_NS, &got)
+            if rc == GDRPY_ETIMEDOUT and (t < 0 or t > SPIN_WITH_GIL_NS):
+                with nogil:
+                    rc = gdrpy_chan_recv_many(self._c, buf, self.comp_size, NULL, NULL,
+                                              <size_t>mn, <size_t>mx, t, &got)
+            _chan_check(rc)
+        finally:
+            if have:
+                PyBuffer_Release(&view)
+        return got
+
+    def host_block(self):
+        """A writable buffer over the channel's page-locked host block
+        (consumed count, status, completion ring: gdrpy_channel.h's layout),
+        for CPU code standing in for the kernel (sim) and for diagnostics.
+        It keeps the channel object alive, not its memory: do not use it
+        after close()."""
+        self._ready()
+        cdef gdrpy_chan_desc_t d
+        gdrpy_chan_get_desc(self._c, &d)
+        return host_view(self, <uintptr_t>gdrpy_chan_host_block(self._c),
+                         128 + <Py_ssize_t>d.comp_nslots * d.comp_stride)
+
+    @property
+    def consumed(self):
+        """Messages the consumer has reported consumed (one load)."""
+        self._ready()
+        return gp_load_u64(gdrpy_chan_host_block(self._c))
+
+    def pin_thread_near_gpu(self, cpu=None):
+        """Restrict the calling thread to one CPU on the GPU's NUMA node
+        (gdrpy.numa.pin_thread_near_gpu); returns the CPU or None (sim, no
+        locality information)."""
+        from gdrpy.numa import pin_thread_near_gpu
+        return pin_thread_near_gpu(self.context, cpu)
+
+    def wait_attached(self, timeout=5.0):
+        """Wait until a kernel has attached (call after launching it, before
+        sending).  ChannelTimeoutError otherwise."""
+        self._ready()
+        cdef _i64 t = _timeout_ns(timeout)
+        cdef int rc
+        with nogil:
+            rc = gdrpy_chan_wait_attached(self._c, t)
+        _chan_check(rc)
+
+    def stats(self):
+        """dict: sent, consumed, received, full_waits, status, shutdown,
+        final_consumed, dropped."""
+        self._ready()
+        cdef gdrpy_chan_stats_t s
+        _check(gdrpy_chan_get_stats(self._c, &s))
+        return _stats_dict(&s)
+
+    def shutdown(self, drain=True, timeout=5.0):
+        """Ask the kernel to stop (drain: after consuming every message sent;
+        else at once, the rest counted as ``dropped``) and wait for it.
+        Returns the stats dict.  ChannelTimeoutError if the kernel does not
+        report stopped in time."""
+        self._ready()
+        cdef _i64 t = _timeout_ns(timeout)
+        cdef gdrpy_chan_stats_t s
+        cdef unsigned mode = GDRPY_CHAN_DRAIN if drain else GDRPY_CHAN_ABORT
+        cdef int rc
+        with nogil:
+            rc = gdrpy_chan_shutdown(self._c, mode, t, &s)
+        _chan_check(rc)
+        self._stopped = True
+        return _stats_dict(&s)
+
+    def close(self, timeout=5.0):
+        """Shut down (drain) if not done yet, free the channel, unmap and
+        unpin its buffer (and free it if the channel allocated it).
+        Idempotent.  If the kernel does not report stopped within
+        ``timeout`` the channel is freed anyway but its memory is kept (the
+        GPU may still use it; a ResourceWarning says so) and the shutdown
+        error is raised."""
+        if self._c == NULL:
+            return
+        if self._fork_gen != gdrpy_fork_generation:
+            self._c = NULL
+            return
+        err = None
+        if not self._stopped:
+            try:
+                self.shutdown(True, timeout)
+            except Exception as e:  # still free what we can
+                err = e
+        self._destroy()
+        if err is not None:
+            raise err
+
+    cdef _destroy(self):
+        cdef gdrpy_chan_stats_t s
+        cdef gdrpy_chan_t *c = self._c
+        gdrpy_chan_get_stats(c, &s)
+        self._c = NULL
+        gdrpy_chan_destroy(c)
+        if s.status == 1:       # attached and still running
+            import warnings
+            warnings.warn("gdrpy.Channel closed while its kernel still runs: its GPU and "
+                          "host memory are kept for the life of the process",
+                          ResourceWarning, stacklevel=3)
+            _orphaned.append((self.buffer, self.pin, self.mapping, self._hold))
+            self._hold = None
+            self.mapping = None
+            self.pin = None
+            self.buffer = None
+        else:
+            self._release_memory()
+
+    def __enter__(self):
+        self._ready()
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        if self._c == NULL:
+            return "<gdrpy.Channel closed>"
+        return (f"<gdrpy.Channel {self.nslots} x {self.slot_size} B -> "
+                f"{self.comp_nslots} x {self.comp_size} B backend={self.context.backend!r}>")
+
+    # ---- test support (sim) ---------------------------------------------
+    def _sim_consumer(self, check=True, complete=True, start_delay=0.0, idle_timeout=10.0,
+                      echo=False):
+        """Start a CPU thread standing in for the GPU kernel (any backend's
+        host-visible ring; meant for sim): check payloads, answer {seq,
+        checksum, len} (complete) or echo each message (echo).  Returns a
+        handle for ``_sim_join``."""
+        self._ready()
+        cdef unsigned fl = (GDRPY_CHAN_SIM_CHECK if check else 0) | \
+            (GDRPY_CHAN_SIM_COMPLETE if complete else 0) | (GDRPY_CHAN_SIM_ECHO if echo else 0)
+        cdef gdrpy_chan_sim_consumer_t *sc = NULL
+        cdef _i64 d = _timeout_ns(start_delay)
+        cdef _i64 it = _timeout_ns(idle_timeout)
+        _check(gdrpy_chan_sim_consumer_start(self._c, fl, d, it, &sc))
+        return <uintptr_t>sc
+
+    def _sim_join(self, handle):
+        """Wait for the sim consumer to stop: (consumed, errors, first_bad)."""
+        cdef gdrpy_chan_sim_consumer_t *sc = <gdrpy_chan_sim_consumer_t *><uintptr_t>_u64(
+            handle, "handle")
+        cdef uint64_t a = 0, b = 0, c = 0
+        cdef int rc
+        with nogil:
+            rc = gdrpy_chan_sim_consumer_join(sc, &a, &b, &c)
+        _check(rc)
+        return a, b, c
+
+
+cdef dict _stats_dict(gdrpy_chan_stats_t *s):
+    return {"sent": s.sent, "consumed": s.consumed, "received": s.received,
+            "full_waits": s.full_waits, "status": _ST_NAMES.get(s.status, str(s.status)),
+            "shutdown": ("run", "drain", "abort")[s.shutdown] if s.shutdown < 3 else
+            str(s.shutdown), "final_consumed": s.final_consumed, "dropped": s.dropped}
+
+
+def mapping_put_many(Mapping m not None, items):
+    """Vectored put (``gdrpy_writev``): ``items`` is a sequence of
+    ``(offset, buffer)``; every range is checked first (OutOfRangeError and
+    nothing written), then all are stored with one store fence at the end.
+    Returns the total bytes."""
+    m._ready()
+    cdef Py_ssize_t n = len(items), i, got = 0, total = 0
+    if n == 0:
+        return 0
+    cdef gdrpy_iov_t *iov = <gdrpy_iov_t *>_malloc(n * sizeof(gdrpy_iov_t))
+    cdef Py_buffer *views = <Py_buffer *>_malloc(n * sizeof(Py_buffer))
+    cdef int rc
+    if iov == NULL or views == NULL:
+        _free(iov)
+        _free(views)
+        raise MemoryError()
+    try:
+        for i in range(n):
+            off, data = items[i]
+            iov[i].offset = <size_t>_index(off, "offset")
+            _get_in_buffer(data, &views[i])
+            got += 1
+            iov[i].buf = views[i].buf
+            iov[i].len = <size_t>views[i].len
+            total += views[i].len
+        m._inflight += 1
+        if total >= _nogil_bytes:
+            with nogil:
+                rc = gdrpy_writev(m._pin._ctx._h, m._pin._h, iov, <size_t>n)
+        else:
+            rc = gdrpy_writev(m._pin._ctx._h, m._pin._h, iov, <size_t>n)
+        m._inflight -= 1
+        _check(rc)
+        return total
+    finally:
+        for i in range(got):
+            PyBuffer_Release(&views[i])
+        _free(views)
+        _free(iov)
+
+
+def chan_pattern(i, n):
+    """Message ``i``'s check pattern (``n`` bytes) as the reference consumers
+    expect it (gdrpy_chan_pattern)."""
+    cdef Py_ssize_t cnt = _index(n, "n")
+    out = PyBytes_FromStringAndSize(NULL, cnt)
+    gdrpy_chan_pattern(_u64(i, "i"), PyBytes_AS_STRING(out), <size_t>cnt)
+    return out
+
+
+def chan_checksum(data):
+    """sum(byte[k] * ((k & 255) + 1)) mod 2**32 (gdrpy_chan_checksum)."""
+    cdef Py_buffer view
+    _get_in_buffer(data, &view)
+    try:
+        return gdrpy_chan_checksum(view.buf, <size_t>view.len)
+    finally:
+        PyBuffer_Release(&view)

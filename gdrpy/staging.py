@@ -1,0 +1,312 @@
+"""Staging plan: how pageable host memory reaches the copy engines.
+
+A copy-engine ``put``/``get`` from or to *pageable* memory goes either
+straight to cuMemcpy (``ce-direct``: the driver stages the memory itself) or
+through the context's pipelined staging ring (``ce-staged``: page-locked
+chunks, the CPU copy of chunk i+1 overlapping the DMA of chunk i, see
+native/src/core/staging.c).  A :class:`StagingPlan` holds, per (device,
+backend):
+
+* ``chunk``, ``depth``, ``threads``: the ring's parameters (chunk bytes, slots,
+  memcpy threads);
+* ``staged_min``: per direction, the smallest message that is staged;
+* ``locked_gain_min``: from this size up, page-locked memory is recognised
+  and copied without staging or extra waits (below it every kind takes the
+  same path, so small messages are never classified).
+
+Sources, in order: ``$GDRPY_STAGING`` (e.g. ``chunk=4M,depth=4,threads=4,
+staged_min=1M``; fixes the named fields), the cache of an earlier
+calibration on this host (``staging-<key>.json`` next to the threshold
+cache, keyed by the same host identity), a calibration (real GPU backends,
+unless ``GDRPY_AUTOCALIBRATE=0``), else the defaults.  The sim backend never
+calibrates automatically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import os
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import _core
+from .threshold import cache_dir, identity_key, parse_threshold
+
+__all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env"]
+
+KIB = 1 << 10
+MIB = 1 << 20
+SCHEMA = 1
+NEVER = 1 << 62
+
+_plans: dict = {}
+_plans_lock = threading.Lock()
+
+
+def _default_threads() -> int:
+    n = os.cpu_count() or 1
+    return 4 if n >= 16 else 2 if n >= 8 else 1
+
+
+@dataclasses.dataclass
+class StagingPlan:
+    chunk: int = 4 * MIB
+    depth: int = 4
+    threads: int = dataclasses.field(default_factory=_default_threads)
+    staged_min: dict = dataclasses.field(default_factory=lambda: {"h2d": MIB, "d2h": MIB})
+    locked_gain_min: int = 256 * KIB
+    source: str = "default"
+    sweep: list = dataclasses.field(default_factory=list)
+    fixed: tuple = ()
+
+    def apply(self, ctx) -> None:
+        """Configure ``ctx``'s staging ring with this plan."""
+        _core.staging_config(ctx, self.chunk, self.depth, self.threads)
+
+    def as_dict(self) -> dict:
+        return {"chunk": self.chunk, "depth": self.depth, "threads": self.threads,
+                "staged_min": dict(self.staged_min), "locked_gain_min": self.locked_gain_min,
+                "source": self.source}
+
+
+def parse_plan_env(text: str | None, plan: StagingPlan) -> StagingPlan:
+    """Apply ``$GDRPY_STAGING``-style overrides to ``plan`` (ValueError names the
+    bad item)."""
+    if not text:
+        return plan
+    fixed = list(plan.fixed)
+    for item in text.split(","):
+        item = item.strip()
+        if not item:
+            continue
+        key, sep, val = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise ValueError(f"GDRPY_STAGING: {item!r} is not key=value")
+        if key in ("chunk", "staged_min", "staged_min_h2d", "staged_min_d2h",
+                   "locked_gain_min"):
+            n = parse_threshold(val, f"GDRPY_STAGING {key}")
+            if n is None:
+                continue
+            n = NEVER if n < 0 or n > 1 << 40 else n
+            if key == "chunk":
+                plan.chunk = n
+            elif key == "locked_gain_min":
+                plan.locked_gain_min = n
+            else:
+                dirs = ("h2d", "d2h") if key == "staged_min" else (key[-3:],)
+                for d in dirs:
+                    plan.staged_min[d] = n
+        elif key in ("depth", "threads"):
+            try:
+                v = int(val)
+            except ValueError:
+                raise ValueError(f"GDRPY_STAGING: {key}={val!r} is not an integer") from None
+            setattr(plan, key, v)
+        else:
+            raise ValueError(f"GDRPY_STAGING: unknown key {key!r} (chunk, depth, threads, "
+                             "staged_min, staged_min_h2d, staged_min_d2h, locked_gain_min)")
+        fixed.append(key)
+    plan.fixed = tuple(fixed)
+    return plan
+
+
+def _cache_file(identity: dict):
+    d = cache_dir()
+    if d is None:
+        return None
+    return d / f"staging-{identity_key(identity)}.json"
+
+
+def load_plan(identity: dict) -> StagingPlan | None:
+    """The cached plan for ``identity``, or None (missing, corrupt, other identity)."""
+    path = _cache_file(identity)
+    if path is None:
+        return None
+    try:
+        if path.stat().st_size > 1 << 20:
+            return None
+        doc = json.loads(path.read_text())
+        if doc.get("kind") != "gdrpy-staging-plan" or doc.get("schema") != SCHEMA or \
+                doc.get("identity") != identity:
+            return None
+        p = doc["plan"]
+        plan = StagingPlan(chunk=int(p["chunk"]), depth=int(p["depth"]),
+                           threads=int(p["threads"]),
+                           staged_min={"h2d": int(p["staged_min"]["h2d"]),
+                                       "d2h": int(p["staged_min"]["d2h"])},
+                           locked_gain_min=int(p["locked_gain_min"]), source="cache",
+                           sweep=list(doc.get("sweep", [])))
+        if not (64 * KIB <= plan.chunk <= 64 * MIB and 2 <= plan.depth <= 8 and
+                1 <= plan.threads <= 16 and all(v >= 0 for v in plan.staged_min.values())):
+            return None
+        return plan
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def save_plan(identity: dict, plan: StagingPlan) -> bool:
+    path = _cache_file(identity)
+    if path is None:
+        return False
+    doc = {"kind": "gdrpy-staging-plan", "schema": SCHEMA, "identity": identity,
+           "created": time.time(), "plan": plan.as_dict(), "sweep": plan.sweep}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        os.replace(tmp, path)
+        return True
+    except OSError:
+        return False
+
+
+def default_plan(ctx) -> StagingPlan:
+    """The shared plan of ``ctx``'s (device, backend), applied to ``ctx``."""
+    from .transfer import host_identity
+    key = (ctx.device, ctx.backend)
+    with _plans_lock:
+        plan = _plans.get(key)
+        if plan is None:
+            ident = host_identity(ctx)
+            env = os.environ.get("GDRPY_STAGING")
+            plan = load_plan(ident)
+            if plan is None:
+                plan = StagingPlan()
+                auto = os.environ.get("GDRPY_AUTOCALIBRATE", "1") != "0"
+                if auto and not ctx.is_sim:
+                    try:
+                        plan = calibrate_plan(ctx, budget_s=3.0)
+                        save_plan(ident, plan)
+                    except Exception as e:  # keep the defaults, say why
+                        plan = StagingPlan(source=f"default (calibration failed: {e})")
+            plan = parse_plan_env(env, plan)
+            _plans[key] = plan
+    plan.apply(ctx)
+    return plan
+
+
+def set_plan(ctx, plan: StagingPlan) -> None:
+    """Install ``plan`` as the shared plan of ctx's (device, backend)."""
+    with _plans_lock:
+        _plans[(ctx.device, ctx.backend)] = plan
+    plan.apply(ctx)
+
+
+# ---------------------------------------------------------------------------
+# Calibration
+
+def _timer(op: Callable[[], Any], reps: int) -> float:
+    """Median seconds of ``reps`` calls (after one warm-up)."""
+    op()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        op()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def _ce(pin: Any, direction: str, host: Any, method: str) -> None:
+    if direction == "h2d":
+        pin.ce_write(0, host, method=method)
+    else:
+        pin.ce_read(0, len(host), host, method=method)
+
+
+def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
+                   progress: Callable[[str], None] | None = None) -> StagingPlan:
+    """Measure the staging ring on ``ctx`` and return a plan.
+
+    1. Ring parameters, by coordinate search at ``max_bytes`` (both
+       directions, the worse direction's rate decides): memcpy threads
+       (1, 2, 4, 8, up to half the CPUs), then the chunk (1, 2, 4, 8 MiB), then
+       the depth (2, 3, 4).
+    2. ``staged_min`` per direction: direct and staged copies, interleaved,
+       at 64 KiB .. ``max_bytes / 4``; the smallest size from which staging is
+       never slower (2% margin) up to the largest size measured.
+    """
+    import numpy as np
+
+    from . import memory
+    t_start = time.perf_counter()
+    deadline = t_start + 0.6 * budget_s     # ring search; the staged_min sweep gets the rest
+    buf = memory.alloc(max_bytes, ctx=ctx)
+    pin = ctx.pin(buf)
+    host = np.ones(max_bytes, np.uint8)   # touched: pages are present
+    plan = StagingPlan(source="calibration")
+    sweep: list = []
+    say = progress or (lambda msg: None)
+    try:
+        def rate(n: int, reps: int = 3) -> float:
+            src = host[:n]
+            tw = _timer(lambda: pin.ce_write(0, src, method="staged"), reps)
+            tr = _timer(lambda: pin.ce_read(0, n, src, method="staged"), reps)
+            return n / max(tw, tr)
+
+        def try_cfg(chunk: int, depth: int, threads: int) -> float:
+            _core.staging_config(ctx, chunk, depth, threads)
+            r = rate(max_bytes)
+            sweep.append({"chunk": chunk, "depth": depth, "threads": threads,
+                          "gbps": r / 1e9})
+            say(f"chunk {chunk >> 10} KiB depth {depth} threads {threads}: {r / 1e9:.1f} GB/s")
+            return r
+
+        best = (plan.chunk, plan.depth, 1)
+        best_r = try_cfg(*best)
+        ncpu = os.cpu_count() or 1
+        for t in (2, 4, 8):
+            if t > max(1, ncpu // 2) or time.perf_counter() > deadline:
+                break
+            r = try_cfg(best[0], best[1], t)
+            if r > best_r * 1.03:
+                best, best_r = (best[0], best[1], t), r
+        for c in (1 * MIB, 2 * MIB, 8 * MIB):
+            if time.perf_counter() > deadline:
+                break
+            r = try_cfg(c, best[1], best[2])
+            if r > best_r * 1.03:
+                best, best_r = (c, best[1], best[2]), r
+        for dp in (2, 3):
+            if time.perf_counter() > deadline:
+                break
+            r = try_cfg(best[0], dp, best[2])
+            if r > best_r * 1.03:
+                best, best_r = (best[0], dp, best[2]), r
+        plan.chunk, plan.depth, plan.threads = best
+        plan.apply(ctx)
+
+        for d in ("h2d", "d2h"):
+            n = 64 * KIB
+            wins = []
+            end = t_start + budget_s * (0.8 if d == "h2d" else 1.0)
+            while n <= max_bytes // 4 and time.perf_counter() < end:
+                src = host[:n]
+                ops = (functools.partial(_ce, pin, d, src, "direct"),
+                       functools.partial(_ce, pin, d, src, "staged"))
+                reps = 7 if n <= 4 * MIB else 3
+                td, ts = [], []
+                for _ in range(reps):     # interleaved
+                    td.append(_timer(ops[0], 1))
+                    ts.append(_timer(ops[1], 1))
+                dmed, smed = statistics.median(td), statistics.median(ts)
+                wins.append((n, smed <= dmed * 1.02))
+                sweep.append({"direction": d, "nbytes": n, "direct_s": dmed, "staged_s": smed})
+                n *= 2
+            sm = NEVER
+            for size, win in reversed(wins):
+                if not win:
+                    break
+                sm = size
+            plan.staged_min[d] = sm
+        plan.sweep = sweep
+        return plan
+    finally:
+        pin.close()
+        buf.close()
+        plan.apply(ctx)

@@ -1,0 +1,406 @@
+/*
+ * gdrpy_channel.cuh - device side of the gdrpy message channel
+ * (gdrpy_channel.h): helpers for persistent kernels.  Header-only CUDA C++,
+ * usable with nvcc and NVRTC (it includes nothing).  `python -m gdrpy
+ * includedir` prints where it is.
+ *
+ * Usage (one warp serves the channel; see gdrpy_chan_serve_warp below):
+ *
+ *   #include "gdrpy_channel.cuh"
+ *   extern "C" __global__ void k(gdrpy_chan_desc_t d, unsigned long long idle_ns) {
+ *       if (threadIdx.x >= 32) return;      // one warp serves
+ *       gdrpy_chan_serve_warp(d, idle_ns,
+ *           [](unsigned long long i, const volatile unsigned char *msg,
+ *              unsigned len, unsigned tag, unsigned char *out) -> int {
+ *               out[0] = msg[0];            // build the completion
+ *               return 1;                   // its length; < 0: no completion
+ *           });
+ *   }
+ *
+ * Memory-ordering argument
+ * ------------------------
+ * host -> GPU.  The CPU writes a message's payload and len/tag, executes
+ * sfence, then writes the slot's 64-bit sequence word (seq = index + 1) with
+ * one aligned store.  Write-combined stores separated by sfence leave the
+ * core in order; they travel as PCIe posted writes to the GPU's BAR1, and
+ * posted writes from one requester are not reordered on the way to the
+ * same device; the GPU commits them to memory in order.  So when the kernel
+ * *observes* seq == index + 1, the payload is already in GPU memory.  The
+ * kernel must then (a) observe the sequence word with a load that is not
+ * served from a stale cache line and that orders later loads after it:
+ * `ld.acquire.sys` (sm_70+; older: volatile load + __threadfence_system()),
+ * and (b) read the payload with loads that bypass the non-coherent L1
+ * (volatile / ld.relaxed.sys): the slot was read on the previous lap and L1
+ * might still hold those bytes.  gdrpy_chan_ready() and gdrpy_chan_msg()
+ * do exactly this.
+ *
+ * GPU -> host.  The kernel writes a completion's payload and len/tag into
+ * page-locked host memory (mapped into the device), then
+ * __threadfence_system() (all those writes are visible to the CPU before any
+ * later write), then the completion's sequence word.  The CPU spins on that
+ * word (x86: a plain load; TSO keeps the payload loads after it).
+ *
+ * Slot reuse.  After the kernel has finished reading messages < n it
+ * publishes n in host memory with a system-scope *release* store
+ * (st.release.sys: the earlier payload loads are complete before the host
+ * can see n and overwrite the slots).  The host publishes how many
+ * completions it has read in GPU memory (through BAR1); the kernel reads it
+ * with ld.acquire.sys before reusing a completion slot.
+ *
+ * Shutdown.  The host stores the number of messages sent, sfence, then the
+ * mode word.  A kernel that sees mode DRAIN (acquire) therefore sees the
+ * count and every message before it; it stops when it has consumed them
+ * all.  ABORT: it stops at the next check.  Either way it publishes the
+ * final consumed count, __threadfence_system(), then status STOPPED.
+ */
+#ifndef GDRPY_CHANNEL_CUH
+#define GDRPY_CHANNEL_CUH
+
+/* ---- ABI shared with gdrpy_channel.h ---------------------------------- */
+#define GDRPY_CHAN_HDR 16u
+#define GDRPY_CHAN_DEV_SHUTDOWN 0u
+#define GDRPY_CHAN_DEV_SENT 8u
+#define GDRPY_CHAN_DEV_COMP_READ 64u
+#define GDRPY_CHAN_HOST_CONSUMED 0u
+#define GDRPY_CHAN_HOST_STATUS 64u
+#define GDRPY_CHAN_HOST_FINAL 72u
+#define GDRPY_CHAN_RUN 0u
+#define GDRPY_CHAN_DRAIN 1u
+#define GDRPY_CHAN_ABORT 2u
+#define GDRPY_CHAN_ST_NONE 0u
+#define GDRPY_CHAN_ST_RUNNING 1u
+#define GDRPY_CHAN_ST_STOPPED 2u
+#define GDRPY_CHAN_ST_TIMEOUT 3u
+
+typedef unsigned long long gdrpy_u64;
+typedef unsigned int gdrpy_u32;
+
+typedef struct gdrpy_chan_desc {
+    gdrpy_u64 dev_ctrl;
+    gdrpy_u64 ring;
+    gdrpy_u64 host_ctrl;
+    gdrpy_u64 comp;
+    gdrpy_u32 nslots, slot_stride, slot_size;
+    gdrpy_u32 comp_nslots, comp_stride, comp_size;
+    gdrpy_u32 reserved[2];
+} gdrpy_chan_desc_t;
+
+/* ---- system-scope loads and stores ------------------------------------ */
+__device__ __forceinline__ gdrpy_u64 gdrpy_ld_acquire_sys_u64(const void *p)
+{
+    gdrpy_u64 v;
+#if __CUDA_ARCH__ >= 700
+    asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+#else
+    v = *(const volatile gdrpy_u64 *)p;
+    __threadfence_system();
+#endif
+    return v;
+}
+
+__device__ __forceinline__ gdrpy_u32 gdrpy_ld_acquire_sys_u32(const void *p)
+{
+    gdrpy_u32 v;
+#if __CUDA_ARCH__ >= 700
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+#else
+    v = *(const volatile gdrpy_u32 *)p;
+    __threadfence_system();
+#endif
+    return v;
+}
+
+__device__ __forceinline__ void gdrpy_st_release_sys_u64(void *p, gdrpy_u64 v)
+{
+#if __CUDA_ARCH__ >= 700
+    asm volatile("st.release.sys.global.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory");
+#else
+    __threadfence_system();
+    *(volatile gdrpy_u64 *)p = v;
+#endif
+}
+
+__device__ __forceinline__ gdrpy_u64 gdrpy_globaltimer(void)
+{
+    gdrpy_u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* ---- addresses -------------------------------------------------------- */
+__device__ __forceinline__ unsigned char *gdrpy_chan_slot(const gdrpy_chan_desc_t &d, gdrpy_u64 i)
+{
+    return (unsigned char *)(d.ring + (i & (d.nslots - 1)) * (gdrpy_u64)d.slot_stride);
+}
+
+__device__ __forceinline__ unsigned char *gdrpy_chan_comp_slot(const gdrpy_chan_desc_t &d,
+                                                                gdrpy_u64 j)
+{
+    return (unsigned char *)(d.comp + (j & (d.comp_nslots - 1)) * (gdrpy_u64)d.comp_stride);
+}
+
+/* ---- consumer side (host -> GPU) -------------------------------------- */
+/* 1 when message i is complete (acquire: its payload is visible after). */
+__device__ __forceinline__ bool gdrpy_chan_ready(const gdrpy_chan_desc_t &d, gdrpy_u64 i)
+{
+    return gdrpy_ld_acquire_sys_u64(gdrpy_chan_slot(d, i)) == i + 1;
+}
+
+/* Message i's payload (call after gdrpy_chan_ready(d, i) returned true):
+ * read it through this volatile pointer (never from a stale L1 line). */
+__device__ __forceinline__ const volatile unsigned char *gdrpy_chan_msg(
+    const gdrpy_chan_desc_t &d, gdrpy_u64 i, gdrpy_u32 *len, gdrpy_u32 *tag)
+{
+    const volatile unsigned char *s = gdrpy_chan_slot(d, i);
+    gdrpy_u32 l = *(const volatile gdrpy_u32 *)(s + 8);
+    if (len) *len = l < d.slot_size ? l : d.slot_size;
+    if (tag) *tag = *(const volatile gdrpy_u32 *)(s + 12);
+    return s + GDRPY_CHAN_HDR;
+}
+
+/* Messages < n are consumed: their slots may be reused by the host. */
+__device__ __forceinline__ void gdrpy_chan_consume(const gdrpy_chan_desc_t &d, gdrpy_u64 n)
+{
+    gdrpy_st_release_sys_u64((void *)(d.host_ctrl + GDRPY_CHAN_HOST_CONSUMED), n);
+}
+
+__device__ __forceinline__ gdrpy_u32 gdrpy_chan_shutdown_mode(const gdrpy_chan_desc_t &d)
+{
+    return gdrpy_ld_acquire_sys_u32((const void *)(d.dev_ctrl + GDRPY_CHAN_DEV_SHUTDOWN));
+}
+
+/* Messages the host had sent when it asked for shutdown (read after
+ * gdrpy_chan_shutdown_mode() returned non-zero). */
+__device__ __forceinline__ gdrpy_u64 gdrpy_chan_sent(const gdrpy_chan_desc_t &d)
+{
+    return *(const volatile gdrpy_u64 *)(d.dev_ctrl + GDRPY_CHAN_DEV_SENT);
+}
+
+/* ---- producer side (GPU -> host) -------------------------------------- */
+/* Waits until completion slot j is free (the host has read j - comp_nslots
+ * and published it); *credit caches the host's count.  false on timeout
+ * (timeout_ns from now; 0: no limit). */
+__device__ __forceinline__ bool gdrpy_chan_comp_wait(const gdrpy_chan_desc_t &d, gdrpy_u64 j,
+                                                     gdrpy_u64 *credit, gdrpy_u64 timeout_ns)
+{
+    if (j - *credit < d.comp_nslots) return true;
+    gdrpy_u64 t0 = gdrpy_globaltimer();
+    for (unsigned n = 0;; ++n) {
+        *credit = gdrpy_ld_acquire_sys_u64((const void *)(d.dev_ctrl + GDRPY_CHAN_DEV_COMP_READ));
+        if (j - *credit < d.comp_nslots) return true;
+        if (timeout_ns && (n & 255u) == 0 && gdrpy_globaltimer() - t0 > timeout_ns) return false;
+    }
+}
+
+/* Writes completion j's header and payload (no sequence word yet).  Plain
+ * volatile stores into host memory; `len` bytes of `src` (<= comp_size). */
+__device__ __forceinline__ void gdrpy_chan_comp_fill(const gdrpy_chan_desc_t &d, gdrpy_u64 j,
+                                                     const unsigned char *src, gdrpy_u32 len,
+                                                     gdrpy_u32 tag)
+{
+    volatile unsigned char *s = gdrpy_chan_comp_slot(d, j);
+    if (len > d.comp_size) len = d.comp_size;
+    /* len and tag in one 8-byte store; the payload in 8-byte stores where
+     * the source allows (each store is one PCIe write) */
+    *(volatile gdrpy_u64 *)(s + 8) = (gdrpy_u64)len | ((gdrpy_u64)tag << 32);
+    gdrpy_u32 k = 0;
+    if ((((gdrpy_u64)src) & 7) == 0)
+        for (; k + 8 <= len; k += 8)
+            *(volatile gdrpy_u64 *)(s + GDRPY_CHAN_HDR + k) = *(const gdrpy_u64 *)(src + k);
+    if ((((gdrpy_u64)src + k) & 3) == 0)
+        for (; k + 4 <= len; k += 4)
+            *(volatile gdrpy_u32 *)(s + GDRPY_CHAN_HDR + k) = *(const gdrpy_u32 *)(src + k);
+    for (; k < len; ++k) s[GDRPY_CHAN_HDR + k] = src[k];
+}
+
+/* Publishes completion j: a system-scope release store of its sequence
+ * word (everything this thread wrote before is visible to the host first). */
+__device__ __forceinline__ void gdrpy_chan_comp_publish(const gdrpy_chan_desc_t &d, gdrpy_u64 j)
+{
+    gdrpy_st_release_sys_u64(gdrpy_chan_comp_slot(d, j), j + 1);
+}
+
+/* One completion from one thread: wait for the slot, fill, publish. */
+__device__ __forceinline__ bool gdrpy_chan_complete(const gdrpy_chan_desc_t &d, gdrpy_u64 j,
+                                                    gdrpy_u64 *credit, const unsigned char *src,
+                                                    gdrpy_u32 len, gdrpy_u32 tag,
+                                                    gdrpy_u64 timeout_ns)
+{
+    if (!gdrpy_chan_comp_wait(d, j, credit, timeout_ns)) return false;
+    gdrpy_chan_comp_fill(d, j, src, len, tag);
+    gdrpy_chan_comp_publish(d, j);
+    return true;
+}
+
+/* ---- lifecycle -------------------------------------------------------- */
+__device__ __forceinline__ void gdrpy_chan_attach(const gdrpy_chan_desc_t &d)
+{
+    *(volatile gdrpy_u32 *)(d.host_ctrl + GDRPY_CHAN_HOST_STATUS) = GDRPY_CHAN_ST_RUNNING;
+    __threadfence_system();
+}
+
+/* Final report: consumed count, fence, then status (STOPPED or TIMEOUT). */
+__device__ __forceinline__ void gdrpy_chan_stop(const gdrpy_chan_desc_t &d, gdrpy_u64 consumed,
+                                                gdrpy_u32 status)
+{
+    *(volatile gdrpy_u64 *)(d.host_ctrl + GDRPY_CHAN_HOST_FINAL) = consumed;
+    gdrpy_chan_consume(d, consumed);
+    __threadfence_system();
+    *(volatile gdrpy_u32 *)(d.host_ctrl + GDRPY_CHAN_HOST_STATUS) = status;
+    __threadfence_system();
+}
+
+/* ---- warp-level building blocks --------------------------------------- */
+/* All 32 lanes of one warp: the number of consecutive complete messages
+ * from `head` (0..min(nslots, 32)); lane k polls message head + k with an
+ * acquire load.  After a non-zero return every lane may read any of those
+ * messages' payloads (each was observed with an acquire load by one lane,
+ * and the warp-synchronous ballot orders the other lanes' later loads after
+ * it; payload loads go through gdrpy_chan_msg()'s volatile pointer). */
+__device__ __forceinline__ unsigned gdrpy_chan_poll_warp(const gdrpy_chan_desc_t &d,
+                                                         gdrpy_u64 head)
+{
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned window = d.nslots < 32u ? d.nslots : 32u;
+    /* every lane polls its slot: one load latency per poll, not two */
+    bool ready = lane < window && gdrpy_chan_ready(d, head + lane);
+    unsigned mask = __ballot_sync(full, ready);
+    return mask == full ? 32u : (unsigned)(__ffs(~mask) - 1);
+}
+
+/* Lane 0 only: publishes completions [first, first + n) whose headers and
+ * payloads any lane of the warp has written (the caller __syncwarp()s
+ * first).  One completion: a system-scope release store of its sequence
+ * word (orders the earlier writes - the other lanes' too, made visible to
+ * lane 0 by the warp barrier: release is cumulative - before it).  Several:
+ * ONE __threadfence_system(), then the n sequence words. */
+__device__ __forceinline__ void gdrpy_chan_comp_publish_n(const gdrpy_chan_desc_t &d,
+                                                          gdrpy_u64 first, unsigned n)
+{
+    if (n == 1) {
+        gdrpy_st_release_sys_u64(gdrpy_chan_comp_slot(d, first), first + 1);
+        return;
+    }
+    __threadfence_system();
+    for (unsigned k = 0; k < n; ++k)
+        *(volatile gdrpy_u64 *)gdrpy_chan_comp_slot(d, first + k) = first + k + 1;
+}
+
+/* Messages < n are consumed, right after gdrpy_chan_comp_publish_n() of
+ * this round: that fence/release already ordered the round's payload loads
+ * (whose values the completions carry) before it, so a plain store does. */
+__device__ __forceinline__ void gdrpy_chan_consume_after_publish(const gdrpy_chan_desc_t &d,
+                                                                 gdrpy_u64 n)
+{
+    *(volatile gdrpy_u64 *)(d.host_ctrl + GDRPY_CHAN_HOST_CONSUMED) = n;
+}
+
+/* Idle handling shared by serving loops (all lanes): 0 = keep polling,
+ * else the status to stop with.  Looks at the shutdown word every 16th call
+ * and at the clock every 256th; `*t_idle` is lane 0's start of idleness. */
+__device__ __forceinline__ gdrpy_u32 gdrpy_chan_idle_warp(const gdrpy_chan_desc_t &d,
+                                                         gdrpy_u64 head, gdrpy_u64 idle_ns,
+                                                         unsigned *spins, gdrpy_u64 *t_idle)
+{
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    gdrpy_u32 stop = 0;
+    ++*spins;
+    if (lane == 0) {
+        if ((*spins & 15u) == 0) {
+            gdrpy_u32 mode = gdrpy_chan_shutdown_mode(d);
+            if (mode == GDRPY_CHAN_ABORT || (mode == GDRPY_CHAN_DRAIN && head >= gdrpy_chan_sent(d)))
+                stop = GDRPY_CHAN_ST_STOPPED;
+        }
+        if (!stop && idle_ns && (*spins & 255u) == 0) {
+            gdrpy_u64 now = gdrpy_globaltimer();
+            if (*t_idle == 0) *t_idle = now;
+            else if (now - *t_idle > idle_ns) stop = GDRPY_CHAN_ST_TIMEOUT;
+        }
+    }
+    return __shfl_sync(full, stop, 0);
+}
+
+/* ---- a complete serving loop for one warp ----------------------------- */
+/* Call from all 32 lanes of ONE warp (other warps must not call it).  Each
+ * round takes the ready messages (up to 32) and lane k calls
+ *     int handler(u64 index, const volatile unsigned char *payload,
+ *                 u32 len, u32 tag, unsigned char *out)
+ * for message head + k; it returns the completion's length (<= comp_size
+ * and <= GDRPY_CHAN_MAX_COMP, written to `out`) or < 0 for no completion;
+ * the completion carries the message's tag.  Completions keep message
+ * order; one fence (or release store) per round publishes them all, then
+ * the consumed count.  Stops on shutdown (drain: after every message sent;
+ * abort: when idle, or after at most 16 busy rounds) or after idle_ns
+ * without a message (0: never),
+ * reporting STOPPED / TIMEOUT.  Returns the number of messages consumed.
+ * (A plain lambda defined inside the kernel is a device lambda: no
+ * __device__ annotation or --extended-lambda needed.) */
+#ifndef GDRPY_CHAN_MAX_COMP
+#define GDRPY_CHAN_MAX_COMP 64
+#endif
+
+template <class Handler>
+__device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64 idle_ns,
+                                           Handler handler)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned full = 0xffffffffu;
+    gdrpy_u64 head = 0, comp_head = 0, credit = 0, t_idle = 0;
+    unsigned spins = 0, rounds = 0;
+    unsigned char out[GDRPY_CHAN_MAX_COMP];
+    if (lane == 0) gdrpy_chan_attach(d);
+    __syncwarp();
+    gdrpy_u32 status = GDRPY_CHAN_ST_STOPPED;
+    for (;;) {
+        unsigned n = gdrpy_chan_poll_warp(d, head);
+        if (n == 0) {
+            gdrpy_u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
+            if (stop) { status = stop; break; }
+            continue;
+        }
+        spins = 0;
+        t_idle = 0;
+        int clen = -1;
+        gdrpy_u32 tag = 0;
+        if (lane < n) {
+            gdrpy_u32 len;
+            const volatile unsigned char *msg = gdrpy_chan_msg(d, head + lane, &len, &tag);
+            clen = handler(head + lane, msg, len, tag, out);
+            if (clen > (int)d.comp_size) clen = (int)d.comp_size;
+            if (clen > GDRPY_CHAN_MAX_COMP) clen = GDRPY_CHAN_MAX_COMP;
+        }
+        unsigned cmask = __ballot_sync(full, clen >= 0);
+        unsigned ncomp = __popc(cmask);
+        if (ncomp) {
+            int ok = 1;
+            if (lane == 0)
+                ok = gdrpy_chan_comp_wait(d, comp_head + ncomp - 1, &credit, idle_ns) ? 1 : 0;
+            ok = __shfl_sync(full, ok, 0);
+            if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
+            if (clen >= 0)
+                gdrpy_chan_comp_fill(d, comp_head + __popc(cmask & ((1u << lane) - 1u)), out,
+                                     (gdrpy_u32)clen, tag);
+            __syncwarp();
+            if (lane == 0) gdrpy_chan_comp_publish_n(d, comp_head, ncomp);
+            comp_head += ncomp;
+        }
+        head += n;
+        __syncwarp();
+        gdrpy_u32 mode = 0;
+        if (lane == 0) {
+            if (ncomp) gdrpy_chan_consume_after_publish(d, head);
+            else gdrpy_chan_consume(d, head);
+            if ((++rounds & 15u) == 0) mode = gdrpy_chan_shutdown_mode(d);
+        }
+        mode = __shfl_sync(full, mode, 0);
+        if (mode == GDRPY_CHAN_ABORT) break;     /* checked every 16 busy rounds */
+    }
+    __syncwarp();
+    if (lane == 0) gdrpy_chan_stop(d, head, status);
+    __syncwarp();
+    return head;
+}
+
+#endif /* GDRPY_CHANNEL_CUH */

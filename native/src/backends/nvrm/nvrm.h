@@ -1,0 +1,210 @@
+/*
+ * nvrm.h - shared between the files of the nvrm backend (not installed).
+ *
+ *   abi.h      our definitions of the RM ioctl interface
+ *   abi/<branch>.json the RM interface of each production branch (generated)
+ *   abi_tables.h  one struct nvrm_abi per branch (generated from abi/)
+ *   table.c    choosing the table for the running driver
+ *   selftest.c the per-device self-test (which routes work) and its report
+ *   rm.c       RM ioctl wrappers, status names, handles, the session
+ *              (ctl fd, version, GPU match, client, device), CPU mappings
+ *   routes.c   route A (cuMemCreate -> POSIX fd -> import) and route C
+ *              (cuMemAlloc -> IPC handle words -> RM dup) + identity check
+ *   backend.c  the gp_backend vtable: probe/open/close/pin/unpin/map/unmap
+ */
+#ifndef GDRPY_NVRM_H
+#define GDRPY_NVRM_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "abi.h"
+#include "cudadrv.h"
+#include "internal.h"
+
+/* ---- state ------------------------------------------------------------ */
+struct nvrm_ctx {
+    int ctl;                    /* /dev/nvidiactl */
+    uint32_t hClient, hDevice;
+    uint32_t gpu_id, dev_instance, minor;
+    char devpath[32];           /* /dev/nvidiaN */
+    char version[64];           /* kernel driver version string */
+    struct nvrm_abi abi;        /* the table chosen for it (a copy) */
+    int abi_newer;              /* the driver is newer than every table */
+    int cuda_version;           /* cuDriverGetVersion */
+    struct nvrm_dev_state *st;  /* the device's self-test result (selftest.c) */
+    pthread_mutex_t hlock;      /* guards next_handle */
+    uint32_t next_handle;
+    /* live driver objects, for leak checks (atomic: read without the lock) */
+    uint64_t n_mem;             /* imported / duplicated RM memory handles */
+    uint64_t n_map;             /* RM CPU mappings (each an RM mapping + a mmap) */
+};
+
+struct nvrm_map {
+    int devfd;                  /* open only while a mapping is being made */
+    void *mm;                   /* mmap result */
+    size_t mm_len;
+    uint64_t plinear;           /* RM's linear address (needed to unmap) */
+    uint32_t flags;             /* NVOS33 flags returned by the driver */
+};
+
+/* A further RM object of a pin over several VMM chunks mapped side by
+ * side (cuMemMap of several handles into one VA range). */
+struct nvrm_part {
+    char route;                 /* 'A' or 'V' */
+    uint32_t hMemory;
+    uint64_t va, len;           /* the part of [pin->va, +pin->len) it backs */
+    uint64_t rm_off;            /* offset of part va in the RM object */
+    struct nvrm_map map;
+};
+
+struct nvrm_pin {
+    char route;                 /* 'A' (import), 'C' (dup), 'V' (found + dup) */
+    uint32_t hMemory;
+    uint64_t rm_off;            /* offset of pin->va inside the RM object */
+    struct nvrm_map map;
+    /* pins over several VMM chunks: the first chunk is the fields above
+     * (covering [pin->va, +len0)), the others are parts */
+    uint64_t len0;
+    int nparts;
+    struct nvrm_part *parts;
+    void *resv;                 /* PROT_NONE reservation the parts are mapped into */
+    size_t resv_len;
+};
+
+/* Route C: which of the 16 u32 words of a cuIpcGetMemHandle handle hold
+ * what; learned and proven per process by the self-test (selftest.c). */
+struct nvrm_ipc_layout {
+    int valid;                  /* proven on the self-test's scratch allocations */
+    int w_size;                 /* allocation size, low 32 bits */
+    int w_pages;                /* size of the RM object in 4 KiB pages; -1 unknown */
+    int w_off;                  /* offset of the allocation in the RM object */
+    int w_client, w_mem;        /* CUDA's RM client and memory handle */
+    int off_proven;             /* the offset word was seen non-zero and right */
+    int mapbase;                /* alloc base - CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR
+                                   equalled the offset word on every scratch allocation */
+    int searched;               /* 0: the known layout confirmed; 1: found by search */
+};
+
+struct nvrm_route_report {
+    int tested, ok;
+    char step[64];              /* the step that failed */
+    char detail[384];           /* its message (RM status, errno, ...) */
+};
+
+/* One per CUDA device per process: what the self-test found. */
+struct nvrm_dev_state {
+    int done;
+    int usable;                 /* at least one route passed */
+    char version[64];
+    char branch[8], tag[24];
+    int newer, cuda_version;
+    struct nvrm_route_report route_a, route_c;
+    struct nvrm_ipc_layout ipc;
+    double ms;                  /* cost of the self-test */
+    int corrupt;                /* GDRPY_NVRM_TEST_CORRUPT_ABI in effect */
+    char reason[1024];          /* why the backend is unusable (usable == 0) */
+};
+
+static inline void nvrm_live_add(uint64_t *c, int d)
+{
+    __atomic_add_fetch(c, (uint64_t)(int64_t)d, __ATOMIC_RELAXED);
+}
+
+/* ---- rm.c ------------------------------------------------------------- */
+GP_HIDDEN const char *nvrm_nv_status_name(uint32_t st);
+GP_HIDDEN int nvrm_nv_status_code(uint32_t st);
+GP_HIDDEN long nvrm_host_page(void);
+/* RM status / errno of the calling thread's last ioctl (for reports). */
+GP_HIDDEN extern __thread uint32_t nvrm_last_rm_status;
+GP_HIDDEN extern __thread int nvrm_last_errno;
+GP_HIDDEN int nvrm_nv_call(int fd, unsigned nr, const char *esc, void *arg, size_t size,
+                           const uint32_t *status, const char *what);
+GP_HIDDEN int nvrm_esc_call(struct nvrm_ctx *nc, const struct nvrm_esc *e, const char *esc,
+                            void *arg, size_t bufsize, const uint32_t *status, const char *what);
+GP_HIDDEN int nvrm_rm_free(struct nvrm_ctx *nc, uint32_t hParent, uint32_t h,
+                           const char *what);
+GP_HIDDEN int nvrm_rm_control(struct nvrm_ctx *nc, uint32_t cmd, void *params, uint32_t size,
+                              const char *what);
+GP_HIDDEN uint32_t nvrm_new_handle(struct nvrm_ctx *nc);
+GP_HIDDEN void nvrm_session_close(struct nvrm_ctx *nc);
+GP_HIDDEN int nvrm_open_node(const char *path, int *fd);
+GP_HIDDEN int nvrm_session_open(int device, struct nvrm_ctx *nc);
+GP_HIDDEN int nvrm_map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t len,
+                             struct nvrm_map *m);
+/* As nvrm_map_range, mmap'ed at `at` (MAP_FIXED) when not NULL. */
+GP_HIDDEN int nvrm_map_range_at(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t len,
+                                void *at, struct nvrm_map *m);
+GP_HIDDEN int nvrm_unmap_range(struct nvrm_ctx *nc, uint32_t hMem, struct nvrm_map *m);
+GP_HIDDEN int nvrm_map_type_of(uint32_t flags);
+
+/* ---- table.c ---------------------------------------------------------- */
+GP_HIDDEN size_t nvrm_abi_count(void);
+GP_HIDDEN const struct nvrm_abi *nvrm_abi_at(size_t i);
+GP_HIDDEN int nvrm_abi_consistent(const struct nvrm_abi *t, char *why, size_t whylen);
+GP_HIDDEN const struct nvrm_abi *nvrm_abi_select(const char *version, const char *force,
+                                                 int *newer, char *why, size_t whylen);
+/* GDRPY_NVRM_TEST_CORRUPT_ABI (tests only): 1 = the table's RM_MAP_MEMORY
+ * argument size is made wrong; 2 = the self-test maps 64 KiB past its
+ * scratch data (a wrong offset).  Returns the mode (0 = none). */
+GP_HIDDEN int nvrm_abi_test_corrupt(struct nvrm_abi *t);
+
+/* ---- routes.c --------------------------------------------------------- */
+GP_HIDDEN int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr,
+                              const gp_cuda_ptr *cp, uint32_t *hOut);
+/* Imports the (single-object) RM export fd `fd` of the memory at `addr`
+ * into our client; closes fd. */
+GP_HIDDEN int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd,
+                             uint32_t *hOut);
+/* cuIpcGetMemHandle of the allocation at `base` as 16 u32 words. */
+GP_HIDDEN int nvrm_ipc_words(uint64_t base, uint32_t w[16]);
+/* RM_DUP_OBJECT of (hClientSrc, hObjectSrc) into our client under hDevice. */
+GP_HIDDEN int nvrm_dup(struct nvrm_ctx *nc, uint32_t hcli, uint32_t hobj, uint32_t *hOut,
+                       const char *what);
+GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
+                              uint32_t *hOut, uint64_t *objoff);
+/* Read-only identity check: `hMem` at RM offset `rm_off` must hold what
+ * CUDA shows at virtual address `va` (rm_off corresponds to va), sampled at
+ * the first and last host page of [addr, addr + size) (va <= addr).  Never
+ * writes anywhere.  0, or EIO naming the bytes that differ. */
+GP_HIDDEN int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem,
+                                   uint64_t va, uint64_t rm_off, uint64_t addr, uint64_t size);
+/* 8-byte-load reads / writes through a mapping (BAR1: never byte by byte). */
+GP_HIDDEN void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a,
+                                size_t n, uint8_t *out);
+
+/* ---- selftest.c ------------------------------------------------------- */
+/* Runs the device's self-test once per process (the session `nc` must be
+ * open, inside a CUDA scope of the device) and sets nc->st.  0 if at least
+ * one route works, else ENOTSUP with the reason. */
+GP_HIDDEN int nvrm_selftest(int device, struct nvrm_ctx *nc);
+/* The device's state if the self-test has run, else NULL. */
+GP_HIDDEN const struct nvrm_dev_state *nvrm_selftest_state(int device);
+
+/* ---- route_v.c -------------------------------------------------------- */
+/* Route V: VMM memory without POSIX_FD, pool memory.  `anchor` is the first
+ * allocated byte of the request, `cp` the allocation (base/size: its
+ * mapping), `mbase` the VA of the mapping, `va` the first pinned byte.
+ * 0 with *hOut (a handle in our client) and *rm_off (offset of va in it),
+ * proven to back the caller's range; else ENOTSUP naming why. */
+GP_HIDDEN int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
+                           const gp_cuda_ptr *cp, uint64_t mbase, uint64_t va, uint32_t *hOut,
+                           uint64_t *rm_off, char *how, size_t howlen);
+/* Pool memory: fills cp->base/size with the mapping that holds the anchor
+ * (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE) and checks the device and
+ * that the request stays inside it. */
+GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp);
+
+/* ---- chunk.c ---------------------------------------------------------- */
+/* First address in [lo, hi) that lies in a CUDA allocation, or 0. */
+GP_HIDDEN uint64_t nvrm_first_alloc(uint64_t lo, uint64_t hi);
+/* Route C: checks that [*lo, *hi) lies in the RM object (chunk) behind the
+ * cuMemAlloc allocation `cp` (at offset `objoff` in it) and that every
+ * allocation met in the range belongs to that chunk; returns the chunk's
+ * VA range.  EINVAL naming the allowed range otherwise. */
+GP_HIDDEN int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff,
+                               uint64_t *lo, uint64_t *hi, uint64_t *chunk_lo,
+                               uint64_t *chunk_hi);
+
+#endif /* GDRPY_NVRM_H */

@@ -1,0 +1,722 @@
+/*
+ * channel.c - the host side of the gdrpy message channel; the contract and
+ * the memory layout are in include/gdrpy_channel.h, the ordering argument in
+ * include/gdrpy_channel.cuh.
+ *
+ * Hot paths (send, send_batch, recv, recv_many) take no lock and look up no
+ * handle: the producer's and the consumer's state live in separate cache
+ * lines of the channel object, and the only shared words are in the device
+ * block (written by the producer through the mapping) and the host block
+ * (written by the kernel).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gdrpy_channel.h"
+#include "hostmem.h"
+#include "internal.h"
+#include "wc.h"
+
+/* core.c */
+GP_HIDDEN int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *info,
+                               int *device, int *is_real);
+
+struct gdrpy_chan {
+    /* ---- producer (send*, shutdown) ---- */
+    char *ring;                        /* CPU address of message slot 0 */
+    char *dev;                         /* CPU address of the device block */
+    const volatile uint64_t *consumed; /* host block: kernel's consumed count */
+    const volatile uint32_t *status;   /* host block: kernel status */
+    uint64_t head;                     /* messages published */
+    uint64_t credit;                   /* last consumed count read */
+    uint64_t full_waits;
+    uint32_t mask, stride, slot_size;
+    uint32_t shutdown; /* mode requested, 0 = none */
+    /* ---- consumer (recv*) ---- */
+    char *comp __attribute__((aligned(64))); /* CPU address of completion slot 0 */
+    uint64_t rhead;                          /* completions read */
+    uint64_t published;                      /* rhead last published to the device */
+    uint32_t cmask, cstride, csize, half;
+    char *dev_c; /* = dev (consumer's copy) */
+    const volatile uint32_t *status_c;
+    /* ---- cold ---- */
+    gdrpy_ctx_t ctx __attribute__((aligned(64)));
+    gdrpy_pin_t pin;
+    gp_hostmem hm;
+    char *host;
+    gdrpy_chan_desc_t desc;
+    gdrpy_chan_config_t cfg;
+};
+
+static inline int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static inline uint64_t ld_acq64(const volatile uint64_t *p)
+{
+    return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
+}
+
+static inline uint32_t ld_acq32(const volatile uint32_t *p)
+{
+    return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE);
+}
+
+static inline int is_pow2(uint32_t x) { return x && !(x & (x - 1)); }
+
+static inline int stopped(uint32_t st)
+{
+    return st == GDRPY_CHAN_ST_STOPPED || st == GDRPY_CHAN_ST_TIMEOUT;
+}
+
+/* A waiting loop's clock: checks the deadline every 64 spins. */
+typedef struct {
+    int64_t deadline; /* < 0: none */
+    unsigned spins;
+} gp_wait;
+
+static inline void wait_init(gp_wait *w, int64_t timeout_ns)
+{
+    w->spins = 0;
+    w->deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
+}
+
+/* 1 when the time is up (checked every 64 calls).  The first 16384 spins
+ * (some tens of microseconds: every round trip) poll back to back - PAUSE
+ * costs up to ~140 cycles on recent Intel cores, all of it added to the
+ * latency of seeing the word change - later ones pause, and after about a
+ * million (milliseconds) each yields the CPU (an oversubscribed host, a CPU
+ * stand-in consumer that needs the core). */
+static inline int wait_expired(gp_wait *w)
+{
+    if (w->spins >= (1u << 20)) sched_yield(); /* ~ms of spinning: an oversubscribed host */
+    else if (w->spins >= 16384) cpu_relax();
+    if ((++w->spins & 63u) != 0 || w->deadline < 0) return 0;
+    return now_ns() >= w->deadline;
+}
+
+/* ---- configuration ---------------------------------------------------- */
+
+static int check_config(const gdrpy_chan_config_t *cfg, const char *what)
+{
+    if (!cfg) return gp_err(GDRPY_EINVAL, "%s: config is NULL", what);
+    if (!is_pow2(cfg->nslots) || cfg->nslots < 2 || cfg->nslots > GDRPY_CHAN_MAX_SLOTS)
+        return gp_err(GDRPY_EINVAL, "%s: nslots %u must be a power of two in [2, %u]", what,
+                      cfg->nslots, GDRPY_CHAN_MAX_SLOTS);
+    if (cfg->slot_size == 0 || cfg->slot_size > GDRPY_CHAN_MAX_SLOT_SIZE)
+        return gp_err(GDRPY_EINVAL, "%s: slot_size %u must be in [1, %u]", what, cfg->slot_size,
+                      GDRPY_CHAN_MAX_SLOT_SIZE);
+    uint32_t cn = cfg->comp_nslots ? cfg->comp_nslots : cfg->nslots;
+    if (!is_pow2(cn) || cn < 2 || cn > GDRPY_CHAN_MAX_SLOTS)
+        return gp_err(GDRPY_EINVAL, "%s: comp_nslots %u must be 0 or a power of two in [2, %u]",
+                      what, cfg->comp_nslots, GDRPY_CHAN_MAX_SLOTS);
+    if (cfg->comp_size > GDRPY_CHAN_MAX_SLOT_SIZE)
+        return gp_err(GDRPY_EINVAL, "%s: comp_size %u must be at most %u", what, cfg->comp_size,
+                      GDRPY_CHAN_MAX_SLOT_SIZE);
+    if (cfg->flags || cfg->reserved)
+        return gp_err(GDRPY_EINVAL, "%s: flags/reserved must be 0", what);
+    return 0;
+}
+
+static inline uint32_t stride_of(uint32_t payload)
+{
+    return (uint32_t)gp_round_up(GDRPY_CHAN_HDR + (uint64_t)payload, GDRPY_CHAN_ALIGN);
+}
+
+int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
+{
+    if (!out) return gp_err(GDRPY_EINVAL, "chan_device_bytes: output pointer is NULL");
+    *out = 0;
+    int rc = check_config(cfg, "chan_device_bytes");
+    if (rc) return rc;
+    *out = GDRPY_CHAN_DEV_CTRL + (size_t)cfg->nslots * stride_of(cfg->slot_size);
+    return 0;
+}
+
+/* ---- create / destroy ------------------------------------------------- */
+
+int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_t *cfg,
+                      gdrpy_chan_t **out)
+{
+    if (!out) return gp_err(GDRPY_EINVAL, "chan_create: output pointer is NULL");
+    *out = NULL;
+    size_t need;
+    int rc = gdrpy_chan_device_bytes(cfg, &need);
+    if (rc) return gp_err_prefix(rc, "chan_create");
+    gdrpy_pin_info_t info;
+    int device = 0, is_real = 0;
+    rc = gp_chan_pin_hold(ctx, pin, 1, &info, &device, &is_real);
+    if (rc) return rc;
+    if (info.size < need) {
+        gp_chan_pin_hold(ctx, pin, 0, NULL, NULL, NULL);
+        return gp_err(GDRPY_ERANGE, "chan_create: the pin holds %llu bytes; %u slots of %u "
+                                    "bytes need %zu",
+                      (unsigned long long)info.size, cfg->nslots,
+                      cfg->slot_size, need);
+    }
+    if ((info.addr & (GDRPY_CHAN_ALIGN - 1)) != 0) {
+        gp_chan_pin_hold(ctx, pin, 0, NULL, NULL, NULL);
+        return gp_err(GDRPY_EINVAL, "chan_create: the pinned address 0x%llx is not 64-byte "
+                                    "aligned",
+                      (unsigned long long)info.addr);
+    }
+    gdrpy_chan_t *c = aligned_alloc(64, gp_round_up(sizeof *c, 64));
+    if (!c) {
+        gp_chan_pin_hold(ctx, pin, 0, NULL, NULL, NULL);
+        return gp_err(GDRPY_ENOMEM, "chan_create: out of memory");
+    }
+    memset(c, 0, sizeof *c);
+    c->cfg = *cfg;
+    uint32_t cn = cfg->comp_nslots ? cfg->comp_nslots : cfg->nslots;
+    c->cfg.comp_nslots = cn;
+    uint32_t cstride = stride_of(cfg->comp_size);
+    rc = gp_hostmem_alloc(device, is_real, GDRPY_CHAN_HOST_CTRL + (size_t)cn * cstride, &c->hm);
+    if (rc) {
+        gp_err_prefix(rc, "chan_create: completion ring");
+        gp_chan_pin_hold(ctx, pin, 0, NULL, NULL, NULL);
+        free(c);
+        return rc;
+    }
+    c->ctx = ctx;
+    c->pin = pin;
+    c->host = c->hm.ptr;
+    c->dev = info.user_ptr;
+    c->ring = c->dev + GDRPY_CHAN_DEV_CTRL;
+    c->consumed = (const volatile uint64_t *)(c->host + GDRPY_CHAN_HOST_CONSUMED);
+    c->status = (const volatile uint32_t *)(c->host + GDRPY_CHAN_HOST_STATUS);
+    c->mask = cfg->nslots - 1;
+    c->stride = stride_of(cfg->slot_size);
+    c->slot_size = cfg->slot_size;
+    c->comp = c->host + GDRPY_CHAN_HOST_CTRL;
+    c->cmask = cn - 1;
+    c->cstride = cstride;
+    c->csize = cfg->comp_size;
+    c->half = cn / 2;
+    c->dev_c = c->dev;
+    c->status_c = c->status;
+    c->desc.dev_ctrl = info.addr;
+    c->desc.ring = info.addr + GDRPY_CHAN_DEV_CTRL;
+    c->desc.host_ctrl = c->hm.dptr;
+    c->desc.comp = c->hm.dptr + GDRPY_CHAN_HOST_CTRL;
+    c->desc.nslots = cfg->nslots;
+    c->desc.slot_stride = c->stride;
+    c->desc.slot_size = cfg->slot_size;
+    c->desc.comp_nslots = cn;
+    c->desc.comp_stride = cstride;
+    c->desc.comp_size = cfg->comp_size;
+    /* Zero the device block (old sequence words must not look current). */
+    gp_wc_zero(c->dev, need);
+    gp_wc_fence();
+    *out = c;
+    return 0;
+}
+
+int gdrpy_chan_destroy(gdrpy_chan_t *c)
+{
+    if (!c) return 0;
+    int rc = 0;
+    uint32_t st = ld_acq32(c->status);
+    if (st == GDRPY_CHAN_ST_RUNNING) {
+        rc = gp_err(GDRPY_EBUSY, "chan_destroy: the kernel has not reported stopped; its "
+                                 "completion ring (%zu bytes of page-locked memory) is left allocated so "
+                                 "that the GPU never writes to freed memory",
+                    c->hm.size);
+        gp_log(3, "%s", gdrpy_last_error());
+    } else {
+        gp_hostmem_free(&c->hm);
+    }
+    gp_chan_pin_hold(c->ctx, c->pin, 0, NULL, NULL, NULL); /* EBADF if the ctx is gone */
+    free(c);
+    return rc;
+}
+
+int gdrpy_chan_get_desc(const gdrpy_chan_t *c, gdrpy_chan_desc_t *out)
+{
+    if (!c || !out) return gp_err(GDRPY_EINVAL, "chan_get_desc: NULL argument");
+    *out = c->desc;
+    return 0;
+}
+
+int gdrpy_chan_get_config(const gdrpy_chan_t *c, gdrpy_chan_config_t *out)
+{
+    if (!c || !out) return gp_err(GDRPY_EINVAL, "chan_get_config: NULL argument");
+    *out = c->cfg;
+    return 0;
+}
+
+void *gdrpy_chan_device_block(const gdrpy_chan_t *c) { return c ? c->dev : NULL; }
+void *gdrpy_chan_host_block(const gdrpy_chan_t *c) { return c ? c->host : NULL; }
+
+/* ---- send ------------------------------------------------------------- */
+
+/* Waits until message `last` (an index) has a free slot. */
+static int wait_credit(gdrpy_chan_t *c, uint64_t last, int64_t timeout_ns, const char *what)
+{
+    uint64_t nslots = (uint64_t)c->mask + 1;
+    c->credit = ld_acq64(c->consumed);
+    if (last - c->credit < nslots) return 0;
+    c->full_waits++;
+    if (timeout_ns == 0)
+        return gp_err(GDRPY_EAGAIN, "%s: the ring is full (%llu of %llu slots unconsumed)", what,
+                      (unsigned long long)(c->head - c->credit), (unsigned long long)nslots);
+    gp_wait w;
+    wait_init(&w, timeout_ns);
+    for (;;) {
+        c->credit = ld_acq64(c->consumed);
+        if (last - c->credit < nslots) return 0;
+        if ((w.spins & 63u) == 63u && stopped(ld_acq32(c->status))) {
+            c->credit = ld_acq64(c->consumed);
+            if (last - c->credit < nslots) return 0;
+            return gp_err(GDRPY_EPIPE, "%s: the ring is full and the kernel has stopped "
+                                       "(status %u)",
+                          what, ld_acq32(c->status));
+        }
+        if (wait_expired(&w))
+            return gp_err(GDRPY_ETIMEDOUT, "%s: the ring stayed full (%llu of %llu slots "
+                                           "unconsumed) for %.6f s",
+                          what,
+                          (unsigned long long)(c->head - c->credit), (unsigned long long)nslots,
+                          timeout_ns * 1e-9);
+    }
+}
+
+static inline void put_payload(char *dst, const void *src, size_t len)
+{
+    if (len > 256)
+        gdrpy_copy_to_mapping(dst, src, len); /* tuned kernel; ends with a fence */
+    else if (len)
+        gp_wc_store_nofence(dst, src, len);
+}
+
+int gdrpy_chan_send(gdrpy_chan_t *c, const void *buf, size_t len, uint32_t tag,
+                    int64_t timeout_ns)
+{
+    if (__builtin_expect(!c, 0)) return gp_err(GDRPY_EINVAL, "chan_send: channel is NULL");
+    if (__builtin_expect(len > c->slot_size, 0))
+        return gp_err(GDRPY_EINVAL, "chan_send: %zu bytes do not fit a %u-byte slot", len,
+                      c->slot_size);
+    if (__builtin_expect(len && !buf, 0)) return gp_err(GDRPY_EINVAL, "chan_send: buffer is NULL");
+    if (__builtin_expect(c->shutdown != 0, 0))
+        return gp_err(GDRPY_EPIPE, "chan_send: the channel is shut down");
+    uint64_t i = c->head;
+    if (__builtin_expect(i - c->credit > c->mask, 0)) {
+        int rc = wait_credit(c, i, timeout_ns, "chan_send");
+        if (rc) return rc;
+    }
+    char *s = c->ring + (size_t)(i & c->mask) * c->stride;
+    gp_wc_store_u64(s + 8, (uint64_t)len | ((uint64_t)tag << 32));
+    put_payload(s + GDRPY_CHAN_HDR, buf, len);
+    gp_wc_fence(); /* payload and len/tag before seq */
+    gp_wc_store_u64(s, i + 1);
+    gp_wc_fence(); /* push the sequence word out now */
+    c->head = i + 1;
+    return 0;
+}
+
+int gdrpy_chan_send_batch(gdrpy_chan_t *c, const gdrpy_chan_msg_t *m, size_t n,
+                          int64_t timeout_ns)
+{
+    if (!c) return gp_err(GDRPY_EINVAL, "chan_send_batch: channel is NULL");
+    if (n == 0) return 0;
+    if (!m) return gp_err(GDRPY_EINVAL, "chan_send_batch: msgs is NULL");
+    if (n > (size_t)c->mask + 1)
+        return gp_err(GDRPY_EINVAL, "chan_send_batch: %zu messages exceed the ring's %u slots",
+                      n, c->mask + 1);
+    for (size_t k = 0; k < n; k++) {
+        if (m[k].len > c->slot_size)
+            return gp_err(GDRPY_EINVAL, "chan_send_batch: message %zu: %u bytes do not fit a "
+                                        "%u-byte slot",
+                          k, m[k].len, c->slot_size);
+        if (m[k].len && !m[k].buf)
+            return gp_err(GDRPY_EINVAL, "chan_send_batch: message %zu: buffer is NULL", k);
+    }
+    if (c->shutdown) return gp_err(GDRPY_EPIPE, "chan_send_batch: the channel is shut down");
+    uint64_t i = c->head;
+    uint64_t last = i + n - 1;
+    if (last - c->credit > c->mask) {
+        int rc = wait_credit(c, last, timeout_ns, "chan_send_batch");
+        if (rc) return rc;
+    }
+    for (size_t k = 0; k < n; k++) {
+        char *s = c->ring + (size_t)((i + k) & c->mask) * c->stride;
+        gp_wc_store_u64(s + 8, (uint64_t)m[k].len | ((uint64_t)m[k].tag << 32));
+        if (m[k].len) gp_wc_store_nofence(s + GDRPY_CHAN_HDR, m[k].buf, m[k].len);
+    }
+    gp_wc_fence(); /* every payload before any sequence word */
+    for (size_t k = 0; k < n; k++)
+        gp_wc_store_u64(c->ring + (size_t)((i + k) & c->mask) * c->stride, i + k + 1);
+    gp_wc_fence();
+    c->head = i + n;
+    return 0;
+}
+
+/* ---- receive ---------------------------------------------------------- */
+
+static inline int comp_ready(const gdrpy_chan_t *c, uint64_t j)
+{
+    return ld_acq64((const volatile uint64_t *)(c->comp + (size_t)(j & c->cmask) * c->cstride)) == j + 1;
+}
+
+static inline void publish_read(gdrpy_chan_t *c)
+{
+    if (c->rhead - c->published >= c->half) {
+        gp_wc_store_u64(c->dev_c + GDRPY_CHAN_DEV_COMP_READ, c->rhead);
+        gp_wc_fence();
+        c->published = c->rhead;
+    }
+}
+
+/* Waits until completion j is there. */
+static int wait_comp(gdrpy_chan_t *c, uint64_t j, int64_t timeout_ns, const char *what)
+{
+    if (timeout_ns == 0)
+        return gp_err(GDRPY_EAGAIN, "%s: no completion yet", what);
+    gp_wait w;
+    wait_init(&w, timeout_ns);
+    for (;;) {
+        if (comp_ready(c, j)) return 0;
+        if ((w.spins & 63u) == 63u && stopped(ld_acq32(c->status_c))) {
+            if (comp_ready(c, j)) return 0;
+            return gp_err(GDRPY_EPIPE, "%s: the kernel has stopped (status %u) and completion "
+                                       "%llu will not come",
+                          what, ld_acq32(c->status_c),
+                          (unsigned long long)j);
+        }
+        if (wait_expired(&w))
+            return gp_err(GDRPY_ETIMEDOUT, "%s: no completion within %.6f s (%llu received)",
+                          what, timeout_ns * 1e-9, (unsigned long long)c->rhead);
+    }
+}
+
+static inline void take(gdrpy_chan_t *c, uint64_t j, void *buf, size_t cap, uint32_t *len_out,
+                        uint32_t *tag_out)
+{
+    const char *s = c->comp + (size_t)(j & c->cmask) * c->cstride;
+    uint64_t h = *(const volatile uint64_t *)(s + 8);
+    uint32_t len = (uint32_t)h;
+    if (len > c->csize) len = c->csize;
+    size_t n = len < cap ? len : cap;
+    if (n) memcpy(buf, s + GDRPY_CHAN_HDR, n);
+    if (len_out) *len_out = len;
+    if (tag_out) *tag_out = (uint32_t)(h >> 32);
+}
+
+int gdrpy_chan_recv(gdrpy_chan_t *c, void *buf, size_t cap, uint32_t *len_out,
+                    uint32_t *tag_out, int64_t timeout_ns)
+{
+    if (__builtin_expect(!c, 0)) return gp_err(GDRPY_EINVAL, "chan_recv: channel is NULL");
+    if (__builtin_expect(cap && !buf, 0)) return gp_err(GDRPY_EINVAL, "chan_recv: buffer is NULL");
+    uint64_t j = c->rhead;
+    if (!comp_ready(c, j)) {
+        int rc = wait_comp(c, j, timeout_ns, "chan_recv");
+        if (rc) return rc;
+    }
+    take(c, j, buf, cap, len_out, tag_out);
+    c->rhead = j + 1;
+    publish_read(c);
+    return 0;
+}
+
+int gdrpy_chan_recv_many(gdrpy_chan_t *c, void *buf, size_t stride, uint32_t *lens,
+                         uint32_t *tags, size_t min, size_t max, int64_t timeout_ns,
+                         size_t *got)
+{
+    if (got) *got = 0;
+    if (!c || !got) return gp_err(GDRPY_EINVAL, "chan_recv_many: NULL argument");
+    if (min < 1 || max < min)
+        return gp_err(GDRPY_EINVAL, "chan_recv_many: need 1 <= min (%zu) <= max (%zu)", min, max);
+    if (min > (size_t)c->cmask + 1)
+        return gp_err(GDRPY_EINVAL, "chan_recv_many: min %zu exceeds the %u completion slots",
+                      min, c->cmask + 1);
+    if (max > (size_t)c->cmask + 1) max = (size_t)c->cmask + 1;
+    uint64_t j = c->rhead;
+    size_t avail = 0;
+    while (avail < max && comp_ready(c, j + avail)) avail++;
+    if (avail < min) {
+        if (timeout_ns == 0)
+            return gp_err(GDRPY_EAGAIN, "chan_recv_many: %zu of %zu completions there", avail, min);
+        while (avail < min) {
+            int rc = wait_comp(c, j + avail, timeout_ns, "chan_recv_many");
+            if (rc) return rc; /* nothing taken: the completions stay */
+            avail++;
+        }
+        while (avail < max && comp_ready(c, j + avail)) avail++;
+    }
+    for (size_t k = 0; k < avail; k++)
+        take(c, j + k, buf ? (char *)buf + k * stride : NULL, buf ? stride : 0,
+             lens ? &lens[k] : NULL, tags ? &tags[k] : NULL);
+    c->rhead = j + avail;
+    publish_read(c);
+    *got = avail;
+    return 0;
+}
+
+/* ---- shutdown and stats ----------------------------------------------- */
+
+static void fill_stats(gdrpy_chan_t *c, gdrpy_chan_stats_t *st)
+{
+    memset(st, 0, sizeof *st);
+    st->sent = c->head;
+    st->consumed = ld_acq64(c->consumed);
+    st->received = c->rhead;
+    st->full_waits = c->full_waits;
+    st->status = ld_acq32(c->status);
+    st->shutdown = c->shutdown;
+    if (stopped(st->status)) {
+        st->final_consumed = *(const volatile uint64_t *)(c->host + GDRPY_CHAN_HOST_FINAL);
+        st->dropped = c->head - st->final_consumed;
+    }
+}
+
+int gdrpy_chan_get_stats(gdrpy_chan_t *c, gdrpy_chan_stats_t *out)
+{
+    if (!c || !out) return gp_err(GDRPY_EINVAL, "chan_get_stats: NULL argument");
+    fill_stats(c, out);
+    return 0;
+}
+
+int gdrpy_chan_wait_attached(gdrpy_chan_t *c, int64_t timeout_ns)
+{
+    if (!c) return gp_err(GDRPY_EINVAL, "chan_wait_attached: channel is NULL");
+    gp_wait w;
+    wait_init(&w, timeout_ns);
+    for (;;) {
+        uint32_t st = ld_acq32(c->status);
+        if (st != GDRPY_CHAN_ST_NONE) return 0;
+        if (timeout_ns == 0 || wait_expired(&w))
+            return gp_err(timeout_ns == 0 ? GDRPY_EAGAIN : GDRPY_ETIMEDOUT,
+                          "chan_wait_attached: no kernel attached within %.6f s",
+                          timeout_ns * 1e-9);
+    }
+}
+
+int gdrpy_chan_shutdown(gdrpy_chan_t *c, unsigned mode, int64_t timeout_ns,
+                        gdrpy_chan_stats_t *st)
+{
+    if (!c) return gp_err(GDRPY_EINVAL, "chan_shutdown: channel is NULL");
+    if (mode != GDRPY_CHAN_DRAIN && mode != GDRPY_CHAN_ABORT)
+        return gp_err(GDRPY_EINVAL, "chan_shutdown: mode %u is neither DRAIN (1) nor ABORT (2)",
+                      mode);
+    if (c->shutdown != mode && c->shutdown != GDRPY_CHAN_ABORT) {
+        gp_wc_store_u64(c->dev + GDRPY_CHAN_DEV_SENT, c->head);
+        gp_wc_fence(); /* the count before the mode */
+        gp_wc_store_u32(c->dev + GDRPY_CHAN_DEV_SHUTDOWN, mode);
+        gp_wc_fence();
+        c->shutdown = mode;
+    }
+    int rc = 0;
+    if (ld_acq32(c->status) != GDRPY_CHAN_ST_NONE) {
+        gp_wait w;
+        wait_init(&w, timeout_ns);
+        while (!stopped(ld_acq32(c->status))) {
+            if (timeout_ns == 0 || wait_expired(&w)) {
+                rc = gp_err(GDRPY_ETIMEDOUT, "chan_shutdown: the kernel did not report stopped "
+                                             "within %.6f s (%llu of %llu messages consumed)",
+                            timeout_ns * 1e-9,
+                            (unsigned long long)ld_acq64(c->consumed),
+                            (unsigned long long)c->head);
+                break;
+            }
+        }
+    }
+    if (st) fill_stats(c, st);
+    return rc;
+}
+
+/* ---- check pattern and checksum (tests, reference consumers) --------- */
+
+void gdrpy_chan_pattern(uint64_t i, void *buf, size_t len)
+{
+    unsigned char *b = buf;
+    for (size_t k = 0; k < len; k++)
+        b[k] = k < 8 ? (unsigned char)(i >> (8 * k)) : (unsigned char)((i * 131u + k) & 0xff);
+}
+
+uint32_t gdrpy_chan_checksum(const void *buf, size_t len)
+{
+    const unsigned char *b = buf;
+    uint32_t s = 0;
+    for (size_t k = 0; k < len; k++) s += (uint32_t)b[k] * (uint32_t)((k & 255u) + 1u);
+    return s;
+}
+
+/* ---- a CPU thread standing in for the GPU kernel ---------------------- */
+
+#include <pthread.h>
+
+struct gdrpy_chan_sim_consumer {
+    pthread_t thread;
+    /* copies: the thread never touches the channel object, which may be
+     * destroyed while it runs (as a kernel outlives a channel) */
+    gdrpy_chan_desc_t desc;
+    char *ring, *dev, *host;
+    unsigned flags;
+    int64_t delay_ns, idle_ns;
+    uint64_t consumed, errors, first_bad;
+};
+
+static void sleep_ns(int64_t ns)
+{
+    struct timespec ts = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
+}
+
+static void *sim_consumer_main(void *arg)
+{
+    struct gdrpy_chan_sim_consumer *sc = arg;
+    const gdrpy_chan_desc_t *d = &sc->desc;
+    /* The device block through the mapping (the same memory the GPU would
+     * read), the host block directly. */
+    const char *ring = sc->ring;
+    const volatile uint32_t *mode_p = (const volatile uint32_t *)(sc->dev + GDRPY_CHAN_DEV_SHUTDOWN);
+    const volatile uint64_t *sent_p = (const volatile uint64_t *)(sc->dev + GDRPY_CHAN_DEV_SENT);
+    const volatile uint64_t *cread_p = (const volatile uint64_t *)(sc->dev + GDRPY_CHAN_DEV_COMP_READ);
+    char *host = sc->host;
+    char *comp = host + GDRPY_CHAN_HOST_CTRL;
+    uint64_t *consumed_p = (uint64_t *)(host + GDRPY_CHAN_HOST_CONSUMED);
+    unsigned char *expect = malloc(d->slot_size ? d->slot_size : 1);
+    uint64_t head = 0, comp_head = 0, credit = 0;
+    uint32_t status = GDRPY_CHAN_ST_STOPPED;
+    if (sc->delay_ns > 0) sleep_ns(sc->delay_ns);
+    int64_t idle_since = now_ns();
+    unsigned spins = 0;
+    int yielding = 0;
+    for (;;) {
+        const char *s = ring + (size_t)(head & (d->nslots - 1)) * d->slot_stride;
+        /* ABORT is looked at before every message (a GPU kernel would look
+         * once per batch: the contract is "at the next check"). */
+        if (__atomic_load_n((const uint32_t *)mode_p, __ATOMIC_ACQUIRE) == GDRPY_CHAN_ABORT)
+            break;
+        if (__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) == head + 1) {
+            uint64_t h = *(const volatile uint64_t *)(s + 8);
+            uint32_t len = (uint32_t)h, tag = (uint32_t)(h >> 32);
+            if (len > d->slot_size) len = d->slot_size;
+            const unsigned char *pl = (const unsigned char *)s + GDRPY_CHAN_HDR;
+            if (sc->flags & GDRPY_CHAN_SIM_CHECK) {
+                gdrpy_chan_pattern(head, expect, len);
+                if (tag != (uint32_t)head || (expect && memcmp(expect, pl, len) != 0)) {
+                    if (!sc->errors) sc->first_bad = head;
+                    sc->errors++;
+                }
+            }
+            if (sc->flags & (GDRPY_CHAN_SIM_COMPLETE | GDRPY_CHAN_SIM_ECHO)) {
+                int64_t wait_since = now_ns();
+                while (comp_head - credit >= d->comp_nslots) {
+                    credit = __atomic_load_n((const uint64_t *)cread_p, __ATOMIC_ACQUIRE);
+                    if (comp_head - credit < d->comp_nslots) break;
+                    if (__atomic_load_n((const uint32_t *)mode_p, __ATOMIC_ACQUIRE) == GDRPY_CHAN_ABORT)
+                        goto out;
+                    if (sc->idle_ns >= 0 && now_ns() - wait_since > sc->idle_ns) {
+                        status = GDRPY_CHAN_ST_TIMEOUT;
+                        goto out;
+                    }
+                    cpu_relax();
+                }
+                struct {
+                    uint64_t seq;
+                    uint32_t csum, len;
+                } r = {head + 1, 0, len};
+                const void *src = pl;
+                uint32_t rl = len < d->comp_size ? len : d->comp_size; /* ECHO */
+                if (sc->flags & GDRPY_CHAN_SIM_COMPLETE) {
+                    r.csum = gdrpy_chan_checksum(pl, len);
+                    src = &r;
+                    rl = d->comp_size < sizeof r ? d->comp_size : (uint32_t)sizeof r;
+                }
+                char *cs = comp + (size_t)(comp_head & (d->comp_nslots - 1)) * d->comp_stride;
+                *(volatile uint64_t *)(cs + 8) = (uint64_t)rl | ((uint64_t)tag << 32);
+                memcpy(cs + GDRPY_CHAN_HDR, src, rl);
+                __atomic_store_n((uint64_t *)cs, comp_head + 1, __ATOMIC_RELEASE);
+                comp_head++;
+            }
+            head++;
+            __atomic_store_n(consumed_p, head, __ATOMIC_RELEASE);
+            idle_since = 0;
+            spins = 0;
+            yielding = 0;
+            continue;
+        }
+        uint32_t mode = __atomic_load_n((const uint32_t *)mode_p, __ATOMIC_ACQUIRE);
+        if (mode == GDRPY_CHAN_DRAIN && head >= *sent_p) break;
+        if (!idle_since) idle_since = now_ns();
+        if ((++spins & 255u) == 0 && sc->idle_ns >= 0 && now_ns() - idle_since > sc->idle_ns) {
+            status = GDRPY_CHAN_ST_TIMEOUT;
+            break;
+        }
+        /* a CPU thread, not a GPU: after 200 us idle, give the core away
+         * between polls (an oversubscribed host) */
+        if ((spins & 63u) == 0 && now_ns() - idle_since > 200000) yielding = 1;
+        if (yielding) sched_yield();
+        else cpu_relax();
+    }
+out:
+    free(expect);
+    sc->consumed = head;
+    *(volatile uint64_t *)(host + GDRPY_CHAN_HOST_FINAL) = head;
+    __atomic_store_n(consumed_p, head, __ATOMIC_RELEASE);
+    __atomic_store_n((uint32_t *)(host + GDRPY_CHAN_HOST_STATUS), status, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+int gdrpy_chan_sim_consumer_start(gdrpy_chan_t *c, unsigned flags, int64_t start_delay_ns,
+                                  int64_t idle_timeout_ns, gdrpy_chan_sim_consumer_t **out)
+{
+    if (!c || !out) return gp_err(GDRPY_EINVAL, "chan_sim_consumer_start: NULL argument");
+    *out = NULL;
+    if (flags & ~(GDRPY_CHAN_SIM_CHECK | GDRPY_CHAN_SIM_COMPLETE | GDRPY_CHAN_SIM_ECHO))
+        return gp_err(GDRPY_EINVAL, "chan_sim_consumer_start: unknown flags 0x%x", flags);
+    if (ld_acq32(c->status) != GDRPY_CHAN_ST_NONE)
+        return gp_err(GDRPY_EBUSY, "chan_sim_consumer_start: a consumer has already attached");
+    struct gdrpy_chan_sim_consumer *sc = calloc(1, sizeof *sc);
+    if (!sc) return gp_err(GDRPY_ENOMEM, "chan_sim_consumer_start: out of memory");
+    sc->desc = c->desc;
+    sc->ring = c->ring;
+    sc->dev = c->dev;
+    sc->host = c->host;
+    sc->flags = flags;
+    sc->delay_ns = start_delay_ns;
+    sc->idle_ns = idle_timeout_ns;
+    sc->first_bad = UINT64_MAX;
+    /* Attach now, so that shutdown/destroy know a consumer is there. */
+    __atomic_store_n((uint32_t *)(c->host + GDRPY_CHAN_HOST_STATUS), GDRPY_CHAN_ST_RUNNING,
+                     __ATOMIC_RELEASE);
+    int e = pthread_create(&sc->thread, NULL, sim_consumer_main, sc);
+    if (e) {
+        __atomic_store_n((uint32_t *)(c->host + GDRPY_CHAN_HOST_STATUS), GDRPY_CHAN_ST_NONE,
+                         __ATOMIC_RELEASE);
+        free(sc);
+        return gp_err(GDRPY_ENOMEM, "chan_sim_consumer_start: pthread_create: %s", strerror(e));
+    }
+    *out = sc;
+    return 0;
+}
+
+int gdrpy_chan_sim_consumer_join(gdrpy_chan_sim_consumer_t *sc, uint64_t *consumed,
+                                 uint64_t *errors, uint64_t *first_bad)
+{
+    if (!sc) return gp_err(GDRPY_EINVAL, "chan_sim_consumer_join: NULL consumer");
+    pthread_join(sc->thread, NULL);
+    if (consumed) *consumed = sc->consumed;
+    if (errors) *errors = sc->errors;
+    if (first_bad) *first_bad = sc->first_bad;
+    free(sc);
+    return 0;
+}

@@ -1,0 +1,632 @@
+/*
+ * fakenv.c - a stand-in NVIDIA driver for testing the nvrm backend's logic
+ * without a GPU: one shared library that is both "libcuda.so.1" (the CUDA
+ * driver calls gdrpy makes) and, when LD_PRELOADed, the kernel driver's
+ * /dev/nvidiactl + /dev/nvidia0 ioctls and mmap.  "Video memory" is a memfd;
+ * RM objects, CUDA allocations, IPC handles and BAR1 mappings are modelled
+ * after facts/nvrm-bar1.md.  It checks argument sizes exactly, as the driver
+ * does.  Test knobs (environment):
+ *   FAKE_NV_VERSION     version string (default 580.159.04)
+ *   FAKE_NV_EXPORT_SIZE GET_EXPORT_OBJECT_INFO params size it accepts (80; 535: 76)
+ *   FAKE_IPC_LAYOUT     "cuda13" (default) or "alt" (words moved around)
+ *   FAKE_MAPBASE        "chunk" (default: MAPPING_BASE_ADDR = the RM chunk's
+ *                       VA) or "alloc" (= the allocation's own base)
+ *   FAKE_FRESH_CHUNKS   the first N cuMemAlloc calls each start a new RM chunk
+ *   FAKE_IPC_SKEW       bytes added to the offset word of allocations made
+ *                       after fake_arm_skew() (a driver whose words lie)
+ * Not a driver: no security, one device, no freeing of video memory.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define API __attribute__((visibility("default")))
+typedef int CUresult;
+typedef uint64_t CUdeviceptr;
+
+#define FB_SIZE (64u << 20)
+#define CHUNK (2u << 20)
+#define VA_LEGACY 0x7e0000000000ull
+#define VA_VMM 0x7f0000000000ull
+#define CUDA_CLIENT 0xc1d0cafeu
+#define MAXO 256
+
+static pthread_mutex_t L = PTHREAD_MUTEX_INITIALIZER;
+static int fb_fd = -1;
+static uint8_t *fb;
+static uint64_t fb_used;
+
+struct obj { uint32_t h; uint64_t fb_off, size; int live; };
+static struct obj objs[MAXO];          /* CUDA's RM objects (client CUDA_CLIENT) */
+static int nobjs;
+
+struct alloc { uint64_t va, size; int obj; uint64_t off; int vmm; int live; int64_t skew;
+                int kind; /* 0 device, 1 host, 2 managed */ };
+static struct alloc allocs[MAXO];
+static int nallocs;
+static int legacy_chunk = -1;
+static uint64_t legacy_used;
+static uint64_t vmm_next = VA_VMM;
+static int64_t skew_armed;
+
+/* our (the library's) RM side */
+struct handle { uint32_t client, h; int obj; int live; };
+static struct handle hs[4 * MAXO];
+static int nhs;
+static uint32_t next_client = 0xc1d00100u;
+
+struct dfd { int fd; int kind; int64_t pending_fb; int export_obj; };
+static struct dfd fds[256];
+static int nfds;
+
+static uint64_t htod_log_va[4096], htod_log_n[4096];
+static int htod_logged;
+
+static void fb_init(void)
+{
+    if (fb) return;
+    fb_fd = memfd_create("fake-fb", MFD_CLOEXEC);
+    if (fb_fd < 0 || ftruncate(fb_fd, FB_SIZE) != 0) abort();
+    fb = mmap(NULL, FB_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fb_fd, 0);
+    if (fb == MAP_FAILED) abort();
+}
+
+static int new_obj(uint64_t size)
+{
+    fb_init();
+    size = (size + CHUNK - 1) & ~(uint64_t)(CHUNK - 1);
+    if (fb_used + size > FB_SIZE || nobjs >= MAXO) return -1;
+    int i = nobjs++;
+    objs[i] = (struct obj){0xcaf00000u + (uint32_t)i * 16 + 3, fb_used, size, 1};
+    fb_used += size;
+    return i;
+}
+
+static struct alloc *new_alloc(void)
+{
+    for (int i = 0; i < nallocs; i++)
+        if (!allocs[i].live) return &allocs[i];
+    return nallocs < MAXO ? &allocs[nallocs++] : NULL;
+}
+
+static struct alloc *find_alloc(uint64_t va)
+{
+    for (int i = 0; i < nallocs; i++)
+        if (allocs[i].live && va >= allocs[i].va && va < allocs[i].va + allocs[i].size)
+            return &allocs[i];
+    return NULL;
+}
+
+static uint8_t *host_of(uint64_t va, size_t n)
+{
+    struct alloc *a = find_alloc(va);
+    if (!a || va + n > a->va + a->size) return NULL;
+    if (a->kind == 1) return (uint8_t *)(uintptr_t)va;
+    return fb + objs[a->obj].fb_off + a->off + (va - a->va);
+}
+
+/* ---- test hooks --------------------------------------------------------- */
+API void fake_arm_skew(int64_t s) { skew_armed = s; }
+API void fake_htod_reset(void) { pthread_mutex_lock(&L); htod_logged = 0; pthread_mutex_unlock(&L); }
+/* bytes CUDA copies wrote into [va, va+n) since the last reset */
+API uint64_t fake_htod_into(uint64_t va, uint64_t n)
+{
+    uint64_t t = 0;
+    pthread_mutex_lock(&L);
+    for (int i = 0; i < htod_logged && i < 4096; i++) {
+        uint64_t a = htod_log_va[i], b = a + htod_log_n[i];
+        uint64_t lo = a > va ? a : va, hi = b < va + n ? b : va + n;
+        if (hi > lo) t += hi - lo;
+    }
+    pthread_mutex_unlock(&L);
+    return t;
+}
+/* host pointer of device memory (a "kernel" writing it) */
+API void *fake_host_ptr(uint64_t va) { return host_of(va, 1); }
+
+/* ---- CUDA driver API ----------------------------------------------------- */
+API CUresult cuInit(unsigned f) { fb_init(); return 0; }
+API CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+API CUresult cuGetErrorName(CUresult r, const char **s) { *s = r ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS"; return 0; }
+API CUresult cuGetErrorString(CUresult r, const char **s) { *s = "fake"; return 0; }
+API CUresult cuDeviceGet(int *d, int o) { if (o != 0) return 101; *d = 0; return 0; }
+API CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+API CUresult cuDeviceGetName(char *n, int len, int d) { snprintf(n, (size_t)len, "Fake GPU"); return 0; }
+API CUresult cuDeviceGetPCIBusId(char *id, int len, int d) { snprintf(id, (size_t)len, "0000:41:00.0"); return 0; }
+API CUresult cuDeviceGetAttribute(int *v, int a, int d)
+{
+    *v = a == 33 ? 0x41 : a == 34 ? 0 : a == 50 ? 0 : a == 124 ? 0 : 1;
+    return 0;
+}
+static __thread void *cur_stack[16];
+static __thread int cur_n;
+API CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)0x1234; return 0; }
+API CUresult cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
+API CUresult cuCtxGetCurrent(void **c) { *c = cur_n ? cur_stack[cur_n - 1] : NULL; return 0; }
+API CUresult cuCtxSetCurrent(void *c) { if (cur_n) cur_stack[cur_n - 1] = c; else cur_stack[cur_n++] = c; return 0; }
+API CUresult cuCtxPushCurrent_v2(void *c) { if (cur_n >= 16) return 1; cur_stack[cur_n++] = c; return 0; }
+API CUresult cuCtxPopCurrent_v2(void **c) { if (!cur_n) return 201; *c = cur_stack[--cur_n]; return 0; }
+API CUresult cuCtxGetDevice(int *d) { if (!cur_n) return 201; *d = 0; return 0; }
+
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+    pthread_mutex_lock(&L);
+    uint8_t *h = host_of(dst, n);
+    if (h) {
+        if (htod_logged < 4096) { htod_log_va[htod_logged] = dst; htod_log_n[htod_logged] = n; }
+        htod_logged++;
+    }
+    pthread_mutex_unlock(&L);
+    if (!h) return 1;
+    memcpy(h, src, n);
+    return 0;
+}
+API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+    pthread_mutex_lock(&L);
+    uint8_t *h = host_of(src, n);
+    pthread_mutex_unlock(&L);
+    if (!h) return 1;
+    memcpy(dst, h, n);
+    return 0;
+}
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st) { return cuMemcpyHtoD_v2(d, s, n); }
+API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st) { return cuMemcpyDtoH_v2(d, s, n); }
+API CUresult cuStreamSynchronize(void *s) { return 0; }
+API CUresult cuStreamGetCtx(void *s, void **c) { *c = (void *)0x1234; return 0; }
+
+API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+    pthread_mutex_lock(&L);
+    fb_init();
+    uint64_t need = (n + 4095) & ~4095ull;
+    static int fresh_done;
+    const char *fc = getenv("FAKE_FRESH_CHUNKS");
+    int fresh = fc && fresh_done < atoi(fc);
+    if (fresh) fresh_done++;
+    if (fresh || legacy_chunk < 0 || legacy_used + need > objs[legacy_chunk].size) {
+        legacy_chunk = new_obj(need > CHUNK ? need : CHUNK);
+        legacy_used = 0;
+    }
+    struct alloc *a = legacy_chunk < 0 ? NULL : new_alloc();
+    if (!a) { pthread_mutex_unlock(&L); return 2; }
+    *a = (struct alloc){VA_LEGACY + objs[legacy_chunk].fb_off + legacy_used, n, legacy_chunk,
+                        legacy_used, 0, 1, skew_armed, 0};
+    legacy_used += need;
+    *p = a->va;
+    pthread_mutex_unlock(&L);
+    return 0;
+}
+API CUresult cuMemFree_v2(CUdeviceptr p)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *a = find_alloc(p);
+    int ok = a && a->va == p && !a->vmm && a->kind != 1;
+    if (ok) a->live = 0;
+    pthread_mutex_unlock(&L);
+    return ok ? 0 : 1;
+}
+API CUresult cuMemGetAddressRange_v2(CUdeviceptr *b, size_t *s, CUdeviceptr p)
+{
+    struct alloc *a = find_alloc(p);
+    if (!a) return 1;
+    if (b) *b = a->va;
+    if (s) *s = a->size;
+    return 0;
+}
+static void attr(struct alloc *a, int at, void *out)
+{
+    uint64_t v = 0;
+    if (a) switch (at) {
+    case 2: v = a->kind == 1 ? 1 : 2; break;      /* MEMORY_TYPE host / device */
+    case 8: v = a->kind == 2; break;              /* IS_MANAGED */
+    case 9: v = 0; break;                         /* DEVICE_ORDINAL */
+    case 10: v = !a->vmm && !a->kind; break;      /* legacy IPC capable */
+    case 11: v = a->va; break;
+    case 12: v = a->size; break;
+    case 13: v = 1; break;
+    case 14: v = a->vmm ? 1 : 0; break;
+    case 15: v = 1; break;
+    case 7: v = (uint64_t)(a - allocs) + 1; break;
+    case 18: v = a->vmm ? a->size : objs[a->obj].size; break;
+    case 19: {
+        const char *m = getenv("FAKE_MAPBASE");
+        v = a->vmm || (m && !strcmp(m, "alloc")) ? a->va : a->va - a->off;
+        break;
+    }
+    default: v = 0;
+    }
+    if (at == 2 || at == 8 || at == 9 || at == 10 || at == 13 || at == 14 || at == 15)
+        *(uint32_t *)out = (uint32_t)v;
+    else
+        *(uint64_t *)out = v;
+}
+API CUresult cuPointerGetAttribute(void *d, int at, CUdeviceptr p)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *a = find_alloc(p);
+    pthread_mutex_unlock(&L);
+    if (!a) return 1;
+    attr(a, at, d);
+    return 0;
+}
+API CUresult cuPointerGetAttributes(unsigned n, int *at, void **d, CUdeviceptr p)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *a = find_alloc(p);
+    pthread_mutex_unlock(&L);
+    for (unsigned i = 0; i < n; i++) attr(a, at[i], d[i]);
+    return 0;
+}
+API CUresult cuIpcGetMemHandle(void *h, CUdeviceptr p)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *a = find_alloc(p);
+    if (!a || a->vmm || a->va != p) { pthread_mutex_unlock(&L); return 1; }
+    uint32_t w[16];
+    for (int i = 0; i < 16; i++) w[i] = 0x11110000u + (uint32_t)i;   /* noise */
+    uint32_t size = (uint32_t)a->size, pages = (uint32_t)(objs[a->obj].size / 4096);
+    uint32_t off = (uint32_t)(a->off + (uint64_t)a->skew), cli = CUDA_CLIENT;
+    uint32_t mem = objs[a->obj].h;
+    const char *lay = getenv("FAKE_IPC_LAYOUT");
+    if (lay && !strcmp(lay, "alt")) {
+        w[1] = mem; w[2] = size; w[9] = cli; w[10] = off; w[11] = pages; w[4] = 0; w[7] = 0;
+    } else {
+        w[4] = size; w[6] = pages; w[7] = off; w[12] = cli; w[13] = mem;
+    }
+    memcpy(h, w, 64);
+    pthread_mutex_unlock(&L);
+    return 0;
+}
+typedef struct {
+    int type, requestedHandleTypes, location_type, location_id;
+    void *meta;
+    unsigned char compressionType, gpuDirectRDMACapable;
+    unsigned short usage;
+    unsigned char reserved[4];
+} prop_t;
+API CUresult cuMemGetAllocationGranularity(size_t *g, const prop_t *p, int o) { *g = CHUNK; return 0; }
+API CUresult cuMemCreate(uint64_t *h, size_t size, const prop_t *p, unsigned long long f)
+{
+    pthread_mutex_lock(&L);
+    int o = new_obj(size);
+    pthread_mutex_unlock(&L);
+    if (o < 0) return 2;
+    *h = (uint64_t)o + 1;
+    return 0;
+}
+API CUresult cuMemRelease(uint64_t h) { return 0; }
+API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t s, size_t al, CUdeviceptr a, unsigned long long f)
+{
+    pthread_mutex_lock(&L);
+    *p = vmm_next;
+    vmm_next += (s + CHUNK - 1) & ~(uint64_t)(CHUNK - 1);
+    pthread_mutex_unlock(&L);
+    return 0;
+}
+API CUresult cuMemAddressFree(CUdeviceptr p, size_t s) { return 0; }
+API CUresult cuMemMap(CUdeviceptr va, size_t s, size_t off, uint64_t h, unsigned long long f)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *a = new_alloc();
+    if (!a) { pthread_mutex_unlock(&L); return 2; }
+    *a = (struct alloc){va, s, (int)h - 1, off, 1, 1, 0, 0};
+    pthread_mutex_unlock(&L);
+    return 0;
+}
+API CUresult cuMemUnmap(CUdeviceptr va, size_t s)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *a = find_alloc(va);
+    if (a && a->vmm) a->live = 0;
+    pthread_mutex_unlock(&L);
+    return a ? 0 : 1;
+}
+API CUresult cuMemSetAccess(CUdeviceptr va, size_t s, const void *d, size_t n) { return 0; }
+API CUresult cuMemRetainAllocationHandle(uint64_t *h, void *addr)
+{
+    struct alloc *a = find_alloc((uint64_t)(uintptr_t)addr);
+    if (!a || !a->vmm) return 1;
+    *h = (uint64_t)a->obj + 1;
+    return 0;
+}
+API CUresult cuMemGetAllocationPropertiesFromHandle(prop_t *p, uint64_t h)
+{
+    memset(p, 0, sizeof *p);
+    p->type = 1;
+    p->requestedHandleTypes = 1;
+    p->location_type = 1;
+    return 0;
+}
+API CUresult cuCtxSynchronize(void) { return 0; }
+API CUresult cuStreamCreate(void **s, unsigned f) { *s = (void *)0x5678; return 0; }
+API CUresult cuStreamDestroy_v2(void *s) { return 0; }
+API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
+{
+    pthread_mutex_lock(&L);
+    uint8_t *h = host_of(d, n);
+    pthread_mutex_unlock(&L);
+    if (!h) return 1;
+    memset(h, v, n);
+    return 0;
+}
+static CUresult other_alloc(uint64_t *p, size_t n, int kind)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *na = new_alloc();
+    if (!na) { pthread_mutex_unlock(&L); return 2; }
+    uint64_t va;
+    int obj = 0;
+    if (kind == 1) {
+        va = (uint64_t)(uintptr_t)calloc(1, n);
+    } else {
+        obj = new_obj(n);
+        if (obj < 0) { pthread_mutex_unlock(&L); return 2; }
+        va = VA_LEGACY + objs[obj].fb_off;
+    }
+    *na = (struct alloc){va, n, obj, 0, 0, 1, 0, kind};
+    *p = va;
+    pthread_mutex_unlock(&L);
+    return 0;
+}
+API CUresult cuMemAllocHost_v2(void **p, size_t n) { return other_alloc((uint64_t *)p, n, 1); }
+API CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) { return other_alloc((uint64_t *)p, n, 1); }
+API CUresult cuMemFreeHost(void *p)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *a = find_alloc((uint64_t)(uintptr_t)p);
+    if (a) a->live = 0;
+    pthread_mutex_unlock(&L);
+    return a ? 0 : 1;
+}
+API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { return other_alloc(p, n, 2); }
+
+static int (*real_close)(int);
+static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+static int (*real_ioctl)(int, unsigned long, ...);
+static int (*real_open)(const char *, int, ...);
+static void resolve(void)
+{
+    if (real_close) return;
+    real_close = dlsym(RTLD_NEXT, "close");
+    real_mmap = dlsym(RTLD_NEXT, "mmap");
+    real_ioctl = dlsym(RTLD_NEXT, "ioctl");
+    real_open = dlsym(RTLD_NEXT, "open");
+}
+static struct dfd *fd_of(int fd)
+{
+    for (int i = 0; i < nfds; i++)
+        if (fds[i].fd == fd && fds[i].kind) return &fds[i];
+    return NULL;
+}
+static struct dfd *fd_new(int fd, int kind)
+{
+    struct dfd *d = NULL;
+    for (int i = 0; i < nfds; i++)
+        if (!fds[i].kind) { d = &fds[i]; break; }
+    if (!d && nfds < 256) d = &fds[nfds++];
+    if (!d) return NULL;
+    *d = (struct dfd){fd, kind, -1, -1};
+    return d;
+}
+API CUresult cuMemExportToShareableHandle(void *out, uint64_t h, int type, unsigned long long f)
+{
+    resolve();
+    int fd = memfd_create("fake-export", MFD_CLOEXEC);
+    if (fd < 0) return 2;
+    pthread_mutex_lock(&L);
+    struct dfd *d = fd_new(fd, 3);
+    if (d) d->export_obj = (int)h - 1;
+    pthread_mutex_unlock(&L);
+    *(int *)out = fd;
+    return 0;
+}
+
+/* ---- the kernel driver side (LD_PRELOAD) ---------------------------------- */
+API int open(const char *path, int flags, ...)
+{
+    resolve();
+    va_list ap;
+    va_start(ap, flags);
+    int mode = va_arg(ap, int);
+    va_end(ap);
+    int kind = !strcmp(path, "/dev/nvidiactl") ? 1 : !strcmp(path, "/dev/nvidia0") ? 2 : 0;
+    if (!kind) return real_open(path, flags, mode);
+    int fd = memfd_create(kind == 1 ? "fake-nvidiactl" : "fake-nvidia0", MFD_CLOEXEC);
+    pthread_mutex_lock(&L);
+    fd_new(fd, kind);
+    pthread_mutex_unlock(&L);
+    return fd;
+}
+API int open64(const char *path, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    int mode = va_arg(ap, int);
+    va_end(ap);
+    return open(path, flags, mode);
+}
+API int close(int fd)
+{
+    resolve();
+    pthread_mutex_lock(&L);
+    struct dfd *d = fd_of(fd);
+    if (d) d->kind = 0;
+    pthread_mutex_unlock(&L);
+    return real_close(fd);
+}
+API void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    resolve();
+    pthread_mutex_lock(&L);
+    struct dfd *d = fd_of(fd);
+    if (d && d->kind == 2) {
+        int64_t fbo = d->pending_fb;
+        d->pending_fb = -1;
+        pthread_mutex_unlock(&L);
+        if (fbo < 0 || off != 0) { errno = EINVAL; return MAP_FAILED; }
+        return real_mmap(addr, len, prot, flags, fb_fd, (off_t)fbo);
+    }
+    pthread_mutex_unlock(&L);
+    return real_mmap(addr, len, prot, flags, fd, off);
+}
+API void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    return mmap(addr, len, prot, flags, fd, off);
+}
+
+static struct handle *h_find(uint32_t client, uint32_t h)
+{
+    for (int i = 0; i < nhs; i++)
+        if (hs[i].live && hs[i].client == client && hs[i].h == h) return &hs[i];
+    return NULL;
+}
+static struct handle *h_add(uint32_t client, uint32_t h, int obj)
+{
+    for (int i = 0; i < nhs; i++)
+        if (!hs[i].live) { hs[i] = (struct handle){client, h, obj, 1}; return &hs[i]; }
+    if (nhs >= 4 * MAXO) return NULL;
+    hs[nhs] = (struct handle){client, h, obj, 1};
+    return &hs[nhs++];
+}
+
+static int rm(unsigned nr, unsigned size, uint8_t *a)
+{
+    uint32_t *u = (uint32_t *)a;
+#define NEED(n) do { if (size != (n)) { errno = EINVAL; return -1; } } while (0)
+    switch (nr) {
+    case 210: {
+        NEED(72);
+        const char *v = getenv("FAKE_NV_VERSION");
+        u[1] = 1;
+        snprintf((char *)a + 8, 64, "%s", v ? v : "580.159.04");
+        return 0;
+    }
+    case 200: {
+        if (size % 72) { errno = EINVAL; return -1; }
+        memset(a, 0, size);
+        a[0] = 1; a[8] = 0x41; u[4] = 0x4100; u[14] = 0;
+        return 0;
+    }
+    case 0x2B: {   /* RM_ALLOC, NVOS21 */
+        NEED(32);
+        uint32_t cls = u[3];
+        if (cls == 0x41) {
+            u[2] = next_client++;
+            h_add(u[2], u[2], -1);
+            u[7] = 0;
+        } else if (cls == 0x80) {
+            if (u[6] != 56) { u[7] = 0x3a; return 0; }
+            if (!h_find(u[0], u[0])) { u[7] = 0x23; return 0; }
+            if (h_find(u[0], u[2])) { u[7] = 0x19; return 0; }
+            h_add(u[0], u[2], -1);
+            u[7] = 0;
+        } else {
+            u[7] = 0x22;
+        }
+        return 0;
+    }
+    case 0x29: {   /* RM_FREE */
+        NEED(16);
+        struct handle *h = h_find(u[0], u[2]);
+        if (!h) { u[3] = 0x33; return 0; }
+        if (u[2] == u[0])
+            for (int i = 0; i < nhs; i++) if (hs[i].client == u[0]) hs[i].live = 0;
+        h->live = 0;
+        u[3] = 0;
+        return 0;
+    }
+    case 0x2A: {   /* RM_CONTROL, NVOS54 */
+        NEED(32);
+        uint32_t cmd = u[2], psz = u[6];
+        uint8_t *p = (uint8_t *)(uintptr_t)(*(uint64_t *)(a + 16));
+        uint32_t *pu = (uint32_t *)p;
+        if (!h_find(u[0], u[0])) { u[7] = 0x23; return 0; }
+        if (cmd == 0x205) {
+            if (psz != 32) { u[7] = 0x3a; return 0; }
+            pu[2] = 0;
+            u[7] = 0;
+        } else if (cmd == 0x3d08) {
+            const char *es = getenv("FAKE_NV_EXPORT_SIZE");
+            uint32_t want = es ? (uint32_t)atoi(es) : 80;
+            if (psz != want) { u[7] = 0x3a; return 0; }
+            struct dfd *d = fd_of((int)pu[0]);
+            if (!d || d->kind != 3) { u[7] = 0x1f; return 0; }
+            pu[1] = 0;
+            uint16_t one = 1;
+            memcpy(p + (want == 76 ? 8 : 12), &one, 2);
+            u[7] = 0;
+        } else if (cmd == 0x3d0c) {
+            if (psz != 652) { u[7] = 0x3a; return 0; }
+            struct dfd *d = fd_of((int)pu[0]);
+            if (!d || d->kind != 3) { u[7] = 0x1f; return 0; }
+            if (h_find(u[0], pu[2])) { u[7] = 0x19; return 0; }
+            h_add(u[0], pu[2], d->export_obj);
+            p[520] = 1;
+            u[7] = 0;
+        } else {
+            u[7] = 0x24;
+        }
+        return 0;
+    }
+    case 0x34: {   /* RM_DUP_OBJECT, NVOS55 */
+        NEED(28);
+        if (u[3] != CUDA_CLIENT) { u[6] = 0x23; return 0; }
+        int o = -1;
+        for (int i = 0; i < nobjs; i++) if (objs[i].h == u[4]) o = i;
+        if (o < 0) { u[6] = 0x33; return 0; }
+        if (h_find(u[0], u[2])) { u[6] = 0x19; return 0; }
+        h_add(u[0], u[2], o);
+        u[6] = 0;
+        return 0;
+    }
+    case 0x4E: {   /* RM_MAP_MEMORY, NVOS33 + fd */
+        NEED(56);
+        struct handle *h = h_find(u[0], u[2]);
+        uint64_t off = *(uint64_t *)(a + 16), len = *(uint64_t *)(a + 24);
+        if (!h || h->obj < 0) { u[10] = 0x33; return 0; }
+        struct obj *o = &objs[h->obj];
+        if (off > o->size || len > o->size - off || !len) { u[10] = 0x2e; return 0; }
+        struct dfd *d = fd_of(*(int32_t *)(a + 48));
+        if (!d || d->kind != 2) { u[10] = 0x1f; return 0; }
+        if (d->pending_fb >= 0) { u[10] = 0x63; return 0; }
+        d->pending_fb = (int64_t)((o->fb_off + off) & ~4095ull);
+        *(uint64_t *)(a + 32) = 0x100000000000ull + o->fb_off + off;
+        u[11] = 2u << 23;
+        u[10] = 0;
+        return 0;
+    }
+    case 0x4F: NEED(32); u[6] = 0; return 0;
+    default: errno = EINVAL; return -1;
+    }
+}
+
+API int ioctl(int fd, unsigned long req, ...)
+{
+    resolve();
+    va_list ap;
+    va_start(ap, req);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    pthread_mutex_lock(&L);
+    struct dfd *d = fd_of(fd);
+    if (!d || d->kind != 1) {
+        pthread_mutex_unlock(&L);
+        return real_ioctl(fd, req, arg);
+    }
+    int r = _IOC_TYPE(req) == 'F' ? rm(_IOC_NR(req), _IOC_SIZE(req), arg) : (errno = ENOTTY, -1);
+    pthread_mutex_unlock(&L);
+    return r;
+}

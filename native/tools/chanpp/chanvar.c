@@ -1,0 +1,844 @@
+/*
+ * chanvar.c - `gdrpy_chanpp --variants`: the channel's 4-byte round trip
+ * taken apart.  Every variant is one protocol choice (kernel side: the
+ * macros of gdrpy/tools/chanvar_kernels.cu; host side: fences, PAUSE,
+ * credit stores) and runs its own persistent kernel on its own memory;
+ * variants run interleaved in rounds (drift cancels), each message is
+ * checked on both sides, and a table says median / p99 / check / whether
+ * the variant is correct by the memory model or only empirically.
+ *
+ *   gdrpy_chanpp --list-variants                  name<TAB>-D macros, one a line
+ *   gdrpy_chanpp --variants --cubin-dir DIR [--only a,b] [--iters 20000]
+ *                [--rounds 5] [--warmup 500] [--cpu N] [--device N] [--timeout S]
+ *   gdrpy_chanpp --variants --sim [--sim-corrupt a,b]   a CPU thread stands in for the
+ *                kernel (--sim-corrupt: it answers every 997th message of those
+ *                variants from a stale payload, to show that the checks fail)
+ *
+ * DIR holds NAME.cubin (or NAME.ptx) per variant, e.g. written by
+ * `python -m gdrpy bench pingpong --variants` after NVRTC compiled
+ * chanvar_kernels.cu with the variant's macros.  A variant whose image is
+ * missing, that fails to launch, to answer (timeout) or to stop is reported
+ * as such; the table is always printed.  Exit status: 0 when every variant
+ * ran and passed its checks, 1 otherwise.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gdrpy.h"
+#include "gdrpy_channel.h"
+
+int chanvar_main(int argc, char **argv);
+
+/* ---- the variants ------------------------------------------------------ */
+typedef struct {
+    const char *name;
+    int floor, warp, poll, msg, pub, cons; /* kernel macros */
+    int sfence2, pause, hcredit;           /* host side */
+    int model;                             /* 1: correct by the memory models */
+    const char *what;
+    int library; /* the real thing: gdrpy_chan_* + gdrpy_pp_serve */
+} variant_t;
+
+/* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
+ * one thing from it; floors and combinations say what they are.  `model`:
+ * see docs/channel.md "Variants" for the argument of each row. */
+static const variant_t VARIANTS[] = {
+    {"library", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped", 1},
+    {"floor-flag", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "pplat flag-only: host flag store+sfence; thread 0 volatile poll, volatile answer", 0},
+    {"floor-data", 2, 0, 4, 0, 4, 0, 1, 0, 0, 0,
+     "pplat data+flag: data,sfence,flag,sfence; volatile loads/stores, no GPU fences", 0},
+    {"lib-like", 0, 1, 0, 0, 0, 2, 1, 0, 0, 1,
+     "the library's choices: 32 lanes poll (acquire.sys) + ballot, st.release.sys seq, "
+     "consumed, 2 sfence",
+     0},
+    {"lane0", 0, 0, 0, 0, 0, 2, 1, 0, 0, 1, "lib-like, but lane 0 alone polls and answers", 0},
+    {"poll-relaxed+fsys", 0, 0, 2, 0, 0, 2, 1, 0, 0, 1,
+     "lane0; poll ld.relaxed.sys, then fence.acq_rel.sys", 0},
+    {"poll-acq.gpu", 0, 0, 1, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.acquire.gpu", 0},
+    {"poll-vol+fgpu", 0, 0, 3, 0, 0, 2, 1, 0, 0, 0,
+     "lane0; poll ld.volatile, then fence.acq_rel.gpu (__threadfence)", 0},
+    {"poll-vol", 0, 0, 4, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.volatile, no fence", 0},
+    {"pub-fsc.sys", 0, 0, 0, 0, 1, 2, 1, 0, 0, 1,
+     "lane0; publish __threadfence_system + volatile seq", 0},
+    {"pub-facqrel.sys", 0, 0, 0, 0, 2, 2, 1, 0, 0, 1,
+     "lane0; publish fence.acq_rel.sys + volatile seq", 0},
+    {"pub-LL", 0, 0, 0, 0, 3, 3, 1, 0, 0, 1,
+     "lane0; completion words each carry seq32 (no fence); consumed st.release.sys every 32", 0},
+    {"pub-vol", 0, 0, 0, 0, 4, 0, 1, 0, 0, 0, "lane0; volatile payload, volatile seq, no fence", 0},
+    {"no-consumed", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "lane0; no consumed store (the release completion is the credit)", 0},
+    {"sfence1", 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, "lane0; host: no sfence after the seq store", 0},
+    {"pause", 0, 0, 0, 0, 0, 2, 1, 1, 0, 1, "lane0; host spins with PAUSE", 0},
+    {"hcredit", 0, 0, 0, 0, 0, 2, 1, 0, 1, 1,
+     "lane0; host stores its completion count (+sfence) every message", 0},
+    {"msg-packed", 0, 0, 0, 1, 0, 2, 1, 0, 0, 1,
+     "lane0; message = one 8-byte store seq32|data, then sfence", 0},
+    {"best-model", 0, 0, 0, 1, 3, 3, 1, 0, 0, 1,
+     "lane0 acquire.sys poll, packed msg, LL completion, lazy release consumed", 0},
+    {"packed-vol", 0, 0, 4, 1, 3, 3, 1, 0, 0, 1,
+     "best-model with a volatile poll: the whole message is in the polled word", 0},
+    {"best-empirical", 0, 0, 4, 1, 3, 0, 1, 0, 0, 0,
+     "lane0 volatile poll, packed msg, LL completion, no consumed", 0},
+};
+#define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
+
+static void defines(const variant_t *v, char *out, size_t n)
+{
+    if (v->library) {
+        snprintf(out, n, "@channel_kernels.cu");
+        return;
+    }
+    snprintf(out, n, "-DVAR_FLOOR=%d -DVAR_WARP=%d -DVAR_POLL=%d -DVAR_MSG=%d -DVAR_PUB=%d "
+                     "-DVAR_CONS=%d",
+             v->floor, v->warp, v->poll, v->msg, v->pub, v->cons);
+}
+
+/* ---- layout (chanvar_kernels.cu) -------------------------------------- */
+#define CV_NSLOTS 64u
+#define CV_RING 128u
+#define CV_COMP 128u
+#define CV_REGION 8192u
+
+static inline uint32_t cv_pat(uint64_t i)
+{
+    return (uint32_t)(i * 0x9E3779B97F4A7C15ull >> 32) ^ 0x5bd1e995u;
+}
+static inline uint32_t cv_csum(uint64_t i) { return cv_pat(i) * 2654435761u + (uint32_t)(i + 1); }
+
+/* ---- CUDA driver (dlopen) ---------------------------------------------- */
+typedef int CUresult;
+typedef uint64_t CUdeviceptr;
+static struct {
+    CUresult (*Init)(unsigned);
+    CUresult (*DeviceGet)(int *, int);
+    CUresult (*PrimaryCtxRetain)(void **, int);
+    CUresult (*CtxSetCurrent)(void *);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*HostAlloc)(void **, size_t, unsigned);
+    CUresult (*HostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
+    CUresult (*ModuleLoadData)(void **, const void *);
+    CUresult (*ModuleGetFunction)(void **, void *, const char *);
+    CUresult (*StreamCreate)(void **, unsigned);
+    CUresult (*StreamQuery)(void *);
+    CUresult (*LaunchKernel)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, void *, void **, void **);
+} cv_cu;
+
+static int cv_load_cuda(char *err, size_t n)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) {
+        snprintf(err, n, "cannot load libcuda.so.1: %s", dlerror());
+        return -1;
+    }
+#define L(f, s)                                      \
+    do {                                             \
+        *(void **)&cv_cu.f = dlsym(h, s);            \
+        if (!cv_cu.f) {                              \
+            snprintf(err, n, "libcuda lacks %s", s); \
+            return -1;                               \
+        }                                            \
+    } while (0)
+    L(Init, "cuInit");
+    L(DeviceGet, "cuDeviceGet");
+    L(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    L(CtxSetCurrent, "cuCtxSetCurrent");
+    L(MemAlloc, "cuMemAlloc_v2");
+    L(HostAlloc, "cuMemHostAlloc");
+    L(HostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+    L(ModuleLoadData, "cuModuleLoadData");
+    L(ModuleGetFunction, "cuModuleGetFunction");
+    L(StreamCreate, "cuStreamCreate");
+    L(StreamQuery, "cuStreamQuery");
+    L(LaunchKernel, "cuLaunchKernel");
+#undef L
+    return 0;
+}
+
+/* ---- small helpers ----------------------------------------------------- */
+static inline int64_t cv_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cv_sfence(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ __volatile__("sfence" ::: "memory");
+#elif defined(__aarch64__)
+    __asm__ __volatile__("dmb oshst" ::: "memory");
+#else
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+}
+
+static inline void cv_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static inline void st64(char *p, uint64_t v) { *(volatile uint64_t *)p = v; }
+static inline void st32(char *p, uint32_t v) { *(volatile uint32_t *)p = v; }
+static inline uint64_t ld64(const char *p)
+{
+    return __atomic_load_n((const uint64_t *)p, __ATOMIC_ACQUIRE);
+}
+static inline uint32_t ld32(const char *p)
+{
+    return __atomic_load_n((const uint32_t *)p, __ATOMIC_ACQUIRE);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* ---- per-variant state ------------------------------------------------- */
+typedef struct {
+    const variant_t *v;
+    char *dev;        /* CPU address of its device region (BAR1 / sim) */
+    char *host;       /* CPU address of its host region */
+    uint64_t dev_gpu; /* GPU addresses of both */
+    uint64_t host_gpu;
+    void *fn, *stream;
+    uint64_t next;   /* next message index */
+    uint64_t credit; /* consumed count last read */
+    int64_t *t;      /* samples */
+    size_t nt;
+    double round_med[64];
+    int nrounds;
+    uint64_t host_bad; /* answers with a wrong checksum/seq */
+    uint64_t kern_bad; /* messages the kernel found stale */
+    char state[160];   /* "" = fine, else why it stopped */
+    pthread_t sim_thr; /* --sim */
+    int sim_running;
+    int corrupt; /* --sim-corrupt: the stand-in reads a stale payload now and then */
+    /* library: a channel per round on its own pinned memory */
+    gdrpy_ctx_t ctx;
+    gdrpy_pin_t pin;
+    gdrpy_chan_t *ch;
+    gdrpy_chan_sim_consumer_t *sc;
+    uint64_t lseq; /* messages sent on this round's channel */
+} vstate_t;
+
+static const gdrpy_chan_config_t LIB_CFG = {64, 16, 0, 16, 0, 0};
+
+static int lib_start(vstate_t *s, int sim, int64_t tmo_ns)
+{
+    s->lseq = 0;
+    int rc = gdrpy_chan_create(s->ctx, s->pin, &LIB_CFG, &s->ch);
+    if (rc) {
+        snprintf(s->state, sizeof s->state, "chan_create: %.120s", gdrpy_last_error());
+        return -1;
+    }
+    gdrpy_chan_desc_t desc;
+    gdrpy_chan_get_desc(s->ch, &desc);
+    unsigned long long idle = 2000000000ull;
+    if (sim) {
+        rc = gdrpy_chan_sim_consumer_start(s->ch, GDRPY_CHAN_SIM_COMPLETE, 0, (int64_t)idle, &s->sc);
+        if (rc) {
+            snprintf(s->state, sizeof s->state, "sim consumer: %.120s", gdrpy_last_error());
+            return -1;
+        }
+    } else {
+        void *params[2] = {&desc, &idle};
+        CUresult r = cv_cu.LaunchKernel(s->fn, 1, 1, 1, 32, 1, 1, 0, s->stream, params, NULL);
+        if (r) {
+            snprintf(s->state, sizeof s->state, "LAUNCH failed (CUresult %d)", r);
+            return -1;
+        }
+    }
+    if (gdrpy_chan_wait_attached(s->ch, tmo_ns * 5)) {
+        snprintf(s->state, sizeof s->state, "NOATTACH: %.120s", gdrpy_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int lib_roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
+{
+    uint32_t data = cv_pat(s->next);
+    struct {
+        uint64_t seq;
+        uint32_t csum, len;
+    } ans;
+    int64_t t0 = cv_now();
+    int rc = gdrpy_chan_send(s->ch, &data, 4, (uint32_t)s->next, tmo_ns);
+    if (!rc) rc = gdrpy_chan_recv(s->ch, &ans, sizeof ans, NULL, NULL, tmo_ns);
+    int64_t t1 = cv_now();
+    if (rc) {
+        snprintf(s->state, sizeof s->state, "TIMEOUT/ERROR: %.120s", gdrpy_last_error());
+        return -1;
+    }
+    s->lseq++;
+    if (ans.seq != s->lseq || ans.len != 4 || ans.csum != gdrpy_chan_checksum(&data, 4))
+        s->host_bad++;
+    s->next++;
+    *dt = t1 - t0;
+    return 0;
+}
+
+static int lib_stop(vstate_t *s, int sim, int64_t tmo_ns)
+{
+    int ret = 0;
+    if (!s->ch) return 0;
+    gdrpy_chan_stats_t st;
+    if (gdrpy_chan_shutdown(s->ch, GDRPY_CHAN_ABORT, tmo_ns * 3, &st)) {
+        if (!s->state[0])
+            snprintf(s->state, sizeof s->state, "HANG: shutdown: %.120s", gdrpy_last_error());
+        ret = -1;
+    }
+    if (sim && s->sc) gdrpy_chan_sim_consumer_join(s->sc, NULL, NULL, NULL);
+    s->sc = NULL;
+    if (!sim) {
+        int64_t end = cv_now() + tmo_ns * 3;
+        while (cv_cu.StreamQuery(s->stream) == 600)
+            if (cv_now() > end) {
+                if (!s->state[0])
+                    snprintf(s->state, sizeof s->state, "HANG: the kernel did not stop");
+                return -1; /* channel left as is: the kernel may still use it */
+            }
+    }
+    if (ret == 0) {
+        gdrpy_chan_destroy(s->ch);
+        s->ch = NULL;
+    }
+    return ret;
+}
+
+/* ---- sim stand-in for the kernel (the same protocol on a CPU thread) --- */
+static void *sim_kernel(void *arg)
+{
+    vstate_t *s = arg;
+    const variant_t *v = s->v;
+    char *dev = s->dev, *host = s->host;
+    uint64_t head = s->next, nbad = 0;
+    int64_t idle_since = 0;
+    unsigned spins = 0;
+    uint32_t status = 2;
+    __atomic_store_n((uint32_t *)(host + 8), 1u, __ATOMIC_RELEASE);
+    for (;;) {
+        int ready;
+        char *slot = dev + CV_RING + (head & (CV_NSLOTS - 1)) * 64u;
+        if (v->floor) ready = ld64(dev + 64) == head + 1;
+        else if (v->msg) ready = (uint32_t)ld64(slot) == (uint32_t)(head + 1);
+        else ready = ld64(slot) == head + 1;
+        if (!ready) {
+            if ((++spins & 255u) == 0) {
+                if (ld32(dev)) break;
+                int64_t now = cv_now();
+                if (!idle_since) idle_since = now;
+                else if (now - idle_since > 2000000000LL) {
+                    status = 3;
+                    break;
+                }
+                if ((spins & 4095u) == 0) sched_yield();
+            }
+            continue;
+        }
+        spins = 0;
+        idle_since = 0;
+        uint32_t data, bad;
+        if (v->floor) {
+            data = v->floor == 2 ? ld32(dev + 72) : cv_pat(head);
+            bad = data != cv_pat(head);
+        } else if (v->msg) {
+            uint64_t w = ld64(slot);
+            data = (uint32_t)(w >> 32);
+            bad = data != cv_pat(head);
+        } else {
+            uint64_t h = ld64(slot + 8);
+            data = ld32(slot + 16);
+            bad = (uint32_t)h != 4u || (uint32_t)(h >> 32) != (uint32_t)head || data != cv_pat(head);
+        }
+        if (s->corrupt && head % 997 == 996) { /* as if it had read the previous lap's bytes */
+            data = cv_pat(head - CV_NSLOTS);
+            bad = 0; /* the stand-in does not notice: the host must */
+        }
+        if (bad) {
+            if (!nbad) __atomic_store_n((uint64_t *)(host + 24), head + 1, __ATOMIC_RELAXED);
+            __atomic_store_n((uint64_t *)(host + 16), ++nbad, __ATOMIC_RELAXED);
+        }
+        uint32_t cs = data * 2654435761u + (uint32_t)(head + 1);
+        if (v->floor) {
+            if (v->floor == 2) __atomic_store_n((uint32_t *)(host + 72), cs, __ATOMIC_RELAXED);
+            __atomic_store_n((uint64_t *)(host + 64), head + 1, __ATOMIC_RELEASE);
+        } else {
+            char *c = host + CV_COMP + (head & (CV_NSLOTS - 1)) * 64u;
+            if (v->pub == 3) {
+                __atomic_store_n((uint64_t *)(c + 8), (uint32_t)(head + 1) | ((uint64_t)bad << 32),
+                                 __ATOMIC_RELAXED);
+                __atomic_store_n((uint64_t *)c, (uint32_t)(head + 1) | ((uint64_t)cs << 32),
+                                 __ATOMIC_RELEASE);
+            } else {
+                __atomic_store_n((uint64_t *)(c + 8), cs | ((uint64_t)bad << 32), __ATOMIC_RELAXED);
+                __atomic_store_n((uint64_t *)c, head + 1, __ATOMIC_RELEASE);
+            }
+            if (v->cons == 1 || v->cons == 2 || (v->cons == 3 && ((head + 1) & 31u) == 0))
+                __atomic_store_n((uint64_t *)host, head + 1, __ATOMIC_RELEASE);
+        }
+        head++;
+    }
+    __atomic_store_n((uint64_t *)host, head, __ATOMIC_RELEASE);
+    __atomic_store_n((uint32_t *)(host + 8), status, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+/* ---- one round trip ---------------------------------------------------- */
+/* 0, or -1 on timeout (s->state says so). */
+static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
+{
+    if (s->v->library) return lib_roundtrip(s, tmo_ns, dt);
+    const variant_t *v = s->v;
+    uint64_t i = s->next, seq = i + 1;
+    char *dev = s->dev, *host = s->host;
+    int64_t t0 = cv_now();
+    /* send */
+    if (v->floor) {
+        if (v->floor == 2) {
+            st32(dev + 72, cv_pat(i));
+            cv_sfence();
+        }
+        st64(dev + 64, seq);
+        cv_sfence();
+    } else {
+        if (v->cons && i - s->credit >= CV_NSLOTS) { /* slot reuse: wait for the release */
+            int64_t end = t0 + tmo_ns;
+            for (unsigned n = 0;; n++) {
+                s->credit = ld64(host);
+                if (i - s->credit < CV_NSLOTS) break;
+                if ((n & 1023u) == 0 && cv_now() > end) {
+                    snprintf(s->state, sizeof s->state, "TIMEOUT waiting for consumed (msg %llu)",
+                             (unsigned long long)i);
+                    return -1;
+                }
+            }
+        }
+        char *slot = dev + CV_RING + (i & (CV_NSLOTS - 1)) * 64u;
+        if (v->msg) {
+            st64(slot, (uint32_t)seq | ((uint64_t)cv_pat(i) << 32));
+            cv_sfence();
+        } else {
+            st64(slot + 8, 4u | ((uint64_t)(uint32_t)i << 32));
+            st32(slot + 16, cv_pat(i));
+            cv_sfence(); /* payload before seq */
+            st64(slot, seq);
+            if (v->sfence2) cv_sfence(); /* push it out now */
+        }
+    }
+    /* receive */
+    const char *c = v->floor ? host + 64 : host + CV_COMP + (i & (CV_NSLOTS - 1)) * 64u;
+    int64_t end = t0 + tmo_ns;
+    uint32_t cs, bad = 0;
+    for (unsigned n = 0;; n++) {
+        int ok;
+        if (v->floor) ok = ld64(c) == seq;
+        else if (v->pub == 3)
+            ok = (uint32_t)ld64(c) == (uint32_t)seq && (uint32_t)ld64(c + 8) == (uint32_t)seq;
+        else ok = ld64(c) == seq;
+        if (ok) break;
+        if (v->pause) cv_pause();
+        if ((n & 1023u) == 1023u && cv_now() > end) {
+            snprintf(s->state, sizeof s->state, "TIMEOUT: no answer to message %llu",
+                     (unsigned long long)i);
+            return -1;
+        }
+    }
+    if (v->floor == 1) cs = cv_csum(i);
+    else if (v->floor == 2) cs = ld32(host + 72);
+    else if (v->pub == 3) {
+        cs = (uint32_t)(ld64(c) >> 32);
+        bad = (uint32_t)(ld64(c + 8) >> 32);
+    } else {
+        uint64_t w = ld64(c + 8);
+        cs = (uint32_t)w;
+        bad = (uint32_t)(w >> 32);
+    }
+    if (v->hcredit) {
+        st64(dev + 64, seq); /* stands for the library's completion-count store */
+        cv_sfence();
+    }
+    int64_t t1 = cv_now();
+    if (cs != cv_csum(i) || bad) s->host_bad++;
+    s->next = i + 1;
+    *dt = t1 - t0;
+    return 0;
+}
+
+/* ---- launch / stop ----------------------------------------------------- */
+static int start_kernel(vstate_t *s, int sim, int64_t tmo_ns)
+{
+    if (s->v->library) return lib_start(s, sim, tmo_ns);
+    st32(s->host + 8, 0);
+    st32(s->dev, 0); /* abort off */
+    cv_sfence();
+    if (sim) {
+        if (pthread_create(&s->sim_thr, NULL, sim_kernel, s) != 0) {
+            snprintf(s->state, sizeof s->state, "cannot start the sim thread");
+            return -1;
+        }
+        s->sim_running = 1;
+    } else {
+        uint64_t idle = 2000000000ull, start = s->next;
+        void *params[4] = {&s->dev_gpu, &s->host_gpu, &start, &idle};
+        CUresult r = cv_cu.LaunchKernel(s->fn, 1, 1, 1, 32, 1, 1, 0, s->stream, params, NULL);
+        if (r) {
+            snprintf(s->state, sizeof s->state, "LAUNCH failed (CUresult %d)", r);
+            return -1;
+        }
+    }
+    int64_t end = cv_now() + tmo_ns * 5;
+    while (ld32(s->host + 8) == 0) {
+        if (cv_now() > end) {
+            snprintf(s->state, sizeof s->state, "NOATTACH: the kernel did not start");
+            return -1;
+        }
+        if (sim) sched_yield();
+    }
+    return 0;
+}
+
+/* Asks the kernel to stop and waits for it.  0, or -1 (state says why). */
+static int stop_kernel(vstate_t *s, int sim, int64_t tmo_ns)
+{
+    if (s->v->library) return lib_stop(s, sim, tmo_ns);
+    st32(s->dev, 1);
+    cv_sfence();
+    if (sim) {
+        if (s->sim_running) pthread_join(s->sim_thr, NULL);
+        s->sim_running = 0;
+    } else {
+        int64_t end = cv_now() + tmo_ns * 3;
+        CUresult r;
+        while ((r = cv_cu.StreamQuery(s->stream)) == 600 /* NOT_READY */) {
+            if (cv_now() > end) {
+                if (!s->state[0])
+                    snprintf(s->state, sizeof s->state, "HANG: the kernel did not stop");
+                return -1;
+            }
+        }
+        if (r) {
+            if (!s->state[0])
+                snprintf(s->state, sizeof s->state, "KERNEL ERROR (CUresult %d)", r);
+            return -1;
+        }
+    }
+    s->kern_bad += ld64(s->host + 16);
+    st64(s->host + 16, 0);
+    return 0;
+}
+
+/* ---- main -------------------------------------------------------------- */
+static int in_list(const char *list, const char *name)
+{
+    if (!list) return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == n && !strncmp(p, name, n)) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
+static void *read_file(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = calloc(1, (size_t)n + 1);
+    if (b && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    return b;
+}
+
+int chanvar_main(int argc, char **argv)
+{
+    const char *dir = NULL, *only = NULL, *corrupt = NULL;
+    int device = 0, iters = 20000, rounds = 5, warmup = 500, cpu = -1, sim = 0, list = 0;
+    double timeout_s = 1.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--variants")) continue;
+        if (!strcmp(a, "--sim")) {
+            sim = 1;
+            continue;
+        }
+        if (!strcmp(a, "--list-variants")) {
+            list = 1;
+            continue;
+        }
+        if (!val) {
+            fprintf(stderr, "chanvar: option %s needs a value\n", a);
+            return 2;
+        }
+        if (!strcmp(a, "--cubin-dir")) dir = val;
+        else if (!strcmp(a, "--only")) only = val;
+        else if (!strcmp(a, "--sim-corrupt")) corrupt = val;
+        else if (!strcmp(a, "--device")) device = atoi(val);
+        else if (!strcmp(a, "--iters")) iters = atoi(val);
+        else if (!strcmp(a, "--rounds")) rounds = atoi(val);
+        else if (!strcmp(a, "--warmup")) warmup = atoi(val);
+        else if (!strcmp(a, "--cpu")) cpu = atoi(val);
+        else if (!strcmp(a, "--timeout")) timeout_s = atof(val);
+        else {
+            fprintf(stderr, "chanvar: unknown option %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    if (list) {
+        char d[256];
+        for (int k = 0; k < NV; k++) {
+            defines(&VARIANTS[k], d, sizeof d);
+            printf("%s\t%s\t%s\t%s\n", VARIANTS[k].name, d, VARIANTS[k].model ? "model" : "empirical",
+                   VARIANTS[k].what);
+        }
+        return 0;
+    }
+    if (iters < 1 || rounds < 1 || rounds > 64 || warmup < 0) {
+        fprintf(stderr, "chanvar: need --iters >= 1, 1 <= --rounds <= 64, --warmup >= 0\n");
+        return 2;
+    }
+    if (!sim && !dir) {
+        fprintf(stderr, "chanvar: --cubin-dir DIR is required (or --sim)\n");
+        return 2;
+    }
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0)
+            fprintf(stderr, "chanvar: sched_setaffinity(cpu %d): %s (going on)\n", cpu,
+                    strerror(errno));
+    }
+    int64_t tmo = (int64_t)(timeout_s * 1e9);
+    int per_round = (iters + rounds - 1) / rounds;
+    size_t total = ((size_t)NV * CV_REGION + GDRPY_GPU_PAGE_SIZE - 1) &
+                   ~(size_t)(GDRPY_GPU_PAGE_SIZE - 1);
+    vstate_t *vs = calloc((size_t)NV, sizeof *vs);
+    char *devbase = NULL, *hostbase = NULL;
+    uint64_t dev_gpu = 0, host_gpu = 0;
+    char err[512];
+    gdrpy_ctx_t ctx = 0;
+    gdrpy_pin_t pin = 0;
+    if (sim) {
+        devbase = aligned_alloc(4096, total);
+        hostbase = aligned_alloc(4096, total);
+        if (!devbase || !hostbase) {
+            fprintf(stderr, "chanvar: out of memory\n");
+            return 1;
+        }
+        memset(devbase, 0, total);
+        memset(hostbase, 0, total);
+        if (gdrpy_open(device, GDRPY_BACKEND_SIM, &ctx)) {
+            fprintf(stderr, "chanvar: gdrpy_open(sim): %s\n", gdrpy_last_error());
+            return 1;
+        }
+    } else {
+        if (cv_load_cuda(err, sizeof err)) {
+            fprintf(stderr, "chanvar: %s\n", err);
+            return 1;
+        }
+        int dv;
+        void *cctx;
+        CUdeviceptr raw, hp_gpu;
+        void *hp;
+        if (cv_cu.Init(0) || cv_cu.DeviceGet(&dv, device) || cv_cu.PrimaryCtxRetain(&cctx, dv) ||
+            cv_cu.CtxSetCurrent(cctx) || cv_cu.MemAlloc(&raw, total + GDRPY_GPU_PAGE_SIZE) ||
+            cv_cu.HostAlloc(&hp, total, 0x1 | 0x2 /* PORTABLE | DEVICEMAP */) ||
+            cv_cu.HostGetDevicePointer(&hp_gpu, hp, 0)) {
+            fprintf(stderr, "chanvar: CUDA setup failed\n");
+            return 1;
+        }
+        dev_gpu = (raw + GDRPY_GPU_PAGE_SIZE - 1) & ~(uint64_t)(GDRPY_GPU_PAGE_SIZE - 1);
+        hostbase = hp;
+        host_gpu = hp_gpu;
+        memset(hostbase, 0, total);
+        void *mp, *up;
+        if (gdrpy_open(device, GDRPY_BACKEND_AUTO, &ctx) ||
+            gdrpy_pin(ctx, dev_gpu, total, 0, &pin) || gdrpy_map(ctx, pin, &mp, &up)) {
+            fprintf(stderr, "chanvar: gdrpy pin/map failed: %s\n", gdrpy_last_error());
+            return 1;
+        }
+        devbase = up;
+        for (size_t k = 0; k < total; k += 8) st64(devbase + k, 0);
+        cv_sfence();
+    }
+    int nrun = 0;
+    for (int k = 0; k < NV; k++) {
+        vstate_t *s = &vs[k];
+        s->v = &VARIANTS[k];
+        s->dev = devbase + (size_t)k * CV_REGION;
+        s->host = hostbase + (size_t)k * CV_REGION;
+        s->dev_gpu = dev_gpu + (uint64_t)k * CV_REGION;
+        s->host_gpu = host_gpu + (uint64_t)k * CV_REGION;
+        s->t = malloc(sizeof(int64_t) * (size_t)per_round * (size_t)rounds);
+        s->corrupt = sim && corrupt && in_list(corrupt, s->v->name);
+        if (!in_list(only, s->v->name)) {
+            snprintf(s->state, sizeof s->state, "skipped (--only)");
+            continue;
+        }
+        nrun++;
+        if (s->v->library) {
+            size_t need;
+            uint64_t d = 0;
+            CUdeviceptr raw = 0;
+            s->ctx = ctx;
+            gdrpy_chan_device_bytes(&LIB_CFG, &need);
+            need = (need + GDRPY_GPU_PAGE_SIZE - 1) & ~(size_t)(GDRPY_GPU_PAGE_SIZE - 1);
+            if (sim ? gdrpy_sim_alloc(need, &d) != 0
+                    : cv_cu.MemAlloc(&raw, need + GDRPY_GPU_PAGE_SIZE) != 0) {
+                snprintf(s->state, sizeof s->state, "cannot allocate the channel's memory");
+                continue;
+            }
+            if (!sim) d = (raw + GDRPY_GPU_PAGE_SIZE - 1) & ~(uint64_t)(GDRPY_GPU_PAGE_SIZE - 1);
+            void *mp, *up;
+            if (gdrpy_pin(ctx, d, need, 0, &s->pin) || gdrpy_map(ctx, s->pin, &mp, &up)) {
+                snprintf(s->state, sizeof s->state, "pin/map: %.120s", gdrpy_last_error());
+                continue;
+            }
+        }
+        if (sim) continue;
+        char path[4096];
+        void *img = NULL;
+        snprintf(path, sizeof path, "%s/%s.cubin", dir, s->v->name);
+        img = read_file(path);
+        if (!img) {
+            snprintf(path, sizeof path, "%s/%s.ptx", dir, s->v->name);
+            img = read_file(path);
+        }
+        void *mod;
+        CUresult r;
+        if (!img) snprintf(s->state, sizeof s->state, "NO IMAGE (%s/%s.cubin)", dir, s->v->name);
+        else if ((r = cv_cu.ModuleLoadData(&mod, img)) != 0)
+            snprintf(s->state, sizeof s->state, "MODULE LOAD failed (CUresult %d)", r);
+        else if ((r = cv_cu.ModuleGetFunction(&s->fn, mod,
+                                              s->v->library ? "gdrpy_pp_serve" : "gdrpy_chanvar")) != 0)
+            snprintf(s->state, sizeof s->state, "no kernel function in the image (CUresult %d)", r);
+        else if ((r = cv_cu.StreamCreate(&s->stream, 1)) != 0)
+            snprintf(s->state, sizeof s->state, "cuStreamCreate failed (CUresult %d)", r);
+        free(img);
+    }
+    int64_t t_start = cv_now();
+    for (int r = 0; r < rounds; r++) {
+        for (int k = 0; k < NV; k++) {
+            vstate_t *s = &vs[k];
+            if (s->state[0]) continue;
+            if (start_kernel(s, sim, tmo)) {
+                stop_kernel(s, sim, tmo);
+                continue;
+            }
+            int w = r == 0 ? warmup * 4 : warmup;
+            int64_t dt;
+            int bad = 0;
+            size_t first = s->nt;
+            for (int i = 0; i < w + per_round; i++) {
+                if (roundtrip(s, tmo, &dt)) {
+                    bad = 1;
+                    break;
+                }
+                if (i >= w) s->t[s->nt++] = dt;
+            }
+            if (stop_kernel(s, sim, tmo) == 0 && !bad) {
+                size_t n = s->nt - first;
+                int64_t *tmp = malloc(sizeof(int64_t) * n);
+                memcpy(tmp, s->t + first, sizeof(int64_t) * n);
+                qsort(tmp, n, sizeof *tmp, cmp_i64);
+                s->round_med[s->nrounds++] = tmp[n / 2] / 1000.0;
+                free(tmp);
+            }
+        }
+    }
+    double secs = (cv_now() - t_start) * 1e-9;
+    /* ---- the table ---- */
+    int allok = 1;
+    printf("\nVARIANTS: 4-byte round trips, %d per variant in %d interleaved rounds (%.1f s), %s"
+           "; microseconds\n",
+           per_round * rounds, rounds, secs, sim ? "sim (a CPU thread is the kernel)" : "GPU");
+    printf("%-18s %8s %8s %8s %15s  %-28s %-9s %s\n", "variant", "median", "p99", "min",
+           "round medians", "check", "order", "what");
+    for (int k = 0; k < NV; k++) {
+        vstate_t *s = &vs[k];
+        if (!in_list(only, s->v->name)) continue;
+        char check[160];
+        if (s->host_bad || s->kern_bad)
+            snprintf(check, sizeof check, "FAIL host %llu kernel %llu",
+                     (unsigned long long)s->host_bad, (unsigned long long)s->kern_bad);
+        else if (s->state[0]) snprintf(check, sizeof check, "FAIL %s", s->state);
+        else snprintf(check, sizeof check, "PASS");
+        if (strcmp(check, "PASS")) allok = 0;
+        const char *order = s->v->model ? "model" : "empirical";
+        if (s->nt == 0) {
+            printf("%-18s %8s %8s %8s %15s  %-28s %-9s %s\n", s->v->name, "-", "-", "-", "-",
+                   check, order, s->v->what);
+            printf("{\"variant\": \"%s\", \"n\": 0, \"check\": \"%s\", \"order\": \"%s\"}\n",
+                   s->v->name, check, order);
+            continue;
+        }
+        qsort(s->t, s->nt, sizeof *s->t, cmp_i64);
+        double med = s->t[s->nt / 2] / 1000.0;
+        double p99 = s->t[(size_t)((double)(s->nt - 1) * 0.99 + 0.5)] / 1000.0;
+        double mn = s->t[0] / 1000.0;
+        double lo = 1e30, hi = 0;
+        for (int r = 0; r < s->nrounds; r++) {
+            if (s->round_med[r] < lo) lo = s->round_med[r];
+            if (s->round_med[r] > hi) hi = s->round_med[r];
+        }
+        char rm[48];
+        snprintf(rm, sizeof rm, "%.2f..%.2f", s->nrounds ? lo : 0, hi);
+        printf("%-18s %8.3f %8.3f %8.3f %15s  %-28s %-9s %s\n", s->v->name, med, p99, mn, rm,
+               check, order, s->v->what);
+        printf("{\"variant\": \"%s\", \"n\": %zu, \"median_us\": %.3f, \"p99_us\": %.3f, "
+               "\"min_us\": %.3f, \"check\": \"%s\", \"order\": \"%s\"}\n",
+               s->v->name, s->nt, med, p99, mn, check, order);
+    }
+    printf("SUMMARY chanperf: %d variants, %s\n", nrun,
+           allok ? "all passed their checks" : "SOME FAILED (see check column)");
+    fflush(stdout);
+    int hung = 0;
+    for (int k = 0; k < NV; k++) hung |= !strncmp(vs[k].state, "HANG", 4);
+    if (!hung) {
+        for (int k = 0; k < NV; k++)
+            if (vs[k].v && vs[k].v->library && vs[k].pin && !vs[k].ch) {
+                gdrpy_unmap(ctx, vs[k].pin);
+                gdrpy_unpin(ctx, vs[k].pin);
+            }
+        if (!sim) {
+            gdrpy_unmap(ctx, pin);
+            gdrpy_unpin(ctx, pin);
+        }
+        gdrpy_close(ctx);
+    }
+    if (hung) {
+        /* a kernel still spins on this memory: leave everything to the
+         * process teardown (the driver destroys the context and its kernels) */
+        fflush(NULL);
+        _exit(allok ? 0 : 1);
+    }
+    return allok ? 0 : 1;
+}

@@ -1,0 +1,347 @@
+/*
+ * gdrpy_chanpp - round trips through a gdrpy channel from C (the number the
+ * Python channel is compared with in `python -m gdrpy bench pingpong`).
+ *
+ *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
+ *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
+ *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
+ *   gdrpy_chanpp --variants ... (protocol variants side by side: tools/chanpp/chanvar.c)
+ *
+ * The kernel (FILE: a cubin or PTX image, e.g. written by gdrpy.tools.pingpong
+ * after NVRTC compiled it) must be
+ *     extern "C" __global__ void NAME(gdrpy_chan_desc_t d, unsigned long long idle_ns)
+ * and answer message i with one completion {u64 i+1, u32 checksum, u32 len}
+ * (gdrpy_chan_checksum) - as the sim consumer does.  Every answer is checked.
+ * libcuda is loaded with dlopen; the ring lives in cuMemAlloc memory pinned
+ * and mapped by libgdrpy (backend auto).
+ *
+ * Output: one JSON object per line:
+ *   {"path":"c","size":4,"n":...,"min_us":...,"median_us":...,"p99_us":...,...}
+ *   {"path":"c-batch","size":...,"batch":32,...}   (send_batch of 32 + recv of 32)
+ * Exit status 0, or 1 with a message on stderr.
+ */
+#include <dlfcn.h>
+#include <errno.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gdrpy.h"
+#include "gdrpy_channel.h"
+
+typedef int CUresult;
+typedef int CUdevice;
+typedef uint64_t CUdeviceptr;
+typedef void *CUcontext, *CUmodule, *CUfunction, *CUstream;
+
+static struct {
+    CUresult (*Init)(unsigned);
+    CUresult (*DeviceGet)(CUdevice *, int);
+    CUresult (*PrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*CtxSetCurrent)(CUcontext);
+    CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*MemFree)(CUdeviceptr);
+    CUresult (*ModuleLoadData)(CUmodule *, const void *);
+    CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*ModuleUnload)(CUmodule);
+    CUresult (*StreamCreate)(CUstream *, unsigned);
+    CUresult (*StreamQuery)(CUstream);
+    CUresult (*StreamDestroy)(CUstream);
+    CUresult (*LaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                             unsigned, unsigned, CUstream, void **, void **);
+    CUresult (*GetErrorName)(CUresult, const char **);
+} cu;
+
+__attribute__((format(printf, 1, 2), noreturn)) static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "gdrpy_chanpp: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static void cucheck(CUresult r, const char *what)
+{
+    if (r == 0) return;
+    const char *n = "?";
+    if (cu.GetErrorName) cu.GetErrorName(r, &n);
+    die("%s failed: %s (%d)", what, n, r);
+}
+
+static void gcheck(int rc, const char *what)
+{
+    if (rc) {
+        fprintf(stderr, "gdrpy_chanpp: %s: %s (%s)\n", what, gdrpy_last_error(),
+                gdrpy_strerror(rc));
+        exit(1);
+    }
+}
+
+static void load_cuda(void)
+{
+    void *h = dlopen("libcuda.so.1", RTLD_NOW);
+    if (!h) die("cannot load libcuda.so.1: %s", dlerror());
+#define L(f, n)                                \
+    do {                                       \
+        *(void **)&cu.f = dlsym(h, n);         \
+        if (!cu.f) die("libcuda lacks %s", n); \
+    } while (0)
+    L(Init, "cuInit");
+    L(DeviceGet, "cuDeviceGet");
+    L(PrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    L(CtxSetCurrent, "cuCtxSetCurrent");
+    L(MemAlloc, "cuMemAlloc_v2");
+    L(MemFree, "cuMemFree_v2");
+    L(ModuleLoadData, "cuModuleLoadData");
+    L(ModuleGetFunction, "cuModuleGetFunction");
+    L(ModuleUnload, "cuModuleUnload");
+    L(StreamCreate, "cuStreamCreate");
+    L(StreamQuery, "cuStreamQuery");
+    L(StreamDestroy, "cuStreamDestroy_v2");
+    L(LaunchKernel, "cuLaunchKernel");
+    L(GetErrorName, "cuGetErrorName");
+#undef L
+}
+
+static inline int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void report(const char *path, size_t size, int batch, int64_t *t, size_t n)
+{
+    qsort(t, n, sizeof *t, cmp_i64);
+    double sum = 0;
+    for (size_t i = 0; i < n; i++) sum += (double)t[i];
+#define Q(p) (t[(size_t)((double)(n - 1) * (p) + 0.5)] / 1000.0)
+    printf("{\"path\": \"%s\", \"size\": %zu, \"batch\": %d, \"n\": %zu, \"min_us\": %.3f, "
+           "\"median_us\": %.3f, \"mean_us\": %.3f, \"p90_us\": %.3f, \"p99_us\": %.3f, "
+           "\"p99.9_us\": %.3f, \"max_us\": %.3f}\n",
+           path, size, batch, n, t[0] / 1000.0, Q(0.5), sum / n / 1000.0, Q(0.9), Q(0.99),
+           Q(0.999), t[n - 1] / 1000.0);
+#undef Q
+    fflush(stdout);
+}
+
+typedef struct {
+    uint64_t seq;
+    uint32_t csum, len;
+} answer_t;
+
+int chanvar_main(int argc, char **argv); /* chanvar.c: --variants */
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--variants") || !strcmp(argv[i], "--list-variants"))
+            return chanvar_main(argc, argv);
+    const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
+    int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0;
+    double timeout_s = 5.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--sim")) {
+            sim = 1;
+            continue;
+        }
+        if (!v) die("option %s needs a value", a);
+        if (!strcmp(a, "--cubin")) cubin = v;
+        else if (!strcmp(a, "--kernel")) kname = v;
+        else if (!strcmp(a, "--device")) device = atoi(v);
+        else if (!strcmp(a, "--sizes")) sizes_s = v;
+        else if (!strcmp(a, "--iters")) iters = atoi(v);
+        else if (!strcmp(a, "--warmup")) warmup = atoi(v);
+        else if (!strcmp(a, "--batch")) batch = atoi(v);
+        else if (!strcmp(a, "--cpu")) cpu = atoi(v);
+        else if (!strcmp(a, "--timeout")) timeout_s = atof(v);
+        else die("unknown option %s", a);
+        i++;
+    }
+    if (iters <= 0) die("--iters must be positive");
+    if (warmup < 0) warmup = iters / 10 > 10 ? iters / 10 : 10;
+    if (!sim && !cubin) die("--cubin FILE is required (or --sim)");
+    if (cpu >= 0) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
+        if (sched_setaffinity(0, sizeof set, &set) != 0) die("sched_setaffinity(cpu %d) failed: %s", cpu, strerror(errno));
+    }
+    size_t sizes[32];
+    int nsizes = 0;
+    size_t maxsize = 16;
+    for (const char *p = sizes_s; *p && nsizes < 32;) {
+        char *end;
+        unsigned long s = strtoul(p, &end, 10);
+        if (end == p || s == 0) die("bad --sizes %s", sizes_s);
+        sizes[nsizes++] = s;
+        if (s > maxsize) maxsize = s;
+        p = *end == ',' ? end + 1 : end;
+    }
+    if (batch < 1 || batch > 1024) die("--batch %d out of range (1..1024)", batch);
+    int64_t tmo = (int64_t)(timeout_s * 1e9);
+
+    /* ring: 256 slots of maxsize (>= batch) */
+    gdrpy_chan_config_t cfg = {256, (uint32_t)maxsize, 0, 16, 0, 0};
+    while (cfg.nslots < (uint32_t)batch * 2) cfg.nslots *= 2;
+    size_t need;
+    gcheck(gdrpy_chan_device_bytes(&cfg, &need), "chan_device_bytes");
+    size_t alloc = need + GDRPY_GPU_PAGE_SIZE;
+
+    gdrpy_ctx_t ctx;
+    CUdeviceptr raw = 0;
+    uint64_t dptr;
+    CUmodule mod = NULL;
+    CUfunction fn = NULL;
+    CUstream st = NULL;
+    if (sim) {
+        gcheck(gdrpy_open(device, GDRPY_BACKEND_SIM, &ctx), "open(sim)");
+        gcheck(gdrpy_sim_alloc(need, &dptr), "sim_alloc");
+    } else {
+        load_cuda();
+        cucheck(cu.Init(0), "cuInit");
+        CUdevice dev;
+        CUcontext cctx;
+        cucheck(cu.DeviceGet(&dev, device), "cuDeviceGet");
+        cucheck(cu.PrimaryCtxRetain(&cctx, dev), "cuDevicePrimaryCtxRetain");
+        cucheck(cu.CtxSetCurrent(cctx), "cuCtxSetCurrent");
+        FILE *f = fopen(cubin, "rb");
+        if (!f) die("cannot open %s: %s", cubin, strerror(errno));
+        fseek(f, 0, SEEK_END);
+        long fl = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *img = calloc(1, (size_t)fl + 1); /* NUL-terminated (PTX) */
+        if (!img || fread(img, 1, (size_t)fl, f) != (size_t)fl) die("cannot read %s", cubin);
+        fclose(f);
+        cucheck(cu.ModuleLoadData(&mod, img), "cuModuleLoadData");
+        free(img);
+        cucheck(cu.ModuleGetFunction(&fn, mod, kname), "cuModuleGetFunction");
+        cucheck(cu.StreamCreate(&st, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
+        cucheck(cu.MemAlloc(&raw, alloc), "cuMemAlloc");
+        dptr = (raw + GDRPY_GPU_PAGE_SIZE - 1) & ~(uint64_t)(GDRPY_GPU_PAGE_SIZE - 1);
+        gcheck(gdrpy_open(device, GDRPY_BACKEND_AUTO, &ctx), "open");
+    }
+    gdrpy_pin_t pin;
+    void *mp, *up;
+    gcheck(gdrpy_pin(ctx, dptr, need, 0, &pin), "pin");
+    gcheck(gdrpy_map(ctx, pin, &mp, &up), "map");
+    gdrpy_chan_t *ch;
+    gcheck(gdrpy_chan_create(ctx, pin, &cfg, &ch), "chan_create");
+    gdrpy_chan_desc_t desc;
+    gdrpy_chan_get_desc(ch, &desc);
+    gdrpy_chan_sim_consumer_t *sc = NULL;
+    unsigned long long idle_ns = (unsigned long long)(tmo > 0 ? tmo * 4 : 20000000000LL);
+    if (sim) {
+        gcheck(gdrpy_chan_sim_consumer_start(ch, GDRPY_CHAN_SIM_COMPLETE, 0, (int64_t)idle_ns, &sc),
+               "sim consumer");
+    } else {
+        void *params[2] = {&desc, &idle_ns};
+        cucheck(cu.LaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, st, params, NULL), "cuLaunchKernel");
+    }
+    gcheck(gdrpy_chan_wait_attached(ch, 10000000000LL), "wait for the kernel to attach");
+
+    unsigned char *msg = malloc(maxsize * (size_t)batch);
+    int64_t *t = malloc(sizeof(int64_t) * (size_t)iters);
+    answer_t ans[1024];
+    gdrpy_chan_msg_t bm[1024];
+    uint64_t seq = 0;
+    int rc = 0;
+    for (int si = 0; si < nsizes && !rc; si++) {
+        size_t s = sizes[si];
+        for (size_t k = 0; k < s; k++) msg[k] = (unsigned char)(k * 7 + s);
+        uint32_t want = gdrpy_chan_checksum(msg, s);
+        for (int i = 0; i < warmup + iters; i++) {
+            int64_t t0 = now_ns();
+            rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
+            if (!rc) rc = gdrpy_chan_recv(ch, &ans[0], sizeof ans[0], NULL, NULL, tmo);
+            int64_t t1 = now_ns();
+            if (rc) {
+                fprintf(stderr, "gdrpy_chanpp: %s\n", gdrpy_last_error());
+                break;
+            }
+            seq++;
+            if (ans[0].seq != seq || ans[0].csum != want || ans[0].len != s) {
+                fprintf(stderr, "gdrpy_chanpp: wrong answer to message %llu (%zu B): seq %llu "
+                                "csum 0x%x len %u (expected csum 0x%x)\n",
+                        (unsigned long long)seq, s,
+                        (unsigned long long)ans[0].seq, ans[0].csum, ans[0].len, want);
+                rc = 1;
+                break;
+            }
+            if (i >= warmup) t[i - warmup] = t1 - t0;
+        }
+        if (!rc) report("c", s, 1, t, (size_t)iters);
+    }
+    /* batch of `batch` ticks of the smallest size vs. one tick */
+    if (!rc) {
+        size_t s = sizes[0];
+        for (int k = 0; k < batch; k++) {
+            memset(msg + (size_t)k * s, k + 1, s);
+            bm[k].buf = msg + (size_t)k * s;
+            bm[k].len = (uint32_t)s;
+            bm[k].tag = (uint32_t)k;
+        }
+        int bi = iters / 4 > 100 ? iters / 4 : 100;
+        for (int i = 0; i < warmup + bi && !rc; i++) {
+            int64_t t0 = now_ns();
+            rc = gdrpy_chan_send_batch(ch, bm, (size_t)batch, tmo);
+            size_t got = 0;
+            if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], NULL, NULL, (size_t)batch,
+                                               (size_t)batch, tmo, &got);
+            int64_t t1 = now_ns();
+            if (rc) {
+                fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
+                break;
+            }
+            for (int k = 0; k < batch; k++)
+                if (ans[k].seq != seq + 1 + (uint64_t)k ||
+                    ans[k].csum != gdrpy_chan_checksum(bm[k].buf, s)) {
+                    fprintf(stderr, "gdrpy_chanpp: batch: wrong answer %d\n", k);
+                    rc = 1;
+                    break;
+                }
+            seq += (uint64_t)batch;
+            if (i >= warmup) t[i - warmup] = t1 - t0;
+        }
+        if (!rc) report("c-batch", s, batch, t, (size_t)bi);
+    }
+    gdrpy_chan_stats_t stats;
+    int src = gdrpy_chan_shutdown(ch, GDRPY_CHAN_DRAIN, 10000000000LL, &stats);
+    if (src) {
+        fprintf(stderr, "gdrpy_chanpp: shutdown: %s (memory left allocated)\n", gdrpy_last_error());
+        return 1;
+    }
+    if (sim) gdrpy_chan_sim_consumer_join(sc, NULL, NULL, NULL);
+    else {
+        int64_t end = now_ns() + 10000000000LL;
+        while (cu.StreamQuery(st) != 0 && now_ns() < end) {}
+    }
+    gdrpy_chan_destroy(ch);
+    gdrpy_unmap(ctx, pin);
+    gdrpy_unpin(ctx, pin);
+    gdrpy_close(ctx);
+    if (sim) gdrpy_sim_free(dptr);
+    else {
+        cu.MemFree(raw);
+        cu.StreamDestroy(st);
+        cu.ModuleUnload(mod);
+    }
+    free(msg);
+    free(t);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,216 @@
+"""gdrpy.Channel and Mapping.put_many on the sim backend: a CPU thread inside
+libgdrpy (gdrpy_chan_sim_consumer) stands in for the GPU kernel, checks
+every message's payload and tag, and answers each with {seq, checksum, len}.
+The GPU versions of these tests are in test_channel_gpu.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gdrpy
+from gdrpy._core import chan_checksum, chan_pattern
+from gdrpy.errors import (
+    BusyError,
+    ChannelClosedError,
+    ChannelFullError,
+    ChannelTimeoutError,
+    ClosedError,
+    InvalidArgumentError,
+    OutOfRangeError,
+)
+
+COMP = np.dtype([("seq", "<u8"), ("csum", "<u4"), ("len", "<u4")])
+
+
+def patterns(first: int, n: int, size: int) -> np.ndarray:
+    """Rows first..first+n-1 of the check pattern (see gdrpy_chan_pattern)."""
+    i = np.arange(first, first + n, dtype=np.uint64)
+    rows = np.empty((n, size), dtype=np.uint8)
+    k = np.arange(size, dtype=np.uint64)
+    rows[:] = ((i[:, None] * np.uint64(131) + k[None, :]) & np.uint64(0xFF)).astype(np.uint8)
+    head = min(8, size)
+    rows[:, :head] = i.view(np.uint8).reshape(n, 8)[:, :head]
+    return rows
+
+
+def checksums(rows: np.ndarray) -> np.ndarray:
+    w = (np.arange(rows.shape[1], dtype=np.uint64) & np.uint64(255)) + np.uint64(1)
+    return ((rows.astype(np.uint64) * w).sum(axis=1) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+
+
+@pytest.fixture
+def sctx():
+    c = gdrpy.open(0, "sim")
+    yield c
+    c.close()
+
+
+def test_pattern_and_checksum_match_the_c_helpers():
+    rows = patterns(1234567, 3, 40)
+    for r, i in zip(rows, range(1234567, 1234570), strict=True):
+        assert bytes(r) == chan_pattern(i, 40)
+        assert chan_checksum(r) == int(checksums(r[None, :])[0])
+
+
+def test_send_recv_roundtrip_answers_each_message(sctx):
+    with gdrpy.Channel(sctx, nslots=16, slot_size=64, comp_size=16) as ch:
+        h = ch._sim_consumer(check=True, complete=True)
+        for i in range(100):
+            payload = chan_pattern(i, 1 + i % 64)
+            ch.send(payload, tag=i)
+            r = np.frombuffer(ch.recv(timeout=5), dtype=COMP)[0]
+            assert (int(r["seq"]), int(r["csum"]), int(r["len"])) == \
+                (i + 1, chan_checksum(payload), len(payload)), f"message {i}"
+            assert ch.last_tag == i
+        st = ch.shutdown()
+        assert st["status"] == "stopped" and st["final_consumed"] == 100
+        assert ch._sim_join(h) == (100, 0, 2**64 - 1)
+
+
+def test_ordering_200k_messages_batched_and_checked(sctx):
+    """send_many (one fence per batch of 32) under a checking consumer; every
+    completion checked on the host; nothing torn, lost or reordered."""
+    n, size, batch = 200_000, 48, 32
+    with gdrpy.Channel(sctx, nslots=64, slot_size=size, comp_size=16) as ch:
+        h = ch._sim_consumer(check=True, complete=True)
+        out = np.zeros(batch, dtype=COMP)
+        bad = 0
+        for first in range(0, n, batch):
+            rows = patterns(first, batch, size)
+            ch.send_many(rows, tags=list(range(first, first + batch)), timeout=5)
+            got = ch.recv_many(batch, batch, out, timeout=5)
+            assert got == batch
+            bad += int(np.count_nonzero(out["seq"] != np.arange(first + 1, first + batch + 1)))
+            bad += int(np.count_nonzero(out["csum"] != checksums(rows)))
+        st = ch.shutdown()
+        consumed, errors, first_bad = ch._sim_join(h)
+        assert (errors, bad) == (0, 0), f"consumer errors {errors} (first {first_bad}), host {bad}"
+        assert consumed == n and st["final_consumed"] == n and st["dropped"] == 0
+
+
+def test_send_many_accepts_a_list_of_buffers(sctx):
+    with gdrpy.Channel(sctx, nslots=8, slot_size=32, comp_size=16) as ch:
+        h = ch._sim_consumer(check=True, complete=True)
+        msgs = [chan_pattern(i, 1 + i) for i in range(8)]
+        assert ch.send_many(msgs, tags=list(range(8))) == 8
+        assert ch.recv_many(8, timeout=5) == 8
+        with pytest.raises(InvalidArgumentError):
+            ch.send_many([b"x"] * 9)              # more than nslots
+        with pytest.raises(InvalidArgumentError):
+            ch.send_many([b"x"] * 2, tags=[1])    # tag count
+        with pytest.raises(InvalidArgumentError):
+            ch.send_many(np.zeros(8, np.uint8))   # 1-D
+        ch.shutdown()
+        assert ch._sim_join(h)[:2] == (8, 0)
+
+
+def test_ring_full_and_timeouts(sctx):
+    with gdrpy.Channel(sctx, nslots=4, slot_size=16, comp_size=16) as ch:
+        for i in range(4):
+            ch.send(chan_pattern(i, 16), tag=i, timeout=0)
+        with pytest.raises(ChannelFullError, match="full"):
+            ch.send(chan_pattern(4, 16), tag=4, timeout=0)
+        with pytest.raises(ChannelTimeoutError):
+            ch.send(chan_pattern(4, 16), tag=4, timeout=20e-6)  # one C call
+        assert ch.poll() is None
+        with pytest.raises(ChannelTimeoutError):
+            ch.recv(timeout=0.005)
+        with pytest.raises(ChannelTimeoutError):
+            ch.wait_attached(timeout=0.001)
+        assert ch.stats()["full_waits"] == 2
+        h = ch._sim_consumer(check=True, complete=True)
+        ch.send(chan_pattern(4, 16), tag=4, timeout=5)     # unblocked by the consumer
+        assert ch.recv_many(4, timeout=5) == 4 and ch.recv(timeout=5)
+        st = ch.shutdown()
+        assert st["final_consumed"] == 5
+        assert ch._sim_join(h)[:2] == (5, 0)
+        with pytest.raises(ChannelClosedError):
+            ch.send(b"x")
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_shutdown_with_messages_in_flight(sctx, drain):
+    with gdrpy.Channel(sctx, nslots=16, slot_size=32, comp_size=16) as ch:
+        for i in range(10):
+            ch.send(chan_pattern(i, 32), tag=i)
+        # attached at once, consuming only after 50 ms: all 10 are in flight
+        h = ch._sim_consumer(check=True, complete=False, start_delay=0.05)
+        st = ch.shutdown(drain=drain, timeout=5)
+        consumed, errors, _ = ch._sim_join(h)
+        assert errors == 0 and st["status"] == "stopped" and st["sent"] == 10
+        if drain:
+            assert consumed == 10 and st["final_consumed"] == 10 and st["dropped"] == 0
+        else:
+            assert consumed == 0 and st["dropped"] == 10
+
+
+def test_shutdown_timeout_then_retry(sctx):
+    ch = gdrpy.Channel(sctx, nslots=4, slot_size=16)
+    h = ch._sim_consumer(check=False, complete=False, start_delay=0.3)
+    with pytest.raises(ChannelTimeoutError):
+        ch.shutdown(timeout=0.001)
+    assert ch.shutdown(timeout=5)["status"] == "stopped"
+    ch._sim_join(h)
+    ch.close()
+    ch.close()                                   # idempotent
+    with pytest.raises(ClosedError):
+        ch.send(b"x")
+
+
+def test_kernel_watchdog_stop_fails_waits_fast(sctx):
+    with gdrpy.Channel(sctx, nslots=4, slot_size=16) as ch:
+        h = ch._sim_consumer(check=False, complete=False, idle_timeout=0.02)
+        ch._sim_join(h)
+        assert ch.stats()["status"] == "timeout"
+        with pytest.raises(ChannelClosedError, match="stopped"):
+            ch.recv(timeout=None)
+
+
+def test_context_cannot_unmap_under_an_open_channel(sctx):
+    ch = gdrpy.Channel(sctx, nslots=4, slot_size=16)
+    with pytest.raises(BusyError):
+        sctx.close()
+    with pytest.raises(BusyError):
+        ch.mapping.close()
+    ch.close()
+    sctx.close()
+
+
+def test_bad_arguments(sctx):
+    with pytest.raises(InvalidArgumentError, match="power of two"):
+        gdrpy.Channel(sctx, nslots=3)
+    with pytest.raises(InvalidArgumentError):
+        gdrpy.Channel(sctx, slot_size=0)
+    small = gdrpy.memory.alloc(4096, ctx=sctx)
+    with pytest.raises(InvalidArgumentError, match="needs"):
+        gdrpy.Channel(sctx, nslots=64, slot_size=64, buffer=small)
+    small.close()
+    with gdrpy.Channel(sctx, nslots=4, slot_size=16) as ch:
+        with pytest.raises(InvalidArgumentError, match="do not fit"):
+            ch.send(b"x" * 17)
+        with pytest.raises(TypeError):
+            ch.send(b"x", timeout="1")
+        with pytest.raises(InvalidArgumentError):
+            ch.send(b"x", timeout=-1)
+        with pytest.raises(TypeError):
+            ch.send(12345)
+        assert len(ch.desc) == 64
+    assert gdrpy.Channel.device_bytes(4, 16) == 128 + 4 * 64
+
+
+def test_put_many_checks_every_range_first(sctx):
+    buf = gdrpy.memory.alloc(4096, ctx=sctx)
+    with sctx.pin(buf) as pin, pin.map() as m:
+        m.write(0, bytes(4096))
+        with pytest.raises(OutOfRangeError):
+            m.put_many([(0, b"hello"), (4095, b"ab")])
+        assert m.read(0, 5) == bytes(5)                       # nothing written
+        assert gdrpy.put_many(m, [(0, b"hello"), (100, np.arange(4, dtype=np.uint8)),
+                                  (4095, b"z")]) == 10
+        assert m.read(0, 5) == b"hello" and m.read(100, 4) == bytes([0, 1, 2, 3])
+        assert m.read(4095, 1) == b"z"
+        assert m.put_many([]) == 0
+        with pytest.raises(TypeError):
+            m.put_many([(0, 5)])
+    buf.close()

@@ -1,0 +1,86 @@
+"""gdrpy_chanpp --variants (the channel protocol's variant matrix) on sim,
+and every kernel variant through nvcc where nvcc exists."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from gdrpy.tools.chanvar import KERNEL_FILE, list_variants
+from gdrpy.tools.pingpong import chanpp_path
+
+TOOL = chanpp_path()
+pytestmark = pytest.mark.skipif(TOOL is None, reason="native/build/gdrpy_chanpp not built")
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([TOOL, "--variants", "--sim", "--iters", "400", "--rounds", "2",
+                           "--warmup", "10", *args], capture_output=True, text=True, timeout=120)
+
+
+def _rows(out: str) -> dict[str, str]:
+    rows = {}
+    for line in out.splitlines():
+        if line.startswith("{"):
+            r = json.loads(line)
+            rows[r["variant"]] = r["check"]
+    return rows
+
+
+def test_list_variants():
+    vs = list_variants(TOOL)
+    names = [v[0] for v in vs]
+    assert len(names) == len(set(names)) >= 8
+    assert {"library", "floor-flag", "floor-data", "lib-like"} <= set(names)
+    for _name, macros, order, _what in vs:
+        assert order in ("model", "empirical")
+        assert all(m.startswith("-DVAR_") for m in macros) or macros == ["@channel_kernels.cu"]
+
+
+def test_sim_all_pass():
+    p = _run()
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = _rows(p.stdout)
+    assert set(rows) == {v[0] for v in list_variants(TOOL)}
+    assert set(rows.values()) == {"PASS"}, rows
+    assert f"SUMMARY chanperf: {len(rows)} variants, all passed" in p.stdout
+
+
+def test_sim_stale_payload_fails():
+    # the stand-in answers every 997th message from a stale payload: only
+    # those variants fail, the table is still printed, the exit status is 1
+    p = _run("--iters", "3000", "--only", "lib-like,pub-LL,floor-data",
+             "--sim-corrupt", "pub-LL,floor-data")
+    assert p.returncode == 1, p.stdout + p.stderr
+    rows = _rows(p.stdout)
+    assert rows["lib-like"] == "PASS"
+    assert rows["pub-LL"].startswith("FAIL host ")
+    assert rows["floor-data"].startswith("FAIL host ")
+    assert "SOME FAILED" in p.stdout
+
+
+def test_bad_option():
+    p = subprocess.run([TOOL, "--variants", "--bogus", "1"], capture_output=True, text=True,
+                       timeout=30)
+    assert p.returncode == 2 and "unknown option" in p.stderr
+
+
+NVCC = shutil.which("nvcc") or next((p for p in ("/usr/local/cuda/bin/nvcc",
+                                                  "/usr/local/cuda-13.0/bin/nvcc")
+                                     if os.access(p, os.X_OK)), None)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+def test_every_variant_compiles_for_sm90(tmp_path):
+    src = os.path.join(os.path.dirname(__import__("gdrpy.tools", fromlist=["x"]).__file__),
+                       KERNEL_FILE)
+    for name, macros, _order, _what in list_variants(TOOL):
+        if macros[0].startswith("@"):
+            continue  # the library's own kernels: tests/test_channel_gpu.py
+        out = tmp_path / f"{name}.cubin"
+        p = subprocess.run([NVCC, "-cubin", "-arch=sm_90", *macros, "-o", str(out), src],
+                           capture_output=True, text=True, timeout=300)
+        assert p.returncode == 0 and out.stat().st_size > 0, f"{name}: {p.stderr}"

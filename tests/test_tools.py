@@ -1,0 +1,119 @@
+"""The tools' shared helpers and command-line conventions: one size parser and
+formatter, one percentile rule, help text on every option, TTY-aware progress."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+
+from gdrpy.__main__ import build_parser
+from gdrpy._sizes import format_size, parse_size, parse_sizes
+from gdrpy.tools import stats
+from gdrpy.tools.progress import progress_bar
+
+
+@pytest.mark.parametrize("text, n", [
+    ("8", 8), ("8B", 8), ("4K", 4096), ("4k", 4096), ("4KB", 4096), ("4KiB", 4096),
+    ("4 kib", 4096), ("1M", 1 << 20), ("64MiB", 64 << 20), ("2G", 2 << 30), (4096, 4096),
+])
+def test_parse_size_units_are_binary(text, n):
+    assert parse_size(text) == n
+
+
+@pytest.mark.parametrize("text", ["", "K", "4X", "4.5K", "-1", "4 K B", "lots"])
+def test_parse_size_rejects_what_is_not_a_size(text):
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size(text)
+
+
+def test_parse_size_minimum_and_lists():
+    with pytest.raises(ValueError, match="at least 1 byte"):
+        parse_size("0")
+    assert parse_size("0", minimum=0) == 0
+    assert parse_sizes("4K, 8,4096 ,1M") == [8, 4096, 1 << 20]
+    with pytest.raises(ValueError, match="no sizes"):
+        parse_sizes(" , ")
+
+
+def test_format_size_round_trips_through_parse_size():
+    for n in (1, 8, 1000, 1536, 4096, 3 << 20, 5 << 30, (1 << 20) + 1):
+        assert parse_size(format_size(n)) == n
+    assert [format_size(n) for n in (1, 4096, 1536, 3 << 20)] == \
+        ["1 B", "4 KiB", "1536 B", "3 MiB"]
+
+
+def test_percentiles_are_nearest_rank_everywhere():
+    s = list(range(1, 101))                    # 1..100
+    assert stats.percentile(s, 99) == 99 and stats.percentile(s, 99.9) == 100
+    assert stats.percentile(s, 90) == 90 and stats.percentile(s, 100) == 100
+    assert stats.percentile([5.0], 99) == 5.0
+    assert stats.median([1, 2, 3, 4]) == 2.5 and stats.median([1, 2, 3]) == 2
+    st = stats.summarize([x * 1000 for x in s], scale=1e3)
+    assert (st["n"], st["median"], st["p90"], st["p99"], st["p99.9"], st["min"], st["max"]) \
+        == (100, 50.5, 90, 99, 100, 1, 100)
+    assert st["mean"] == pytest.approx(50.5)
+    assert stats.summarize([]) == {"n": 0}
+    # bench's stats and pingpong's summarize report the same p99 for the same samples
+    from gdrpy.tools import bench, pingpong
+    samples = [float(x) for x in range(1000, 201_000, 1000)]
+    assert bench.stats(samples)["p99_us"] == pingpong.summarize(samples)["p99"]
+    with pytest.raises(ValueError):
+        stats.percentile(s, 0)
+
+
+def _walk(parser: argparse.ArgumentParser, path: str):
+    for act in parser._actions:
+        if isinstance(act, argparse._SubParsersAction):
+            for name, sub in act.choices.items():
+                yield from _walk(sub, f"{path} {name}")
+        elif act.option_strings:
+            yield path, act
+
+
+def test_every_option_of_every_command_has_help():
+    missing = [f"{path} {act.option_strings[0]}" for path, act in _walk(build_parser(), "gdrpy")
+               if not act.help or act.help == argparse.SUPPRESS]
+    assert not missing, f"options without help text: {missing}"
+    paths = {p for p, _ in _walk(build_parser(), "gdrpy")}
+    assert {"gdrpy info", "gdrpy calibrate", "gdrpy bench latency", "gdrpy bench pingpong"} \
+        <= paths
+
+
+def test_common_options_are_spelled_alike_across_commands():
+    by_cmd: dict[str, set[str]] = {}
+    for path, act in _walk(build_parser(), "gdrpy"):
+        by_cmd.setdefault(path, set()).update(act.option_strings)
+    for cmd in ("gdrpy bench latency", "gdrpy bench bandwidth", "gdrpy bench transfer",
+                "gdrpy bench pingpong"):
+        assert {"--device", "--backend", "--sizes", "--iters", "--warmup", "--json",
+                "--plot", "--quick"} <= by_cmd[cmd], cmd
+    assert {"--device", "--backend"} <= by_cmd["gdrpy calibrate"]
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_into_a_pipe_is_plain_lines():
+    out = io.StringIO()
+    p = progress_bar("calibrating", out)
+    for i in range(101):
+        p(i / 100, f"step {i}")
+    text = out.getvalue()
+    assert "\r" not in text
+    lines = text.splitlines()
+    assert lines[0].startswith("calibrating:   0%") and lines[-1].startswith("calibrating: 100%")
+    assert 3 <= len(lines) <= 6, lines
+
+
+def test_progress_on_a_terminal_draws_a_bar():
+    pytest.importorskip("tqdm")
+    out = _Tty()
+    p = progress_bar("calibrating", out)
+    for i in range(11):
+        p(i / 10, f"step {i}")
+    text = out.getvalue()
+    assert "\r" in text and "100.0%" in text and text.endswith("\n")
