@@ -71,9 +71,10 @@
 /* Measured on x86-64 (facts/nvrm-bar1.md) and checked at run time against
  * the branch tables (table.c).  The driver builds them from NvU32/NvU64/
  * NvHandle and 8-byte aligned NvP64 fields, which the x86-64 SysV and the
- * AArch64 AAPCS64 LP64 ABIs lay out alike: the compile-time checks at the end
- * of this file hold for whichever target is built, and CI builds x86-64 and
- * aarch64 (scripts/ci/90-arm64.sh; docs/arm.md). */
+ * AArch64 AAPCS64 LP64 ABIs lay out alike: the compile-time checks in table.c
+ * hold for whichever target is built, and CI builds x86-64 and aarch64
+ * (scripts/ci/90-arm64.sh; docs/arm.md).  (Not here: tests/test_nvrm_abi.py
+ * compiles deliberately drifted copies of this file.) */
 typedef struct {
     uint32_t hRoot, hObjectParent, hObjectOld, status;
 } nv_os00_t;
@@ -188,45 +189,5 @@ struct nvrm_abi {
     uint32_t import_type_vidmem;
     uint32_t caching_lo, caching_hi;
 };
-
-/* ---- the same layout on every LP64 target we build (docs/arm.md) ----- */
-#define NVRM_LAYOUT(t, sz) _Static_assert(sizeof(t) == (sz), #t " size")
-NVRM_LAYOUT(nv_os00_t, 16);
-NVRM_LAYOUT(nv_os21_t, 32);
-NVRM_LAYOUT(nv_os54_t, 32);
-NVRM_LAYOUT(nv_os55_t, 28);
-NVRM_LAYOUT(nv_os33_fd_t, 56);
-NVRM_LAYOUT(nv_os34_t, 32);
-NVRM_LAYOUT(nv_card_info_t, 72);
-NVRM_LAYOUT(nv_version_t, 72);
-NVRM_LAYOUT(nv0080_alloc_t, 56);
-NVRM_LAYOUT(nv0000_id_info_v2_t, 32);
-NVRM_LAYOUT(nv0000_export_info_t, 80);
-NVRM_LAYOUT(nv0000_export_info_v535_t, 76);
-NVRM_LAYOUT(nv0000_import_t, 652);
-_Static_assert(offsetof(nv_os21_t, pAllocParms) == 16 && offsetof(nv_os21_t, status) == 28,
-               "NVOS21");
-_Static_assert(offsetof(nv_os54_t, params) == 16 && offsetof(nv_os54_t, status) == 28, "NVOS54");
-_Static_assert(offsetof(nv_os55_t, status) == 24, "NVOS55");
-_Static_assert(offsetof(nv_os33_fd_t, offset) == 16 && offsetof(nv_os33_fd_t, pLinearAddress) == 32 &&
-               offsetof(nv_os33_fd_t, status) == 40 && offsetof(nv_os33_fd_t, flags) == 44 &&
-               offsetof(nv_os33_fd_t, fd) == 48, "NVOS33 + fd");
-_Static_assert(offsetof(nv_os34_t, pLinearAddress) == 16 && offsetof(nv_os34_t, status) == 24,
-               "NVOS34");
-_Static_assert(offsetof(nv_card_info_t, domain) == 4 && offsetof(nv_card_info_t, gpu_id) == 16 &&
-               offsetof(nv_card_info_t, reg_address) == 24 &&
-               offsetof(nv_card_info_t, minor_number) == 56, "card info");
-_Static_assert(offsetof(nv0080_alloc_t, vaSpaceSize) == 24 && offsetof(nv0080_alloc_t, vaMode) == 48,
-               "NV0080 alloc");
-_Static_assert(offsetof(nv0000_import_t, objectTypes) == 520 &&
-               offsetof(nv0000_import_t, numObjects) == 648, "import from fd");
-_Static_assert(_Alignof(nv_os21_t) == 8 && _Alignof(nv_os54_t) == 8 && _Alignof(nv_os33_fd_t) == 8 &&
-               _Alignof(nv_os34_t) == 8 && _Alignof(nv_card_info_t) == 8 &&
-               _Alignof(nv0080_alloc_t) == 8, "64-bit members 8-byte aligned, as NvP64/NvU64");
-_Static_assert(sizeof(void *) == 8 && sizeof(long) == 8, "LP64");
-#if defined(__x86_64__) || defined(__aarch64__)
-/* Both use the asm-generic ioctl encoding, as the driver's numbers do. */
-_Static_assert(NV_IOC(0x2A, 32) == 0xc020462au, "ioctl encoding");
-#endif
 
 #endif /* GDRPY_NVRM_ABI_H */
