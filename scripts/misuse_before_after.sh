@@ -36,10 +36,10 @@ for round in 1 2; do
         # adaptation probes, whatever their calibrations would say
         (cd "$t" && PYTHONPATH="$t" GDRPY_CACHE_DIR="$WORK/cache-$which" \
             GDRPY_THRESHOLD_H2D=8192 GDRPY_THRESHOLD_D2H=8192 \
-            python3 -m gdrpy bench latency --backend "$BACKEND" --sizes 8,64 --iters 2000) \
+            python3 -m gdrpy bench latency --backend "$BACKEND" --sizes 8,64 --iters 2000 --max-time 1) \
             >> "$log" 2>&1
     done
 done
 echo "--- before/after ($BACKEND), full log: $log"
 awk '/^=== round/ {tag=$3" "$4; sub(/:$/, "", tag)} /^(gdrpy_write|gdrpy_read|gdr_copy_to_mapping|gdr_copy_from_mapping|copy_to_mapping) / {print tag": "$0} /^open_under_load threads=8/ {print tag": "$0}' "$log"
-awk '/^=== round/ {tag=$3" "$4; sub(/:$/, "", tag)} /^(8|64) +(h2d|d2h) +gdrpy (Mapping.write|Mapping.read|Transfer.put|Transfer.get) / {sub(/ \(auto\)/, ""); print tag": "$1, $2, $4, "median_us", $5, "p99_us", $6}' "$log"
+awk '/^=== round/ {tag=$3" "$4; sub(/:$/, "", tag)} /^(8|64)( B)? +(h2d|d2h) +gdrpy (Mapping.write|Mapping.read|Transfer.put|Transfer.get) / {sub(/ \(auto\)/, ""); sub(/^(8|64) B/, "&_"); sub(/ B_/, ""); print tag": "$1, $2, $4, "median_us", $5, "p99_us", $6}' "$log"
