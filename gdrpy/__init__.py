@@ -41,7 +41,8 @@ __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
            "backend_names", "nvrm_selftest", "copy_isa", "copy_isa_available",
            "copy_isa_notes", "set_copy_isa",
            "library_version", "libdir", "includedir", "bindir", "put", "get",
-           "Transfer", "Channel", "put_many", "RawStream", "unchecked_stream"] + list(errors.__all__)
+           "Transfer", "Channel", "put_many", "RawStream",
+           "unchecked_stream"] + list(errors.__all__)
 
 
 def open(device: int = 0, backend: str | None = None) -> Context:
