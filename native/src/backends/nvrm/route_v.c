@@ -189,9 +189,10 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
     if (r)
         return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemRetainAllocationHandle",
                            "0x%llx is %s: the CUDA driver gives no allocation handle for it, so "
-                           "its RM memory cannot be found; what works: cuMemAlloc, cuMemCreate "
-                           "(any handle type), pools created with "
-                           "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR",
+                           "its RM memory cannot be found; this holds for pools with or without "
+                           "shareable handle types; what works: cuMemAlloc/cudaMalloc memory "
+                           "(CuPy's and PyTorch's default allocators) and cuMemCreate memory "
+                           "with any handle type (gdrpy.memory.alloc)",
                            (unsigned long long)anchor, kind);
     /* 2. candidates from the words behind the opaque handle */
     uint32_t cli[MAX_CLI];
@@ -341,9 +342,9 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
                   "(allocation handle %s; %d client, %d object and %d neighbour candidates, %d "
                   "duplicated, %d agreeing by content, none proven by a test write): refused; "
                   "what works: "
-                  "cuMemAlloc, "
-                  "cuMemCreate with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, pools created with "
-                  "that handle type (gdrpy.memory allocates so)", (unsigned long long)p->addr,
+                  "cuMemAlloc/cudaMalloc memory and "
+                  "cuMemCreate memory with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR "
+                  "(gdrpy.memory allocates so)", (unsigned long long)p->addr,
                   kind, gp_cuda_errname(export_r), readable ? "readable" : "not an address",
                   ncli, nobj, n_near, n_dup, n_agree);
 done:
