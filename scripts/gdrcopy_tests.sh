@@ -131,7 +131,9 @@ fi
 for t in copylat copybw apiperf; do
     has $t || continue
     run $t "$TMO" ./gdrcopy_$t; rc=$?
-    summary+=("gdrcopy_$t: exit $rc, $(grep -cE '^[[:space:]]*[0-9]' "$WORKDIR/$t.log") result lines ($WORKDIR/$t.log)")
+    # result lines: copylat/apiperf rows start with the call's name and hold a
+    # size and times; copybw prints "write BW: ..." / "read BW: ..."
+    summary+=("gdrcopy_$t: exit $rc, $(grep -cE '^(gdr_|cuMemcpy|[[:space:]]*[0-9])|^(write|read) BW:' "$WORKDIR/$t.log") result lines ($WORKDIR/$t.log)")
 done
 if has pplat; then
     for a in cuMemAlloc cuMemCreate; do
