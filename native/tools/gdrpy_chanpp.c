@@ -256,7 +256,9 @@ int main(int argc, char **argv)
     gcheck(gdrpy_chan_wait_attached(ch, 10000000000LL), "wait for the kernel to attach");
 
     unsigned char *msg = malloc(maxsize * (size_t)batch);
-    int64_t *t = malloc(sizeof(int64_t) * (size_t)iters);
+    /* samples: `iters` per size, and the batch run takes max(iters / 4, 100) */
+    const int batch_iters = iters / 4 > 100 ? iters / 4 : 100;
+    int64_t *t = malloc(sizeof(int64_t) * (size_t)(iters > batch_iters ? iters : batch_iters));
     answer_t ans[1024];
     gdrpy_chan_msg_t bm[1024];
     uint64_t seq = 0;
@@ -296,7 +298,7 @@ int main(int argc, char **argv)
             bm[k].len = (uint32_t)s;
             bm[k].tag = (uint32_t)k;
         }
-        int bi = iters / 4 > 100 ? iters / 4 : 100;
+        const int bi = batch_iters;
         for (int i = 0; i < warmup + bi && !rc; i++) {
             int64_t t0 = now_ns();
             rc = gdrpy_chan_send_batch(ch, bm, (size_t)batch, tmo);
