@@ -68,14 +68,14 @@ typedef struct {
 } opts_t;
 
 typedef struct {
-    uint64_t generated;   /* seqs consumed (last seq) */
-    uint64_t sent;        /* published: sendmmsg accepted / slot written */
-    uint64_t skipped;     /* --inject-skip */
-    uint64_t failed;      /* UDP: sendmmsg refused (errno counted) */
-    uint64_t dropped;     /* shm: ring full at publish time */
+    uint64_t generated; /* seqs consumed (last seq) */
+    uint64_t sent;      /* published: sendmmsg accepted / slot written */
+    uint64_t skipped;   /* --inject-skip */
+    uint64_t failed;    /* UDP: sendmmsg refused (errno counted) */
+    uint64_t dropped;   /* shm: ring full at publish time */
     uint64_t batches;
-    uint64_t packets;     /* UDP: datagrams sent */
-    uint64_t max_behind;  /* most ticks the sender was behind its schedule */
+    uint64_t packets;    /* UDP: datagrams sent */
+    uint64_t max_behind; /* most ticks the sender was behind its schedule */
     uint64_t t_first, t_last;
     int last_errno;
     int sndbuf;
@@ -100,7 +100,10 @@ static inline uint64_t due_by(const opts_t *o, uint64_t t0, uint64_t t)
 static int run_udp(const opts_t *o, counts_t *c)
 {
     int fd = socket(AF_INET, SOCK_DGRAM, 0);
-    if (fd < 0) { perror("socket"); return 1; }
+    if (fd < 0) {
+        perror("socket");
+        return 1;
+    }
     int sb = 16 << 20;
     if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &sb, sizeof sb) != 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sb, sizeof sb);
@@ -110,7 +113,10 @@ static int run_udp(const opts_t *o, counts_t *c)
     dst.sin_family = AF_INET;
     dst.sin_port = htons((uint16_t)o->port);
     dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&dst, sizeof dst) != 0) { perror("connect"); return 1; }
+    if (connect(fd, (struct sockaddr *)&dst, sizeof dst) != 0) {
+        perror("connect");
+        return 1;
+    }
 
     /* --per-packet K: K ticks per datagram, back to back (as MoldUDP64 and
      * similar feed protocols pack messages); --batch counts datagrams. */
@@ -135,7 +141,7 @@ static int run_udp(const opts_t *o, counts_t *c)
     }
     uint64_t t0 = now_ns();
     uint64_t t_end = t0 + (uint64_t)(o->seconds * 1e9);
-    uint64_t seq = 0;   /* last seq generated */
+    uint64_t seq = 0; /* last seq generated */
     for (;;) {
         uint64_t t = now_ns();
         if (t >= t_end || seq >= o->ticks) break;
@@ -147,12 +153,15 @@ static int run_udp(const opts_t *o, counts_t *c)
         int n = 0;
         while (n < o->batch * K * G && seq < due) {
             ++seq;
-            if (o->inject_skip && seq % o->inject_skip == 0) { c->skipped++; continue; }
+            if (o->inject_skip && seq % o->inject_skip == 0) {
+                c->skipped++;
+                continue;
+            }
             feed_tick_fill(&ticks[n], seq, o->seed, o->nsym);
             n++;
         }
         if (n == 0) continue;
-        int per = K * G;                  /* ticks per send */
+        int per = K * G; /* ticks per send */
         int nd = (n + per - 1) / per;
         for (int i = 0; i < nd; i++)
             iov[i].iov_len = (size_t)((i + 1) * per <= n ? per : n - i * per) * FEED_TICK_SIZE;
@@ -164,7 +173,7 @@ static int run_udp(const opts_t *o, counts_t *c)
             if (r < 0) {
                 if (errno == EINTR) continue;
                 c->last_errno = errno;
-                c->failed += iov[off].iov_len / FEED_TICK_SIZE;   /* lost; go on */
+                c->failed += iov[off].iov_len / FEED_TICK_SIZE; /* lost; go on */
                 off++;
                 continue;
             }
@@ -182,7 +191,7 @@ static int run_udp(const opts_t *o, counts_t *c)
     /* END: seq, sent, generated, skipped, failed, t_first, t_last */
     uint64_t end[8] = {FEED_END_SEQ, c->sent, c->generated, c->skipped, c->failed,
                        c->t_first, c->t_last, 0};
-    if (c->gso) {           /* END is one 64-byte datagram: segmentation off */
+    if (c->gso) { /* END is one 64-byte datagram: segmentation off */
         int zero = 0;
         setsockopt(fd, SOL_UDP, UDP_SEGMENT, &zero, sizeof zero);
     }
@@ -197,9 +206,15 @@ static int run_udp(const opts_t *o, counts_t *c)
 static int run_shm(const opts_t *o, counts_t *c)
 {
     struct stat st;
-    if (fstat(o->shm_fd, &st) != 0) { perror("fstat(shm fd)"); return 1; }
+    if (fstat(o->shm_fd, &st) != 0) {
+        perror("fstat(shm fd)");
+        return 1;
+    }
     void *base = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, o->shm_fd, 0);
-    if (base == MAP_FAILED) { perror("mmap(shm fd)"); return 1; }
+    if (base == MAP_FAILED) {
+        perror("mmap(shm fd)");
+        return 1;
+    }
     feed_shm_hdr_t *h = (feed_shm_hdr_t *)base;
     uint64_t nslots = h->nslots;
     if (h->magic != FEED_SHM_MAGIC || nslots == 0 || (nslots & (nslots - 1)) ||
@@ -225,10 +240,16 @@ static int run_shm(const opts_t *o, counts_t *c)
         while (n < o->batch && seq < due) {
             ++seq;
             n++;
-            if (o->inject_skip && seq % o->inject_skip == 0) { c->skipped++; continue; }
+            if (o->inject_skip && seq % o->inject_skip == 0) {
+                c->skipped++;
+                continue;
+            }
             if (head - tail >= nslots) {
                 tail = __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE);
-                if (head - tail >= nslots) { c->dropped++; continue; }   /* rx_missed */
+                if (head - tail >= nslots) {
+                    c->dropped++;
+                    continue;
+                } /* rx_missed */
             }
             unsigned char *s = slots + (head & (nslots - 1)) * FEED_SHM_SLOT;
             feed_tick_t tk;
@@ -257,15 +278,9 @@ static int run_shm(const opts_t *o, counts_t *c)
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.mode = NULL, .port = 0, .shm_fd = -1, .cpu = -1, .batch = 64, .per_packet = 1, .gso = 0, .rate = 0,
-                .seconds = 1.0, .ticks = UINT64_MAX - 1, .seed = 7, .inject_skip = 0,
-                .nsym = 16};
+    opts_t o = {.mode = NULL, .port = 0, .shm_fd = -1, .cpu = -1, .batch = 64, .per_packet = 1, .gso = 0, .rate = 0, .seconds = 1.0, .ticks = UINT64_MAX - 1, .seed = 7, .inject_skip = 0, .nsym = 16};
     static struct option lo[] = {
-        {"mode", 1, 0, 'm'}, {"port", 1, 0, 'p'}, {"shm-fd", 1, 0, 'f'}, {"rate", 1, 0, 'r'},
-        {"seconds", 1, 0, 's'}, {"ticks", 1, 0, 'n'}, {"symbols", 1, 0, 'y'},
-        {"seed", 1, 0, 'e'}, {"batch", 1, 0, 'b'}, {"cpu", 1, 0, 'c'},
-        {"inject-skip", 1, 0, 'k'}, {"per-packet", 1, 0, 'K'}, {"gso", 0, 0, 'G'},
-        {0, 0, 0, 0}};
+        {"mode", 1, 0, 'm'}, {"port", 1, 0, 'p'}, {"shm-fd", 1, 0, 'f'}, {"rate", 1, 0, 'r'}, {"seconds", 1, 0, 's'}, {"ticks", 1, 0, 'n'}, {"symbols", 1, 0, 'y'}, {"seed", 1, 0, 'e'}, {"batch", 1, 0, 'b'}, {"cpu", 1, 0, 'c'}, {"inject-skip", 1, 0, 'k'}, {"per-packet", 1, 0, 'K'}, {"gso", 0, 0, 'G'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {

@@ -153,7 +153,7 @@ static void *acks_main(void *arg)
                 while (ld_acq(&e->idx) != i) {
                     a->stamp_waits++;
                     cpu_relax();
-                    if (++spins > (1ull << 28)) break;      /* never stamped: give up */
+                    if (++spins > (1ull << 28)) break; /* never stamped: give up */
                 }
                 hadd(&a->h[FEED_H_E2E], (int64_t)(t - e->send_ns));
                 hadd(&a->h[FEED_H_SOCKET], (int64_t)(e->recv_ns - e->send_ns));
@@ -274,7 +274,10 @@ static int udp_batch(hstate_t *s, int *end)
             *end = 1;
             continue;
         }
-        if (len == 0 || len % FEED_TICK_SIZE) { st->bad_packets++; continue; }
+        if (len == 0 || len % FEED_TICK_SIZE) {
+            st->bad_packets++;
+            continue;
+        }
         uint32_t k2 = len / FEED_TICK_SIZE;
         memcpy(&s->tb[n], p, len);
         n += (int)k2;
@@ -307,7 +310,7 @@ static int shm_batch(hstate_t *s, int *end)
         st->end_seen = 1;
         st->snd_sent = s->shm->sent;
         st->snd_generated = s->shm->last_seq;
-        st->snd_failed = s->shm->dropped;      /* rx_missed: ring full at the producer */
+        st->snd_failed = s->shm->dropped; /* rx_missed: ring full at the producer */
         st->snd_t0 = s->shm->t_first_ns;
         st->snd_t1 = s->shm->t_last_ns;
         *end = 1;
@@ -334,7 +337,7 @@ static int publish(hstate_t *s, uint32_t m)
      * one cuMemcpyHtoD each, then the published count (another one). */
     uint32_t done = 0;
     while (done < m) {
-        uint64_t idx = s->w + done;                  /* 0-based index of the first */
+        uint64_t idx = s->w + done; /* 0-based index of the first */
         uint32_t pos = (uint32_t)(idx & (cfg->nslots - 1));
         uint32_t cnt = m - done;
         if (pos + cnt > cfg->nslots) cnt = cfg->nslots - pos;
@@ -379,7 +382,10 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
         s->ndg = cfg->batch / (uint32_t)cfg->per_packet_max;
         if (s->ndg < 1) s->ndg = 1;
         s->rbuf = malloc((size_t)s->ndg * s->cap);
-        if (!s->rbuf) { free(s); return set_err(st, ENOMEM, "out of memory%s", NULL); }
+        if (!s->rbuf) {
+            free(s);
+            return set_err(st, ENOMEM, "out of memory%s", NULL);
+        }
         for (uint32_t k = 0; k < s->ndg; k++) {
             s->iov[k].iov_base = s->rbuf + (size_t)k * s->cap;
             s->iov[k].iov_len = s->cap;
@@ -394,7 +400,10 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
     }
     if (cfg->path == FEED_PATH_CUMEMCPY) {
         s->staging = aligned_alloc(64, (size_t)cfg->nslots * cfg->slot_stride);
-        if (!s->staging) { rc = set_err(st, ENOMEM, "out of memory%s", NULL); goto out; }
+        if (!s->staging) {
+            rc = set_err(st, ENOMEM, "out of memory%s", NULL);
+            goto out;
+        }
     }
     pin_cpu(cfg->cpu);
     feed_ts_t *ts = feed_acks_ts(cfg->acks);
@@ -406,9 +415,15 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
     for (;;) {
         int end = 0;
         uint64_t t_call = now_ns();
-        if (t_call > deadline) { rc = set_err(st, ETIMEDOUT, "handler deadline reached%s", NULL); break; }
+        if (t_call > deadline) {
+            rc = set_err(st, ETIMEDOUT, "handler deadline reached%s", NULL);
+            break;
+        }
         int n = cfg->src == FEED_SRC_UDP ? udp_batch(s, &end) : shm_batch(s, &end);
-        if (n < 0) { rc = st->error; break; }
+        if (n < 0) {
+            rc = st->error;
+            break;
+        }
         if (n == 0) {
             st->empty_polls++;
             if (end) break;
@@ -437,7 +452,10 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
             }
             s->fwd[m++] = &s->tb[j];
         }
-        if (m == 0) { if (end) break; continue; }
+        if (m == 0) {
+            if (end) break;
+            continue;
+        }
         /* ring room (back-pressure): never more than nslots unconsumed */
         if (s->w + m - consumed_seen > cfg->nslots) {
             consumed_seen = ld_acq(cfg->consumed);
@@ -452,7 +470,8 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
                     while (s->w + m - (consumed_seen = ld_acq(cfg->consumed)) > cfg->nslots) {
                         if (now_ns() - t0 > cfg->full_timeout_ns) {
                             rc = set_err(st, ETIMEDOUT, "ring full too long: the consumer "
-                                         "stopped%s", NULL);
+                                                        "stopped%s",
+                                         NULL);
                             goto out;
                         }
                         cpu_relax();
@@ -540,7 +559,10 @@ static void *simc_main(void *arg)
             if (mode == GDRPY_CHAN_ABORT) break;
             if (mode == GDRPY_CHAN_DRAIN &&
                 head >= *(volatile uint64_t *)(dev + GDRPY_CHAN_DEV_SENT)) break;
-            if (c->idle_ns && now_ns() - t_idle > c->idle_ns) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
+            if (c->idle_ns && now_ns() - t_idle > c->idle_ns) {
+                status = GDRPY_CHAN_ST_TIMEOUT;
+                break;
+            }
             sched_yield();
             continue;
         }
@@ -632,7 +654,10 @@ uint64_t feed_ctx_open(int device, const char *backend)
 {
     gdrpy_ctx_t ctx = 0;
     int b = gdrpy_backend_from_name(backend ? backend : "auto");
-    if (b < 0) { snprintf(feed_err, sizeof feed_err, "unknown backend %s", backend); return 0; }
+    if (b < 0) {
+        snprintf(feed_err, sizeof feed_err, "unknown backend %s", backend);
+        return 0;
+    }
     if (gdrpy_open(device, b, &ctx)) {
         snprintf(feed_err, sizeof feed_err, "gdrpy_open: %s", gdrpy_last_error());
         return 0;
@@ -640,7 +665,10 @@ uint64_t feed_ctx_open(int device, const char *backend)
     return ctx;
 }
 
-void feed_ctx_close(uint64_t ctx) { if (ctx) gdrpy_close(ctx); }
+void feed_ctx_close(uint64_t ctx)
+{
+    if (ctx) gdrpy_close(ctx);
+}
 
 uint64_t feed_sim_alloc(uint64_t size)
 {
@@ -652,15 +680,17 @@ uint64_t feed_sim_alloc(uint64_t size)
     return p;
 }
 
-void feed_sim_free(uint64_t dptr) { if (dptr) gdrpy_sim_free(dptr); }
+void feed_sim_free(uint64_t dptr)
+{
+    if (dptr) gdrpy_sim_free(dptr);
+}
 
 feed_cchan_t *feed_cchan_open(int device, const char *backend, uint64_t dptr, uint64_t size,
                               uint32_t nslots, char *err, int errlen)
 {
     feed_cchan_t *c = calloc(1, sizeof *c);
     void *mp, *up;
-    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE,
-                               .comp_nslots = 2, .comp_size = 0};
+    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE, .comp_nslots = 2, .comp_size = 0};
     const char *what = "calloc";
     if (!c) goto fail;
     what = "gdrpy_open";
@@ -682,8 +712,7 @@ fail:
 
 uint64_t feed_chan_device_bytes(uint32_t nslots)
 {
-    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE,
-                               .comp_nslots = 2, .comp_size = 0};
+    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE, .comp_nslots = 2, .comp_size = 0};
     size_t n = 0;
     if (gdrpy_chan_device_bytes(&cfg, &n)) {
         snprintf(feed_err, sizeof feed_err, "gdrpy_chan_device_bytes: %s", gdrpy_last_error());

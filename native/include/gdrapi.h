@@ -96,13 +96,13 @@ typedef enum gdr_attr {
  * tm_cycles @24, cycles_per_ms @32, mapped/wc_mapping bits 0/1 of the
  * 32-bit word @36, mapping_type @40. */
 typedef struct gdr_info_v2 {
-    uint64_t va;            /* pinned address rounded down to GPU_PAGE_SIZE */
-    uint64_t mapped_size;   /* bytes from va to the end of the last GPU page */
-    uint32_t page_size;     /* GPU_PAGE_SIZE */
-    uint64_t tm_cycles;     /* TSC when the buffer was pinned */
-    uint32_t cycles_per_ms; /* TSC ticks per millisecond */
-    unsigned mapped : 1;    /* 1 while mapped */
-    unsigned wc_mapping : 1;/* 1 while mapped write-combined */
+    uint64_t va;                     /* pinned address rounded down to GPU_PAGE_SIZE */
+    uint64_t mapped_size;            /* bytes from va to the end of the last GPU page */
+    uint32_t page_size;              /* GPU_PAGE_SIZE */
+    uint64_t tm_cycles;              /* TSC when the buffer was pinned */
+    uint32_t cycles_per_ms;          /* TSC ticks per millisecond */
+    unsigned mapped : 1;             /* 1 while mapped */
+    unsigned wc_mapping : 1;         /* 1 while mapped write-combined */
     gdr_mapping_type_t mapping_type; /* NONE while unmapped */
 } gdr_info_v2_t;
 

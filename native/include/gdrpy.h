@@ -44,18 +44,18 @@ extern "C" {
  * libgdrapi layer unchanged. */
 typedef enum {
     GDRPY_OK = 0,
-    GDRPY_ENOENT = 2,      /* no such object (e.g. device node missing) */
-    GDRPY_EIO = 5,         /* a driver call failed (message names the status) */
-    GDRPY_ENXIO = 6,       /* backend unavailable on this host */
-    GDRPY_EBADF = 9,       /* closed, stale or unknown handle */
-    GDRPY_EAGAIN = 11,     /* already mapped */
-    GDRPY_ENOMEM = 12,     /* out of memory / handles */
-    GDRPY_EACCES = 13,     /* object belongs to another process (fork) */
-    GDRPY_EBUSY = 16,      /* object in use (pin still mapped, ...) */
-    GDRPY_ENODEV = 19,     /* no such GPU */
-    GDRPY_EINVAL = 22,     /* bad argument */
-    GDRPY_ERANGE = 34,     /* offset/size outside the pinned range */
-    GDRPY_ENOTSUP = 95     /* memory kind / driver version not supported */
+    GDRPY_ENOENT = 2,  /* no such object (e.g. device node missing) */
+    GDRPY_EIO = 5,     /* a driver call failed (message names the status) */
+    GDRPY_ENXIO = 6,   /* backend unavailable on this host */
+    GDRPY_EBADF = 9,   /* closed, stale or unknown handle */
+    GDRPY_EAGAIN = 11, /* already mapped */
+    GDRPY_ENOMEM = 12, /* out of memory / handles */
+    GDRPY_EACCES = 13, /* object belongs to another process (fork) */
+    GDRPY_EBUSY = 16,  /* object in use (pin still mapped, ...) */
+    GDRPY_ENODEV = 19, /* no such GPU */
+    GDRPY_EINVAL = 22, /* bad argument */
+    GDRPY_ERANGE = 34, /* offset/size outside the pinned range */
+    GDRPY_ENOTSUP = 95 /* memory kind / driver version not supported */
 } gdrpy_status_t;
 
 typedef enum {
@@ -83,31 +83,31 @@ typedef uint64_t gdrpy_ctx_t; /* 0 is never a valid handle */
 typedef uint64_t gdrpy_pin_t; /* 0 is never a valid handle */
 
 typedef struct gdrpy_pin_info {
-    uint64_t addr;          /* device address given to gdrpy_pin */
-    uint64_t size;          /* size given to gdrpy_pin */
-    uint64_t va;            /* start of the pinned (mappable) range, <= addr */
-    uint64_t mapped_size;   /* length of the pinned range, covers addr+size */
-    uint32_t page_size;     /* GPU page size (65536) */
-    uint32_t mapping_type;  /* gdrpy_mapping_type_t; NONE while unmapped */
-    int32_t mapped;         /* 1 while mapped */
-    int32_t invalidated;    /* 1 if the memory was freed under the pin */
-    void *map_ptr;          /* CPU address of `va` while mapped, else NULL */
-    void *user_ptr;         /* CPU address of `addr` while mapped, else NULL */
+    uint64_t addr;         /* device address given to gdrpy_pin */
+    uint64_t size;         /* size given to gdrpy_pin */
+    uint64_t va;           /* start of the pinned (mappable) range, <= addr */
+    uint64_t mapped_size;  /* length of the pinned range, covers addr+size */
+    uint32_t page_size;    /* GPU page size (65536) */
+    uint32_t mapping_type; /* gdrpy_mapping_type_t; NONE while unmapped */
+    int32_t mapped;        /* 1 while mapped */
+    int32_t invalidated;   /* 1 if the memory was freed under the pin */
+    void *map_ptr;         /* CPU address of `va` while mapped, else NULL */
+    void *user_ptr;        /* CPU address of `addr` while mapped, else NULL */
 } gdrpy_pin_info_t;
 
 typedef struct gdrpy_ctx_info {
-    int32_t device;            /* CUDA device ordinal */
-    int32_t backend;           /* gdrpy_backend_t actually in use */
+    int32_t device;  /* CUDA device ordinal */
+    int32_t backend; /* gdrpy_backend_t actually in use */
     char backend_name[16];
-    char gpu_name[96];         /* "" for sim */
-    char pci_bus_id[32];       /* "" for sim */
-    char driver_version[32];   /* "" for sim */
+    char gpu_name[96];       /* "" for sim */
+    char pci_bus_id[32];     /* "" for sim */
+    char driver_version[32]; /* "" for sim */
 } gdrpy_ctx_info_t;
 
 /* ---- library ---------------------------------------------------------- */
 GDRPY_API void gdrpy_version(int *major, int *minor, int *patch);
-GDRPY_API const char *gdrpy_last_error(void);  /* thread-local, never NULL */
-GDRPY_API const char *gdrpy_strerror(int code); /* "EINVAL", ... */
+GDRPY_API const char *gdrpy_last_error(void);          /* thread-local, never NULL */
+GDRPY_API const char *gdrpy_strerror(int code);        /* "EINVAL", ... */
 GDRPY_API const char *gdrpy_backend_name(int backend); /* NULL if unknown */
 /* Parses "auto", "sim", "nvrm", "gdrdrv", "dmabuf"; -1 if unknown. */
 GDRPY_API int gdrpy_backend_from_name(const char *name);

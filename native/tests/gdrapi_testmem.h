@@ -26,27 +26,28 @@
 
 #define TM_FN static __attribute__((unused))
 
-enum { TM_CUMEMALLOC = 0, TM_VMM = 1 };
+enum { TM_CUMEMALLOC = 0,
+       TM_VMM = 1 };
 
 typedef struct tm_buf {
-    uint64_t d;          /* 64 KiB aligned device address of `size` bytes */
+    uint64_t d; /* 64 KiB aligned device address of `size` bytes */
     size_t size;
-    unsigned long long raw;  /* what was allocated (freed by tm_free) */
+    unsigned long long raw; /* what was allocated (freed by tm_free) */
     size_t raw_size;
     int kind;
-    unsigned long long vmm;  /* CUmemGenericAllocationHandle */
-    void *cuctx;             /* context it was allocated in; NULL: tm's */
+    unsigned long long vmm; /* CUmemGenericAllocationHandle */
+    void *cuctx;            /* context it was allocated in; NULL: tm's */
 } tm_buf;
 
 /* ---- CUDA driver API, declared here (no cuda.h) ------------------------ */
 typedef int CUresult_t;
 typedef struct {
-    int type;                  /* CU_MEM_LOCATION_TYPE_DEVICE = 1 */
+    int type; /* CU_MEM_LOCATION_TYPE_DEVICE = 1 */
     int id;
 } tm_CUmemLocation;
 typedef struct {
-    int type;                  /* CU_MEM_ALLOCATION_TYPE_PINNED = 1 */
-    int requestedHandleTypes;  /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1 */
+    int type;                 /* CU_MEM_ALLOCATION_TYPE_PINNED = 1 */
+    int requestedHandleTypes; /* CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1 */
     tm_CUmemLocation location;
     void *win32HandleMetaData;
     struct {
@@ -58,7 +59,7 @@ typedef struct {
 } tm_CUmemAllocationProp;
 typedef struct {
     tm_CUmemLocation location;
-    int flags;                 /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 */
+    int flags; /* CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3 */
 } tm_CUmemAccessDesc;
 _Static_assert(sizeof(tm_CUmemAllocationProp) == 32, "CUmemAllocationProp layout");
 _Static_assert(sizeof(tm_CUmemAccessDesc) == 12, "CUmemAccessDesc layout");
@@ -77,7 +78,7 @@ static struct {
     uint64_t gp_ctx;
     /* cuda */
     void *cuda;
-    int ordinal;               /* CUDA ordinal of the device in use */
+    int ordinal; /* CUDA ordinal of the device in use */
     int ndevices;
     int device;
     void *cuctx;
@@ -114,13 +115,13 @@ static const char *tm_cuerr(CUresult_t r)
     return "CUDA_ERROR_?";
 }
 
-#define TM_SYM(lib, field, name)                                      \
-    do {                                                              \
-        *(void **)(&tm.field) = dlsym((lib), (name));                 \
-        if (!tm.field) {                                              \
+#define TM_SYM(lib, field, name)                                            \
+    do {                                                                    \
+        *(void **)(&tm.field) = dlsym((lib), (name));                       \
+        if (!tm.field) {                                                    \
             snprintf(tm.why, sizeof tm.why, "symbol %s not found", (name)); \
-            return -1;                                                \
-        }                                                             \
+            return -1;                                                      \
+        }                                                                   \
     } while (0)
 
 TM_FN int tm_env_is_sim(void)
@@ -154,7 +155,8 @@ TM_FN int tm_init(void *lib)
     tm.cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!tm.cuda) {
         snprintf(tm.why, sizeof tm.why, "no libcuda.so.1 (%s); set GDRPY_BACKEND=sim to "
-                 "test without a GPU", dlerror());
+                                        "test without a GPU",
+                 dlerror());
         return -1;
     }
     TM_SYM(tm.cuda, cuInit, "cuInit");
@@ -218,7 +220,7 @@ TM_FN int tm_alloc(tm_buf *b, size_t size, int kind)
         int rc = tm.sim_alloc(size, &d);
         if (rc) return rc;
         b->raw = d;
-        b->d = b->raw;   /* sim allocations are 64 KiB aligned */
+        b->d = b->raw; /* sim allocations are 64 KiB aligned */
         b->raw_size = size;
         return 0;
     }

@@ -42,16 +42,16 @@
 #include "gdrpy.h"
 #include "copy.h"
 
-#define GUARD 128                   /* untouched bytes checked on each side */
-#define BIG_MAX ((2u << 20) + 64)   /* largest size tested */
+#define GUARD 128                 /* untouched bytes checked on each side */
+#define BIG_MAX ((2u << 20) + 64) /* largest size tested */
 #define MAX_REPORTED 25
 
 typedef void (*copy_fn)(void *, const void *, size_t);
 
 static unsigned long long g_pass, g_fail;
-static uint8_t *g_src;      /* random bytes, BIG_MAX + 256 */
-static uint8_t *g_dst;      /* destination arena, BIG_MAX + 512 */
-static uint64_t g_case;     /* varies the poison byte */
+static uint8_t *g_src;  /* random bytes, BIG_MAX + 256 */
+static uint8_t *g_dst;  /* destination arena, BIG_MAX + 512 */
+static uint64_t g_case; /* varies the poison byte */
 
 static double now_s(void)
 {
@@ -133,7 +133,7 @@ static int check_copy(const char *what, copy_fn fn, const char *kname, const cha
     return 1;
 }
 
-static uint8_t *dst_at(size_t doff) { return g_dst + 256 + doff; }  /* 64-aligned + doff */
+static uint8_t *dst_at(size_t doff) { return g_dst + 256 + doff; } /* 64-aligned + doff */
 static const uint8_t *src_at(size_t soff) { return g_src + 128 + soff; }
 
 /* ---- groups ----------------------------------------------------------- */
@@ -169,8 +169,22 @@ static void group_mid_offsets(copy_fn fn, const char *k, const char *dir)
 }
 
 static const size_t big_sizes[] = {
-    4097, 4159, 4160, 5000, 8191, 8192, 8193, 12345, 65536 - 1, 65536, 65536 + 13,
-    100003, (1u << 20) - 1, (1u << 20), (1u << 20) + 7, (2u << 20) + 63,
+    4097,
+    4159,
+    4160,
+    5000,
+    8191,
+    8192,
+    8193,
+    12345,
+    65536 - 1,
+    65536,
+    65536 + 13,
+    100003,
+    (1u << 20) - 1,
+    (1u << 20),
+    (1u << 20) + 7,
+    (2u << 20) + 63,
 };
 static const size_t big_doffs[] = {0, 1, 7, 8, 15, 16, 31, 32, 33, 48, 63};
 static const size_t big_soffs[] = {0, 1, 13, 32, 63};
@@ -199,8 +213,8 @@ static void group_big(copy_fn fn, const char *k, const char *dir)
  * does. */
 static sigjmp_buf g_jb;
 static volatile sig_atomic_t g_probing;
-static uint8_t *g_fenced;           /* [PROT_NONE page][data][PROT_NONE page] */
-static size_t g_fenced_len;         /* data bytes */
+static uint8_t *g_fenced;   /* [PROT_NONE page][data][PROT_NONE page] */
+static size_t g_fenced_len; /* data bytes */
 
 static void on_segv(int sig, siginfo_t *si, void *uc)
 {
@@ -315,16 +329,16 @@ static void test_kernel(const gp_copy_kernel *kern)
 }
 
 /* ---- public API ------------------------------------------------------- */
-#define EXPECT(cond, ...)                                                         \
-    do {                                                                          \
-        if (cond) {                                                               \
-            g_pass++;                                                             \
-        } else {                                                                  \
-            g_fail++;                                                             \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                \
-            printf(__VA_ARGS__);                                                  \
-            printf("\n");                                                         \
-        }                                                                         \
+#define EXPECT(cond, ...)                                          \
+    do {                                                           \
+        if (cond) {                                                \
+            g_pass++;                                              \
+        } else {                                                   \
+            g_fail++;                                              \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            printf(__VA_ARGS__);                                   \
+            printf("\n");                                          \
+        }                                                          \
     } while (0)
 
 static int in_list(const char *list, const char *name)
@@ -426,7 +440,7 @@ static void test_public_api(void)
         check_copy("n == 0 writes nothing", ks[i]->from_mapping, ks[i]->name, "from_mapping",
                    dst_at(1), src_at(1), 0, 1, 1);
     }
-    g_pass++;   /* survived the NULL, 0 calls */
+    g_pass++; /* survived the NULL, 0 calls */
 }
 
 /* GDRPY_COPY_ISA is read once at start-up: run this binary again with it. */
@@ -482,7 +496,8 @@ static void test_env_override(void)
      * without printing.  Say so instead of failing the override tests. */
     if (run_child_isa(self, NULL, out, sizeof out, err, sizeof err) == 127 && !out[0]) {
         printf("  skip GDRPY_COPY_ISA override: cannot re-execute %s here (an emulator "
-               "without binfmt_misc?)\n", self);
+               "without binfmt_misc?)\n",
+               self);
         return;
     }
     size_t nk;
@@ -554,7 +569,7 @@ int main(int argc, char **argv)
         printf("%s\n", gdrpy_copy_isa());
         return 0;
     }
-    const char *only = argc > 1 ? argv[1] : NULL;   /* optional: one kernel name */
+    const char *only = argc > 1 ? argv[1] : NULL; /* optional: one kernel name */
 
     g_src = xmalloc_aligned(BIG_MAX + 256);
     g_dst = xmalloc_aligned(BIG_MAX + 512);
@@ -578,7 +593,8 @@ int main(int argc, char **argv)
         }
         if (ks[i]->device_memory_only) {
             printf("  skip %-9s (its instructions fault on ordinary memory: device mappings "
-                   "only; tests/test_copy_align.c checks its addresses)\n", ks[i]->name);
+                   "only; tests/test_copy_align.c checks its addresses)\n",
+                   ks[i]->name);
             continue;
         }
         test_kernel(ks[i]);

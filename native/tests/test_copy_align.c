@@ -48,10 +48,10 @@ static void trace_access(const void *p, size_t size);
 #define MAXN 4200
 #define AREA (MAXN + 512)
 
-static unsigned char g_map[AREA] __attribute__((aligned(4096)));   /* "the mapping" */
+static unsigned char g_map[AREA] __attribute__((aligned(4096))); /* "the mapping" */
 static unsigned char g_host[AREA] __attribute__((aligned(4096)));
-static unsigned char g_hits[AREA];          /* accesses per mapping byte */
-static uintptr_t g_lo, g_hi;                /* allowed range of this copy */
+static unsigned char g_hits[AREA]; /* accesses per mapping byte */
+static uintptr_t g_lo, g_hi;       /* allowed range of this copy */
 static unsigned long long g_pass, g_fail;
 static char g_bad[200];
 
@@ -66,7 +66,8 @@ static void trace_access(const void *p, size_t size)
                  (long)(a - base));
     else if (a < g_lo || a + size > g_hi)
         snprintf(g_bad, sizeof g_bad, "%zu-byte access at mapping offset %ld, outside the allowed "
-                 "[%ld, %ld)", size, (long)(a - base), (long)(g_lo - base), (long)(g_hi - base));
+                                      "[%ld, %ld)",
+                 size, (long)(a - base), (long)(g_lo - base), (long)(g_hi - base));
     else
         for (size_t i = 0; i < size; i++)
             g_hits[a - base + i]++;
@@ -98,10 +99,10 @@ static void one(const gp_copy_kernel *k, int to, size_t n, size_t moff, size_t h
     g_bad[0] = '\0';
     uintptr_t a = (uintptr_t)m;
     if (to) {
-        g_lo = a, g_hi = a + n;                          /* exactly [dst, dst+n) */
+        g_lo = a, g_hi = a + n; /* exactly [dst, dst+n) */
         k->to_mapping(m, h, n);
     } else {
-        uintptr_t g = words8 ? 8 : 64;                   /* generic: 8-byte words */
+        uintptr_t g = words8 ? 8 : 64; /* generic: 8-byte words */
         g_lo = a & ~(g - 1), g_hi = (a + n + g - 1) & ~(g - 1);
         if (!n) g_lo = g_hi = a;
         k->from_mapping(h, m, n);
@@ -151,7 +152,7 @@ int main(void)
     run(&traced_generic, 1);
 #if defined(__aarch64__)
     run(&traced_neon, 0);
-    run(&traced_ls64, 0);   /* LD64B/ST64B emulated: their addresses are what is checked */
+    run(&traced_ls64, 0); /* LD64B/ST64B emulated: their addresses are what is checked */
 #endif
     printf("test_copy_align: %llu passed, %llu failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;

@@ -19,20 +19,25 @@
 static int passed, failed;
 static const char *cur;
 
-#define CHECK(cond)                                                                  \
-    do {                                                                             \
-        if (!(cond)) {                                                               \
-            fprintf(stderr, "  FAIL %s:%d %s: %s (last error: %s)\n", __FILE__,      \
-                    __LINE__, cur, #cond, gdrpy_last_error());                       \
-            return 1;                                                                \
-        }                                                                            \
+#define CHECK(cond)                                                             \
+    do {                                                                        \
+        if (!(cond)) {                                                          \
+            fprintf(stderr, "  FAIL %s:%d %s: %s (last error: %s)\n", __FILE__, \
+                    __LINE__, cur, #cond, gdrpy_last_error());                  \
+            return 1;                                                           \
+        }                                                                       \
     } while (0)
 
-#define RUN(fn)                                                                      \
-    do {                                                                             \
-        cur = #fn;                                                                   \
-        if (fn()) { failed++; printf("FAIL %s\n", #fn); }                           \
-        else { passed++; printf("ok   %s\n", #fn); }                                \
+#define RUN(fn)                       \
+    do {                              \
+        cur = #fn;                    \
+        if (fn()) {                   \
+            failed++;                 \
+            printf("FAIL %s\n", #fn); \
+        } else {                      \
+            passed++;                 \
+            printf("ok   %s\n", #fn); \
+        }                             \
     } while (0)
 
 #define PAGE 65536
@@ -118,26 +123,26 @@ static int lifetimes_are_enforced(void)
     CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
     gdrpy_pin_t p;
     CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == 0);
-    CHECK(gdrpy_unmap(c, p) == GDRPY_EINVAL);          /* not mapped */
+    CHECK(gdrpy_unmap(c, p) == GDRPY_EINVAL); /* not mapped */
     CHECK(gdrpy_map(c, p, NULL, NULL) == 0);
     CHECK(gdrpy_map(c, p, NULL, NULL) == GDRPY_EAGAIN); /* one mapping per pin */
     CHECK(gdrpy_unpin(c, p) == GDRPY_EBUSY);            /* unmap first */
     CHECK(strstr(gdrpy_last_error(), "unmap") != NULL);
     CHECK(gdrpy_unmap(c, p) == 0);
-    CHECK(gdrpy_unmap(c, p) == GDRPY_EINVAL);           /* double unmap */
+    CHECK(gdrpy_unmap(c, p) == GDRPY_EINVAL); /* double unmap */
     CHECK(gdrpy_unpin(c, p) == 0);
-    CHECK(gdrpy_unpin(c, p) == GDRPY_EBADF);            /* double unpin */
-    CHECK(gdrpy_map(c, p, NULL, NULL) == GDRPY_EBADF);  /* stale handle */
+    CHECK(gdrpy_unpin(c, p) == GDRPY_EBADF);           /* double unpin */
+    CHECK(gdrpy_map(c, p, NULL, NULL) == GDRPY_EBADF); /* stale handle */
     CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == 0);
     CHECK(gdrpy_map(c, p, NULL, NULL) == 0);
-    CHECK(gdrpy_close(c) == 0);                          /* tears down pin+map */
-    CHECK(gdrpy_close(c) == GDRPY_EBADF);                /* use after close */
+    CHECK(gdrpy_close(c) == 0);           /* tears down pin+map */
+    CHECK(gdrpy_close(c) == GDRPY_EBADF); /* use after close */
     CHECK(gdrpy_pin(c, d, PAGE, 0, &p) == GDRPY_EBADF);
     CHECK(gdrpy_write(c, p, 0, "x", 1) == GDRPY_EBADF);
     CHECK(gdrpy_close(0) == GDRPY_EBADF);
     CHECK(gdrpy_close(0xdeadbeefcafeULL) == GDRPY_EBADF);
     CHECK(gdrpy_sim_free(d) == 0);
-    CHECK(gdrpy_sim_free(d) == GDRPY_EINVAL);            /* double free */
+    CHECK(gdrpy_sim_free(d) == GDRPY_EINVAL); /* double free */
     return 0;
 }
 
@@ -220,14 +225,22 @@ static int forked_child_gets_eacces(void)
     return 0;
 }
 
-struct thr { gdrpy_ctx_t c; gdrpy_pin_t p; int id; int bad; };
+struct thr {
+    gdrpy_ctx_t c;
+    gdrpy_pin_t p;
+    int id;
+    int bad;
+};
 
 static void *thr_main(void *arg)
 {
     struct thr *t = arg;
     unsigned char data[4096], back[4096];
     memset(data, t->id, sizeof data);
-    if (gdrpy_map(t->c, t->p, NULL, NULL)) { t->bad = 1; return NULL; }
+    if (gdrpy_map(t->c, t->p, NULL, NULL)) {
+        t->bad = 1;
+        return NULL;
+    }
     for (int i = 0; i < 50; i++) {
         if (gdrpy_write(t->c, t->p, 0, data, sizeof data) ||
             gdrpy_read(t->c, t->p, 0, back, sizeof back) || memcmp(back, data, sizeof data))
@@ -246,7 +259,9 @@ static int pins_from_one_thread_map_and_copy_in_others(void)
     struct thr t[8];
     pthread_t th[8];
     for (int i = 0; i < 8; i++) {
-        t[i].c = c; t[i].id = i + 1; t[i].bad = 0;
+        t[i].c = c;
+        t[i].id = i + 1;
+        t[i].bad = 0;
         CHECK(gdrpy_pin(c, d + (uint64_t)i * PAGE, 4096, 0, &t[i].p) == 0);
     }
     for (int i = 0; i < 8; i++) pthread_create(&th[i], NULL, thr_main, &t[i]);
@@ -281,7 +296,13 @@ static int many_cycles_leak_no_fds(void)
 }
 
 /* ---- teardown while other threads copy (issue 17) ---------------------- */
-struct racer { gdrpy_ctx_t c; gdrpy_pin_t p; volatile int stop; int bad; volatile long n; };
+struct racer {
+    gdrpy_ctx_t c;
+    gdrpy_pin_t p;
+    volatile int stop;
+    int bad;
+    volatile long n;
+};
 
 static void *racer_main(void *arg)
 {
@@ -289,7 +310,10 @@ static void *racer_main(void *arg)
     static unsigned char data[PAGE];
     while (!r->stop) {
         int rc = gdrpy_write(r->c, r->p, 0, data, sizeof data);
-        if (rc == 0) { r->n++; continue; }
+        if (rc == 0) {
+            r->n++;
+            continue;
+        }
         /* the pin or context went away under us: a clear error, never a fault */
         if (rc != GDRPY_EINVAL && rc != GDRPY_EBUSY && rc != GDRPY_EBADF) r->bad = rc;
         break;
@@ -301,7 +325,7 @@ static int teardown_waits_for_copies_in_other_threads(void)
 {
     uint64_t d;
     CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
-    for (int what = 0; what < 3; what++) {     /* unmap, unpin, close */
+    for (int what = 0; what < 3; what++) { /* unmap, unpin, close */
         for (int round = 0; round < 20; round++) {
             gdrpy_ctx_t c = open_sim();
             CHECK(c);
@@ -326,7 +350,7 @@ static int teardown_waits_for_copies_in_other_threads(void)
             } else {
                 rc = gdrpy_close(c);
             }
-            CHECK(rc == 0);                    /* the bounded wait was long enough */
+            CHECK(rc == 0); /* the bounded wait was long enough */
             for (int i = 0; i < 4; i++) r[i].stop = 1;
             for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
             for (int i = 0; i < 4; i++) CHECK(r[i].bad == 0);
@@ -352,7 +376,7 @@ static int open_close_never_wait_on_other_contexts_copies(void)
         r[i] = (struct racer){.c = c, .p = p};
         pthread_create(&th[i], NULL, racer_main, &r[i]);
     }
-    for (int w = 0; w < 10000; w++) {        /* every copier is running (<= 10 s) */
+    for (int w = 0; w < 10000; w++) { /* every copier is running (<= 10 s) */
         int all = 1;
         for (int i = 0; i < 8; i++) all &= r[i].n > 0;
         if (all) break;

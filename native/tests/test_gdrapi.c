@@ -36,40 +36,40 @@ static int n_pass, n_fail, n_skip;
 static int t_failed;
 static const char *t_skip;
 
-#define CHECK(c)                                                                  \
-    do {                                                                          \
-        if (!(c)) {                                                               \
+#define CHECK(c)                                                                      \
+    do {                                                                              \
+        if (!(c)) {                                                                   \
             fprintf(stderr, "    %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-            t_failed = 1;                                                         \
-        }                                                                         \
+            t_failed = 1;                                                             \
+        }                                                                             \
     } while (0)
-#define CHECK_EQ(a, b)                                                            \
-    do {                                                                          \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                     \
-        if (va_ != vb_) {                                                         \
+#define CHECK_EQ(a, b)                                                              \
+    do {                                                                            \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                       \
+        if (va_ != vb_) {                                                           \
             fprintf(stderr, "    %s:%d: %s == %s failed: %lld != %lld\n", __FILE__, \
-                    __LINE__, #a, #b, va_, vb_);                                  \
-            t_failed = 1;                                                         \
-        }                                                                         \
+                    __LINE__, #a, #b, va_, vb_);                                    \
+            t_failed = 1;                                                           \
+        }                                                                           \
     } while (0)
 /* Stops the case when a precondition fails. */
-#define REQUIRE_EQ(a, b)                                                          \
-    do {                                                                          \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                     \
-        if (va_ != vb_) {                                                         \
+#define REQUIRE_EQ(a, b)                                                            \
+    do {                                                                            \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                       \
+        if (va_ != vb_) {                                                           \
             fprintf(stderr, "    %s:%d: %s == %s failed: %lld != %lld\n", __FILE__, \
-                    __LINE__, #a, #b, va_, vb_);                                  \
-            t_failed = 1;                                                         \
-            return;                                                               \
-        }                                                                         \
+                    __LINE__, #a, #b, va_, vb_);                                    \
+            t_failed = 1;                                                           \
+            return;                                                                 \
+        }                                                                           \
     } while (0)
-#define REQUIRE(c)                                                                \
-    do {                                                                          \
-        if (!(c)) {                                                               \
+#define REQUIRE(c)                                                                      \
+    do {                                                                                \
+        if (!(c)) {                                                                     \
             fprintf(stderr, "    %s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #c); \
-            t_failed = 1;                                                         \
-            return;                                                               \
-        }                                                                         \
+            t_failed = 1;                                                               \
+            return;                                                                     \
+        }                                                                               \
     } while (0)
 #define SKIP(why)       \
     do {                \
@@ -77,7 +77,7 @@ static const char *t_skip;
         return;         \
     } while (0)
 
-static int mem_ok;  /* tm_init succeeded */
+static int mem_ok; /* tm_init succeeded */
 
 /* needs_dev: the case opens an instance or allocates device memory. */
 static void run_case(const char *name, void (*fn)(void), int needs_dev, const char *filter)
@@ -391,7 +391,7 @@ static void t_pin_flag_force_pcie_follows_attribute(void)
         CHECK_EQ(gdr_copy_to_mapping(mh, map, &x, 8), 0);
         CHECK_EQ(tm_dtoh(&y, f.buf.d, 8), 0);
         CHECK_EQ(x, y);
-        CHECK_EQ(gdr_unpin_buffer(f.g, mh), 0);   /* unmaps first */
+        CHECK_EQ(gdr_unpin_buffer(f.g, mh), 0); /* unmaps first */
     } else {
         CHECK_EQ(rc, EINVAL);
     }
@@ -708,7 +708,7 @@ static void t_mapping_to_mapping_copies(void)
         CHECK_EQ(gdr_copy_from_mapping(b.mh, (char *)a.map + off, (char *)b.map + off, len), 0);
         CHECK_EQ(tm_dtoh(dst, a.buf.d, size), 0);
         CHECK(memcmp(dst + off, src + off, len) == 0);
-        memcpy(src, dst, size);   /* A's contents for the next round */
+        memcpy(src, dst, size); /* A's contents for the next round */
     }
     free(src);
     free(dst);
@@ -1021,7 +1021,8 @@ static void t_fd_passing_isolation(void)
 }
 
 /* ==== threads =========================================================== */
-enum { NT = 8, PER = 4 };
+enum { NT = 8,
+       PER = 4 };
 typedef struct tctx {
     gdr_t g;
     gdr_mh_t mh[PER];
@@ -1038,7 +1039,10 @@ static void *thread_map_copy(void *arg)
     for (int r = 0; r < 20; r++) {
         for (int i = 0; i < PER; i++) {
             void *m = NULL;
-            if (gdr_map(t->g, t->mh[i], &m, GPU_PAGE_SIZE)) { t->errors++; continue; }
+            if (gdr_map(t->g, t->mh[i], &m, GPU_PAGE_SIZE)) {
+                t->errors++;
+                continue;
+            }
             uint64_t v[16], back[16];
             for (int k = 0; k < 16; k++) v[k] = ((uint64_t)t->id << 48) | ((uint64_t)i << 32) | (uint64_t)(r * 16 + k);
             if (gdr_copy_to_mapping(t->mh[i], (char *)m + 128 * r, v, sizeof v)) t->errors++;
@@ -1068,7 +1072,8 @@ static void t_pin_in_one_thread_map_copy_in_others(void)
         t[i].bar = &bar;
         for (int k = 0; k < PER; k++)
             REQUIRE_EQ(gdr_pin_buffer(g, b.d + (uint64_t)(i * PER + k) * GPU_PAGE_SIZE, GPU_PAGE_SIZE, 0, 0,
-                                      &t[i].mh[k]), 0);
+                                      &t[i].mh[k]),
+                       0);
     }
     for (int i = 0; i < NT; i++) pthread_create(&th[i], NULL, thread_map_copy, &t[i]);
     int errors = 0;
@@ -1103,7 +1108,10 @@ static void *thread_churn(void *arg)
     for (int r = 0; r < 50; r++) {
         gdr_mh_t mh;
         void *m;
-        if (gdr_pin_buffer(c->g, c->base, GPU_PAGE_SIZE, 0, 0, &mh)) { c->errors++; continue; }
+        if (gdr_pin_buffer(c->g, c->base, GPU_PAGE_SIZE, 0, 0, &mh)) {
+            c->errors++;
+            continue;
+        }
         if (gdr_map(c->g, mh, &m, GPU_PAGE_SIZE)) c->errors++;
         else {
             uint32_t v = (uint32_t)r, back = 0;

@@ -30,29 +30,29 @@
 static int n_pass, n_fail, n_skip, t_failed;
 static const char *t_skip;
 
-#define CHECK(c)                                                                  \
-    do {                                                                          \
-        if (!(c)) {                                                               \
+#define CHECK(c)                                                                      \
+    do {                                                                              \
+        if (!(c)) {                                                                   \
             fprintf(stderr, "    %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-            t_failed = 1;                                                         \
-        }                                                                         \
+            t_failed = 1;                                                             \
+        }                                                                             \
     } while (0)
-#define CHECK_EQ(a, b)                                                            \
-    do {                                                                          \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                     \
-        if (va_ != vb_) {                                                         \
+#define CHECK_EQ(a, b)                                                              \
+    do {                                                                            \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                       \
+        if (va_ != vb_) {                                                           \
             fprintf(stderr, "    %s:%d: %s == %s failed: %lld != %lld\n", __FILE__, \
-                    __LINE__, #a, #b, va_, vb_);                                  \
-            t_failed = 1;                                                         \
-        }                                                                         \
+                    __LINE__, #a, #b, va_, vb_);                                    \
+            t_failed = 1;                                                           \
+        }                                                                           \
     } while (0)
-#define REQUIRE(c)                                                                \
-    do {                                                                          \
-        if (!(c)) {                                                               \
+#define REQUIRE(c)                                                                      \
+    do {                                                                                \
+        if (!(c)) {                                                                     \
             fprintf(stderr, "    %s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #c); \
-            t_failed = 1;                                                         \
-            return;                                                               \
-        }                                                                         \
+            t_failed = 1;                                                               \
+            return;                                                                     \
+        }                                                                               \
     } while (0)
 #define SKIP(why)       \
     do {                \
@@ -212,7 +212,7 @@ static void t_gdr_t_has_gdrcopy_fd_field(void)
     gdr_t g = gdr_open();
     REQUIRE(g != NULL);
     unsigned char copy[GDRCOPY_GDR_SIZE];
-    memcpy(copy, g, sizeof copy);   /* must be readable */
+    memcpy(copy, g, sizeof copy); /* must be readable */
     int fd = *(int *)g;
     if (tm.sim) {
         CHECK_EQ(fd, -1);
@@ -221,7 +221,7 @@ static void t_gdr_t_has_gdrcopy_fd_field(void)
         CHECK(fcntl(fd, F_GETFD) >= 0);
     }
     CHECK_EQ(gdr_close(g), 0);
-    if (!tm.sim) CHECK(fcntl(fd, F_GETFD) < 0);   /* closed with the instance */
+    if (!tm.sim) CHECK(fcntl(fd, F_GETFD) < 0); /* closed with the instance */
 }
 
 /* GDRCopy's sanity casts mh.h to gdr_memh_t* and writes that many bytes to
@@ -386,14 +386,14 @@ static void t_error_codes_match_gdrcopy(void)
     gdr_mh_t mh;
     REQUIRE(gdr_pin_buffer(g, b.d, TM_GPU_PAGE, 0, 0, &mh) == 0);
     void *m = NULL, *m2 = NULL;
-    CHECK_EQ(gdr_map_v2(g, mh, &m, TM_GPU_PAGE, 17), EINVAL);      /* unknown flag */
-    CHECK_EQ(gdr_unmap(g, mh, m, TM_GPU_PAGE), EINVAL);            /* not mapped */
+    CHECK_EQ(gdr_map_v2(g, mh, &m, TM_GPU_PAGE, 17), EINVAL); /* unknown flag */
+    CHECK_EQ(gdr_unmap(g, mh, m, TM_GPU_PAGE), EINVAL);       /* not mapped */
     uint32_t x = 1;
-    CHECK_EQ(gdr_copy_to_mapping(mh, m, &x, 4), EINVAL);           /* not mapped */
+    CHECK_EQ(gdr_copy_to_mapping(mh, m, &x, 4), EINVAL); /* not mapped */
     REQUIRE(gdr_map(g, mh, &m, TM_GPU_PAGE) == 0);
-    CHECK_EQ(gdr_map(g, mh, &m2, TM_GPU_PAGE), EAGAIN);            /* mapped already */
+    CHECK_EQ(gdr_map(g, mh, &m2, TM_GPU_PAGE), EAGAIN); /* mapped already */
     CHECK(m2 == NULL);
-    CHECK_EQ(gdr_copy_to_mapping(mh, m, &x, 0), 0);                /* size 0: no-op */
+    CHECK_EQ(gdr_copy_to_mapping(mh, m, &x, 0), 0); /* size 0: no-op */
     const char *str = NULL;
     CHECK_EQ(gdr_get_mapping_type_string((gdr_mapping_type_t)9, &str), EINVAL);
     CHECK_EQ(gdr_unmap(g, mh, m, TM_GPU_PAGE), 0);

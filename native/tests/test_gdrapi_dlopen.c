@@ -18,7 +18,9 @@
 #include "gdrapi_testmem.h"
 
 /* The caller's own view of the ABI, as NCCL keeps one. */
-typedef struct { unsigned long h; } my_mh_t;
+typedef struct {
+    unsigned long h;
+} my_mh_t;
 typedef struct {
     uint64_t va, mapped_size;
     uint32_t page_size;
@@ -53,7 +55,7 @@ static struct {
     int (*copy_to_mapping)(my_mh_t, void *, const void *, size_t);
     int (*copy_from_mapping)(my_mh_t, void *, const void *, size_t);
     void (*runtime_get_version)(int *, int *);
-    void (*driver_get_version_void)(my_gdr_t, int *, int *);  /* NCCL's prototype */
+    void (*driver_get_version_void)(my_gdr_t, int *, int *); /* NCCL's prototype */
     int (*driver_get_version)(my_gdr_t, int *, int *);
     int (*get_attribute)(my_gdr_t, int, int *);
     int (*get_mapping_type_string)(int, const char **);
@@ -72,7 +74,10 @@ static void check(int ok, const char *what)
 
 static int resolve(void *lib)
 {
-    static const struct { const char *name; void **slot; } syms[] = {
+    static const struct {
+        const char *name;
+        void **slot;
+    } syms[] = {
         {"gdr_open", (void **)&api.open},
         {"gdr_close", (void **)&api.close},
         {"gdr_pin_buffer", (void **)&api.pin_buffer},
@@ -134,7 +139,7 @@ int main(int argc, char **argv)
     int dmaj = 0, dmin = 0;
     CHK(api.driver_get_version(g, &dmaj, &dmin) == 0 && dmaj >= 2);
     dmaj = dmin = 0;
-    api.driver_get_version_void(g, &dmaj, &dmin);   /* as NCCL calls it */
+    api.driver_get_version_void(g, &dmaj, &dmin); /* as NCCL calls it */
     check(dmaj >= 2, "gdr_driver_get_version called through a void prototype fills the version");
     int attr = -1;
     CHK(api.get_attribute(g, 1 /* USE_PERSISTENT_MAPPING */, &attr) == 0 && attr == 1);

@@ -12,16 +12,16 @@
 
 static int passed, failed;
 
-#define CHECK(cond, ...)                                   \
-    do {                                                   \
-        if (cond) {                                        \
-            passed++;                                      \
-        } else {                                           \
-            failed++;                                      \
+#define CHECK(cond, ...)                                           \
+    do {                                                           \
+        if (cond) {                                                \
+            passed++;                                              \
+        } else {                                                   \
+            failed++;                                              \
             printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            printf(__VA_ARGS__);                           \
-            printf("\n");                                  \
-        }                                                  \
+            printf(__VA_ARGS__);                                   \
+            printf("\n");                                          \
+        }                                                          \
     } while (0)
 
 static const char *pick(const char *version, const char *force, int *newer)
@@ -62,13 +62,13 @@ int main(void)
     CHECK(b && !strcmp(b, "580") && newer == 0, "580.159.04 -> %s", b ? b : "none");
     b = pick("535.54.03", "", &newer);
     CHECK(b && !strcmp(b, "535") && newer == 0, "535.54.03 -> %s", b ? b : "none");
-    b = pick("545.29.06", NULL, &newer);   /* a branch without a table: the older one */
+    b = pick("545.29.06", NULL, &newer); /* a branch without a table: the older one */
     CHECK(b && !strcmp(b, "535") && newer == 0, "545 -> %s", b ? b : "none");
-    b = pick("600.10", NULL, &newer);      /* newer than every table: the newest */
+    b = pick("600.10", NULL, &newer); /* newer than every table: the newest */
     CHECK(b && !strcmp(b, "595") && newer == 1, "600 -> %s newer %d", b ? b : "none", newer);
-    b = pick("470.256.02", NULL, &newer);  /* older than every table: refused... */
+    b = pick("470.256.02", NULL, &newer); /* older than every table: refused... */
     CHECK(b == NULL, "470 -> %s", b ? b : "none");
-    b = pick("470.256.02", "1", &newer);   /* ...unless forced, to the oldest */
+    b = pick("470.256.02", "1", &newer); /* ...unless forced, to the oldest */
     CHECK(b && !strcmp(b, "535"), "470 forced -> %s", b ? b : "none");
     b = pick("580.159.04", "570", &newer); /* a table by hand */
     CHECK(b && !strcmp(b, "570"), "force 570 -> %s", b ? b : "none");

@@ -38,7 +38,9 @@ static int cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-typedef struct { double med_us, p99_us; } stat_t;
+typedef struct {
+    double med_us, p99_us;
+} stat_t;
 
 static stat_t stats(uint64_t *s, size_t n)
 {
@@ -69,13 +71,24 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--min") && v) { min = strtoull(v, NULL, 0); i++; }
-        else if (!strcmp(a, "--max") && v) { max = strtoull(v, NULL, 0); i++; }
-        else if (!strcmp(a, "--iters") && v) { iters = atoi(v); i++; }
-        else if (!strcmp(a, "--warmup") && v) { warmup = atoi(v); i++; }
-        else if (!strcmp(a, "--quick")) quick = 1;
+        if (!strcmp(a, "--min") && v) {
+            min = strtoull(v, NULL, 0);
+            i++;
+        } else if (!strcmp(a, "--max") && v) {
+            max = strtoull(v, NULL, 0);
+            i++;
+        } else if (!strcmp(a, "--iters") && v) {
+            iters = atoi(v);
+            i++;
+        } else if (!strcmp(a, "--warmup") && v) {
+            warmup = atoi(v);
+            i++;
+        } else if (!strcmp(a, "--quick")) quick = 1;
         else if (!strcmp(a, "--csv")) csv = 1;
-        else { usage(); return a[1] == 'h' || !strcmp(a, "--help") ? 0 : 2; }
+        else {
+            usage();
+            return a[1] == 'h' || !strcmp(a, "--help") ? 0 : 2;
+        }
     }
     if (quick) {
         if (max > 65536) max = 65536;
@@ -108,10 +121,10 @@ int main(int argc, char **argv)
     const char *mtype = "?";
     gdr_get_mapping_type_string(info.mapping_type, &mtype);
 
-    void *hbuf = NULL;        /* for the gdr copies */
+    void *hbuf = NULL; /* for the gdr copies */
     if (posix_memalign(&hbuf, 4096, bufsize)) die("posix_memalign", ENOMEM);
     memset(hbuf, 0x5c, bufsize);
-    void *pinned = NULL;      /* for cuMemcpy */
+    void *pinned = NULL; /* for cuMemcpy */
     if (ce) {
         if ((rc = tm.cuMemHostAlloc(&pinned, bufsize, 0))) die("cuMemHostAlloc", rc);
         memset(pinned, 0x5c, bufsize);
@@ -177,7 +190,7 @@ int main(int argc, char **argv)
         }
         printf("\n");
         fflush(stdout);
-        if (size > max / 2) break;   /* no overflow past max */
+        if (size > max / 2) break; /* no overflow past max */
     }
 
     /* The data really went through: write a pattern, read it back both ways. */

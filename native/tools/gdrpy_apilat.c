@@ -44,7 +44,9 @@
 #include "gdrapi_testmem.h"
 
 typedef uint64_t h_t;
-typedef struct { unsigned long h; } mh_t;
+typedef struct {
+    unsigned long h;
+} mh_t;
 
 static struct {
     void *so;
@@ -87,10 +89,10 @@ static void die(const char *fmt, ...)
     exit(2);
 }
 
-#define SYM(lib, dst, name)                                                        \
-    do {                                                                           \
-        *(void **)&(dst) = dlsym((lib), (name));                                   \
-        if (!(dst)) die("%s not found in the library under test", (name));         \
+#define SYM(lib, dst, name)                                                \
+    do {                                                                   \
+        *(void **)&(dst) = dlsym((lib), (name));                           \
+        if (!(dst)) die("%s not found in the library under test", (name)); \
     } while (0)
 
 static double now_ns(void)
@@ -118,14 +120,19 @@ static void stats(double *s, int n, double *med, double *p99, double *max)
 }
 
 /* ---- latency rows ------------------------------------------------------ */
-enum { M_WRITE, M_READ, M_KERNEL, M_GDR_TO, M_GDR_FROM, M_COUNT };
+enum { M_WRITE,
+       M_READ,
+       M_KERNEL,
+       M_GDR_TO,
+       M_GDR_FROM,
+       M_COUNT };
 static const char *m_name[M_COUNT] = {"gdrpy_write", "gdrpy_read", "copy_to_mapping (kernel)",
                                       "gdr_copy_to_mapping", "gdr_copy_from_mapping"};
 
 static h_t g_ctx, g_pin;
-static char *g_user;          /* CPU address of the pinned address (gdrpy) */
+static char *g_user; /* CPU address of the pinned address (gdrpy) */
 static mh_t g_mh;
-static char *g_gmap;          /* gdr_map pointer */
+static char *g_gmap; /* gdr_map pointer */
 static char g_host[1 << 16] __attribute__((aligned(64)));
 
 static inline int run_one(int m, size_t n)
@@ -152,7 +159,8 @@ static void latency(const size_t *sizes, int nsizes, int samples, int have_gdr, 
 {
     int rounds = 5;
     printf("# latency: ns per call, median / p99 of %d samples; a sample is the mean of a "
-           "batch of B calls; %d interleaved rounds\n", samples, rounds);
+           "batch of B calls; %d interleaved rounds\n",
+           samples, rounds);
     printf("%-28s %8s %6s %10s %10s\n", "method", "bytes", "B", "median_ns", "p99_ns");
     double *s = malloc(sizeof(double) * (size_t)samples * M_COUNT);
     for (int si = 0; si < nsizes; si++) {
@@ -162,7 +170,7 @@ static void latency(const size_t *sizes, int nsizes, int samples, int have_gdr, 
             if (!have_gdr && (m == M_GDR_TO || m == M_GDR_FROM)) continue;
             for (int w = 0; w < 200; w++) run_one(m, n);
             double est = sample(m, n, 16);
-            int b = est > 0 ? (int)(2000.0 / est) : 256;   /* ~2 us per sample */
+            int b = est > 0 ? (int)(2000.0 / est) : 256; /* ~2 us per sample */
             if (b < 1) b = 1;
             if (b > 256) b = 256;
             if (!is_sim && (m == M_READ || m == M_GDR_FROM)) b = b < 4 ? b : 4;
@@ -207,7 +215,13 @@ static void *loader(void *arg)
     return NULL;
 }
 
-struct open_job { h_t h; int rc; double ns; atomic_int done; int op; };
+struct open_job {
+    h_t h;
+    int rc;
+    double ns;
+    atomic_int done;
+    int op;
+};
 
 static void *opener(void *arg)
 {
@@ -248,14 +262,17 @@ static int open_under_load(int threads, int opens, double timeout_s, double limi
     atomic_store(&g_loaded_ops, 0);
     for (int i = 0; i < threads; i++)
         pthread_create(&th[i], NULL, loader, (void *)(uintptr_t)(i * 4096));
-    usleep(100000);   /* let the load settle */
+    usleep(100000); /* let the load settle */
     double *so = malloc(sizeof(double) * (size_t)opens), *sc = malloc(sizeof(double) * (size_t)opens);
     int n = 0, blocked = 0;
     double t0 = now_ns();
     for (int i = 0; i < opens && !blocked; i++) {
         h_t h = 0;
         double o = timed_call(0, &h, timeout_s, &blocked);
-        if (blocked) { if (h) gp.close(h); break; }
+        if (blocked) {
+            if (h) gp.close(h);
+            break;
+        }
         double c = timed_call(1, &h, timeout_s, &blocked);
         if (blocked) break;
         so[n] = o / 1e6;
@@ -279,7 +296,8 @@ static int open_under_load(int threads, int opens, double timeout_s, double limi
         ok = ox <= limit_ms;
         printf("open_under_load threads=%d load=gdrpy_write %zuB (%.1f M copies/s): gdrpy_open "
                "median %.3f ms p99 %.3f ms max %.3f ms; gdrpy_close median %.3f ms max %.3f ms "
-               "(%d opens; limit %.0f ms: %s)\n", threads, g_load_bytes, ops / el / 1e6, om, op,
+               "(%d opens; limit %.0f ms: %s)\n",
+               threads, g_load_bytes, ops / el / 1e6, om, op,
                ox, cm, cx, n, limit_ms, ok ? "ok" : "OVER");
     }
     free(so);
@@ -304,15 +322,31 @@ int main(int argc, char **argv)
     double timeout_s = 3.0, limit_ms = 10.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--lib") && v) { lib = v; i++; }
-        else if (!strcmp(a, "--backend") && v) { backend = v; i++; }
-        else if (!strcmp(a, "--device") && v) { g_device = atoi(v); i++; }
-        else if (!strcmp(a, "--samples") && v) { samples = atoi(v); i++; }
-        else if (!strcmp(a, "--threads") && v) { threads = atoi(v); i++; }
-        else if (!strcmp(a, "--opens") && v) { opens = atoi(v); i++; }
-        else if (!strcmp(a, "--open-timeout") && v) { timeout_s = atof(v); i++; }
-        else if (!strcmp(a, "--load-bytes") && v) { g_load_bytes = parse_size(v); i++; }
-        else if (!strcmp(a, "--no-latency")) do_lat = 0;
+        if (!strcmp(a, "--lib") && v) {
+            lib = v;
+            i++;
+        } else if (!strcmp(a, "--backend") && v) {
+            backend = v;
+            i++;
+        } else if (!strcmp(a, "--device") && v) {
+            g_device = atoi(v);
+            i++;
+        } else if (!strcmp(a, "--samples") && v) {
+            samples = atoi(v);
+            i++;
+        } else if (!strcmp(a, "--threads") && v) {
+            threads = atoi(v);
+            i++;
+        } else if (!strcmp(a, "--opens") && v) {
+            opens = atoi(v);
+            i++;
+        } else if (!strcmp(a, "--open-timeout") && v) {
+            timeout_s = atof(v);
+            i++;
+        } else if (!strcmp(a, "--load-bytes") && v) {
+            g_load_bytes = parse_size(v);
+            i++;
+        } else if (!strcmp(a, "--no-latency")) do_lat = 0;
         else if (!strcmp(a, "--no-open")) do_open = 0;
         else if (!strcmp(a, "--sizes") && v) {
             nsizes = 0;
@@ -352,7 +386,7 @@ int main(int argc, char **argv)
     g_backend = gp.backend_from_name(backend);
     if (g_backend < 0) die("unknown backend %s", backend);
     int is_sim = !strcmp(backend, "sim");
-    if (is_sim) setenv("GDRPY_BACKEND", "sim", 1);   /* libgdrapi + test memory */
+    if (is_sim) setenv("GDRPY_BACKEND", "sim", 1); /* libgdrapi + test memory */
     else unsetenv("GDRPY_BACKEND");
 
     snprintf(path, sizeof path, "%s/libgdrapi.so.2", lib);
@@ -399,7 +433,8 @@ int main(int argc, char **argv)
     if (do_lat) latency(sizes, nsizes, samples, 1, is_sim);
     if (do_open) {
         printf("# open under load: gdrpy_open+gdrpy_close of a new context, %d times, while "
-               "%d threads loop gdrpy_write of %zu B on another context\n", opens, threads,
+               "%d threads loop gdrpy_write of %zu B on another context\n",
+               opens, threads,
                g_load_bytes);
         open_under_load(0, opens < 20 ? opens : 20, timeout_s, limit_ms);
         if (threads) rc |= !open_under_load(threads, opens, timeout_s, limit_ms);

@@ -50,7 +50,7 @@
  * any access; Arm Device memory faults on memcpy's unaligned accesses. */
 #define TOOL_MEMCPY_ROW 1
 #else
-#include "fence.h"   /* src/copy/fence.h: the target's store fence */
+#include "fence.h" /* src/copy/fence.h: the target's store fence */
 #define TOOL_X86 0
 #define TOOL_MEMCPY_ROW 0
 #endif
@@ -101,11 +101,11 @@ static const char *cu_name(CUresult r)
     return "CUresult ?";
 }
 
-#define CU_CHECK(call)                                                             \
-    do {                                                                           \
-        CUresult r_ = (call);                                                      \
-        if (r_ != 0)                                                               \
-            die("%s failed: %s (%d)", #call, cu_name(r_), r_);                     \
+#define CU_CHECK(call)                                         \
+    do {                                                       \
+        CUresult r_ = (call);                                  \
+        if (r_ != 0)                                           \
+            die("%s failed: %s (%d)", #call, cu_name(r_), r_); \
     } while (0)
 
 static void *cu_sym(const char *a, const char *b)
@@ -152,14 +152,14 @@ static inline uint64_t tsc_begin(void)
 {
     unsigned aux;
     uint64_t t = __rdtscp(&aux);
-    _mm_lfence();   /* the timed code starts after the read */
+    _mm_lfence(); /* the timed code starts after the read */
     return t;
 }
 
 static inline uint64_t tsc_end(void)
 {
     unsigned aux;
-    uint64_t t = __rdtscp(&aux);   /* waits for the timed code to execute */
+    uint64_t t = __rdtscp(&aux); /* waits for the timed code to execute */
     _mm_lfence();
     return t;
 }
@@ -203,8 +203,7 @@ static void calibrate_tsc(int quick)
     double ms = quick ? 20 : 200;
     double t0 = mono_ns();
     uint64_t c0 = tsc_begin();
-    while (mono_ns() - t0 < ms * 1e6)
-        ;
+    while (mono_ns() - t0 < ms * 1e6);
     uint64_t c1 = tsc_end();
     double t1 = mono_ns();
     g_tsc_per_ns = (double)(c1 - c0) / (t1 - t0);
@@ -223,11 +222,11 @@ static struct {
     gdrpy_ctx_t ctx;
     gdrpy_pin_t pin;
     int sim;
-    uint64_t dptr;      /* device memory */
+    uint64_t dptr; /* device memory */
     size_t dsize;
-    char *map;          /* CPU address of dptr through the mapping, 64-B aligned */
-    char *host;         /* pageable host memory, the source/target of our copies */
-    char *pinned;       /* cuMemHostAlloc'ed (sim: malloc) for the copy engine */
+    char *map;    /* CPU address of dptr through the mapping, 64-B aligned */
+    char *host;   /* pageable host memory, the source/target of our copies */
+    char *pinned; /* cuMemHostAlloc'ed (sim: malloc) for the copy engine */
     int have_avx2, have_avx512;
     int quick;
     long base_iters;
@@ -237,7 +236,7 @@ static struct {
 } B;
 
 typedef struct {
-    double med, p99, min, mean;   /* ns */
+    double med, p99, min, mean; /* ns */
     long iters;
 } stats_t;
 
@@ -246,13 +245,13 @@ typedef void (*op_fn)(size_t n);
 /* One measurement: its samples accumulate over one or more rounds. */
 typedef struct {
     const char *op;
-    const char *tag;        /* shown in brackets: the kernel or the raw loop's ISA */
-    int set_isa;            /* 1: tag is a gdrpy kernel, selected before each round */
+    const char *tag; /* shown in brackets: the kernel or the raw loop's ISA */
+    int set_isa;     /* 1: tag is a gdrpy kernel, selected before each round */
     op_fn fn;
-    size_t bytes;           /* bytes one iteration moves */
-    long iters;             /* total */
+    size_t bytes; /* bytes one iteration moves */
+    long iters;   /* total */
     long done;
-    uint64_t *s;            /* iters samples (TSC ticks) */
+    uint64_t *s; /* iters samples (TSC ticks) */
     double sum;
 } meas_t;
 
@@ -343,8 +342,8 @@ static long iters_for(size_t n, double budget_bytes)
     long lo = B.quick ? 2 : 5;
     return it < lo ? lo : it;
 }
-#define BUDGET_WRITE (B.quick ? 256.0e6 : 4.0e9)   /* ~16 GB/s paths */
-#define BUDGET_READ (B.quick ? 16.0e6 : 256.0e6)   /* BAR1 reads: ~1 GB/s */
+#define BUDGET_WRITE (B.quick ? 256.0e6 : 4.0e9) /* ~16 GB/s paths */
+#define BUDGET_READ (B.quick ? 16.0e6 : 256.0e6) /* BAR1 reads: ~1 GB/s */
 
 /* ---- the operations ---------------------------------------------------- */
 static void op_to(size_t n) { gdrpy_copy_to_mapping(B.map, B.host, n); }
@@ -516,7 +515,7 @@ static void emit(const char *op, const char *isa, size_t n, size_t bytes, stats_
 typedef struct {
     size_t n;
     char isa[16];
-    double w_pct, r_pct;    /* our median GB/s as % of the best raw loop; -1: none */
+    double w_pct, r_pct; /* our median GB/s as % of the best raw loop; -1: none */
 } summ_t;
 
 /* Measures group g (interleaved rounds) and prints it.  Rows [raw0, raw1)
@@ -574,9 +573,12 @@ static size_t parse_size(const char *s)
     if (errno || end == s)
         die("bad size \"%s\"", s);
     switch (*end) {
-    case 'k': case 'K': v <<= 10, end++; break;
-    case 'm': case 'M': v <<= 20, end++; break;
-    case 'g': case 'G': v <<= 30, end++; break;
+    case 'k':
+    case 'K': v <<= 10, end++; break;
+    case 'm':
+    case 'M': v <<= 20, end++; break;
+    case 'g':
+    case 'G': v <<= 30, end++; break;
     default: break;
     }
     if ((*end == 'i' || *end == 'I') && (end[1] == 'B' || end[1] == 'b'))
@@ -616,29 +618,45 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV()                                                                    \
-    do {                                                                           \
-        if (!v)                                                                    \
-            die("%s needs a value", a);                                            \
-        i++;                                                                       \
+#define NEEDV()                         \
+    do {                                \
+        if (!v)                         \
+            die("%s needs a value", a); \
+        i++;                            \
     } while (0)
-        if (!strcmp(a, "--backend")) { NEEDV(); backend_name = v; }
-        else if (!strcmp(a, "--device")) { NEEDV(); device = atoi(v); }
-        else if (!strcmp(a, "--sizes")) { NEEDV(); sizes_arg = v; }
-        else if (!strcmp(a, "--iters")) {
+        if (!strcmp(a, "--backend")) {
+            NEEDV();
+            backend_name = v;
+        } else if (!strcmp(a, "--device")) {
+            NEEDV();
+            device = atoi(v);
+        } else if (!strcmp(a, "--sizes")) {
+            NEEDV();
+            sizes_arg = v;
+        } else if (!strcmp(a, "--iters")) {
             NEEDV();
             B.base_iters = atol(v);
             B.iters_given = 1;
             if (B.base_iters < 1)
                 die("--iters must be >= 1");
-        }
-        else if (!strcmp(a, "--isa")) { NEEDV(); isa_arg = v; }
-        else if (!strcmp(a, "--json")) { NEEDV(); json_path = v; }
-        else if (!strcmp(a, "--cpu")) { NEEDV(); cpu = atoi(v); }
-        else if (!strcmp(a, "--quick")) B.quick = 1;
+        } else if (!strcmp(a, "--isa")) {
+            NEEDV();
+            isa_arg = v;
+        } else if (!strcmp(a, "--json")) {
+            NEEDV();
+            json_path = v;
+        } else if (!strcmp(a, "--cpu")) {
+            NEEDV();
+            cpu = atoi(v);
+        } else if (!strcmp(a, "--quick")) B.quick = 1;
         else if (!strcmp(a, "--no-ce")) no_ce = 1;
-        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
-        else { usage(stderr); die("unknown option %s", a); }
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            die("unknown option %s", a);
+        }
     }
     if (B.quick && !B.iters_given)
         B.base_iters = 20;
@@ -665,7 +683,8 @@ int main(int argc, char **argv)
     char isas[8][16];
     int nisas = 0;
     {
-        const char *list = !isa_arg ? gdrpy_copy_isa() : !strcmp(isa_arg, "all") ? avail : isa_arg;
+        const char *list = !isa_arg ? gdrpy_copy_isa() : !strcmp(isa_arg, "all") ? avail
+                                                                                 : isa_arg;
         char *dup = strdup(list), *save = NULL;
         for (char *t = strtok_r(dup, ",", &save); t && nisas < 8; t = strtok_r(NULL, ",", &save)) {
             if (gdrpy_set_copy_isa(t) != 0)
@@ -826,7 +845,7 @@ int main(int argc, char **argv)
         if (!no_ce) {
             long it = iters_for(n, BUDGET_WRITE);
             if (it > 2000 && !B.iters_given)
-                it = 2000;   /* ~7 us each: plenty for a median and a p99 */
+                it = 2000; /* ~7 us each: plenty for a median and a p99 */
             stats_t h = run_timed(op_ce_htod, n, it);
             emit(B.sim ? "gdrpy_memcpy_htod (sim)" : "cuMemcpyHtoD (pinned)", NULL, n, n, h, 0, NULL);
             stats_t d = run_timed(op_ce_dtoh, n, it);

@@ -28,11 +28,11 @@
 #define LINUX_ENOTSUPP 524 /* kernel-internal "not supported", leaks to user space */
 
 struct dmabuf_ctx {
-    uint64_t n_fd, n_map;       /* live dma-buf fds and mappings (atomic) */
+    uint64_t n_fd, n_map; /* live dma-buf fds and mappings (atomic) */
 };
 
 struct dmabuf_pin {
-    int fd;         /* the dma-buf */
+    int fd; /* the dma-buf */
     void *mm;
     size_t mm_len;
 };
@@ -51,7 +51,7 @@ static int dmabuf_check(int device)
     if (rc) return rc;
     if (!gp_cu.MemGetHandleForAddressRange)
         return gp_err(GDRPY_ENOTSUP, "libcuda has no cuMemGetHandleForAddressRange: the "
-                      "CUDA driver is too old for dma-buf export (CUDA 11.7+ needed)");
+                                     "CUDA driver is too old for dma-buf export (CUDA 11.7+ needed)");
     CUdevice d;
     CUresult r = gp_cu.DeviceGet(&d, device);
     if (r) return gp_cuda_err(0, r, "cuDeviceGet", "looking up CUDA device %d", device);
@@ -62,8 +62,9 @@ static int dmabuf_check(int device)
                            "querying dma-buf support of CUDA device %d", device);
     if (!v)
         return gp_err(GDRPY_ENOTSUP, "CUDA device %d does not support dma-buf export "
-                      "(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0; needs the open kernel "
-                      "module and a recent kernel)", device);
+                                     "(CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED = 0; needs the open kernel "
+                                     "module and a recent kernel)",
+                      device);
     return 0;
 }
 
@@ -74,13 +75,13 @@ static int dmabuf_check(int device)
  * verdict is cached for the process). */
 #define DMABUF_TRIAL_DEVICES 64
 static pthread_mutex_t trial_lock = PTHREAD_MUTEX_INITIALIZER;
-static int trial_verdict[DMABUF_TRIAL_DEVICES];   /* 0 unknown, 1 maps, 2 refused */
+static int trial_verdict[DMABUF_TRIAL_DEVICES]; /* 0 unknown, 1 maps, 2 refused */
 static char trial_why[DMABUF_TRIAL_DEVICES][256];
 
 static int dmabuf_trial_map(int device)
 {
     if (device < 0 || device >= DMABUF_TRIAL_DEVICES || !gp_cu.MemAlloc || !gp_cu.MemFree)
-        return 0;   /* cannot try: pin/map will report what happens */
+        return 0; /* cannot try: pin/map will report what happens */
     pthread_mutex_lock(&trial_lock);
     int v = trial_verdict[device];
     if (v == 0) {
@@ -109,7 +110,8 @@ static int dmabuf_trial_map(int device)
                 snprintf(trial_why[device], sizeof trial_why[device],
                          "dma-buf mmap refused by the driver (errno %d%s): this NVIDIA driver "
                          "does not let the CPU map dma-bufs of device %d's memory; use the "
-                         "nvrm or gdrdrv backend", e, e == LINUX_ENOTSUPP ? ", ENOTSUPP" : "",
+                         "nvrm or gdrdrv backend",
+                         e, e == LINUX_ENOTSUPP ? ", ENOTSUPP" : "",
                          device);
             } else {
                 munmap(m, (size_t)host_page());
@@ -228,10 +230,11 @@ static int dmabuf_map(gp_ctx *ctx, gp_pin *p)
         int e = errno;
         if (e == LINUX_ENOTSUPP || e == ENOTSUP || e == ENODEV)
             return gp_err(GDRPY_ENOTSUP, "dma-buf mmap refused by the driver (errno %d%s): "
-                          "this NVIDIA driver does not let the CPU map dma-bufs of this GPU's "
-                          "memory (the open driver allows it only on GPUs without their own "
-                          "framebuffer, or with newer CUDA drivers); use the nvrm or gdrdrv "
-                          "backend", e, e == LINUX_ENOTSUPP ? ", ENOTSUPP" : "");
+                                         "this NVIDIA driver does not let the CPU map dma-bufs of this GPU's "
+                                         "memory (the open driver allows it only on GPUs without their own "
+                                         "framebuffer, or with newer CUDA drivers); use the nvrm or gdrdrv "
+                                         "backend",
+                          e, e == LINUX_ENOTSUPP ? ", ENOTSUPP" : "");
         return gp_err(e == ENOMEM ? GDRPY_ENOMEM : GDRPY_EIO,
                       "mmap of the dma-buf (%zu bytes) failed: errno %d (%s)", len, e,
                       strerror(e));
@@ -240,7 +243,8 @@ static int dmabuf_map(gp_ctx *ctx, gp_pin *p)
         int e = errno;
         munmap(m, len);
         return gp_err(GDRPY_EIO, "madvise(MADV_DONTFORK) on the dma-buf mapping failed: "
-                      "errno %d (%s)", e, strerror(e));
+                                 "errno %d (%s)",
+                      e, strerror(e));
     }
     dp->mm = m;
     dp->mm_len = len;
@@ -268,7 +272,7 @@ static int dmabuf_unmap(gp_ctx *ctx, gp_pin *p)
 
 static int dmabuf_get_invalidated(gp_ctx *ctx, gp_pin *p, int *flag)
 {
-    *flag = 0;   /* the dma-buf holds the memory until it is closed */
+    *flag = 0; /* the dma-buf holds the memory until it is closed */
     return 0;
 }
 

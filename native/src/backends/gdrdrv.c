@@ -30,30 +30,30 @@
 #define GDRDRV_IOCTL_TYPE 0xDA
 
 /* ---- argument layouts ------------------------------------------------- */
-struct gdrdrv_pin_v1 {          /* PIN_BUFFER */
+struct gdrdrv_pin_v1 { /* PIN_BUFFER */
     uint64_t addr, size, p2p_token;
     uint32_t va_space, pad;
-    uint64_t handle;            /* out */
+    uint64_t handle; /* out */
 };
-struct gdrdrv_pin_v2 {          /* PIN_BUFFER_V2 */
+struct gdrdrv_pin_v2 { /* PIN_BUFFER_V2 */
     uint64_t addr, size;
     uint32_t flags, pad;
-    uint64_t handle;            /* out */
+    uint64_t handle; /* out */
 };
 struct gdrdrv_unpin {
     uint64_t handle;
 };
 struct gdrdrv_cb_flag {
     uint64_t handle;
-    uint32_t flag, pad;         /* out */
+    uint32_t flag, pad; /* out */
 };
-struct gdrdrv_info {            /* GET_INFO (v1) and GET_INFO_V2 */
+struct gdrdrv_info { /* GET_INFO (v1) and GET_INFO_V2 */
     uint64_t handle;
     uint64_t va, mapped_size;
     uint32_t page_size, tsc_khz;
     uint64_t tm_cycles;
     uint32_t mapped;
-    uint32_t wc_or_type;        /* v1: wc_mapping; v2: mapping_type */
+    uint32_t wc_or_type; /* v1: wc_mapping; v2: mapping_type */
 };
 struct gdrdrv_attr {
     uint32_t attr, val;
@@ -96,7 +96,7 @@ _Static_assert(GDRDRV_IOC_PIN_BUFFER_V2 == 0xC020DA07u, "PIN_BUFFER_V2 request")
 _Static_assert(GDRDRV_IOC_GET_VERSION == 0xC008DAFFu, "GET_VERSION request");
 
 #define GDR_VER(maj, min) (((uint32_t)(maj) << 16) | (uint32_t)(min))
-#define GDR_API_VERSION GDR_VER(2, 6)          /* the API we provide */
+#define GDR_API_VERSION GDR_VER(2, 6) /* the API we provide */
 #define GDRDRV_MIN_VERSION GDR_VER(2, 0)
 #define GDRDRV_VER_INFO_V2 GDR_VER(2, 4)
 #define GDRDRV_VER_PIN_V2 GDR_VER(2, 5)
@@ -104,7 +104,7 @@ _Static_assert(GDRDRV_IOC_GET_VERSION == 0xC008DAFFu, "GET_VERSION request");
 struct gdrdrv_ctx {
     int fd;
     uint32_t version;
-    uint64_t n_pin, n_map;      /* live objects (atomic), for leak checks */
+    uint64_t n_pin, n_map; /* live objects (atomic), for leak checks */
 };
 
 struct gdrdrv_pin {
@@ -157,7 +157,7 @@ static int open_gdrdrv(int *fd, uint32_t *version)
         int e = errno;
         if (e == ENOENT || e == ENXIO || e == ENODEV)
             return gp_err(GDRPY_ENXIO, GDRDRV_PATH " not present: the gdrdrv kernel module "
-                          "(GDRCopy) is not loaded on this host");
+                                                   "(GDRCopy) is not loaded on this host");
         if (e == EACCES || e == EPERM)
             return gp_err(GDRPY_EACCES, "cannot open " GDRDRV_PATH ": %s", strerror(e));
         return gp_err(GDRPY_EIO, "cannot open " GDRDRV_PATH ": errno %d (%s)", e, strerror(e));
@@ -168,13 +168,15 @@ static int open_gdrdrv(int *fd, uint32_t *version)
         close(*fd);
         *fd = -1;
         return gp_err(GDRPY_ENOTSUP, "gdrdrv GET_VERSION failed (errno %d, %s): the module is "
-                      "older than 2.0 and not supported", e, strerror(e));
+                                     "older than 2.0 and not supported",
+                      e, strerror(e));
     }
     if (v.gdrdrv_version < GDRDRV_MIN_VERSION || v.minimum_gdr_api_version > GDR_API_VERSION) {
         close(*fd);
         *fd = -1;
         return gp_err(GDRPY_ENOTSUP, "gdrdrv %u.%u (needs API >= %u.%u) is not compatible with "
-                      "API %u.%u", v.gdrdrv_version >> 16, v.gdrdrv_version & 0xffff,
+                                     "API %u.%u",
+                      v.gdrdrv_version >> 16, v.gdrdrv_version & 0xffff,
                       v.minimum_gdr_api_version >> 16, v.minimum_gdr_api_version & 0xffff,
                       GDR_API_VERSION >> 16, GDR_API_VERSION & 0xffff);
     }
@@ -222,7 +224,7 @@ static void gdrdrv_close(gp_ctx *ctx)
 {
     struct gdrdrv_ctx *g = ctx->bpriv;
     if (!g) return;
-    close(g->fd);   /* the module unpins whatever this fd still holds */
+    close(g->fd); /* the module unpins whatever this fd still holds */
     gp_cuda_unhold(ctx->device);
     free(g);
     ctx->bpriv = NULL;
@@ -243,7 +245,7 @@ static int get_info(struct gdrdrv_ctx *g, uint64_t handle, struct gdrdrv_info *i
             *type = GDRPY_MAPPING_NONE;
         else if (v2)
             *type = info->wc_or_type <= GDRPY_MAPPING_DEVICE ? (int)info->wc_or_type
-                                                              : GDRPY_MAPPING_WC;
+                                                             : GDRPY_MAPPING_WC;
         else
             *type = info->wc_or_type ? GDRPY_MAPPING_WC : GDRPY_MAPPING_CACHING;
     }
@@ -273,7 +275,8 @@ static int gdrdrv_pin(gp_ctx *ctx, gp_pin *p)
     } else {
         if (p->flags & GDRPY_PIN_FORCE_PCIE)
             return gp_err(GDRPY_ENOTSUP, "pin flag FORCE_PCIE needs gdrdrv >= 2.5 (this is "
-                          "%u.%u)", g->version >> 16, g->version & 0xffff);
+                                         "%u.%u)",
+                          g->version >> 16, g->version & 0xffff);
         struct gdrdrv_pin_v1 a;
         memset(&a, 0, sizeof a);
         a.addr = va;
@@ -291,7 +294,8 @@ static int gdrdrv_pin(gp_ctx *ctx, gp_pin *p)
                 (info.va & (uint64_t)(host_page() - 1)) ||
                 (info.mapped_size & (uint64_t)(host_page() - 1))))
         rc = gp_err(GDRPY_EIO, "gdrdrv pinned [0x%llx, +0x%llx), which does not cover "
-                    "0x%llx+%llu", (unsigned long long)info.va,
+                               "0x%llx+%llu",
+                    (unsigned long long)info.va,
                     (unsigned long long)info.mapped_size, (unsigned long long)p->addr,
                     (unsigned long long)p->size);
     struct gdrdrv_pin *gp = rc ? NULL : calloc(1, sizeof *gp);
@@ -347,9 +351,10 @@ static int gdrdrv_map(gp_ctx *ctx, gp_pin *p)
     if (m == MAP_FAILED) {
         int e = errno;
         return gp_err(errno_code(e), "mmap of gdrdrv handle 0x%llx (%zu bytes) failed: "
-                      "errno %d (%s)", (unsigned long long)gp->handle, len, e, strerror(e));
+                                     "errno %d (%s)",
+                      (unsigned long long)gp->handle, len, e, strerror(e));
     }
-    madvise(m, len, MADV_DONTFORK);   /* gdrdrv sets VM_DONTCOPY itself too */
+    madvise(m, len, MADV_DONTFORK); /* gdrdrv sets VM_DONTCOPY itself too */
     gp->mm = m;
     gp->mm_len = len;
     __atomic_add_fetch(&g->n_map, 1, __ATOMIC_RELAXED);

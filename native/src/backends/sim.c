@@ -25,11 +25,11 @@
 
 typedef struct sim_alloc {
     struct sim_alloc *next;
-    uint64_t base;   /* device-side address */
-    size_t size;     /* rounded to 64 KiB */
-    size_t req;      /* requested size */
+    uint64_t base; /* device-side address */
+    size_t size;   /* rounded to 64 KiB */
+    size_t req;    /* requested size */
     int fd;
-    int refs;        /* 1 for the allocation itself (until freed) + pins */
+    int refs; /* 1 for the allocation itself (until freed) + pins */
     int freed;
 } sim_alloc;
 
@@ -43,7 +43,10 @@ static void sim_release_locked(sim_alloc *a)
 {
     if (--a->refs > 0) return;
     for (sim_alloc **pp = &sim_list; *pp; pp = &(*pp)->next)
-        if (*pp == a) { *pp = a->next; break; }
+        if (*pp == a) {
+            *pp = a->next;
+            break;
+        }
     munmap((void *)(uintptr_t)a->base, a->size);
     close(a->fd);
     free(a);
@@ -67,7 +70,7 @@ static void sim_atfork_child(void)
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
         close(a->fd);
     }
-    sim_list = NULL;   /* the records leak in the child: a few bytes each */
+    sim_list = NULL; /* the records leak in the child: a few bytes each */
 }
 
 __attribute__((constructor)) static void sim_init(void)
@@ -145,7 +148,10 @@ int gdrpy_sim_free(uint64_t dptr)
     pthread_mutex_lock(&sim_lock);
     sim_alloc *a = NULL;
     for (sim_alloc *x = sim_list; x; x = x->next)
-        if (!x->freed && x->base == dptr) { a = x; break; }
+        if (!x->freed && x->base == dptr) {
+            a = x;
+            break;
+        }
     if (!a) {
         pthread_mutex_unlock(&sim_lock);
         return gp_err(GDRPY_EINVAL, "sim_free: 0x%llx is not the start of a live sim allocation",
@@ -207,7 +213,7 @@ static int sim_pin(gp_ctx *c, gp_pin *p)
     if (!a) {
         pthread_mutex_unlock(&sim_lock);
         return gp_err(GDRPY_EINVAL, "0x%llx (+%llu bytes) is not inside one live sim "
-                      "allocation (the sim backend pins only memory from gdrpy_sim_alloc)",
+                                    "allocation (the sim backend pins only memory from gdrpy_sim_alloc)",
                       (unsigned long long)p->addr, (unsigned long long)p->size);
     }
     a->refs++;
@@ -260,7 +266,7 @@ static int sim_dev_memcpy(gp_ctx *c, int dir, uint64_t dptr, void *host, size_t 
     void *dev = (void *)(uintptr_t)dptr;
     if (dir == 0) memcpy(dev, host, n);
     else memcpy(host, dev, n);
-    sim_put(a);   /* a concurrent sim_free waited for this copy */
+    sim_put(a); /* a concurrent sim_free waited for this copy */
     return 0;
 }
 

@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "fence.h"      /* src/copy/fence.h: the copy kernels' fences, per architecture */
+#include "fence.h" /* src/copy/fence.h: the copy kernels' fences, per architecture */
 #include "gdrpy.h"
 #include "internal.h"
 

@@ -54,7 +54,7 @@
 #include "internal.h"
 
 /* ---- kernels (one file each) ------------------------------------------ */
-GP_HIDDEN extern const gp_copy_kernel gp_copy_generic;   /* generic.c, every target */
+GP_HIDDEN extern const gp_copy_kernel gp_copy_generic; /* generic.c, every target */
 /* The per-architecture kernels are declared in x86/x86.h and arm/arm.h. */
 
 /* ---- dispatcher helpers (dispatch.c) ----------------------------------- */
@@ -104,7 +104,7 @@ GP_HIDDEN const char *gp_arch_kernel_notes(void);
 typedef uint16_t gp_u16u __attribute__((aligned(1), may_alias));
 typedef uint32_t gp_u32u __attribute__((aligned(1), may_alias));
 typedef uint64_t gp_u64u __attribute__((aligned(1), may_alias));
-typedef uint64_t gp_u64a __attribute__((may_alias));   /* 8-byte aligned */
+typedef uint64_t gp_u64a __attribute__((may_alias)); /* 8-byte aligned */
 
 /* 1 <= n <= 15, dst in the mapping: two overlapping stores of the largest
  * power of two <= n (one store for n == 1).  For n == 8 this is two loads

@@ -67,7 +67,7 @@
 #include <strings.h>
 
 #include "copy.h"
-#include "fence.h"   /* GP_ARCH_NAME; stops the build on an architecture without fences */
+#include "fence.h" /* GP_ARCH_NAME; stops the build on an architecture without fences */
 
 /* ---- kernel set of architectures without their own kernels ------------ */
 #if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)

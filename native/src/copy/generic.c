@@ -94,8 +94,14 @@ static void generic_to_mapping(void *dst, const void *src, size_t n)
         uint64_t f = p[4], g = p[5], h = p[6], i = p[7];
         for (int t_ = 0; t_ < 8; t_++)
             GP_MAP_TRACE(q + t_, 8);
-        q[0] = a; q[1] = b; q[2] = c; q[3] = e;
-        q[4] = f; q[5] = g; q[6] = h; q[7] = i;
+        q[0] = a;
+        q[1] = b;
+        q[2] = c;
+        q[3] = e;
+        q[4] = f;
+        q[5] = g;
+        q[6] = h;
+        q[7] = i;
     }
     if (n)
         generic_put_le64(d, s, n);
@@ -109,11 +115,11 @@ static void generic_from_mapping(void *dst, const void *src, size_t n)
     if (!n)
         return;
     char *d = dst;
-    size_t off = (size_t)((uintptr_t)src & 7);          /* src within its word */
+    size_t off = (size_t)((uintptr_t)src & 7); /* src within its word */
     const volatile gp_u64a *p =
         (const volatile gp_u64a *)(const void *)((const char *)src - off);
-    size_t nw = (off + n + 7) / 8;                      /* words covering, >= 1 */
-    uint64_t buf[2];                                    /* bounce: first, last word */
+    size_t nw = (off + n + 7) / 8; /* words covering, >= 1 */
+    uint64_t buf[2];               /* bounce: first, last word */
     gp_fence_before_loads();
     if (nw == 1) {
         GP_MAP_TRACE(p, 8);
@@ -135,8 +141,14 @@ static void generic_from_mapping(void *dst, const void *src, size_t n)
         uint64_t a = q[0], b = q[1], c = q[2], e = q[3];
         uint64_t f = q[4], g = q[5], h = q[6], i = q[7];
         gp_u64u *o = (gp_u64u *)d;
-        o[0] = a; o[1] = b; o[2] = c; o[3] = e;
-        o[4] = f; o[5] = g; o[6] = h; o[7] = i;
+        o[0] = a;
+        o[1] = b;
+        o[2] = c;
+        o[3] = e;
+        o[4] = f;
+        o[5] = g;
+        o[6] = h;
+        o[7] = i;
     }
     for (; q != qe; q++, d += 8) {
         GP_MAP_TRACE(q, 8);

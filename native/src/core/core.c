@@ -37,10 +37,10 @@ volatile unsigned gdrpy_fork_generation = 0;
 #define CTX_MAX 1024u
 
 struct gp_ctx_slot {
-    _Atomic uint32_t gen;       /* generation of the handle now valid */
-    _Atomic int users;          /* calls inside the context */
-    _Atomic int closing;        /* gdrpy_close in progress */
-    gp_ctx *_Atomic ctx;        /* NULL: free */
+    _Atomic uint32_t gen; /* generation of the handle now valid */
+    _Atomic int users;    /* calls inside the context */
+    _Atomic int closing;  /* gdrpy_close in progress */
+    gp_ctx *_Atomic ctx;  /* NULL: free */
 };
 
 static pthread_mutex_t g_tab_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -100,7 +100,8 @@ int gp_busy_wait_limit_ms(void)
         long x = strtol(e, &end, 10);
         if (*end || x < 0 || x > 600000)
             gp_log(GP_LOG_CONFIG, "GDRPY_BUSY_WAIT_MS=%s is not a number of milliseconds 0..600000; "
-                   "using %d", e, v);
+                                  "using %d",
+                   e, v);
         else
             v = (int)x;
     }
@@ -185,7 +186,10 @@ int gdrpy_backend_from_name(const char *name)
 int gdrpy_backend_probe(int backend, int device, char *why, size_t whylen)
 {
     char dummy[8];
-    if (!why || whylen == 0) { why = dummy; whylen = sizeof dummy; }
+    if (!why || whylen == 0) {
+        why = dummy;
+        whylen = sizeof dummy;
+    }
     why[0] = '\0';
     const struct gp_backend *be = backend_by_id(backend);
     if (!be) {
@@ -315,7 +319,8 @@ int gdrpy_open(int device, int backend, gdrpy_ctx_t *out)
             if (b < 0)
                 return gp_err(GDRPY_EINVAL,
                               "open: GDRPY_BACKEND=%s is not one of auto, sim, nvrm, "
-                              "gdrdrv, dmabuf", env);
+                              "gdrdrv, dmabuf",
+                              env);
             if (b != GDRPY_BACKEND_AUTO)
                 gp_log(2, "GDRPY_BACKEND=%s selects the %s backend", env, env);
             backend = b;
@@ -338,7 +343,10 @@ int gdrpy_open(int device, int backend, gdrpy_ctx_t *out)
             int prc = be->probe(device, why, sizeof why);
             if (prc == 0) {
                 prc = open_with(be, device, &c);
-                if (prc == 0) { rc = 0; break; }
+                if (prc == 0) {
+                    rc = 0;
+                    break;
+                }
                 snprintf(why, sizeof why, "%s", gdrpy_last_error());
             }
             if (prc == GDRPY_ENODEV) rc = GDRPY_ENODEV;
@@ -348,8 +356,8 @@ int gdrpy_open(int device, int backend, gdrpy_ctx_t *out)
         }
         if (rc) {
             return gp_err(rc, "open: no GPU backend works on device %d (%s). The sim "
-                          "backend (host memory standing in for a GPU) is available "
-                          "only when asked for: backend=sim or GDRPY_BACKEND=sim",
+                              "backend (host memory standing in for a GPU) is available "
+                              "only when asked for: backend=sim or GDRPY_BACKEND=sim",
                           device, reasons);
         }
         gp_log(2, "auto selected the %s backend for device %d", c->be->name, device);
@@ -367,7 +375,10 @@ int gdrpy_open(int device, int backend, gdrpy_ctx_t *out)
     pthread_mutex_lock(&g_tab_lock);
     uint32_t idx = CTX_MAX;
     for (uint32_t i = 0; i < CTX_MAX; i++)
-        if (!atomic_load_explicit(&g_slots[i].ctx, memory_order_relaxed)) { idx = i; break; }
+        if (!atomic_load_explicit(&g_slots[i].ctx, memory_order_relaxed)) {
+            idx = i;
+            break;
+        }
     if (idx == CTX_MAX) {
         pthread_mutex_unlock(&g_tab_lock);
         c->be->close(c);
@@ -427,7 +438,7 @@ int gdrpy_close(gdrpy_ctx_t h)
     if (c->fork_gen != gdrpy_fork_generation || c->pid != getpid()) {
         pthread_mutex_unlock(&g_tab_lock);
         return gp_err(GDRPY_EACCES, "close: the context was opened by process %d; this "
-                      "process (%d) cannot close it (not inherited across fork)",
+                                    "process (%d) cannot close it (not inherited across fork)",
                       (int)c->pid, (int)getpid());
     }
     atomic_store(&s->closing, 1);
@@ -438,8 +449,8 @@ int gdrpy_close(gdrpy_ctx_t h)
         int n = atomic_load(&s->users);
         atomic_store(&s->closing, 0);
         return gp_err(GDRPY_EBUSY, "close: context 0x%llx (device %d, %s backend) still has %d "
-                      "call(s) in flight in other threads after %d ms (copies or "
-                      "stream waits); it stays open: close it again once they return",
+                                   "call(s) in flight in other threads after %d ms (copies or "
+                                   "stream waits); it stays open: close it again once they return",
                       (unsigned long long)h, c->device, c->be->name, n, waited);
     }
     pthread_mutex_lock(&g_tab_lock);
@@ -505,7 +516,10 @@ static int pin_drain(gp_ctx *c, gp_pin *p, gdrpy_pin_t ph, const char *what);
 static int pin_slot(gp_ctx *c, uint32_t *idx)
 {
     for (uint32_t i = 0; i < c->npins_cap; i++)
-        if (!c->pins[i]) { *idx = i; return 0; }
+        if (!c->pins[i]) {
+            *idx = i;
+            return 0;
+        }
     uint32_t ncap = c->npins_cap ? c->npins_cap * 2 : 16;
     if (ncap > (1u << 24)) return gp_err(GDRPY_ENOMEM, "pin: too many pins in one context");
     gp_pin **np = realloc(c->pins, ncap * sizeof *np);
@@ -514,7 +528,10 @@ static int pin_slot(gp_ctx *c, uint32_t *idx)
     uint32_t *ng = realloc(c->pin_gen, ncap * sizeof *ng);
     if (!ng) return gp_err(GDRPY_ENOMEM, "pin: out of memory");
     c->pin_gen = ng;
-    for (uint32_t i = c->npins_cap; i < ncap; i++) { np[i] = NULL; ng[i] = 0; }
+    for (uint32_t i = c->npins_cap; i < ncap; i++) {
+        np[i] = NULL;
+        ng[i] = 0;
+    }
     *idx = c->npins_cap;
     c->npins_cap = ncap;
     return 0;
@@ -534,7 +551,10 @@ int gdrpy_pin(gdrpy_ctx_t h, uint64_t addr, size_t size, unsigned flags, gdrpy_p
     int rc = ctx_enter(h, &c, "pin");
     if (rc) return rc;
     gp_pin *p = calloc(1, sizeof *p);
-    if (!p) { ctx_leave(c); return gp_err(GDRPY_ENOMEM, "pin: out of memory"); }
+    if (!p) {
+        ctx_leave(c);
+        return gp_err(GDRPY_ENOMEM, "pin: out of memory");
+    }
     p->addr = addr;
     p->size = size;
     p->flags = flags;
@@ -549,7 +569,8 @@ int gdrpy_pin(gdrpy_ctx_t h, uint64_t addr, size_t size, unsigned flags, gdrpy_p
         } else if (p->va > addr || p->va + p->len < addr + size || p->len == 0) {
             c->be->unpin(c, p);
             rc = gp_err(GDRPY_EIO, "pin: backend %s returned range 0x%llx+%llu not covering "
-                        "0x%llx+%zu (bug)", c->be->name, (unsigned long long)p->va,
+                                   "0x%llx+%zu (bug)",
+                        c->be->name, (unsigned long long)p->va,
                         (unsigned long long)p->len, (unsigned long long)addr, size);
         }
     }
@@ -709,10 +730,14 @@ static int copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n,
                     offset, offset, n, (unsigned long long)p->size);
     if (!rc && p->tearing)
         rc = gp_err(GDRPY_EBUSY, "%s: pin 0x%llx is being unmapped or unpinned by another "
-                    "thread", what, (unsigned long long)ph);
+                                 "thread",
+                    what, (unsigned long long)ph);
     if (!rc) atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
-    if (rc) { ctx_leave(c); return rc; }
+    if (rc) {
+        ctx_leave(c);
+        return rc;
+    }
     *cout = c;
     *pout = p;
     return 0;
@@ -732,7 +757,8 @@ static int pin_drain(gp_ctx *c, gp_pin *p, gdrpy_pin_t ph, const char *what)
 {
     if (p->tearing)
         return gp_err(GDRPY_EBUSY, "%s: pin 0x%llx is being unmapped or unpinned by another "
-                      "thread", what, (unsigned long long)ph);
+                                   "thread",
+                      what, (unsigned long long)ph);
     if (atomic_load_explicit(&p->inflight, memory_order_acquire) == 0) return 0;
     p->tearing = 1;
     pthread_mutex_unlock(&c->lock);
@@ -742,7 +768,7 @@ static int pin_drain(gp_ctx *c, gp_pin *p, gdrpy_pin_t ph, const char *what)
     if (rc) {
         p->tearing = 0;
         return gp_err(GDRPY_EBUSY, "%s: %d copies through pin 0x%llx (0x%llx, %llu bytes) are "
-                      "still in flight in other threads after %d ms; nothing was changed",
+                                   "still in flight in other threads after %d ms; nothing was changed",
                       what, atomic_load(&p->inflight), (unsigned long long)ph,
                       (unsigned long long)p->addr, (unsigned long long)p->size, waited);
     }
@@ -873,7 +899,8 @@ int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *
                         (unsigned long long)ph);
         else if (p->tearing)
             rc = gp_err(GDRPY_EBUSY, "chan_create: pin 0x%llx is being unmapped or unpinned "
-                        "by another thread", (unsigned long long)ph);
+                                     "by another thread",
+                        (unsigned long long)ph);
         if (!rc) {
             atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
             fill_info(c, p, info);
@@ -909,18 +936,23 @@ int gdrpy_writev(gdrpy_ctx_t h, gdrpy_pin_t ph, const gdrpy_iov_t *iov, size_t n
     for (size_t i = 0; !rc && i < n; i++)
         if (iov[i].offset > p->size || iov[i].len > p->size - iov[i].offset)
             rc = gp_err(GDRPY_ERANGE, "writev: iov[%zu] [%zu, %zu+%zu) is outside the pinned "
-                        "%llu bytes; nothing was written", i, iov[i].offset, iov[i].offset,
+                                      "%llu bytes; nothing was written",
+                        i, iov[i].offset, iov[i].offset,
                         iov[i].len, (unsigned long long)p->size);
     if (!rc && p->tearing)
         rc = gp_err(GDRPY_EBUSY, "writev: pin 0x%llx is being unmapped or unpinned by another "
-                    "thread", (unsigned long long)ph);
+                                 "thread",
+                    (unsigned long long)ph);
     if (!rc) atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
     pthread_mutex_unlock(&c->lock);
-    if (rc) { ctx_leave(c); return rc; }
+    if (rc) {
+        ctx_leave(c);
+        return rc;
+    }
     char *base = (char *)p->map_base + (p->addr - p->va);
     for (size_t i = 0; i < n; i++)
         if (iov[i].len) gp_wc_store_nofence(base + iov[i].offset, iov[i].buf, iov[i].len);
-    gp_wc_fence();   /* the one store fence */
+    gp_wc_fence(); /* the one store fence */
     copy_end(c, p);
     return 0;
 }

@@ -108,9 +108,10 @@ static void do_load(void)
         if (!*syms[i].slot && !syms[i].optional) {
             snprintf(load_why, sizeof load_why,
                      "libcuda.so.1 lacks %s: the CUDA driver is too old (CUDA 11.x or "
-                     "newer needed)", syms[i].name);
+                     "newer needed)",
+                     syms[i].name);
             memset(&gp_cu, 0, sizeof gp_cu);
-            return;   /* the handle stays loaded: harmless, and never dlclose'd */
+            return; /* the handle stays loaded: harmless, and never dlclose'd */
         }
     }
     CUresult r = gp_cu.Init(0);
@@ -120,7 +121,8 @@ static void do_load(void)
         snprintf(load_why, sizeof load_why,
                  "cuInit(0) failed: %s (%d)%s", n ? n : "unknown CUresult", r,
                  r == CUDA_ERROR_NO_DEVICE ? ": no CUDA-capable device is visible "
-                 "(check CUDA_VISIBLE_DEVICES and /dev/nvidia*)" : "");
+                                             "(check CUDA_VISIBLE_DEVICES and /dev/nvidia*)"
+                                           : "");
         return;
     }
     if (gp_cu.DriverGetVersion(&drv_version) != CUDA_SUCCESS) drv_version = 0;
@@ -201,7 +203,8 @@ int gp_cuda_check_device(int device)
     if (rc) return rc;
     if (device < 0 || device >= n)
         return gp_err(GDRPY_ENODEV, "no CUDA device %d: this process sees %d device%s "
-                      "(ordinals 0..%d; CUDA_VISIBLE_DEVICES=%s)", device, n,
+                                    "(ordinals 0..%d; CUDA_VISIBLE_DEVICES=%s)",
+                      device, n,
                       n == 1 ? "" : "s", n - 1,
                       getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
     return 0;
@@ -247,7 +250,10 @@ int gp_cuda_device_pci(int device, unsigned *domain, unsigned *bus, unsigned *sl
     if (sscanf(id, "%x:%x:%x.%x", &a, &b, &c, &f) != 4)
         return gp_err(GDRPY_EIO, "cannot parse the PCI bus id \"%s\" of CUDA device %d", id,
                       device);
-    *domain = a; *bus = b; *slot = c; *function = f;
+    *domain = a;
+    *bus = b;
+    *slot = c;
+    *function = f;
     return 0;
 }
 
@@ -258,7 +264,7 @@ int gp_cuda_device_pci(int device, unsigned *domain, unsigned *bus, unsigned *sl
 static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     int holders;
-    CUcontext primary;    /* retained while holders > 0 and non-NULL */
+    CUcontext primary; /* retained while holders > 0 and non-NULL */
 } holds[GP_CUDA_MAX_DEV];
 
 void gp_cuda_hold(int device)
@@ -299,7 +305,7 @@ int gp_cuda_enter(int device, gp_cuda_scope *s)
         CUdevice want;
         if (gp_cu.CtxGetDevice(&cd) == CUDA_SUCCESS &&
             gp_cu.DeviceGet(&want, device) == CUDA_SUCCESS && cd == want)
-            return 0;   /* a context of this device is already current: use it */
+            return 0; /* a context of this device is already current: use it */
     }
     CUdevice d;
     rc = get_dev(device, &d);
@@ -425,10 +431,12 @@ done:
     if (r) {
         if (dir == 0)
             return gp_cuda_err(0, r, call, "copying %zu bytes from host %p to device 0x%llx "
-                               "(device %d, stream %p)", n, host, (unsigned long long)dptr,
+                                           "(device %d, stream %p)",
+                               n, host, (unsigned long long)dptr,
                                device, stream);
         return gp_cuda_err(0, r, call, "copying %zu bytes from device 0x%llx to host %p "
-                           "(device %d, stream %p)", n, (unsigned long long)dptr, host,
+                                       "(device %d, stream %p)",
+                           n, (unsigned long long)dptr, host,
                            device, stream);
     }
     return 0;
@@ -465,16 +473,16 @@ int gp_cuda_classify(uint64_t addr, uint64_t size, int want_device, gp_cuda_ptr 
     /* Every slot is 8 zeroed bytes, whatever the attribute's width: the
      * driver writes 4 (unsigned int / int / bool) or 8 (pointer, size). */
     int attrs[] = {
-        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,                  /* 0 */
-        CU_POINTER_ATTRIBUTE_IS_MANAGED,                   /* 1 */
-        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,               /* 2 */
-        CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,   /* 3 */
-        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,             /* 4 */
-        CU_POINTER_ATTRIBUTE_RANGE_SIZE,                   /* 5 */
-        CU_POINTER_ATTRIBUTE_MAPPED,                       /* 6 */
-        CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,         /* 7 */
-        CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE,   /* 8 */
-        CU_POINTER_ATTRIBUTE_BUFFER_ID,                    /* 9 */
+        CU_POINTER_ATTRIBUTE_MEMORY_TYPE,                /* 0 */
+        CU_POINTER_ATTRIBUTE_IS_MANAGED,                 /* 1 */
+        CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,             /* 2 */
+        CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, /* 3 */
+        CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,           /* 4 */
+        CU_POINTER_ATTRIBUTE_RANGE_SIZE,                 /* 5 */
+        CU_POINTER_ATTRIBUTE_MAPPED,                     /* 6 */
+        CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES,       /* 7 */
+        CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE, /* 8 */
+        CU_POINTER_ATTRIBUTE_BUFFER_ID,                  /* 9 */
     };
     enum { NA = sizeof attrs / sizeof attrs[0] };
     uint64_t val[NA];
@@ -507,21 +515,22 @@ int gp_cuda_classify(uint64_t addr, uint64_t size, int want_device, gp_cuda_ptr 
     if (managed) {
         out->kind = GP_CUMEM_MANAGED;
         rc = gp_err(GDRPY_ENOTSUP, "0x%llx is %s: its pages migrate between host and GPU and "
-                    "cannot be mapped through BAR1; use cuMemAlloc or cuMemCreate memory",
+                                   "cannot be mapped through BAR1; use cuMemAlloc or cuMemCreate memory",
                     (unsigned long long)addr, gp_cuda_kind_name(out->kind));
         goto out;
     }
     if (memtype == 0) {
         out->kind = GP_CUMEM_UNKNOWN;
         rc = gp_err(GDRPY_EINVAL, "0x%llx is not CUDA device memory of this process (never "
-                    "allocated, already freed, or a plain host pointer)",
+                                  "allocated, already freed, or a plain host pointer)",
                     (unsigned long long)addr);
         goto out;
     }
     if (memtype == CU_MEMORYTYPE_HOST) {
         out->kind = GP_CUMEM_HOST;
         rc = gp_err(GDRPY_ENOTSUP, "0x%llx is %s: the CPU can already access it directly; "
-                    "only GPU memory is pinned", (unsigned long long)addr,
+                                   "only GPU memory is pinned",
+                    (unsigned long long)addr,
                     gp_cuda_kind_name(out->kind));
         goto out;
     }
@@ -540,8 +549,9 @@ int gp_cuda_classify(uint64_t addr, uint64_t size, int want_device, gp_cuda_ptr 
         out->kind = GP_CUMEM_POOL;
         out->device = ordinal;
         rc = gp_err(GDRPY_ENOTSUP, "0x%llx is %s: not supported; allocate with cuMemAlloc, or "
-                    "with cuMemCreate and CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR "
-                    "(gdrpy.memory does)", (unsigned long long)addr,
+                                   "with cuMemCreate and CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR "
+                                   "(gdrpy.memory does)",
+                    (unsigned long long)addr,
                     gp_cuda_kind_name(out->kind));
         goto out;
     }
@@ -568,7 +578,8 @@ int gp_cuda_classify(uint64_t addr, uint64_t size, int want_device, gp_cuda_ptr 
         if (prop.location_type != CU_MEM_LOCATION_TYPE_DEVICE) {
             out->kind = GP_CUMEM_HOST;
             rc = gp_err(GDRPY_ENOTSUP, "0x%llx is a cuMemCreate allocation located on the "
-                        "host (location type %d), not GPU memory", (unsigned long long)addr,
+                                       "host (location type %d), not GPU memory",
+                        (unsigned long long)addr,
                         prop.location_type);
             goto out;
         }
@@ -584,15 +595,16 @@ int gp_cuda_classify(uint64_t addr, uint64_t size, int want_device, gp_cuda_ptr 
         out->kind = GP_CUMEM_OTHER;
         out->device = ordinal;
         rc = gp_err(GDRPY_ENOTSUP, "0x%llx is device memory that is neither a cuMemAlloc "
-                    "allocation (legacy-IPC capable) nor a cuMemCreate one "
-                    "(cuMemRetainAllocationHandle: %s)", (unsigned long long)addr,
+                                   "allocation (legacy-IPC capable) nor a cuMemCreate one "
+                                   "(cuMemRetainAllocationHandle: %s)",
+                    (unsigned long long)addr,
                     gp_cuda_errname(r));
         goto out;
     }
 
     if (want_device >= 0 && out->device != want_device) {
         rc = gp_err(GDRPY_ENODEV, "0x%llx is memory of CUDA device %d, but this context "
-                    "is on device %d: open a context on device %d to pin it",
+                                  "is on device %d: open a context on device %d to pin it",
                     (unsigned long long)addr, out->device, want_device, out->device);
         goto out;
     }
@@ -612,7 +624,8 @@ int gp_cuda_classify(uint64_t addr, uint64_t size, int want_device, gp_cuda_ptr 
     if (addr < out->base || addr - out->base > out->size ||
         size > out->size - (addr - out->base)) {
         rc = gp_err(GDRPY_EINVAL, "range 0x%llx+%llu is not inside one allocation: the "
-                    "allocation at 0x%llx is [0x%llx, 0x%llx)", (unsigned long long)addr,
+                                  "allocation at 0x%llx is [0x%llx, 0x%llx)",
+                    (unsigned long long)addr,
                     (unsigned long long)size, (unsigned long long)addr,
                     (unsigned long long)out->base,
                     (unsigned long long)(out->base + out->size));

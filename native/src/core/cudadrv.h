@@ -30,15 +30,17 @@ typedef struct CUctx_st *CUcontext;
 typedef struct CUstream_st *CUstream;
 typedef struct CUevent_st *CUevent;
 typedef uint64_t CUmemGenericAllocationHandle;
-typedef struct { unsigned char reserved[64]; } CUipcMemHandle;
+typedef struct {
+    unsigned char reserved[64];
+} CUipcMemHandle;
 
 /* CUmemAllocationProp (32 bytes on x86-64), as filled by
  * cuMemGetAllocationPropertiesFromHandle. */
 typedef struct {
-    int type;                    /* CUmemAllocationType: 1 pinned */
-    int requestedHandleTypes;    /* CUmemAllocationHandleType bitmask */
-    int location_type;           /* CUmemLocationType: 1 device */
-    int location_id;             /* device ordinal when location_type == 1 */
+    int type;                 /* CUmemAllocationType: 1 pinned */
+    int requestedHandleTypes; /* CUmemAllocationHandleType bitmask */
+    int location_type;        /* CUmemLocationType: 1 device */
+    int location_id;          /* device ordinal when location_type == 1 */
     void *win32HandleMetaData;
     unsigned char compressionType;
     unsigned char gpuDirectRDMACapable;
@@ -48,9 +50,9 @@ typedef struct {
 _Static_assert(sizeof(gp_CUmemAllocationProp) == 32, "CUmemAllocationProp size");
 
 typedef struct {
-    int location_type;           /* CUmemLocationType: 1 device */
+    int location_type; /* CUmemLocationType: 1 device */
     int location_id;
-    int flags;                   /* CUmemAccess_flags: 3 read-write */
+    int flags; /* CUmemAccess_flags: 3 read-write */
 } gp_CUmemAccessDesc;
 _Static_assert(sizeof(gp_CUmemAccessDesc) == 12, "CUmemAccessDesc size");
 #define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
@@ -128,18 +130,18 @@ struct gp_cuda_api {
     CUresult (*DeviceGetPCIBusId)(char *id, int len, CUdevice d);
     CUresult (*DeviceGetAttribute)(int *v, int attrib, CUdevice d);
     CUresult (*DevicePrimaryCtxRetain)(CUcontext *c, CUdevice d);
-    CUresult (*DevicePrimaryCtxRelease)(CUdevice d);          /* _v2 */
+    CUresult (*DevicePrimaryCtxRelease)(CUdevice d); /* _v2 */
     CUresult (*CtxGetCurrent)(CUcontext *c);
     CUresult (*CtxSetCurrent)(CUcontext c);
-    CUresult (*CtxPushCurrent)(CUcontext c);                  /* _v2 */
-    CUresult (*CtxPopCurrent)(CUcontext *c);                  /* _v2 */
+    CUresult (*CtxPushCurrent)(CUcontext c); /* _v2 */
+    CUresult (*CtxPopCurrent)(CUcontext *c); /* _v2 */
     CUresult (*CtxGetDevice)(CUdevice *d);
-    CUresult (*MemcpyHtoD)(CUdeviceptr dst, const void *src, size_t n);           /* _v2 */
-    CUresult (*MemcpyDtoH)(void *dst, CUdeviceptr src, size_t n);                 /* _v2 */
+    CUresult (*MemcpyHtoD)(CUdeviceptr dst, const void *src, size_t n); /* _v2 */
+    CUresult (*MemcpyDtoH)(void *dst, CUdeviceptr src, size_t n);       /* _v2 */
     CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t n, CUstream s);
     CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n, CUstream s);
     CUresult (*StreamSynchronize)(CUstream s);
-    CUresult (*StreamGetCtx)(CUstream s, CUcontext *c);      /* optional */
+    CUresult (*StreamGetCtx)(CUstream s, CUcontext *c);                             /* optional */
     CUresult (*MemGetAddressRange)(CUdeviceptr *base, size_t *size, CUdeviceptr p); /* _v2 */
     CUresult (*PointerGetAttribute)(void *data, int attr, CUdeviceptr p);
     CUresult (*PointerGetAttributes)(unsigned n, int *attrs, void **data, CUdeviceptr p);
@@ -152,8 +154,8 @@ struct gp_cuda_api {
                                                      CUmemGenericAllocationHandle h);
     CUresult (*MemGetHandleForAddressRange)(void *out, CUdeviceptr p, size_t n, int type,
                                             unsigned long long flags); /* optional */
-    CUresult (*MemAlloc)(CUdeviceptr *p, size_t n);           /* _v2, optional */
-    CUresult (*MemFree)(CUdeviceptr p);                       /* _v2, optional */
+    CUresult (*MemAlloc)(CUdeviceptr *p, size_t n);                    /* _v2, optional */
+    CUresult (*MemFree)(CUdeviceptr p);                                /* _v2, optional */
     /* optional: VMM allocation (the nvrm self-test's scratch memory) */
     CUresult (*MemCreate)(CUmemGenericAllocationHandle *h, size_t size,
                           const gp_CUmemAllocationProp *prop, unsigned long long flags);
@@ -171,10 +173,10 @@ struct gp_cuda_api {
      * report ENOTSUP without them) */
     CUresult (*MemHostAlloc)(void **p, size_t n, unsigned flags);
     CUresult (*MemFreeHost)(void *p);
-    CUresult (*MemHostRegister)(void *p, size_t n, unsigned flags);    /* _v2 */
+    CUresult (*MemHostRegister)(void *p, size_t n, unsigned flags); /* _v2 */
     CUresult (*MemHostUnregister)(void *p);
     CUresult (*EventCreate)(CUevent *e, unsigned flags);
-    CUresult (*EventDestroy)(CUevent e);                                /* _v2 */
+    CUresult (*EventDestroy)(CUevent e); /* _v2 */
     CUresult (*EventRecord)(CUevent e, CUstream s);
     CUresult (*EventSynchronize)(CUevent e);
     CUresult (*EventQuery)(CUevent e);
@@ -224,8 +226,8 @@ GP_HIDDEN void gp_cuda_unhold(int device);
  * context (the one cuda-python, CuPy and PyTorch use), which is pushed.
  * gp_cuda_leave() pops what enter pushed.  Scopes nest. */
 typedef struct gp_cuda_scope {
-    int pushed;       /* 1 if enter pushed a context */
-    int temp_retain;  /* 1 if enter retained a primary context it must release */
+    int pushed;      /* 1 if enter pushed a context */
+    int temp_retain; /* 1 if enter retained a primary context it must release */
     int device;
 } gp_cuda_scope;
 GP_HIDDEN int gp_cuda_enter(int device, gp_cuda_scope *s);
@@ -247,24 +249,24 @@ GP_HIDDEN int gp_cuda_memcpy_locked(int device, int dir, uint64_t dptr, void *ho
 
 /* ---- pointer classification ------------------------------------------- */
 enum {
-    GP_CUMEM_UNKNOWN = 0,   /* not an address CUDA knows */
-    GP_CUMEM_DEVICE = 1,    /* cuMemAlloc / cudaMalloc (legacy IPC capable) */
-    GP_CUMEM_VMM = 2,       /* cuMemCreate + cuMemMap */
-    GP_CUMEM_POOL = 3,      /* cuMemAllocAsync / memory pools */
-    GP_CUMEM_MANAGED = 4,   /* cuMemAllocManaged */
-    GP_CUMEM_HOST = 5,      /* cuMemHostAlloc / cuMemHostRegister / host VMM */
-    GP_CUMEM_OTHER = 6      /* device memory of another kind */
+    GP_CUMEM_UNKNOWN = 0, /* not an address CUDA knows */
+    GP_CUMEM_DEVICE = 1,  /* cuMemAlloc / cudaMalloc (legacy IPC capable) */
+    GP_CUMEM_VMM = 2,     /* cuMemCreate + cuMemMap */
+    GP_CUMEM_POOL = 3,    /* cuMemAllocAsync / memory pools */
+    GP_CUMEM_MANAGED = 4, /* cuMemAllocManaged */
+    GP_CUMEM_HOST = 5,    /* cuMemHostAlloc / cuMemHostRegister / host VMM */
+    GP_CUMEM_OTHER = 6    /* device memory of another kind */
 };
 
 typedef struct gp_cuda_ptr {
-    int kind;                 /* GP_CUMEM_* */
-    int device;               /* ordinal the memory lives on; -1 if unknown */
-    uint64_t base;            /* the allocation (VMM: the mapped chunk) */
+    int kind;      /* GP_CUMEM_* */
+    int device;    /* ordinal the memory lives on; -1 if unknown */
+    uint64_t base; /* the allocation (VMM: the mapped chunk) */
     uint64_t size;
-    unsigned handle_types;    /* VMM: requested/allowed CUmemAllocationHandleType mask */
-    int ipc_capable;          /* legacy cuIpcGetMemHandle works */
-    int rdma_capable;         /* CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE */
-    uint64_t buffer_id;       /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+    unsigned handle_types; /* VMM: requested/allowed CUmemAllocationHandleType mask */
+    int ipc_capable;       /* legacy cuIpcGetMemHandle works */
+    int rdma_capable;      /* CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE */
+    uint64_t buffer_id;    /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
 } gp_cuda_ptr;
 
 /* Classifies [addr, addr+size).  Fails with:

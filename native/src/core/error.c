@@ -80,7 +80,7 @@ static int log_level(void)
         int v = s ? atoi(s) : 0;
         const char *en = getenv("GDRCOPY_ENABLE_LOGGING");
         if (v <= 0 && en && atoi(en) > 0) v = 3;
-        level = v > 0 ? v : 99;   /* 99: silent */
+        level = v > 0 ? v : 99; /* 99: silent */
     }
     return level;
 }

@@ -44,16 +44,16 @@ struct gp_pin {
      * multiples of the host page size. */
     uint64_t va;
     uint64_t len;
-    uint32_t page_size;     /* reported GPU page size (65536) */
+    uint32_t page_size; /* reported GPU page size (65536) */
     /* set by the backend's map() */
-    void *map_base;         /* CPU address of va; NULL while unmapped */
-    size_t map_len;         /* bytes mapped at map_base (>= len) */
-    int mapping_type;       /* gdrpy_mapping_type_t */
-    void *bpriv;            /* backend private */
+    void *map_base;   /* CPU address of va; NULL while unmapped */
+    size_t map_len;   /* bytes mapped at map_base (>= len) */
+    int mapping_type; /* gdrpy_mapping_type_t */
+    void *bpriv;      /* backend private */
     /* core only: validated copies in flight (raised under ctx->lock,
      * dropped without it); unmap/unpin wait (bounded) for none */
     _Atomic int inflight;
-    int tearing;            /* unmap/unpin in progress (ctx->lock) */
+    int tearing; /* unmap/unpin in progress (ctx->lock) */
 };
 
 struct gp_backend;
@@ -62,20 +62,20 @@ struct gp_ctx_slot;
 
 struct gp_ctx {
     gdrpy_ctx_t handle;
-    struct gp_ctx_slot *slot;        /* its entry in the context table */
+    struct gp_ctx_slot *slot; /* its entry in the context table */
     int device;
     const struct gp_backend *be;
-    void *bpriv;                     /* backend private */
-    pid_t pid;                       /* opener */
-    unsigned fork_gen;               /* gdrpy_fork_generation at open */
-    pthread_mutex_t lock;            /* guards pins[] */
-    gp_pin **pins;                   /* slot table, NULL = free */
-    uint32_t *pin_gen;               /* generation per slot */
+    void *bpriv;          /* backend private */
+    pid_t pid;            /* opener */
+    unsigned fork_gen;    /* gdrpy_fork_generation at open */
+    pthread_mutex_t lock; /* guards pins[] */
+    gp_pin **pins;        /* slot table, NULL = free */
+    uint32_t *pin_gen;    /* generation per slot */
     uint32_t npins_cap;
     uint32_t npins;
-    gdrpy_ctx_info_t info;           /* filled by open (backend fills names) */
-    struct gp_stage *stage;          /* staging ring (staging.c); NULL until used */
-    int fork_faults;                 /* GDRPY_OPEN_FORK_FAULTS: no placeholders in a child */
+    gdrpy_ctx_info_t info;  /* filled by open (backend fills names) */
+    struct gp_stage *stage; /* staging ring (staging.c); NULL until used */
+    int fork_faults;        /* GDRPY_OPEN_FORK_FAULTS: no placeholders in a child */
 };
 
 /* Bounded wait used by teardown (close/unmap/unpin) for calls in flight in
@@ -92,8 +92,8 @@ GP_HIDDEN int gp_busy_wait_limit_ms(void);
  * everything-before-close. */
 struct gp_backend {
     const char *name;
-    int id;                     /* gdrpy_backend_t */
-    int is_real;                /* 0 for sim: never chosen by auto */
+    int id;      /* gdrpy_backend_t */
+    int is_real; /* 0 for sim: never chosen by auto */
     /* 0 if usable on `device`, else a code with the reason in why. */
     int (*probe)(int device, char *why, size_t whylen);
     /* ctx->device is set; fill ctx->bpriv and ctx->info (gpu_name,
@@ -143,10 +143,10 @@ static inline uint64_t gp_round_up(uint64_t x, uint64_t a) { return (x + a - 1) 
 typedef void (*gp_copy_fn)(void *dst, const void *src, size_t n);
 typedef struct gp_copy_kernel {
     const char *name;
-    gp_copy_fn to_mapping;    /* stores into WC memory, ends with the store fence */
-    gp_copy_fn from_mapping;  /* loads from WC memory */
-    int (*cpu_ok)(void);      /* 1 if this CPU can run it */
-    int device_memory_only;   /* 1: faults on ordinary cacheable memory (ls64) */
+    gp_copy_fn to_mapping;   /* stores into WC memory, ends with the store fence */
+    gp_copy_fn from_mapping; /* loads from WC memory */
+    int (*cpu_ok)(void);     /* 1 if this CPU can run it */
+    int device_memory_only;  /* 1: faults on ordinary cacheable memory (ls64) */
 } gp_copy_kernel;
 
 #endif /* GDRPY_INTERNAL_H */

@@ -78,8 +78,8 @@ _Static_assert(offsetof(gdr_info_v1_t, tm_cycles) == 24, "v1 tm_cycles @24");
 _Static_assert(offsetof(gdr_info_v1_t, cycles_per_ms) == 32, "v1 cycles_per_ms @32");
 _Static_assert(GPU_PAGE_SIZE == GDRPY_GPU_PAGE_SIZE, "GPU page size");
 _Static_assert((int)GDR_MAPPING_TYPE_WC == (int)GDRPY_MAPPING_WC &&
-               (int)GDR_MAPPING_TYPE_CACHING == (int)GDRPY_MAPPING_CACHING &&
-               (int)GDR_MAPPING_TYPE_DEVICE == (int)GDRPY_MAPPING_DEVICE,
+                   (int)GDR_MAPPING_TYPE_CACHING == (int)GDRPY_MAPPING_CACHING &&
+                   (int)GDR_MAPPING_TYPE_DEVICE == (int)GDRPY_MAPPING_DEVICE,
                "mapping types share values");
 _Static_assert((unsigned)GDR_PIN_FLAG_FORCE_PCIE == GDRPY_PIN_FORCE_PCIE, "pin flag");
 
@@ -87,12 +87,14 @@ _Static_assert((unsigned)GDR_PIN_FLAG_FORCE_PCIE == GDRPY_PIN_FORCE_PCIE, "pin f
 #define LOGW(...) gp_log(3, "gdrapi: " __VA_ARGS__)
 #define LOGD(...) gp_log(1, "gdrapi: " __VA_ARGS__)
 
-#define GDR_MAGIC 0x67647270u       /* "gdrp" */
-#define GDR_DEAD 0x64656164u        /* "dead" */
+#define GDR_MAGIC 0x67647270u /* "gdrp" */
+#define GDR_DEAD 0x64656164u  /* "dead" */
 #define GDR_MAX_DEV 64
 #define HOST_PAGE 4096u
 
-enum { MH_FREE = 0, MH_PINNED = 1, MH_MAPPED = 2 };
+enum { MH_FREE = 0,
+       MH_PINNED = 1,
+       MH_MAPPED = 2 };
 
 /* ---- handle slots ----------------------------------------------------- */
 typedef struct mh_slot {
@@ -100,21 +102,21 @@ typedef struct mh_slot {
     _Atomic uint32_t gen;
     _Atomic int state;
     /* Relaxed atomics: published by the release store of `state`. */
-    _Atomic unsigned fork_gen;   /* gdrpy_fork_generation when mapped */
-    _Atomic(char *) lo;          /* gdrpy's mapping: [lo, lo + span) */
+    _Atomic unsigned fork_gen; /* gdrpy_fork_generation when mapped */
+    _Atomic(char *) lo;        /* gdrpy's mapping: [lo, lo + span) */
     _Atomic size_t span;
     /* cold: owner's g->lock */
     struct gdr *g;
     gdrpy_ctx_t ctx;
     gdrpy_pin_t pin;
-    uint64_t addr, size;     /* as given to the pin call */
-    uint64_t va;             /* addr rounded down to GPU_PAGE_SIZE */
-    uint64_t mapped_size;    /* va .. end rounded up to GPU_PAGE_SIZE */
-    void *map_ret;           /* pointer gdr_map returned (CPU address of va) */
-    size_t map_size;         /* size given to gdr_map */
+    uint64_t addr, size;  /* as given to the pin call */
+    uint64_t va;          /* addr rounded down to GPU_PAGE_SIZE */
+    uint64_t mapped_size; /* va .. end rounded up to GPU_PAGE_SIZE */
+    void *map_ret;        /* pointer gdr_map returned (CPU address of va) */
+    size_t map_size;      /* size given to gdr_map */
     int mapping_type;
     uint64_t tm_cycles;
-    uint32_t prev, next;     /* slot + 1 links: g's list, or the free list */
+    uint32_t prev, next; /* slot + 1 links: g's list, or the free list */
 } mh_slot;
 
 /* Slots live in one reserved address range, MH_STRIDE bytes apart; chunks
@@ -130,15 +132,15 @@ typedef struct mh_slot {
 #define MH_STRIDE 1024u
 #define MH_GEN_BITS 9u
 #define MH_GEN_MASK ((1u << MH_GEN_BITS) - 1)
-#define MH_CHUNK 256u                   /* slots made read-write at a time */
-#define MH_MAX_SLOTS (1u << 18)         /* 256 MiB of address space reserved */
+#define MH_CHUNK 256u           /* slots made read-write at a time */
+#define MH_MAX_SLOTS (1u << 18) /* 256 MiB of address space reserved */
 _Static_assert(sizeof(mh_slot) + MH_GEN_MASK + 128 <= MH_STRIDE, "slot stride");
 
-static char *mh_base;                    /* reserved range, set once */
-static _Atomic uint32_t mh_committed;    /* slots that are read-write */
+static char *mh_base;                 /* reserved range, set once */
+static _Atomic uint32_t mh_committed; /* slots that are read-write */
 static pthread_mutex_t mh_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t mh_free_head, mh_free_tail;  /* slot + 1, 0 = empty (FIFO) */
-static uint32_t mh_nslots;               /* slots ever handed out */
+static uint32_t mh_free_head, mh_free_tail; /* slot + 1, 0 = empty (FIFO) */
+static uint32_t mh_nslots;                  /* slots ever handed out */
 
 static inline mh_slot *slot_at(uint32_t idx)
 {
@@ -244,14 +246,14 @@ static void slot_free(mh_slot *s, uint32_t idx)
 #endif
 
 typedef struct hz_rec {
-    mh_slot *_Atomic slot;        /* slot being copied through, or NULL */
-    _Atomic int used;             /* owned by a live thread */
-    struct hz_rec *next;          /* append-only list */
+    mh_slot *_Atomic slot; /* slot being copied through, or NULL */
+    _Atomic int used;      /* owned by a live thread */
+    struct hz_rec *next;   /* append-only list */
 } hz_rec;
 
 static hz_rec *_Atomic hz_all;
 static pthread_key_t hz_key;
-static int g_copy_fence = 1;      /* 0 once membarrier is registered */
+static int g_copy_fence = 1; /* 0 once membarrier is registered */
 /* Default (dynamic) TLS model: libgdrapi is dlopen'ed (NCCL), where initial-exec
  * TLS can exhaust the static TLS block; on x86-64 the Makefile compiles this file
  * with TLS descriptors (-mtls-dialect=gnu2), which make the access cheap. */
@@ -341,21 +343,21 @@ static int hz_wait_clear(mh_slot *s, int *waited_ms, int *busy)
  * for, holding no RM client or pin (the gdrpy contexts own those); -1 for
  * the sim backend. */
 struct gdr {
-    int fd;                        /* see above; closed by gdr_close */
+    int fd; /* see above; closed by gdr_close */
     uint32_t magic;
     int closed;
     pthread_mutex_t lock;
-    unsigned fork_gen;             /* gdrpy_fork_generation at open */
+    unsigned fork_gen; /* gdrpy_fork_generation at open */
     pid_t pid;
-    int req_backend;               /* asked for (AUTO unless GDRPY_BACKEND) */
-    int backend;                   /* of the open contexts; before the first
+    int req_backend;   /* asked for (AUTO unless GDRPY_BACKEND) */
+    int backend;       /* of the open contexts; before the first
                                       pin, the one gdr_open expects */
-    int backend_known;             /* a context has been opened */
+    int backend_known; /* a context has been opened */
     int default_dev;
-    gdrpy_ctx_t ctx[GDR_MAX_DEV];  /* 0 = not opened yet */
-    uint32_t head;                 /* first slot + 1 of the handle list */
+    gdrpy_ctx_t ctx[GDR_MAX_DEV]; /* 0 = not opened yet */
+    uint32_t head;                /* first slot + 1 of the handle list */
     uint32_t nhandles;
-    struct gdr *all_next;          /* append-only list of every gdr ever made */
+    struct gdr *all_next; /* append-only list of every gdr ever made */
     struct gdr *free_next;
 };
 _Static_assert(offsetof(struct gdr, fd) == 0 && sizeof(struct gdr) >= 48,
@@ -400,7 +402,8 @@ static int g_enter(struct gdr *g, const char *what)
     }
     if (g->fork_gen != gdrpy_fork_generation || g->pid != getpid()) {
         LOGE("%s: this gdr_t was opened by process %d; a forked child must call "
-             "gdr_open itself", what, (int)g->pid);
+             "gdr_open itself",
+             what, (int)g->pid);
         return EACCES;
     }
     pthread_mutex_lock(&g->lock);
@@ -524,7 +527,7 @@ static inline uint64_t read_cycles(void)
 #endif
 }
 
-static GP_UNUSED uint64_t now_ns(void)   /* used on x86 only */
+static GP_UNUSED uint64_t now_ns(void) /* used on x86 only */
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -541,7 +544,7 @@ static void cpm_calibrate(void)
     do {
         t1 = now_ns();
         c1 = read_cycles();
-    } while (t1 - t0 < 2000000);   /* 2 ms, once per process */
+    } while (t1 - t0 < 2000000); /* 2 ms, once per process */
     uint64_t v = (c1 - c0) * 1000000ull / (t1 - t0);
     if (v > 0 && v <= UINT32_MAX) cycles_per_ms = (uint32_t)v;
 #endif
@@ -703,7 +706,7 @@ int gdr_close(gdr_t g)
          * inherited.  Forget it here without touching its lock. */
         g->magic = GDR_DEAD;
         g->closed = 1;
-        if (g->fd >= 0) close(g->fd);   /* the child's copy of the descriptor */
+        if (g->fd >= 0) close(g->fd); /* the child's copy of the descriptor */
         g->fd = -1;
         LOGD("gdr_close: %p belongs to the parent process; dropped in the child", (void *)g);
         return 0;
@@ -898,7 +901,7 @@ static int info_common(struct gdr *g, gdr_mh_t handle, gdr_info_v2_t *o, const c
 
 /* The exported name "gdr_get_info" takes the v1 layout (the header's macro
  * of that name is bypassed by the parentheses). */
-int (gdr_get_info)(gdr_t g, gdr_mh_t handle, gdr_info_v1_t *info)
+int(gdr_get_info)(gdr_t g, gdr_mh_t handle, gdr_info_v1_t *info)
 {
     if (!info) return EINVAL;
     gdr_info_v2_t v2;
@@ -962,7 +965,8 @@ static int do_map(struct gdr *g, gdr_mh_t handle, void **va, size_t size, int fl
     }
     if (s->addr & GPU_PAGE_OFFSET) {
         LOGE("%s: the pinned address 0x%llx is not %lu-byte aligned; pin from a GPU page "
-             "boundary to map", what, (unsigned long long)s->addr, GPU_PAGE_SIZE);
+             "boundary to map",
+             what, (unsigned long long)s->addr, GPU_PAGE_SIZE);
         rc = EINVAL;
         goto out;
     }
@@ -1051,12 +1055,13 @@ int gdr_unmap(gdr_t g, gdr_mh_t handle, void *va, size_t size)
 
 /* ---- copies (hot path: no lock, no allocation) ------------------------ */
 static __attribute__((noinline, cold)) int copy_fail(gdr_mh_t handle, const void *p, size_t n,
-                                                      int why, const char *what)
+                                                     int why, const char *what)
 {
     switch (why) {
     case EACCES:
         LOGE("%s: handle 0x%lx was mapped by the parent process; mappings are not "
-             "inherited across fork", what, handle.h);
+             "inherited across fork",
+             what, handle.h);
         break;
     case ERANGE:
         LOGE("%s: [%p, +%zu) is outside the mapping of handle 0x%lx", what, p, n, handle.h);
@@ -1071,7 +1076,7 @@ static __attribute__((noinline, cold)) int copy_fail(gdr_mh_t handle, const void
  * reason (EINVAL, EACCES, ERANGE, ENOMEM).  On 0 this thread's record *rout
  * names the slot until copy_done(). */
 static inline __attribute__((always_inline)) int copy_check(gdr_mh_t handle, const void *p,
-                                                         size_t n, hz_rec **rout)
+                                                            size_t n, hz_rec **rout)
 {
     uint32_t gen;
     mh_slot *s = mh_lookup(handle, &gen);
@@ -1088,7 +1093,8 @@ static inline __attribute__((always_inline)) int copy_check(gdr_mh_t handle, con
     if (__builtin_expect(atomic_load_explicit(&s->state, memory_order_acquire) != MH_MAPPED, 0)) {
         why = EINVAL;
     } else if (__builtin_expect(atomic_load_explicit(&s->fork_gen, memory_order_relaxed) !=
-                                gdrpy_fork_generation, 0)) {
+                                    gdrpy_fork_generation,
+                                0)) {
         why = EACCES;
     } else {
         const char *lo = atomic_load_explicit(&s->lo, memory_order_relaxed);
@@ -1099,7 +1105,8 @@ static inline __attribute__((always_inline)) int copy_check(gdr_mh_t handle, con
         if (__builtin_expect(atomic_load_explicit(&s->gen, memory_order_relaxed) != gen, 0))
             why = EINVAL;
         else if (__builtin_expect(c < lo || (size_t)(c - lo) > span ||
-                                  n > span - (size_t)(c - lo), 0))
+                                      n > span - (size_t)(c - lo),
+                                  0))
             why = n ? ERANGE : 0;
     }
     if (__builtin_expect(why != 0, 0)) {
@@ -1170,7 +1177,7 @@ int gdr_driver_get_version(gdr_t g, int *major, int *minor)
 int gdr_get_attribute(gdr_t g, gdr_attr_t attr, int *v)
 {
     if (!v) return EINVAL;
-    *v = 0;   /* as GDRCopy: 0 on every failure */
+    *v = 0; /* as GDRCopy: 0 on every failure */
     int rc = g_enter(g, "gdr_get_attribute");
     if (rc) return rc;
     int backend = g->backend;
@@ -1180,7 +1187,9 @@ int gdr_get_attribute(gdr_t g, gdr_attr_t attr, int *v)
     if (backend == GDRPY_BACKEND_GDRDRV &&
         (attr == GDR_ATTR_USE_PERSISTENT_MAPPING || attr == GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE)) {
         int fd = open("/dev/gdrdrv", O_RDWR | O_CLOEXEC);
-        struct { uint32_t attr, val; } a = {(uint32_t)attr, 0};
+        struct {
+            uint32_t attr, val;
+        } a = {(uint32_t)attr, 0};
         *v = fd >= 0 && ioctl(fd, 0xC008DA06u /* GDRDRV_IOC_GET_ATTR */, &a) == 0 ? (int)a.val : 0;
         if (fd >= 0) close(fd);
         return 0;

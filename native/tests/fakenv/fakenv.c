@@ -48,12 +48,23 @@ static int fb_fd = -1;
 static uint8_t *fb;
 static uint64_t fb_used;
 
-struct obj { uint32_t h; uint64_t fb_off, size; int live; };
-static struct obj objs[MAXO];          /* CUDA's RM objects (client CUDA_CLIENT) */
+struct obj {
+    uint32_t h;
+    uint64_t fb_off, size;
+    int live;
+};
+static struct obj objs[MAXO]; /* CUDA's RM objects (client CUDA_CLIENT) */
 static int nobjs;
 
-struct alloc { uint64_t va, size; int obj; uint64_t off; int vmm; int live; int64_t skew;
-                int kind; /* 0 device, 1 host, 2 managed */ };
+struct alloc {
+    uint64_t va, size;
+    int obj;
+    uint64_t off;
+    int vmm;
+    int live;
+    int64_t skew;
+    int kind; /* 0 device, 1 host, 2 managed */
+};
 static struct alloc allocs[MAXO];
 static int nallocs;
 static int legacy_chunk = -1;
@@ -62,12 +73,21 @@ static uint64_t vmm_next = VA_VMM;
 static int64_t skew_armed;
 
 /* our (the library's) RM side */
-struct handle { uint32_t client, h; int obj; int live; };
+struct handle {
+    uint32_t client, h;
+    int obj;
+    int live;
+};
 static struct handle hs[4 * MAXO];
 static int nhs;
 static uint32_t next_client = 0xc1d00100u;
 
-struct dfd { int fd; int kind; int64_t pending_fb; int export_obj; };
+struct dfd {
+    int fd;
+    int kind;
+    int64_t pending_fb;
+    int export_obj;
+};
 static struct dfd fds[256];
 static int nfds;
 
@@ -119,7 +139,12 @@ static uint8_t *host_of(uint64_t va, size_t n)
 
 /* ---- test hooks --------------------------------------------------------- */
 API void fake_arm_skew(int64_t s) { skew_armed = s; }
-API void fake_htod_reset(void) { pthread_mutex_lock(&L); htod_logged = 0; pthread_mutex_unlock(&L); }
+API void fake_htod_reset(void)
+{
+    pthread_mutex_lock(&L);
+    htod_logged = 0;
+    pthread_mutex_unlock(&L);
+}
 /* bytes CUDA copies wrote into [va, va+n) since the last reset */
 API uint64_t fake_htod_into(uint64_t va, uint64_t n)
 {
@@ -137,35 +162,102 @@ API uint64_t fake_htod_into(uint64_t va, uint64_t n)
 API void *fake_host_ptr(uint64_t va) { return host_of(va, 1); }
 
 /* ---- CUDA driver API ----------------------------------------------------- */
-API CUresult cuInit(unsigned f) { fb_init(); return 0; }
-API CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
-API CUresult cuGetErrorName(CUresult r, const char **s) { *s = r ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS"; return 0; }
-API CUresult cuGetErrorString(CUresult r, const char **s) { *s = "fake"; return 0; }
-API CUresult cuDeviceGet(int *d, int o) { if (o != 0) return 101; *d = 0; return 0; }
-API CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
-API CUresult cuDeviceGetName(char *n, int len, int d) { snprintf(n, (size_t)len, "Fake GPU"); return 0; }
-API CUresult cuDeviceGetPCIBusId(char *id, int len, int d) { snprintf(id, (size_t)len, "0000:41:00.0"); return 0; }
+API CUresult cuInit(unsigned f)
+{
+    fb_init();
+    return 0;
+}
+API CUresult cuDriverGetVersion(int *v)
+{
+    *v = 13000;
+    return 0;
+}
+API CUresult cuGetErrorName(CUresult r, const char **s)
+{
+    *s = r ? "CUDA_ERROR_FAKE" : "CUDA_SUCCESS";
+    return 0;
+}
+API CUresult cuGetErrorString(CUresult r, const char **s)
+{
+    *s = "fake";
+    return 0;
+}
+API CUresult cuDeviceGet(int *d, int o)
+{
+    if (o != 0) return 101;
+    *d = 0;
+    return 0;
+}
+API CUresult cuDeviceGetCount(int *n)
+{
+    *n = 1;
+    return 0;
+}
+API CUresult cuDeviceGetName(char *n, int len, int d)
+{
+    snprintf(n, (size_t)len, "Fake GPU");
+    return 0;
+}
+API CUresult cuDeviceGetPCIBusId(char *id, int len, int d)
+{
+    snprintf(id, (size_t)len, "0000:41:00.0");
+    return 0;
+}
 API CUresult cuDeviceGetAttribute(int *v, int a, int d)
 {
-    *v = a == 33 ? 0x41 : a == 34 ? 0 : a == 50 ? 0 : a == 124 ? 0 : 1;
+    *v = a == 33 ? 0x41 : a == 34 ? 0
+                      : a == 50   ? 0
+                      : a == 124  ? 0
+                                  : 1;
     return 0;
 }
 static __thread void *cur_stack[16];
 static __thread int cur_n;
-API CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = (void *)0x1234; return 0; }
+API CUresult cuDevicePrimaryCtxRetain(void **c, int d)
+{
+    *c = (void *)0x1234;
+    return 0;
+}
 API CUresult cuDevicePrimaryCtxRelease_v2(int d) { return 0; }
-API CUresult cuCtxGetCurrent(void **c) { *c = cur_n ? cur_stack[cur_n - 1] : NULL; return 0; }
-API CUresult cuCtxSetCurrent(void *c) { if (cur_n) cur_stack[cur_n - 1] = c; else cur_stack[cur_n++] = c; return 0; }
-API CUresult cuCtxPushCurrent_v2(void *c) { if (cur_n >= 16) return 1; cur_stack[cur_n++] = c; return 0; }
-API CUresult cuCtxPopCurrent_v2(void **c) { if (!cur_n) return 201; *c = cur_stack[--cur_n]; return 0; }
-API CUresult cuCtxGetDevice(int *d) { if (!cur_n) return 201; *d = 0; return 0; }
+API CUresult cuCtxGetCurrent(void **c)
+{
+    *c = cur_n ? cur_stack[cur_n - 1] : NULL;
+    return 0;
+}
+API CUresult cuCtxSetCurrent(void *c)
+{
+    if (cur_n) cur_stack[cur_n - 1] = c;
+    else cur_stack[cur_n++] = c;
+    return 0;
+}
+API CUresult cuCtxPushCurrent_v2(void *c)
+{
+    if (cur_n >= 16) return 1;
+    cur_stack[cur_n++] = c;
+    return 0;
+}
+API CUresult cuCtxPopCurrent_v2(void **c)
+{
+    if (!cur_n) return 201;
+    *c = cur_stack[--cur_n];
+    return 0;
+}
+API CUresult cuCtxGetDevice(int *d)
+{
+    if (!cur_n) return 201;
+    *d = 0;
+    return 0;
+}
 
 API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
 {
     pthread_mutex_lock(&L);
     uint8_t *h = host_of(dst, n);
     if (h) {
-        if (htod_logged < 4096) { htod_log_va[htod_logged] = dst; htod_log_n[htod_logged] = n; }
+        if (htod_logged < 4096) {
+            htod_log_va[htod_logged] = dst;
+            htod_log_n[htod_logged] = n;
+        }
         htod_logged++;
     }
     pthread_mutex_unlock(&L);
@@ -185,7 +277,11 @@ API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
 API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st) { return cuMemcpyHtoD_v2(d, s, n); }
 API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st) { return cuMemcpyDtoH_v2(d, s, n); }
 API CUresult cuStreamSynchronize(void *s) { return 0; }
-API CUresult cuStreamGetCtx(void *s, void **c) { *c = (void *)0x1234; return 0; }
+API CUresult cuStreamGetCtx(void *s, void **c)
+{
+    *c = (void *)0x1234;
+    return 0;
+}
 
 API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 {
@@ -201,7 +297,10 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
         legacy_used = 0;
     }
     struct alloc *a = legacy_chunk < 0 ? NULL : new_alloc();
-    if (!a) { pthread_mutex_unlock(&L); return 2; }
+    if (!a) {
+        pthread_mutex_unlock(&L);
+        return 2;
+    }
     *a = (struct alloc){VA_LEGACY + objs[legacy_chunk].fb_off + legacy_used, n, legacy_chunk,
                         legacy_used, 0, 1, skew_armed, 0};
     legacy_used += need;
@@ -230,24 +329,24 @@ static void attr(struct alloc *a, int at, void *out)
 {
     uint64_t v = 0;
     if (a) switch (at) {
-    case 2: v = a->kind == 1 ? 1 : 2; break;      /* MEMORY_TYPE host / device */
-    case 8: v = a->kind == 2; break;              /* IS_MANAGED */
-    case 9: v = 0; break;                         /* DEVICE_ORDINAL */
-    case 10: v = !a->vmm && !a->kind; break;      /* legacy IPC capable */
-    case 11: v = a->va; break;
-    case 12: v = a->size; break;
-    case 13: v = 1; break;
-    case 14: v = a->vmm ? 1 : 0; break;
-    case 15: v = 1; break;
-    case 7: v = (uint64_t)(a - allocs) + 1; break;
-    case 18: v = a->vmm ? a->size : objs[a->obj].size; break;
-    case 19: {
-        const char *m = getenv("FAKE_MAPBASE");
-        v = a->vmm || (m && !strcmp(m, "alloc")) ? a->va : a->va - a->off;
-        break;
-    }
-    default: v = 0;
-    }
+        case 2: v = a->kind == 1 ? 1 : 2; break; /* MEMORY_TYPE host / device */
+        case 8: v = a->kind == 2; break;         /* IS_MANAGED */
+        case 9: v = 0; break;                    /* DEVICE_ORDINAL */
+        case 10: v = !a->vmm && !a->kind; break; /* legacy IPC capable */
+        case 11: v = a->va; break;
+        case 12: v = a->size; break;
+        case 13: v = 1; break;
+        case 14: v = a->vmm ? 1 : 0; break;
+        case 15: v = 1; break;
+        case 7: v = (uint64_t)(a - allocs) + 1; break;
+        case 18: v = a->vmm ? a->size : objs[a->obj].size; break;
+        case 19: {
+            const char *m = getenv("FAKE_MAPBASE");
+            v = a->vmm || (m && !strcmp(m, "alloc")) ? a->va : a->va - a->off;
+            break;
+        }
+        default: v = 0;
+        }
     if (at == 2 || at == 8 || at == 9 || at == 10 || at == 13 || at == 14 || at == 15)
         *(uint32_t *)out = (uint32_t)v;
     else
@@ -274,17 +373,30 @@ API CUresult cuIpcGetMemHandle(void *h, CUdeviceptr p)
 {
     pthread_mutex_lock(&L);
     struct alloc *a = find_alloc(p);
-    if (!a || a->vmm || a->va != p) { pthread_mutex_unlock(&L); return 1; }
+    if (!a || a->vmm || a->va != p) {
+        pthread_mutex_unlock(&L);
+        return 1;
+    }
     uint32_t w[16];
-    for (int i = 0; i < 16; i++) w[i] = 0x11110000u + (uint32_t)i;   /* noise */
+    for (int i = 0; i < 16; i++) w[i] = 0x11110000u + (uint32_t)i; /* noise */
     uint32_t size = (uint32_t)a->size, pages = (uint32_t)(objs[a->obj].size / 4096);
     uint32_t off = (uint32_t)(a->off + (uint64_t)a->skew), cli = CUDA_CLIENT;
     uint32_t mem = objs[a->obj].h;
     const char *lay = getenv("FAKE_IPC_LAYOUT");
     if (lay && !strcmp(lay, "alt")) {
-        w[1] = mem; w[2] = size; w[9] = cli; w[10] = off; w[11] = pages; w[4] = 0; w[7] = 0;
+        w[1] = mem;
+        w[2] = size;
+        w[9] = cli;
+        w[10] = off;
+        w[11] = pages;
+        w[4] = 0;
+        w[7] = 0;
     } else {
-        w[4] = size; w[6] = pages; w[7] = off; w[12] = cli; w[13] = mem;
+        w[4] = size;
+        w[6] = pages;
+        w[7] = off;
+        w[12] = cli;
+        w[13] = mem;
     }
     memcpy(h, w, 64);
     pthread_mutex_unlock(&L);
@@ -297,7 +409,11 @@ typedef struct {
     unsigned short usage;
     unsigned char reserved[4];
 } prop_t;
-API CUresult cuMemGetAllocationGranularity(size_t *g, const prop_t *p, int o) { *g = CHUNK; return 0; }
+API CUresult cuMemGetAllocationGranularity(size_t *g, const prop_t *p, int o)
+{
+    *g = CHUNK;
+    return 0;
+}
 API CUresult cuMemCreate(uint64_t *h, size_t size, const prop_t *p, unsigned long long f)
 {
     pthread_mutex_lock(&L);
@@ -321,7 +437,10 @@ API CUresult cuMemMap(CUdeviceptr va, size_t s, size_t off, uint64_t h, unsigned
 {
     pthread_mutex_lock(&L);
     struct alloc *a = new_alloc();
-    if (!a) { pthread_mutex_unlock(&L); return 2; }
+    if (!a) {
+        pthread_mutex_unlock(&L);
+        return 2;
+    }
     *a = (struct alloc){va, s, (int)h - 1, off, 1, 1, 0, 0};
     pthread_mutex_unlock(&L);
     return 0;
@@ -351,7 +470,11 @@ API CUresult cuMemGetAllocationPropertiesFromHandle(prop_t *p, uint64_t h)
     return 0;
 }
 API CUresult cuCtxSynchronize(void) { return 0; }
-API CUresult cuStreamCreate(void **s, unsigned f) { *s = (void *)0x5678; return 0; }
+API CUresult cuStreamCreate(void **s, unsigned f)
+{
+    *s = (void *)0x5678;
+    return 0;
+}
 API CUresult cuStreamDestroy_v2(void *s) { return 0; }
 API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
 {
@@ -366,14 +489,20 @@ static CUresult other_alloc(uint64_t *p, size_t n, int kind)
 {
     pthread_mutex_lock(&L);
     struct alloc *na = new_alloc();
-    if (!na) { pthread_mutex_unlock(&L); return 2; }
+    if (!na) {
+        pthread_mutex_unlock(&L);
+        return 2;
+    }
     uint64_t va;
     int obj = 0;
     if (kind == 1) {
         va = (uint64_t)(uintptr_t)calloc(1, n);
     } else {
         obj = new_obj(n);
-        if (obj < 0) { pthread_mutex_unlock(&L); return 2; }
+        if (obj < 0) {
+            pthread_mutex_unlock(&L);
+            return 2;
+        }
         va = VA_LEGACY + objs[obj].fb_off;
     }
     *na = (struct alloc){va, n, obj, 0, 0, 1, 0, kind};
@@ -415,7 +544,10 @@ static struct dfd *fd_new(int fd, int kind)
 {
     struct dfd *d = NULL;
     for (int i = 0; i < nfds; i++)
-        if (!fds[i].kind) { d = &fds[i]; break; }
+        if (!fds[i].kind) {
+            d = &fds[i];
+            break;
+        }
     if (!d && nfds < 256) d = &fds[nfds++];
     if (!d) return NULL;
     *d = (struct dfd){fd, kind, -1, -1};
@@ -442,7 +574,8 @@ API int open(const char *path, int flags, ...)
     va_start(ap, flags);
     int mode = va_arg(ap, int);
     va_end(ap);
-    int kind = !strcmp(path, "/dev/nvidiactl") ? 1 : !strcmp(path, "/dev/nvidia0") ? 2 : 0;
+    int kind = !strcmp(path, "/dev/nvidiactl") ? 1 : !strcmp(path, "/dev/nvidia0") ? 2
+                                                                                   : 0;
     if (!kind) return real_open(path, flags, mode);
     int fd = memfd_create(kind == 1 ? "fake-nvidiactl" : "fake-nvidia0", MFD_CLOEXEC);
     pthread_mutex_lock(&L);
@@ -476,7 +609,10 @@ API void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
         int64_t fbo = d->pending_fb;
         d->pending_fb = -1;
         pthread_mutex_unlock(&L);
-        if (fbo < 0 || off != 0) { errno = EINVAL; return MAP_FAILED; }
+        if (fbo < 0 || off != 0) {
+            errno = EINVAL;
+            return MAP_FAILED;
+        }
         return real_mmap(addr, len, prot, flags, fb_fd, (off_t)fbo);
     }
     pthread_mutex_unlock(&L);
@@ -496,7 +632,10 @@ static struct handle *h_find(uint32_t client, uint32_t h)
 static struct handle *h_add(uint32_t client, uint32_t h, int obj)
 {
     for (int i = 0; i < nhs; i++)
-        if (!hs[i].live) { hs[i] = (struct handle){client, h, obj, 1}; return &hs[i]; }
+        if (!hs[i].live) {
+            hs[i] = (struct handle){client, h, obj, 1};
+            return &hs[i];
+        }
     if (nhs >= 4 * MAXO) return NULL;
     hs[nhs] = (struct handle){client, h, obj, 1};
     return &hs[nhs++];
@@ -505,7 +644,13 @@ static struct handle *h_add(uint32_t client, uint32_t h, int obj)
 static int rm(unsigned nr, unsigned size, uint8_t *a)
 {
     uint32_t *u = (uint32_t *)a;
-#define NEED(n) do { if (size != (n)) { errno = EINVAL; return -1; } } while (0)
+#define NEED(n)             \
+    do {                    \
+        if (size != (n)) {  \
+            errno = EINVAL; \
+            return -1;      \
+        }                   \
+    } while (0)
     switch (nr) {
     case 210: {
         NEED(72);
@@ -515,12 +660,18 @@ static int rm(unsigned nr, unsigned size, uint8_t *a)
         return 0;
     }
     case 200: {
-        if (size % 72) { errno = EINVAL; return -1; }
+        if (size % 72) {
+            errno = EINVAL;
+            return -1;
+        }
         memset(a, 0, size);
-        a[0] = 1; a[8] = 0x41; u[4] = 0x4100; u[14] = 0;
+        a[0] = 1;
+        a[8] = 0x41;
+        u[4] = 0x4100;
+        u[14] = 0;
         return 0;
     }
-    case 0x2B: {   /* RM_ALLOC, NVOS21 */
+    case 0x2B: { /* RM_ALLOC, NVOS21 */
         NEED(32);
         uint32_t cls = u[3];
         if (cls == 0x41) {
@@ -528,9 +679,18 @@ static int rm(unsigned nr, unsigned size, uint8_t *a)
             h_add(u[2], u[2], -1);
             u[7] = 0;
         } else if (cls == 0x80) {
-            if (u[6] != 56) { u[7] = 0x3a; return 0; }
-            if (!h_find(u[0], u[0])) { u[7] = 0x23; return 0; }
-            if (h_find(u[0], u[2])) { u[7] = 0x19; return 0; }
+            if (u[6] != 56) {
+                u[7] = 0x3a;
+                return 0;
+            }
+            if (!h_find(u[0], u[0])) {
+                u[7] = 0x23;
+                return 0;
+            }
+            if (h_find(u[0], u[2])) {
+                u[7] = 0x19;
+                return 0;
+            }
             h_add(u[0], u[2], -1);
             u[7] = 0;
         } else {
@@ -538,41 +698,66 @@ static int rm(unsigned nr, unsigned size, uint8_t *a)
         }
         return 0;
     }
-    case 0x29: {   /* RM_FREE */
+    case 0x29: { /* RM_FREE */
         NEED(16);
         struct handle *h = h_find(u[0], u[2]);
-        if (!h) { u[3] = 0x33; return 0; }
+        if (!h) {
+            u[3] = 0x33;
+            return 0;
+        }
         if (u[2] == u[0])
-            for (int i = 0; i < nhs; i++) if (hs[i].client == u[0]) hs[i].live = 0;
+            for (int i = 0; i < nhs; i++)
+                if (hs[i].client == u[0]) hs[i].live = 0;
         h->live = 0;
         u[3] = 0;
         return 0;
     }
-    case 0x2A: {   /* RM_CONTROL, NVOS54 */
+    case 0x2A: { /* RM_CONTROL, NVOS54 */
         NEED(32);
         uint32_t cmd = u[2], psz = u[6];
         uint8_t *p = (uint8_t *)(uintptr_t)(*(uint64_t *)(a + 16));
         uint32_t *pu = (uint32_t *)p;
-        if (!h_find(u[0], u[0])) { u[7] = 0x23; return 0; }
+        if (!h_find(u[0], u[0])) {
+            u[7] = 0x23;
+            return 0;
+        }
         if (cmd == 0x205) {
-            if (psz != 32) { u[7] = 0x3a; return 0; }
+            if (psz != 32) {
+                u[7] = 0x3a;
+                return 0;
+            }
             pu[2] = 0;
             u[7] = 0;
         } else if (cmd == 0x3d08) {
             const char *es = getenv("FAKE_NV_EXPORT_SIZE");
             uint32_t want = es ? (uint32_t)atoi(es) : 80;
-            if (psz != want) { u[7] = 0x3a; return 0; }
+            if (psz != want) {
+                u[7] = 0x3a;
+                return 0;
+            }
             struct dfd *d = fd_of((int)pu[0]);
-            if (!d || d->kind != 3) { u[7] = 0x1f; return 0; }
+            if (!d || d->kind != 3) {
+                u[7] = 0x1f;
+                return 0;
+            }
             pu[1] = 0;
             uint16_t one = 1;
             memcpy(p + (want == 76 ? 8 : 12), &one, 2);
             u[7] = 0;
         } else if (cmd == 0x3d0c) {
-            if (psz != 652) { u[7] = 0x3a; return 0; }
+            if (psz != 652) {
+                u[7] = 0x3a;
+                return 0;
+            }
             struct dfd *d = fd_of((int)pu[0]);
-            if (!d || d->kind != 3) { u[7] = 0x1f; return 0; }
-            if (h_find(u[0], pu[2])) { u[7] = 0x19; return 0; }
+            if (!d || d->kind != 3) {
+                u[7] = 0x1f;
+                return 0;
+            }
+            if (h_find(u[0], pu[2])) {
+                u[7] = 0x19;
+                return 0;
+            }
             h_add(u[0], pu[2], d->export_obj);
             p[520] = 1;
             u[7] = 0;
@@ -581,34 +766,59 @@ static int rm(unsigned nr, unsigned size, uint8_t *a)
         }
         return 0;
     }
-    case 0x34: {   /* RM_DUP_OBJECT, NVOS55 */
+    case 0x34: { /* RM_DUP_OBJECT, NVOS55 */
         NEED(28);
-        if (u[3] != CUDA_CLIENT) { u[6] = 0x23; return 0; }
+        if (u[3] != CUDA_CLIENT) {
+            u[6] = 0x23;
+            return 0;
+        }
         int o = -1;
-        for (int i = 0; i < nobjs; i++) if (objs[i].h == u[4]) o = i;
-        if (o < 0) { u[6] = 0x33; return 0; }
-        if (h_find(u[0], u[2])) { u[6] = 0x19; return 0; }
+        for (int i = 0; i < nobjs; i++)
+            if (objs[i].h == u[4]) o = i;
+        if (o < 0) {
+            u[6] = 0x33;
+            return 0;
+        }
+        if (h_find(u[0], u[2])) {
+            u[6] = 0x19;
+            return 0;
+        }
         h_add(u[0], u[2], o);
         u[6] = 0;
         return 0;
     }
-    case 0x4E: {   /* RM_MAP_MEMORY, NVOS33 + fd */
+    case 0x4E: { /* RM_MAP_MEMORY, NVOS33 + fd */
         NEED(56);
         struct handle *h = h_find(u[0], u[2]);
         uint64_t off = *(uint64_t *)(a + 16), len = *(uint64_t *)(a + 24);
-        if (!h || h->obj < 0) { u[10] = 0x33; return 0; }
+        if (!h || h->obj < 0) {
+            u[10] = 0x33;
+            return 0;
+        }
         struct obj *o = &objs[h->obj];
-        if (off > o->size || len > o->size - off || !len) { u[10] = 0x2e; return 0; }
+        if (off > o->size || len > o->size - off || !len) {
+            u[10] = 0x2e;
+            return 0;
+        }
         struct dfd *d = fd_of(*(int32_t *)(a + 48));
-        if (!d || d->kind != 2) { u[10] = 0x1f; return 0; }
-        if (d->pending_fb >= 0) { u[10] = 0x63; return 0; }
+        if (!d || d->kind != 2) {
+            u[10] = 0x1f;
+            return 0;
+        }
+        if (d->pending_fb >= 0) {
+            u[10] = 0x63;
+            return 0;
+        }
         d->pending_fb = (int64_t)((o->fb_off + off) & ~4095ull);
         *(uint64_t *)(a + 32) = 0x100000000000ull + o->fb_off + off;
         u[11] = 2u << 23;
         u[10] = 0;
         return 0;
     }
-    case 0x4F: NEED(32); u[6] = 0; return 0;
+    case 0x4F:
+        NEED(32);
+        u[6] = 0;
+        return 0;
     default: errno = EINVAL; return -1;
     }
 }

@@ -25,20 +25,25 @@ static CUresult (*cuMemAddressReserve)(uint64_t *, size_t, size_t, uint64_t, uns
 static CUresult (*cuMemMap)(uint64_t, size_t, size_t, uint64_t, unsigned long long);
 
 /* CUmemAllocationProp (32 bytes): pinned, device 0, POSIX_FD */
-struct prop { int type, htypes, loc_type, loc_id; void *meta; unsigned char c, rdma;
-              unsigned short usage; unsigned char res[4]; };
+struct prop {
+    int type, htypes, loc_type, loc_id;
+    void *meta;
+    unsigned char c, rdma;
+    unsigned short usage;
+    unsigned char res[4];
+};
 
 static int passed, failed;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (cond) {                                                          \
-            passed++;                                                        \
-        } else {                                                             \
-            failed++;                                                        \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
-            printf(__VA_ARGS__);                                             \
-            printf("\n");                                                    \
-        }                                                                    \
+#define CHECK(cond, ...)                                           \
+    do {                                                           \
+        if (cond) {                                                \
+            passed++;                                              \
+        } else {                                                   \
+            failed++;                                              \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            printf(__VA_ARGS__);                                   \
+            printf("\n");                                          \
+        }                                                          \
     } while (0)
 
 static void *sym(const char *n)
@@ -147,7 +152,8 @@ int main(void)
             CHECK(gdrpy_write(ctx, pin, PAGE - 32, d, 64) == 0, "%s", gdrpy_last_error());
             /* checked per chunk (a device copy stays in one allocation) */
             CHECK(cuMemcpyDtoH(got, va + C - 32, 32) == 0 &&
-                  cuMemcpyDtoH(got + 32, va + C, 32) == 0, "dtoh");
+                      cuMemcpyDtoH(got + 32, va + C, 32) == 0,
+                  "dtoh");
             CHECK(memcmp(got, d, 64) == 0, "a write across the seam lands in both chunks");
             uint8_t back[64];
             CHECK(gdrpy_read(ctx, pin, PAGE - 32, back, 64) == 0 && memcmp(back, d, 64) == 0,

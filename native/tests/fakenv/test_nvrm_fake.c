@@ -29,16 +29,16 @@ static uint64_t (*fake_htod_into)(uint64_t, uint64_t);
 static void *(*fake_host_ptr)(uint64_t);
 
 static int passed, failed;
-#define CHECK(cond, ...)                                                     \
-    do {                                                                     \
-        if (cond) {                                                          \
-            passed++;                                                        \
-        } else {                                                             \
-            failed++;                                                        \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);           \
-            printf(__VA_ARGS__);                                             \
-            printf("\n");                                                    \
-        }                                                                    \
+#define CHECK(cond, ...)                                           \
+    do {                                                           \
+        if (cond) {                                                \
+            passed++;                                              \
+        } else {                                                   \
+            failed++;                                              \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            printf(__VA_ARGS__);                                   \
+            printf("\n");                                          \
+        }                                                          \
     } while (0)
 
 static void *sym(const char *n)
@@ -89,7 +89,7 @@ static void *writer_main(void *arg)
 {
     struct writer *w = arg;
     while (!w->stop) {
-        *w->counter = *w->counter + 1;   /* read-modify-write, like the GPU test's kernel */
+        *w->counter = *w->counter + 1; /* read-modify-write, like the GPU test's kernel */
         w->iters++;
     }
     return NULL;
@@ -170,7 +170,8 @@ static void mode_alt(void)
     CHECK(selftest() == 0, "%s", gdrpy_last_error());
     CHECK(strstr(report, "found by search") != NULL, "searched");
     CHECK(strstr(report, "\"size\": 2, \"pages\": -1, \"offset\": 10, \"client\": 9, "
-                         "\"memory\": 1") != NULL, "layout learned");
+                         "\"memory\": 1") != NULL,
+          "layout learned");
     gdrpy_ctx_t ctx;
     CHECK(gdrpy_open(0, GDRPY_BACKEND_NVRM, &ctx) == 0, "%s", gdrpy_last_error());
     uint64_t d = alloc_filled(8192, 1);
@@ -195,7 +196,8 @@ static void mode_corrupt(int which)
     if (!rc) gdrpy_close(ctx);
     char why[512] = "";
     CHECK(gdrpy_backend_probe(GDRPY_BACKEND_NVRM, 0, why, sizeof why) != 0 &&
-          strstr(why, "self-test"), "probe: %s", why);
+              strstr(why, "self-test"),
+          "probe: %s", why);
 }
 
 /* a 535 driver: the short GET_EXPORT_OBJECT_INFO */
@@ -209,7 +211,8 @@ static void mode_v535(int match)
         /* the driver wants the 550+ layout but says 535: route A fails, C works */
         CHECK(rc == 0, "usable through route C");
         CHECK(strstr(report, "\"A\": {\"tested\": true, \"ok\": false") &&
-              strstr(report, "NV_ERR_INVALID_PARAM_STRUCT"), "A disabled with RM status");
+                  strstr(report, "NV_ERR_INVALID_PARAM_STRUCT"),
+              "A disabled with RM status");
         gdrpy_ctx_t ctx;
         CHECK(gdrpy_open(0, GDRPY_BACKEND_NVRM, &ctx) == 0, "%s", gdrpy_last_error());
         gdrpy_close(ctx);
@@ -224,7 +227,7 @@ static void mode_fresh_chunks(void)
     CHECK(strstr(report, "\"mapping_base_checked\": true") != NULL, "mapbase");
     gdrpy_ctx_t ctx;
     CHECK(gdrpy_open(0, GDRPY_BACKEND_NVRM, &ctx) == 0, "%s", gdrpy_last_error());
-    uint64_t a = alloc_filled(4096, 1), b = alloc_filled(4096, 1);   /* b at offset != 0 */
+    uint64_t a = alloc_filled(4096, 1), b = alloc_filled(4096, 1); /* b at offset != 0 */
     gdrpy_pin_t pin;
     CHECK(pin_once(ctx, b, 4096, &pin) == 0, "%s", gdrpy_last_error());
     gdrpy_unpin(ctx, pin);
@@ -245,7 +248,8 @@ static void mode_old(void)
     CHECK(selftest() != 0, "refused");
     char why[512] = "";
     CHECK(gdrpy_backend_probe(GDRPY_BACKEND_NVRM, 0, why, sizeof why) == GDRPY_ENOTSUP &&
-          strstr(why, "older than every ABI table"), "%s", why);
+              strstr(why, "older than every ABI table"),
+          "%s", why);
 }
 
 /* MAPPING_BASE_ADDR is the allocation's own base: not usable as a check;
@@ -296,7 +300,10 @@ int main(int argc, char **argv)
     else if (!strcmp(mode, "fresh-chunks")) mode_fresh_chunks();
     else if (!strcmp(mode, "old")) mode_old();
     else if (!strcmp(mode, "mapbase-alloc")) mode_mapbase_alloc();
-    else { printf("unknown mode %s\n", mode); return 2; }
+    else {
+        printf("unknown mode %s\n", mode);
+        return 2;
+    }
     printf("test_nvrm_fake %s: %d passed, %d failed\n", mode, passed, failed);
     return failed ? 1 : 0;
 }

@@ -43,8 +43,19 @@ static const char *cuerr(CUresult r)
     return s ? s : "?";
 }
 
-#define FACT(...) do { printf("FACT "); printf(__VA_ARGS__); printf("\n"); } while (0)
-#define BAD(...) do { n_bad++; printf("BAD "); printf(__VA_ARGS__); printf("\n"); } while (0)
+#define FACT(...)            \
+    do {                     \
+        printf("FACT ");     \
+        printf(__VA_ARGS__); \
+        printf("\n");        \
+    } while (0)
+#define BAD(...)             \
+    do {                     \
+        n_bad++;             \
+        printf("BAD ");      \
+        printf(__VA_ARGS__); \
+        printf("\n");        \
+    } while (0)
 
 static int safe_read(uint64_t addr, void *buf, size_t n)
 {
@@ -53,7 +64,7 @@ static int safe_read(uint64_t addr, void *buf, size_t n)
     ssize_t k = process_vm_readv(getpid(), &l, 1, &r, 1, 0);
     if (k == (ssize_t)n) return 0;
     if (k >= 0 || errno == EFAULT) return -1;
-    int pfd[2];   /* process_vm_readv refused: write(2) gives EFAULT, never a fault */
+    int pfd[2]; /* process_vm_readv refused: write(2) gives EFAULT, never a fault */
     if (n > 4096 || pipe(pfd) != 0) return -1;
     int ok = write(pfd[1], (const void *)(uintptr_t)addr, n) == (ssize_t)n &&
              read(pfd[0], buf, n) == (ssize_t)n;
@@ -65,10 +76,10 @@ static int safe_read(uint64_t addr, void *buf, size_t n)
 /* ---- allocation kinds ------------------------------------------------- */
 typedef struct kind {
     const char *name;
-    CUdeviceptr ptr;      /* what the user pins */
+    CUdeviceptr ptr; /* what the user pins */
     size_t size;
     /* for freeing */
-    int type;             /* 0 cuMemAlloc, 1 vmm, 2 pool, 3 managed */
+    int type; /* 0 cuMemAlloc, 1 vmm, 2 pool, 3 managed */
     CUdeviceptr va;
     size_t va_size;
     CUmemGenericAllocationHandle h[2];
@@ -122,7 +133,10 @@ static CUresult pool_alloc(kind *k, size_t size, int which /*0 default,1 fd,2 no
         pp.handleTypes = which == 1 ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : CU_MEM_HANDLE_TYPE_NONE;
         pp.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
         pp.location.id = 0;
-        if ((r = cuMemPoolCreate(&k->pool, &pp))) { k->pool = NULL; return r; }
+        if ((r = cuMemPoolCreate(&k->pool, &pp))) {
+            k->pool = NULL;
+            return r;
+        }
     }
     r = which == 0 ? cuMemAllocAsync(&k->ptr, size, k->st)
                    : cuMemAllocFromPoolAsync(&k->ptr, size, k->pool, k->st);
@@ -305,8 +319,8 @@ static void row(kind *k, int expect_ok)
     rc = gdrpy_read(G, pin, 0, &after, 8 <= k->size ? 8 : k->size);
     uint64_t pat = 0x0123456789abcdefull;
     rc2 = gdrpy_write(G, pin, 0, &pat, 8 <= k->size ? 8 : k->size);
-    snprintf(res[6], sizeof res[6], "%s", !cr && !rc && !rc2 && before == after ? "kept" :
-             cr ? "free failed" : "CHANGED");
+    snprintf(res[6], sizeof res[6], "%s", !cr && !rc && !rc2 && before == after ? "kept" : cr ? "free failed"
+                                                                                              : "CHANGED");
     if (cr) BAD("%s: freeing while mapped failed: %s", k->name, cuerr(cr));
     rc = gdrpy_unmap(G, pin);
     rc2 = gdrpy_unpin(G, pin);
@@ -329,7 +343,10 @@ static void ucx_pages(void)
         enum { N = 6 };
         CUdeviceptr p[N];
         for (int i = 0; i < N; i++) {
-            if (cuMemAlloc(&p[i], sz)) { BAD("cuMemAlloc(%zu)", sz); return; }
+            if (cuMemAlloc(&p[i], sz)) {
+                BAD("cuMemAlloc(%zu)", sz);
+                return;
+            }
             uint8_t fill[65536];
             memset(fill, 0x40 + i, sz);
             cuMemcpyHtoD(p[i], fill, sz);
@@ -357,7 +374,10 @@ static void ucx_pages(void)
             if (!rc) rc = gdrpy_write(G, pin, p[t] - start, data, sz);
             /* one byte past the pinned pages is refused */
             int rr = gdrpy_write(G, pin, end - start, data, 1);
-            if (rr != GDRPY_ERANGE) { ok_all = 0; BAD("size %zu: write past pin gave %d", sz, rr); }
+            if (rr != GDRPY_ERANGE) {
+                ok_all = 0;
+                BAD("size %zu: write past pin gave %d", sz, rr);
+            }
             gdrpy_unmap(G, pin);
             gdrpy_unpin(G, pin);
             if (rc) {
@@ -394,9 +414,13 @@ static void ucx_pages(void)
         int rc = gdrpy_pin(G, lo, hi - lo, 0, &pin);
         char span[400];
         if (rc) snprintf(span, sizeof span, "refused: %s", gdrpy_last_error());
-        else { snprintf(span, sizeof span, "ok"); gdrpy_unpin(G, pin); }
+        else {
+            snprintf(span, sizeof span, "ok");
+            gdrpy_unpin(G, pin);
+        }
         printf("UCX size %-6zu ptrs 0x%llx..0x%llx  per-allocation page pins: %s  one pin over "
-               "all [0x%llx, +0x%llx): %s\n", sz, (unsigned long long)p[0],
+               "all [0x%llx, +0x%llx): %s\n",
+               sz, (unsigned long long)p[0],
                (unsigned long long)p[N - 1], ok_all ? "ok, neighbours untouched" : "FAILED",
                (unsigned long long)lo, (unsigned long long)(hi - lo), span);
         for (int i = 0; i < N; i++) cuMemFree(p[i]);
@@ -418,7 +442,10 @@ static void ucx_pages(void)
         int rc = gdrpy_pin(G, d, (64 << 20) + PAGE, 0, &pin);
         printf("UCX past a 64 MiB allocation: %s %s\n", rc ? gdrpy_strerror(rc) : "ACCEPTED",
                rc ? gdrpy_last_error() : "");
-        if (!rc) { BAD("pin past a 64 MiB allocation accepted"); gdrpy_unpin(G, pin); }
+        if (!rc) {
+            BAD("pin past a 64 MiB allocation accepted");
+            gdrpy_unpin(G, pin);
+        }
         cuMemFree(d);
     }
 }
@@ -445,10 +472,20 @@ int main(void)
     printf("probe_kinds: %s, driver %s, CUDA %d\n", ci.gpu_name, ci.driver_version, drv);
 
     /* expect: 1 must pin, 0 must be refused, -1 either (research) */
-    struct { const char *name; int expect; } plan[] = {
-        {"cumemalloc_1MiB", 1}, {"cumemalloc_16B", 1}, {"cumemallocpitch", 1},
-        {"vmm_fd_rdma", 1}, {"vmm_none_rdma", -1}, {"vmm_none", -1},
-        {"vmm_fd_2chunks", 1}, {"pool_default", -1}, {"pool_fd", -1}, {"pool_none", -1},
+    struct {
+        const char *name;
+        int expect;
+    } plan[] = {
+        {"cumemalloc_1MiB", 1},
+        {"cumemalloc_16B", 1},
+        {"cumemallocpitch", 1},
+        {"vmm_fd_rdma", 1},
+        {"vmm_none_rdma", -1},
+        {"vmm_none", -1},
+        {"vmm_fd_2chunks", 1},
+        {"pool_default", -1},
+        {"pool_fd", -1},
+        {"pool_none", -1},
         {"managed", 0},
     };
     printf("ROW %-22s | %-16s | %-4s | %-8s | %-8s | %-4s | %-6s | %-10s | %-4s | %s\n", "kind",
@@ -460,22 +497,31 @@ int main(void)
         k.type = -1;
         CUresult ar = CUDA_SUCCESS;
         const char *n = k.name;
-        if (!strcmp(n, "cumemalloc_1MiB")) { ar = cuMemAlloc(&k.ptr, 1 << 20); k.size = 1 << 20; k.type = 0; }
-        else if (!strcmp(n, "cumemalloc_16B")) { ar = cuMemAlloc(&k.ptr, 16); k.size = 16; k.type = 0; }
-        else if (!strcmp(n, "cumemallocpitch")) {
+        if (!strcmp(n, "cumemalloc_1MiB")) {
+            ar = cuMemAlloc(&k.ptr, 1 << 20);
+            k.size = 1 << 20;
+            k.type = 0;
+        } else if (!strcmp(n, "cumemalloc_16B")) {
+            ar = cuMemAlloc(&k.ptr, 16);
+            k.size = 16;
+            k.type = 0;
+        } else if (!strcmp(n, "cumemallocpitch")) {
             size_t pitch = 0;
             ar = cuMemAllocPitch(&k.ptr, &pitch, 1000, 64, 16);
             k.size = pitch * 64;
             k.type = 0;
-        }
-        else if (!strcmp(n, "vmm_fd_rdma")) ar = vmm_alloc(&k, 2 << 20, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1, 1);
+        } else if (!strcmp(n, "vmm_fd_rdma")) ar = vmm_alloc(&k, 2 << 20, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1, 1);
         else if (!strcmp(n, "vmm_none_rdma")) ar = vmm_alloc(&k, 2 << 20, 0, 1, 1);
         else if (!strcmp(n, "vmm_none")) ar = vmm_alloc(&k, 2 << 20, 0, 0, 1);
         else if (!strcmp(n, "vmm_fd_2chunks")) ar = vmm_alloc(&k, 2 << 20, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 1, 2);
         else if (!strcmp(n, "pool_default")) ar = pool_alloc(&k, 1 << 20, 0);
         else if (!strcmp(n, "pool_fd")) ar = pool_alloc(&k, 1 << 20, 1);
         else if (!strcmp(n, "pool_none")) ar = pool_alloc(&k, 1 << 20, 2);
-        else if (!strcmp(n, "managed")) { ar = cuMemAllocManaged(&k.ptr, 1 << 20, CU_MEM_ATTACH_GLOBAL); k.size = 1 << 20; k.type = 3; }
+        else if (!strcmp(n, "managed")) {
+            ar = cuMemAllocManaged(&k.ptr, 1 << 20, CU_MEM_ATTACH_GLOBAL);
+            k.size = 1 << 20;
+            k.type = 3;
+        }
         if (ar) {
             printf("ROW %-22s | alloc failed: %s\n", n, cuerr(ar));
             cleanup(&k);
@@ -490,7 +536,7 @@ int main(void)
                    prc ? gdrpy_last_error() : "ok");
             if (prc) BAD("vmm_fd_2chunks: pin across the seam refused: %s", gdrpy_last_error());
             else gdrpy_unpin(G, pin);
-            k.size = k.va_size / 2;   /* the row pins the first chunk */
+            k.size = k.va_size / 2; /* the row pins the first chunk */
         }
         row(&k, plan[i].expect);
         cleanup(&k);

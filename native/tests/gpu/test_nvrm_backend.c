@@ -31,7 +31,7 @@
  * declare the two helpers used here with compatible types. */
 int gp_cuda_memcpy(int device, int dir, uint64_t dptr, void *host, size_t n, void *stream);
 int gp_cuda_driver_version(int *v);
-extern uint64_t gp_nvrm_test_skew;   /* backends/nvrm/routes.c, -DGDRPY_NVRM_TESTING */
+extern uint64_t gp_nvrm_test_skew; /* backends/nvrm/routes.c, -DGDRPY_NVRM_TESTING */
 
 /* ---- tiny test framework --------------------------------------------- */
 static int n_pass, n_fail;
@@ -56,16 +56,16 @@ static void check(int ok, const char *name, const char *fmt, ...)
     fflush(stdout);
 }
 
-#define CU(call)                                                                        \
-    do {                                                                                \
-        CUresult r_ = (call);                                                           \
-        if (r_ != CUDA_SUCCESS) {                                                       \
-            const char *s_ = NULL;                                                      \
-            cuGetErrorName(r_, &s_);                                                    \
-            printf("FAIL cuda %s: %s (%d) at line %d\n", #call, s_ ? s_ : "?", r_,      \
-                   __LINE__);                                                           \
-            n_fail++;                                                                   \
-        }                                                                               \
+#define CU(call)                                                                   \
+    do {                                                                           \
+        CUresult r_ = (call);                                                      \
+        if (r_ != CUDA_SUCCESS) {                                                  \
+            const char *s_ = NULL;                                                 \
+            cuGetErrorName(r_, &s_);                                               \
+            printf("FAIL cuda %s: %s (%d) at line %d\n", #call, s_ ? s_ : "?", r_, \
+                   __LINE__);                                                      \
+            n_fail++;                                                              \
+        }                                                                          \
     } while (0)
 
 static double now_ns(void)
@@ -99,7 +99,7 @@ static int count_fds(void)
     struct dirent *e;
     while ((e = readdir(d))) n += e->d_name[0] != '.';
     closedir(d);
-    return n - 1;   /* the DIR's own fd */
+    return n - 1; /* the DIR's own fd */
 }
 
 /* ---- hand-built objects ----------------------------------------------- */
@@ -155,7 +155,7 @@ static int pin_ok(const gp_pin *p, uint64_t abase, uint64_t asize, char *why, si
     if (p->va < (p->addr & ~0xffffull) ||
         p->va + p->len > ((p->addr + p->size + 0xffff) & ~0xffffull)) {
         snprintf(why, n, "range [0x%llx,+0x%llx) leaves the GPU pages of the request "
-                 "(allocation [0x%llx,+0x%llx))",
+                         "(allocation [0x%llx,+0x%llx))",
                  (unsigned long long)p->va, (unsigned long long)p->len,
                  (unsigned long long)abase, (unsigned long long)asize);
         return 0;
@@ -192,7 +192,9 @@ static void fill(uint8_t *b, size_t n, unsigned seed)
 {
     uint32_t x = seed * 2654435761u + 1;
     for (size_t i = 0; i < n; i++) {
-        x ^= x << 13; x ^= x >> 17; x ^= x << 5;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
         b[i] = (uint8_t)x;
     }
 }
@@ -292,7 +294,8 @@ static void dump_ipc_words(void)
     /* with neighbours alive: the offset word moves */
     CUdeviceptr q[4];
     size_t qs[4] = {8, 100, 4096, 65536};
-    for (int i = 0; i < 4; i++) if (cuMemAlloc(&q[i], qs[i])) q[i] = 0;
+    for (int i = 0; i < 4; i++)
+        if (cuMemAlloc(&q[i], qs[i])) q[i] = 0;
     for (int i = 0; i < 4; i++) {
         if (!q[i]) continue;
         CUipcMemHandle h;
@@ -303,7 +306,8 @@ static void dump_ipc_words(void)
         printf("INFO ipc live size %-6zu ptr 0x%llx r=%d w4=%x w6=%x w7=%x w12=%x w13=%x\n", qs[i],
                (unsigned long long)q[i], r, w[4], w[6], w[7], w[12], w[13]);
     }
-    for (int i = 0; i < 4; i++) if (q[i]) cuMemFree(q[i]);
+    for (int i = 0; i < 4; i++)
+        if (q[i]) cuMemFree(q[i]);
 }
 
 /* Pin whole allocation, map, data both ways at several offsets. */
@@ -356,7 +360,10 @@ static void test_data(gp_ctx *c, dalloc *a, const char *tag)
         }
     CU(cuMemcpyDtoH(back, a->ptr, a->size));
     for (size_t i = 0; i < a->size; i++)
-        if (back[i] != buf[i]) { bad++; if (bad == 1) printf("INFO first mismatch at %zu\n", i); }
+        if (back[i] != buf[i]) {
+            bad++;
+            if (bad == 1) printf("INFO first mismatch at %zu\n", i);
+        }
     snprintf(name, sizeof name, "%s: CPU stores at odd offsets land (cuMemcpyDtoH)", tag);
     check(bad == 0, name, "%d bytes differ", bad);
     /* the reverse: CUDA writes, BAR1 reads at odd offsets */
@@ -389,7 +396,10 @@ static void test_subrange(gp_ctx *c)
 {
     dalloc a;
     char why[256];
-    if (alloc_dev(&a, 4 << 20)) { check(0, "subrange: cuMemAlloc 4 MiB", NULL); return; }
+    if (alloc_dev(&a, 4 << 20)) {
+        check(0, "subrange: cuMemAlloc 4 MiB", NULL);
+        return;
+    }
     uint8_t *ref = malloc(a.size), *back = malloc(a.size);
     fill(ref, a.size, 7);
     CU(cuMemcpyHtoD(a.ptr, ref, a.size));
@@ -427,7 +437,10 @@ static void test_small_buffers(gp_ctx *c)
     /* (a) two cuMemAlloc(8) allocations */
     dalloc x, y;
     char why[256];
-    if (alloc_dev(&x, 8) || alloc_dev(&y, 8)) { check(0, "small: cuMemAlloc 8", NULL); return; }
+    if (alloc_dev(&x, 8) || alloc_dev(&y, 8)) {
+        check(0, "small: cuMemAlloc 8", NULL);
+        return;
+    }
     printf("INFO small: two cuMemAlloc(8) at 0x%llx and 0x%llx (same 64 KiB page: %s)\n",
            (unsigned long long)x.ptr, (unsigned long long)y.ptr,
            (x.ptr >> 16) == (y.ptr >> 16) ? "yes" : "no");
@@ -439,7 +452,8 @@ static void test_small_buffers(gp_ctx *c)
     check(rx == 0 && ry == 0, "small: pin two 8-byte allocations", "%s",
           rx || ry ? gdrpy_last_error() : "");
     if (!rx && !ry) {
-        CUdeviceptr b; size_t s;
+        CUdeviceptr b;
+        size_t s;
         cuMemGetAddressRange(&b, &s, x.ptr);
         check(pin_ok(&px, b, s, why, sizeof why), "small: first pin stays in the GPU pages of its request",
               "%s va=0x%llx len=0x%llx", why, (unsigned long long)px.va, (unsigned long long)px.len);
@@ -496,7 +510,10 @@ static void test_free_while_pinned(gp_ctx *c, int vmm)
     char name[160];
     dalloc a;
     int r = vmm ? alloc_vmm(&a, 2 << 20, 1) : alloc_dev(&a, 65536);
-    if (r) { check(0, tag, "alloc failed %d", r); return; }
+    if (r) {
+        check(0, tag, "alloc failed %d", r);
+        return;
+    }
     uint8_t pat[256], got[256];
     fill(pat, sizeof pat, 5);
     CU(cuMemcpyHtoD(a.ptr, pat, sizeof pat));
@@ -505,7 +522,10 @@ static void test_free_while_pinned(gp_ctx *c, int vmm)
     if (!rc) rc = c->be->map(c, &p);
     snprintf(name, sizeof name, "%s: pin+map", tag);
     check(rc == 0, name, "%s", rc ? gdrpy_last_error() : "");
-    if (rc) { dfree(&a); return; }
+    if (rc) {
+        dfree(&a);
+        return;
+    }
     dfree(&a);
     CU(cuCtxSynchronize());
     wc_read(got, uptr(&p), sizeof got);
@@ -567,7 +587,8 @@ static void test_refusals(gp_ctx *c)
         rc = do_pin(c, &p, a.ptr + 65536 - 8, 16);
         check(rc == 0 || (rc == GDRPY_EINVAL && strstr(gdrpy_last_error(), "pin within")),
               "a range past the allocation end: pinned in its chunk, or refused naming the "
-              "allowed range", "rc=%d \"%s\"", rc, gdrpy_last_error());
+              "allowed range",
+              "rc=%d \"%s\"", rc, gdrpy_last_error());
         if (!rc) c->be->unpin(c, &p);
         dfree(&a);
     }
@@ -645,7 +666,7 @@ static void test_identity_check(gp_ctx *c)
     gp_nvrm_test_skew = 4096;
     int rc = do_pin(c, &p, a.ptr + 100, 200);
     check((rc == GDRPY_EIO && strstr(gdrpy_last_error(), "identity check failed")) ||
-          (rc == GDRPY_ENOTSUP && strstr(gdrpy_last_error(), "MAPPING_BASE_ADDR")),
+              (rc == GDRPY_ENOTSUP && strstr(gdrpy_last_error(), "MAPPING_BASE_ADDR")),
           "identity: skewed offset refused (patterned memory)", "rc=%d \"%s\"", rc,
           gdrpy_last_error());
     if (!rc) c->be->unpin(c, &p);
@@ -682,7 +703,10 @@ static void test_cycles(gp_ctx *c, int vmm)
 {
     const char *tag = vmm ? "1000 cycles route A" : "1000 cycles route C";
     dalloc a;
-    if (vmm ? alloc_vmm(&a, 2 << 20, 1) : alloc_dev(&a, 65536)) { check(0, tag, "alloc"); return; }
+    if (vmm ? alloc_vmm(&a, 2 << 20, 1) : alloc_dev(&a, 65536)) {
+        check(0, tag, "alloc");
+        return;
+    }
     uint8_t pat[64];
     fill(pat, sizeof pat, 11);
     CU(cuMemcpyHtoD(a.ptr, pat, sizeof pat));
@@ -691,8 +715,16 @@ static void test_cycles(gp_ctx *c, int vmm)
     double t0 = now_ns();
     for (int i = 0; i < 1000; i++) {
         gp_pin p;
-        if (do_pin(c, &p, a.ptr, 4096)) { fails++; if (fails == 1) printf("INFO %s\n", gdrpy_last_error()); continue; }
-        if (c->be->map(c, &p)) { fails++; c->be->unpin(c, &p); continue; }
+        if (do_pin(c, &p, a.ptr, 4096)) {
+            fails++;
+            if (fails == 1) printf("INFO %s\n", gdrpy_last_error());
+            continue;
+        }
+        if (c->be->map(c, &p)) {
+            fails++;
+            c->be->unpin(c, &p);
+            continue;
+        }
         uint64_t v = (uint64_t)i;
         *(volatile uint64_t *)(uptr(&p) + 64) = v;
         _mm_sfence();
@@ -715,7 +747,11 @@ static void test_fork(gp_ctx *c)
     dalloc a;
     if (alloc_dev(&a, 65536)) return;
     gp_pin p;
-    if (do_pin(c, &p, a.ptr, a.size) || c->be->map(c, &p)) { check(0, "fork: pin+map", NULL); dfree(&a); return; }
+    if (do_pin(c, &p, a.ptr, a.size) || c->be->map(c, &p)) {
+        check(0, "fork: pin+map", NULL);
+        dfree(&a);
+        return;
+    }
     uint64_t live = c->be->live_objects ? c->be->live_objects(c) : 0;
     check(live == 3, "live_objects counts 1 RM handle + 1 mapping + its fd", "%llu",
           (unsigned long long)live);
@@ -770,18 +806,43 @@ static void test_ctx_and_memcpy(gp_ctx *c)
     /* timings: the CE path as the backend does it, vs raw */
     enum { N = 2000 };
     static double t[N];
-    for (int i = 0; i < N; i++) { double t0 = now_ns(); c->be->dev_memcpy(c, 0, a.ptr, pin_host, 8, NULL); t[i] = now_ns() - t0; }
+    for (int i = 0; i < N; i++) {
+        double t0 = now_ns();
+        c->be->dev_memcpy(c, 0, a.ptr, pin_host, 8, NULL);
+        t[i] = now_ns() - t0;
+    }
     report("gp_cuda_memcpy H2D 8 B (pinned host, sync)", t, N);
-    for (int i = 0; i < N; i++) { double t0 = now_ns(); cuMemcpyHtoD(a.ptr, pin_host, 8); t[i] = now_ns() - t0; }
+    for (int i = 0; i < N; i++) {
+        double t0 = now_ns();
+        cuMemcpyHtoD(a.ptr, pin_host, 8);
+        t[i] = now_ns() - t0;
+    }
     report("cuMemcpyHtoD 8 B (pinned host, raw)", t, N);
-    for (int i = 0; i < N; i++) { double t0 = now_ns(); cuMemcpyHtoD(a.ptr, &v, 8); t[i] = now_ns() - t0; }
+    for (int i = 0; i < N; i++) {
+        double t0 = now_ns();
+        cuMemcpyHtoD(a.ptr, &v, 8);
+        t[i] = now_ns() - t0;
+    }
     report("cuMemcpyHtoD 8 B (pageable host, raw)", t, N);
-    for (int i = 0; i < N; i++) { double t0 = now_ns(); cuMemcpyHtoD(a.ptr, &v, 8); cuStreamSynchronize(0); t[i] = now_ns() - t0; }
+    for (int i = 0; i < N; i++) {
+        double t0 = now_ns();
+        cuMemcpyHtoD(a.ptr, &v, 8);
+        cuStreamSynchronize(0);
+        t[i] = now_ns() - t0;
+    }
     report("cuMemcpyHtoD 8 B pageable + cuStreamSynchronize(0)", t, N);
-    for (int i = 0; i < N; i++) { double t0 = now_ns(); c->be->dev_memcpy(c, 1, a.ptr, pin_host, 8, NULL); t[i] = now_ns() - t0; }
+    for (int i = 0; i < N; i++) {
+        double t0 = now_ns();
+        c->be->dev_memcpy(c, 1, a.ptr, pin_host, 8, NULL);
+        t[i] = now_ns() - t0;
+    }
     report("gp_cuda_memcpy D2H 8 B (pinned host, sync)", t, N);
     CU(cuCtxSetCurrent(NULL));
-    for (int i = 0; i < N; i++) { double t0 = now_ns(); c->be->dev_memcpy(c, 0, a.ptr, pin_host, 8, NULL); t[i] = now_ns() - t0; }
+    for (int i = 0; i < N; i++) {
+        double t0 = now_ns();
+        c->be->dev_memcpy(c, 0, a.ptr, pin_host, 8, NULL);
+        t[i] = now_ns() - t0;
+    }
     report("gp_cuda_memcpy H2D 8 B, no current ctx (push/pop)", t, N);
     CU(cuCtxSetCurrent(primary));
     cuMemFreeHost(pin_host);
@@ -813,19 +874,29 @@ static void test_timing(gp_ctx *c)
                 double a1 = now_ns();
                 if (!rc) rc = c->be->map(c, &p);
                 double a2 = now_ns();
-                if (rc) { fails++; continue; }
+                if (rc) {
+                    fails++;
+                    continue;
+                }
                 c->be->unmap(c, &p);
                 c->be->unpin(c, &p);
                 double a3 = now_ns();
-                t1[i] = a1 - a0; t2[i] = a2 - a1; t3[i] = a3 - a2;
+                t1[i] = a1 - a0;
+                t2[i] = a2 - a1;
+                t3[i] = a3 - a2;
             }
             char nm[96];
             const char *r = vmm ? "A" : "C";
             const char *sz = si ? "64 MiB" : "64 KiB";
-            if (fails) { check(0, "timing pin/map", "%d failures: %s", fails, gdrpy_last_error()); }
-            snprintf(nm, sizeof nm, "pin %s route %s (content-verified for C)", sz, r); report(nm, t1, n);
-            snprintf(nm, sizeof nm, "map %s route %s", sz, r); report(nm, t2, n);
-            snprintf(nm, sizeof nm, "unmap+unpin %s route %s", sz, r); report(nm, t3, n);
+            if (fails) {
+                check(0, "timing pin/map", "%d failures: %s", fails, gdrpy_last_error());
+            }
+            snprintf(nm, sizeof nm, "pin %s route %s (content-verified for C)", sz, r);
+            report(nm, t1, n);
+            snprintf(nm, sizeof nm, "map %s route %s", sz, r);
+            report(nm, t2, n);
+            snprintf(nm, sizeof nm, "unmap+unpin %s route %s", sz, r);
+            report(nm, t3, n);
             dfree(&a);
         }
     /* route C pin of zeroed memory (read-only identity check) */
@@ -898,7 +969,10 @@ static void test_dmabuf(void)
 {
     int rc;
     gp_ctx *c = mkctx(&gp_backend_dmabuf, 0, &rc);
-    if (!c) { printf("INFO dmabuf open failed: %s\n", gdrpy_last_error()); return; }
+    if (!c) {
+        printf("INFO dmabuf open failed: %s\n", gdrpy_last_error());
+        return;
+    }
     dalloc a;
     if (!alloc_dev(&a, 2 << 20)) {
         gp_pin p;
@@ -946,7 +1020,10 @@ static void *th_main(void *v)
         }
         if (rc && !a->fails) snprintf(a->err, sizeof a->err, "%s", gdrpy_last_error());
         pthread_mutex_unlock(&th_lock);
-        if (rc) { a->fails++; continue; }
+        if (rc) {
+            a->fails++;
+            continue;
+        }
         *(volatile uint64_t *)uptr(&p) = (uint64_t)i;
         _mm_sfence();
         pthread_mutex_lock(&th_lock);
@@ -1012,7 +1089,9 @@ static void profile_route_a(void)
         close(fd);
         cuMemRelease(h);
         double t3 = now_ns();
-        t_ret[i] = t1 - t0; t_exp[i] = t2 - t1; t_close[i] = t3 - t2;
+        t_ret[i] = t1 - t0;
+        t_exp[i] = t2 - t1;
+        t_close[i] = t3 - t2;
     }
     report("route A part: cuMemRetainAllocationHandle", t_ret, N);
     report("route A part: cuMemExportToShareableHandle(POSIX_FD)", t_exp, N);
@@ -1045,12 +1124,26 @@ int main(void)
            c->info.driver_version);
 
     dalloc a;
-    if (!alloc_dev(&a, 1 << 20)) { test_data(c, &a, "route C cuMemAlloc 1 MiB"); dfree(&a); }
-    if (!alloc_dev(&a, 100)) { test_data(c, &a, "route C cuMemAlloc 100 B"); dfree(&a); }
-    if (!alloc_dev(&a, (3 << 20) + 5)) { test_data(c, &a, "route C cuMemAlloc 3 MiB+5"); dfree(&a); }
-    if (!alloc_vmm(&a, 2 << 20, 1)) { test_data(c, &a, "route A cuMemCreate 2 MiB"); dfree(&a); }
-    else check(0, "cuMemCreate POSIX_FD", NULL);
-    if (!alloc_vmm(&a, 64 << 20, 1)) { test_data(c, &a, "route A cuMemCreate 64 MiB"); dfree(&a); }
+    if (!alloc_dev(&a, 1 << 20)) {
+        test_data(c, &a, "route C cuMemAlloc 1 MiB");
+        dfree(&a);
+    }
+    if (!alloc_dev(&a, 100)) {
+        test_data(c, &a, "route C cuMemAlloc 100 B");
+        dfree(&a);
+    }
+    if (!alloc_dev(&a, (3 << 20) + 5)) {
+        test_data(c, &a, "route C cuMemAlloc 3 MiB+5");
+        dfree(&a);
+    }
+    if (!alloc_vmm(&a, 2 << 20, 1)) {
+        test_data(c, &a, "route A cuMemCreate 2 MiB");
+        dfree(&a);
+    } else check(0, "cuMemCreate POSIX_FD", NULL);
+    if (!alloc_vmm(&a, 64 << 20, 1)) {
+        test_data(c, &a, "route A cuMemCreate 64 MiB");
+        dfree(&a);
+    }
     test_subrange(c);
     test_small_buffers(c);
     test_free_while_pinned(c, 0);

@@ -175,8 +175,8 @@ struct nvrm_esc {
 /* Everything the backend passes to the driver that a branch could change.
  * The tables (abi_tables.h) are generated from abi/<branch>.json. */
 struct nvrm_abi {
-    const char *branch;                 /* "580" */
-    const char *tag;                    /* the tag the records came from */
+    const char *branch; /* "580" */
+    const char *tag;    /* the tag the records came from */
     struct nvrm_esc card_info, check_version, rm_free, rm_control, rm_alloc, rm_dup,
         rm_map, rm_unmap;
     uint32_t version_cmd_query;

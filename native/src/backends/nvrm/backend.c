@@ -68,8 +68,9 @@ static int arch_gate(void)
     if (f && *f)
         return 0;
     return gp_err(GDRPY_ENOTSUP, "validated on x86-64 only; on %s the ioctl layouts match at "
-                  "compile time but BAR1 mapping is untested on its hardware "
-                  "(GDRPY_NVRM_FORCE tries it)", NVRM_ARCH);
+                                 "compile time but BAR1 mapping is untested on its hardware "
+                                 "(GDRPY_NVRM_FORCE tries it)",
+                  NVRM_ARCH);
 #endif
 }
 
@@ -183,8 +184,8 @@ static int pin_parts(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, struct nvrm_pi
             char why[200];
             snprintf(why, sizeof why, "%s", rc ? gdrpy_last_error() : gp_cuda_kind_name(c.kind));
             return gp_err(GDRPY_EINVAL, "range 0x%llx+%llu runs past the cuMemMap mapping that "
-                          "ends at 0x%llx into memory that is not a further cuMemCreate mapping "
-                          "starting there (%s); pin within [0x%llx, 0x%llx)",
+                                        "ends at 0x%llx into memory that is not a further cuMemCreate mapping "
+                                        "starting there (%s); pin within [0x%llx, 0x%llx)",
                           (unsigned long long)p->addr, (unsigned long long)p->size,
                           (unsigned long long)x, why, (unsigned long long)p->addr,
                           (unsigned long long)x);
@@ -198,7 +199,7 @@ static int pin_parts(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, struct nvrm_pi
         pt->va = x;
         uint64_t pend = gp_round_up(c.base + c.size, hp);
         pt->len = (full_hi < pend ? full_hi : pend) - x;
-        pt->rm_off = 0;   /* cuMemMap maps a handle from its offset 0 */
+        pt->rm_off = 0; /* cuMemMap maps a handle from its offset 0 */
         if (c.handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) {
             pt->route = 'A';
             rc = nvrm_import_vmm(ctx, nc, x, &c, &pt->hMemory);
@@ -240,7 +241,8 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
             rc = gp_cuda_classify(anchor, 1, ctx->device, &cp);
         } else {
             rc = gp_err(GDRPY_EINVAL, "no CUDA allocation of this process lies in [0x%llx, "
-                        "0x%llx): nothing to pin", (unsigned long long)p->addr,
+                                      "0x%llx): nothing to pin",
+                        (unsigned long long)p->addr,
                         (unsigned long long)end);
         }
     }
@@ -259,10 +261,11 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     const struct nvrm_route_report *rr = route == 'A' ? &nc->st->route_a : &nc->st->route_c;
     if (!rr->ok) {
         rc = gp_err(GDRPY_ENOTSUP, "pinning %s (route %c) is disabled on CUDA device %d: the "
-                    "nvrm self-test failed at \"%s\": %s%s", gp_cuda_kind_name(cp.kind), route,
+                                   "nvrm self-test failed at \"%s\": %s%s",
+                    gp_cuda_kind_name(cp.kind), route,
                     ctx->device, rr->step, rr->detail,
                     route == 'A' ? "" : "; allocate with cuMemCreate and "
-                    "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (gdrpy.memory does)");
+                                        "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (gdrpy.memory does)");
         goto out;
     }
 
@@ -273,13 +276,16 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     uint64_t hi = gp_round_up(end, GDRPY_GPU_PAGE_SIZE);
 
     struct nvrm_pin *np = calloc(1, sizeof *np);
-    if (!np) { rc = gp_err(GDRPY_ENOMEM, "out of memory"); goto out; }
+    if (!np) {
+        rc = gp_err(GDRPY_ENOMEM, "out of memory");
+        goto out;
+    }
     np->map.devfd = -1;
     np->route = route;
     if (route != 'C') {
         /* cuMemMap maps a handle from its offset 0 at the mapping base. */
         const uint64_t hp = (uint64_t)nvrm_host_page();
-        if (va < cp.base) va = cp.base;   /* never before the handle's first byte */
+        if (va < cp.base) va = cp.base; /* never before the handle's first byte */
         if (hi > gp_round_up(cp.base + cp.size, hp)) hi = gp_round_up(cp.base + cp.size, hp);
         np->rm_off = va - cp.base;
         if (route == 'A') {
@@ -291,12 +297,18 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
                               &np->rm_off, how, sizeof how);
             if (!rc) gp_log(1, "nvrm: route V (%s) for %s", how, gp_cuda_kind_name(cp.kind));
         }
-        if (rc) { free(np); goto out; }
+        if (rc) {
+            free(np);
+            goto out;
+        }
         np->len0 = hi - va;
         const uint64_t full_hi = gp_round_up(end, GDRPY_GPU_PAGE_SIZE);
         if (end > cp.base + cp.size) {
             rc = pin_parts(ctx, nc, p, np, cp.base + cp.size, full_hi, &hi);
-            if (rc) { nvrm_pin_release(nc, np); goto out; }
+            if (rc) {
+                nvrm_pin_release(nc, np);
+                goto out;
+            }
         }
     } else {
         uint64_t objoff = 0, clo = 0, chi = 0;
@@ -316,8 +328,11 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
                 nvrm_live_add(&nc->n_mem, -1);
             }
         }
-        if (rc) { free(np); goto out; }
-        np->rm_off = objoff + va - cp.base;   /* va >= chunk base = cp.base - objoff */
+        if (rc) {
+            free(np);
+            goto out;
+        }
+        np->rm_off = objoff + va - cp.base; /* va >= chunk base = cp.base - objoff */
     }
     p->va = va;
     p->len = hi - va;
@@ -327,7 +342,7 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
          * (free space of the chunk cannot be read through CUDA). */
         uint64_t ilo = p->addr > cp.base ? p->addr : cp.base;
         uint64_t ihi = end < cp.base + cp.size ? end : cp.base + cp.size;
-        if (ihi <= ilo) {   /* the request starts in free space: the anchor's head */
+        if (ihi <= ilo) { /* the request starts in free space: the anchor's head */
             ilo = cp.base;
             ihi = cp.base + cp.size < hi ? cp.base + cp.size : hi;
         }
@@ -341,7 +356,8 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     }
     p->bpriv = np;
     gp_log(1, "nvrm: pinned 0x%llx+%llu as [0x%llx, +0x%llx) route %c, RM memory 0x%x "
-           "offset 0x%llx", (unsigned long long)p->addr, (unsigned long long)p->size,
+              "offset 0x%llx",
+           (unsigned long long)p->addr, (unsigned long long)p->size,
            (unsigned long long)p->va, (unsigned long long)p->len, np->route, np->hMemory,
            (unsigned long long)np->rm_off);
 out:
@@ -355,7 +371,7 @@ static int nvrm_unpin(gp_ctx *ctx, gp_pin *p)
     struct nvrm_pin *np = p->bpriv;
     if (!np) return 0;
     int rc = 0;
-    if (np->map.mm) {   /* the core unmaps first; be safe anyway */
+    if (np->map.mm) { /* the core unmaps first; be safe anyway */
         rc = nvrm_unmap_range(nc, np->hMemory, &np->map);
         p->map_base = NULL;
         p->map_len = 0;
@@ -428,7 +444,7 @@ static int nvrm_unmap(gp_ctx *ctx, gp_pin *p)
         int r2 = nvrm_unmap_range(nc, np->parts[i].hMemory, &np->parts[i].map);
         if (!rc) rc = r2;
     }
-    np->resv = NULL;   /* the parts covered it exactly: nothing of it is left */
+    np->resv = NULL; /* the parts covered it exactly: nothing of it is left */
     p->map_base = NULL;
     p->map_len = 0;
     p->mapping_type = GDRPY_MAPPING_NONE;

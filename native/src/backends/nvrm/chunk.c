@@ -61,16 +61,16 @@ int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff, uint64
     uint64_t objsize = L->w_pages >= 0 ? (uint64_t)w[L->w_pages] * 4096 : 0;
     uint64_t clo = cp->base - objoff;
     uint64_t chi = objsize ? clo + objsize : gp_round_up(cp->base + cp->size, 4096);
-    if (!objsize) clo = gp_round_down(cp->base, 4096);   /* size unknown: the allocation */
+    if (!objsize) clo = gp_round_down(cp->base, 4096); /* size unknown: the allocation */
     *chunk_lo = clo;
     *chunk_hi = chi;
     uint64_t a = *lo, b = *hi;
     if (a < clo || b > chi) {
         uint64_t ok_lo = a > clo ? a : clo, ok_hi = b < chi ? b : chi;
         return gp_err(GDRPY_EINVAL, "range [0x%llx, 0x%llx) reaches GPU memory outside the "
-                      "chunk that backs the allocation at 0x%llx: CUDA's RM memory object "
-                      "0x%x covers [0x%llx, 0x%llx) of this context, and memory past it is not "
-                      "proven to be the caller's; pin within [0x%llx, 0x%llx)",
+                                    "chunk that backs the allocation at 0x%llx: CUDA's RM memory object "
+                                    "0x%x covers [0x%llx, 0x%llx) of this context, and memory past it is not "
+                                    "proven to be the caller's; pin within [0x%llx, 0x%llx)",
                       (unsigned long long)a, (unsigned long long)b,
                       (unsigned long long)cp->base, W_MEM, (unsigned long long)clo,
                       (unsigned long long)chi, (unsigned long long)ok_lo,
@@ -91,18 +91,20 @@ int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff, uint64
             rc = nvrm_ipc_words(base, v);
             if (rc)
                 return gp_err_prefix(GDRPY_EINVAL, "range [0x%llx, 0x%llx) holds the "
-                                     "allocation [0x%llx, +%zu), which is not cuMemAlloc "
-                                     "memory of the chunk [0x%llx, 0x%llx); pin within one "
-                                     "kind of memory", (unsigned long long)a,
+                                                   "allocation [0x%llx, +%zu), which is not cuMemAlloc "
+                                                   "memory of the chunk [0x%llx, 0x%llx); pin within one "
+                                                   "kind of memory",
+                                     (unsigned long long)a,
                                      (unsigned long long)b, (unsigned long long)base, sz,
                                      (unsigned long long)clo, (unsigned long long)chi);
             uint64_t voff = L->w_off >= 0 ? v[L->w_off] : 0;
             if (v[L->w_client] != W_CLI || v[L->w_mem] != W_MEM || (uint64_t)base - voff != clo)
                 return gp_err(GDRPY_EINVAL, "range [0x%llx, 0x%llx) holds the allocation "
-                              "[0x%llx, +%zu) of another RM object (client 0x%x, object "
-                              "0x%x, chunk base 0x%llx) than the allocation at 0x%llx "
-                              "(client 0x%x, object 0x%x, chunk [0x%llx, 0x%llx)): a pin "
-                              "covers one chunk", (unsigned long long)a, (unsigned long long)b,
+                                            "[0x%llx, +%zu) of another RM object (client 0x%x, object "
+                                            "0x%x, chunk base 0x%llx) than the allocation at 0x%llx "
+                                            "(client 0x%x, object 0x%x, chunk [0x%llx, 0x%llx)): a pin "
+                                            "covers one chunk",
+                              (unsigned long long)a, (unsigned long long)b,
                               (unsigned long long)base, sz, v[L->w_client], v[L->w_mem],
                               (unsigned long long)((uint64_t)base - voff),
                               (unsigned long long)cp->base, W_CLI, W_MEM,

@@ -25,86 +25,86 @@
 
 /* ---- state ------------------------------------------------------------ */
 struct nvrm_ctx {
-    int ctl;                    /* /dev/nvidiactl */
+    int ctl; /* /dev/nvidiactl */
     uint32_t hClient, hDevice;
     uint32_t gpu_id, dev_instance, minor;
-    char devpath[32];           /* /dev/nvidiaN */
-    char version[64];           /* kernel driver version string */
-    struct nvrm_abi abi;        /* the table chosen for it (a copy) */
-    int abi_newer;              /* the driver is newer than every table */
-    int cuda_version;           /* cuDriverGetVersion */
-    struct nvrm_dev_state *st;  /* the device's self-test result (selftest.c) */
-    pthread_mutex_t hlock;      /* guards next_handle */
+    char devpath[32];          /* /dev/nvidiaN */
+    char version[64];          /* kernel driver version string */
+    struct nvrm_abi abi;       /* the table chosen for it (a copy) */
+    int abi_newer;             /* the driver is newer than every table */
+    int cuda_version;          /* cuDriverGetVersion */
+    struct nvrm_dev_state *st; /* the device's self-test result (selftest.c) */
+    pthread_mutex_t hlock;     /* guards next_handle */
     uint32_t next_handle;
     /* live driver objects, for leak checks (atomic: read without the lock) */
-    uint64_t n_mem;             /* imported / duplicated RM memory handles */
-    uint64_t n_map;             /* RM CPU mappings (each an RM mapping + a mmap) */
+    uint64_t n_mem; /* imported / duplicated RM memory handles */
+    uint64_t n_map; /* RM CPU mappings (each an RM mapping + a mmap) */
 };
 
 struct nvrm_map {
-    int devfd;                  /* open only while a mapping is being made */
-    void *mm;                   /* mmap result */
+    int devfd; /* open only while a mapping is being made */
+    void *mm;  /* mmap result */
     size_t mm_len;
-    uint64_t plinear;           /* RM's linear address (needed to unmap) */
-    uint32_t flags;             /* NVOS33 flags returned by the driver */
+    uint64_t plinear; /* RM's linear address (needed to unmap) */
+    uint32_t flags;   /* NVOS33 flags returned by the driver */
 };
 
 /* A further RM object of a pin over several VMM chunks mapped side by
  * side (cuMemMap of several handles into one VA range). */
 struct nvrm_part {
-    char route;                 /* 'A' or 'V' */
+    char route; /* 'A' or 'V' */
     uint32_t hMemory;
-    uint64_t va, len;           /* the part of [pin->va, +pin->len) it backs */
-    uint64_t rm_off;            /* offset of part va in the RM object */
+    uint64_t va, len; /* the part of [pin->va, +pin->len) it backs */
+    uint64_t rm_off;  /* offset of part va in the RM object */
     struct nvrm_map map;
 };
 
 struct nvrm_pin {
-    char route;                 /* 'A' (import), 'C' (dup), 'V' (found + dup) */
+    char route; /* 'A' (import), 'C' (dup), 'V' (found + dup) */
     uint32_t hMemory;
-    uint64_t rm_off;            /* offset of pin->va inside the RM object */
+    uint64_t rm_off; /* offset of pin->va inside the RM object */
     struct nvrm_map map;
     /* pins over several VMM chunks: the first chunk is the fields above
      * (covering [pin->va, +len0)), the others are parts */
     uint64_t len0;
     int nparts;
     struct nvrm_part *parts;
-    void *resv;                 /* PROT_NONE reservation the parts are mapped into */
+    void *resv; /* PROT_NONE reservation the parts are mapped into */
     size_t resv_len;
 };
 
 /* Route C: which of the 16 u32 words of a cuIpcGetMemHandle handle hold
  * what; learned and proven per process by the self-test (selftest.c). */
 struct nvrm_ipc_layout {
-    int valid;                  /* proven on the self-test's scratch allocations */
-    int w_size;                 /* allocation size, low 32 bits */
-    int w_pages;                /* size of the RM object in 4 KiB pages; -1 unknown */
-    int w_off;                  /* offset of the allocation in the RM object */
-    int w_client, w_mem;        /* CUDA's RM client and memory handle */
-    int off_proven;             /* the offset word was seen non-zero and right */
-    int mapbase;                /* alloc base - CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR
+    int valid;           /* proven on the self-test's scratch allocations */
+    int w_size;          /* allocation size, low 32 bits */
+    int w_pages;         /* size of the RM object in 4 KiB pages; -1 unknown */
+    int w_off;           /* offset of the allocation in the RM object */
+    int w_client, w_mem; /* CUDA's RM client and memory handle */
+    int off_proven;      /* the offset word was seen non-zero and right */
+    int mapbase;         /* alloc base - CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR
                                    equalled the offset word on every scratch allocation */
-    int searched;               /* 0: the known layout confirmed; 1: found by search */
+    int searched;        /* 0: the known layout confirmed; 1: found by search */
 };
 
 struct nvrm_route_report {
     int tested, ok;
-    char step[64];              /* the step that failed */
-    char detail[384];           /* its message (RM status, errno, ...) */
+    char step[64];    /* the step that failed */
+    char detail[384]; /* its message (RM status, errno, ...) */
 };
 
 /* One per CUDA device per process: what the self-test found. */
 struct nvrm_dev_state {
     int done;
-    int usable;                 /* at least one route passed */
+    int usable; /* at least one route passed */
     char version[64];
     char branch[8], tag[24];
     int newer, cuda_version;
     struct nvrm_route_report route_a, route_c;
     struct nvrm_ipc_layout ipc;
-    double ms;                  /* cost of the self-test */
-    int corrupt;                /* GDRPY_NVRM_TEST_CORRUPT_ABI in effect */
-    char reason[1024];          /* why the backend is unusable (usable == 0) */
+    double ms;         /* cost of the self-test */
+    int corrupt;       /* GDRPY_NVRM_TEST_CORRUPT_ABI in effect */
+    char reason[1024]; /* why the backend is unusable (usable == 0) */
 };
 
 static inline void nvrm_live_add(uint64_t *c, int d)

@@ -22,79 +22,159 @@
 #include "nvrm.h"
 
 /* ---- NV status names (values from the driver's nvstatuscodes.h) ------- */
-static const struct { uint32_t code; const char *name; } status_names[] = {
-    {0x0, "NV_OK"}, {0xffff, "NV_ERR_GENERIC"}, {0x1, "NV_ERR_BROKEN_FB"},
-    {0x2, "NV_ERR_BUFFER_TOO_SMALL"}, {0x3, "NV_ERR_BUSY_RETRY"},
-    {0x4, "NV_ERR_CALLBACK_NOT_SCHEDULED"}, {0x5, "NV_ERR_CARD_NOT_PRESENT"},
-    {0x6, "NV_ERR_CYCLE_DETECTED"}, {0x7, "NV_ERR_DMA_IN_USE"},
-    {0x8, "NV_ERR_DMA_MEM_NOT_LOCKED"}, {0x9, "NV_ERR_DMA_MEM_NOT_UNLOCKED"},
-    {0xa, "NV_ERR_DUAL_LINK_INUSE"}, {0xb, "NV_ERR_ECC_ERROR"}, {0xc, "NV_ERR_FIFO_BAD_ACCESS"},
-    {0xd, "NV_ERR_FREQ_NOT_SUPPORTED"}, {0xe, "NV_ERR_GPU_DMA_NOT_INITIALIZED"},
-    {0xf, "NV_ERR_GPU_IS_LOST"}, {0x10, "NV_ERR_GPU_IN_FULLCHIP_RESET"},
-    {0x11, "NV_ERR_GPU_NOT_FULL_POWER"}, {0x12, "NV_ERR_GPU_UUID_NOT_FOUND"},
-    {0x13, "NV_ERR_HOT_SWITCH"}, {0x14, "NV_ERR_I2C_ERROR"},
-    {0x15, "NV_ERR_I2C_SPEED_TOO_HIGH"}, {0x16, "NV_ERR_ILLEGAL_ACTION"},
-    {0x17, "NV_ERR_IN_USE"}, {0x18, "NV_ERR_INFLATE_COMPRESSED_DATA_FAILED"},
-    {0x19, "NV_ERR_INSERT_DUPLICATE_NAME"}, {0x1a, "NV_ERR_INSUFFICIENT_RESOURCES"},
-    {0x1b, "NV_ERR_INSUFFICIENT_PERMISSIONS"}, {0x1c, "NV_ERR_INSUFFICIENT_POWER"},
-    {0x1d, "NV_ERR_INVALID_ACCESS_TYPE"}, {0x1e, "NV_ERR_INVALID_ADDRESS"},
-    {0x1f, "NV_ERR_INVALID_ARGUMENT"}, {0x20, "NV_ERR_INVALID_BASE"},
-    {0x21, "NV_ERR_INVALID_CHANNEL"}, {0x22, "NV_ERR_INVALID_CLASS"},
-    {0x23, "NV_ERR_INVALID_CLIENT"}, {0x24, "NV_ERR_INVALID_COMMAND"},
-    {0x25, "NV_ERR_INVALID_DATA"}, {0x26, "NV_ERR_INVALID_DEVICE"},
-    {0x27, "NV_ERR_INVALID_DMA_SPECIFIER"}, {0x28, "NV_ERR_INVALID_EVENT"},
-    {0x29, "NV_ERR_INVALID_FLAGS"}, {0x2a, "NV_ERR_INVALID_FUNCTION"},
-    {0x2b, "NV_ERR_INVALID_HEAP"}, {0x2c, "NV_ERR_INVALID_INDEX"},
-    {0x2d, "NV_ERR_INVALID_IRQ_LEVEL"}, {0x2e, "NV_ERR_INVALID_LIMIT"},
-    {0x2f, "NV_ERR_INVALID_LOCK_STATE"}, {0x30, "NV_ERR_INVALID_METHOD"},
-    {0x31, "NV_ERR_INVALID_OBJECT"}, {0x32, "NV_ERR_INVALID_OBJECT_BUFFER"},
-    {0x33, "NV_ERR_INVALID_OBJECT_HANDLE"}, {0x34, "NV_ERR_INVALID_OBJECT_NEW"},
-    {0x35, "NV_ERR_INVALID_OBJECT_OLD"}, {0x36, "NV_ERR_INVALID_OBJECT_PARENT"},
-    {0x37, "NV_ERR_INVALID_OFFSET"}, {0x38, "NV_ERR_INVALID_OPERATION"},
-    {0x39, "NV_ERR_INVALID_OWNER"}, {0x3a, "NV_ERR_INVALID_PARAM_STRUCT"},
-    {0x3b, "NV_ERR_INVALID_PARAMETER"}, {0x3c, "NV_ERR_INVALID_PATH"},
-    {0x3d, "NV_ERR_INVALID_POINTER"}, {0x3e, "NV_ERR_INVALID_REGISTRY_KEY"},
-    {0x3f, "NV_ERR_INVALID_REQUEST"}, {0x40, "NV_ERR_INVALID_STATE"},
-    {0x41, "NV_ERR_INVALID_STRING_LENGTH"}, {0x42, "NV_ERR_INVALID_READ"},
-    {0x43, "NV_ERR_INVALID_WRITE"}, {0x44, "NV_ERR_INVALID_XLATE"},
-    {0x45, "NV_ERR_IRQ_NOT_FIRING"}, {0x46, "NV_ERR_IRQ_EDGE_TRIGGERED"},
-    {0x47, "NV_ERR_MEMORY_TRAINING_FAILED"}, {0x48, "NV_ERR_MISMATCHED_SLAVE"},
-    {0x49, "NV_ERR_MISMATCHED_TARGET"}, {0x4a, "NV_ERR_MISSING_TABLE_ENTRY"},
-    {0x4b, "NV_ERR_MODULE_LOAD_FAILED"}, {0x4c, "NV_ERR_MORE_DATA_AVAILABLE"},
-    {0x4d, "NV_ERR_MORE_PROCESSING_REQUIRED"}, {0x4e, "NV_ERR_MULTIPLE_MEMORY_TYPES"},
-    {0x4f, "NV_ERR_NO_FREE_FIFOS"}, {0x50, "NV_ERR_NO_INTR_PENDING"},
-    {0x51, "NV_ERR_NO_MEMORY"}, {0x52, "NV_ERR_NO_SUCH_DOMAIN"}, {0x53, "NV_ERR_NO_VALID_PATH"},
-    {0x54, "NV_ERR_NOT_COMPATIBLE"}, {0x55, "NV_ERR_NOT_READY"}, {0x56, "NV_ERR_NOT_SUPPORTED"},
-    {0x57, "NV_ERR_OBJECT_NOT_FOUND"}, {0x58, "NV_ERR_OBJECT_TYPE_MISMATCH"},
-    {0x59, "NV_ERR_OPERATING_SYSTEM"}, {0x5a, "NV_ERR_OTHER_DEVICE_FOUND"},
-    {0x5b, "NV_ERR_OUT_OF_RANGE"}, {0x5c, "NV_ERR_OVERLAPPING_UVM_COMMIT"},
-    {0x5d, "NV_ERR_PAGE_TABLE_NOT_AVAIL"}, {0x5e, "NV_ERR_PID_NOT_FOUND"},
-    {0x5f, "NV_ERR_PROTECTION_FAULT"}, {0x60, "NV_ERR_RC_ERROR"},
-    {0x61, "NV_ERR_REJECTED_VBIOS"}, {0x62, "NV_ERR_RESET_REQUIRED"},
-    {0x63, "NV_ERR_STATE_IN_USE"}, {0x64, "NV_ERR_SIGNAL_PENDING"}, {0x65, "NV_ERR_TIMEOUT"},
-    {0x66, "NV_ERR_TIMEOUT_RETRY"}, {0x67, "NV_ERR_TOO_MANY_PRIMARIES"},
-    {0x68, "NV_ERR_UVM_ADDRESS_IN_USE"}, {0x69, "NV_ERR_MAX_SESSION_LIMIT_REACHED"},
-    {0x6a, "NV_ERR_LIB_RM_VERSION_MISMATCH"}, {0x6b, "NV_ERR_PRIV_SEC_VIOLATION"},
-    {0x6c, "NV_ERR_GPU_IN_DEBUG_MODE"}, {0x6d, "NV_ERR_FEATURE_NOT_ENABLED"},
-    {0x6e, "NV_ERR_RESOURCE_LOST"}, {0x6f, "NV_ERR_PMU_NOT_READY"}, {0x70, "NV_ERR_FLCN_ERROR"},
-    {0x71, "NV_ERR_FATAL_ERROR"}, {0x72, "NV_ERR_MEMORY_ERROR"},
-    {0x73, "NV_ERR_INVALID_LICENSE"}, {0x74, "NV_ERR_NVLINK_INIT_ERROR"},
-    {0x75, "NV_ERR_NVLINK_MINION_ERROR"}, {0x76, "NV_ERR_NVLINK_CLOCK_ERROR"},
-    {0x77, "NV_ERR_NVLINK_TRAINING_ERROR"}, {0x78, "NV_ERR_NVLINK_CONFIGURATION_ERROR"},
-    {0x79, "NV_ERR_RISCV_ERROR"}, {0x7a, "NV_ERR_FABRIC_MANAGER_NOT_PRESENT"},
-    {0x7b, "NV_ERR_ALREADY_SIGNALLED"}, {0x7c, "NV_ERR_QUEUE_TASK_SLOT_NOT_AVAILABLE"},
-    {0x7d, "NV_ERR_KEY_ROTATION_IN_PROGRESS"}, {0x7e, "NV_ERR_TEST_ONLY_CODE_NOT_ENABLED"},
-    {0x7f, "NV_ERR_SECURE_BOOT_FAILED"}, {0x80, "NV_ERR_INSUFFICIENT_ZBC_ENTRY"},
-    {0x81, "NV_ERR_NVLINK_FABRIC_NOT_READY"}, {0x82, "NV_ERR_NVLINK_FABRIC_FAILURE"},
+static const struct {
+    uint32_t code;
+    const char *name;
+} status_names[] = {
+    {0x0, "NV_OK"},
+    {0xffff, "NV_ERR_GENERIC"},
+    {0x1, "NV_ERR_BROKEN_FB"},
+    {0x2, "NV_ERR_BUFFER_TOO_SMALL"},
+    {0x3, "NV_ERR_BUSY_RETRY"},
+    {0x4, "NV_ERR_CALLBACK_NOT_SCHEDULED"},
+    {0x5, "NV_ERR_CARD_NOT_PRESENT"},
+    {0x6, "NV_ERR_CYCLE_DETECTED"},
+    {0x7, "NV_ERR_DMA_IN_USE"},
+    {0x8, "NV_ERR_DMA_MEM_NOT_LOCKED"},
+    {0x9, "NV_ERR_DMA_MEM_NOT_UNLOCKED"},
+    {0xa, "NV_ERR_DUAL_LINK_INUSE"},
+    {0xb, "NV_ERR_ECC_ERROR"},
+    {0xc, "NV_ERR_FIFO_BAD_ACCESS"},
+    {0xd, "NV_ERR_FREQ_NOT_SUPPORTED"},
+    {0xe, "NV_ERR_GPU_DMA_NOT_INITIALIZED"},
+    {0xf, "NV_ERR_GPU_IS_LOST"},
+    {0x10, "NV_ERR_GPU_IN_FULLCHIP_RESET"},
+    {0x11, "NV_ERR_GPU_NOT_FULL_POWER"},
+    {0x12, "NV_ERR_GPU_UUID_NOT_FOUND"},
+    {0x13, "NV_ERR_HOT_SWITCH"},
+    {0x14, "NV_ERR_I2C_ERROR"},
+    {0x15, "NV_ERR_I2C_SPEED_TOO_HIGH"},
+    {0x16, "NV_ERR_ILLEGAL_ACTION"},
+    {0x17, "NV_ERR_IN_USE"},
+    {0x18, "NV_ERR_INFLATE_COMPRESSED_DATA_FAILED"},
+    {0x19, "NV_ERR_INSERT_DUPLICATE_NAME"},
+    {0x1a, "NV_ERR_INSUFFICIENT_RESOURCES"},
+    {0x1b, "NV_ERR_INSUFFICIENT_PERMISSIONS"},
+    {0x1c, "NV_ERR_INSUFFICIENT_POWER"},
+    {0x1d, "NV_ERR_INVALID_ACCESS_TYPE"},
+    {0x1e, "NV_ERR_INVALID_ADDRESS"},
+    {0x1f, "NV_ERR_INVALID_ARGUMENT"},
+    {0x20, "NV_ERR_INVALID_BASE"},
+    {0x21, "NV_ERR_INVALID_CHANNEL"},
+    {0x22, "NV_ERR_INVALID_CLASS"},
+    {0x23, "NV_ERR_INVALID_CLIENT"},
+    {0x24, "NV_ERR_INVALID_COMMAND"},
+    {0x25, "NV_ERR_INVALID_DATA"},
+    {0x26, "NV_ERR_INVALID_DEVICE"},
+    {0x27, "NV_ERR_INVALID_DMA_SPECIFIER"},
+    {0x28, "NV_ERR_INVALID_EVENT"},
+    {0x29, "NV_ERR_INVALID_FLAGS"},
+    {0x2a, "NV_ERR_INVALID_FUNCTION"},
+    {0x2b, "NV_ERR_INVALID_HEAP"},
+    {0x2c, "NV_ERR_INVALID_INDEX"},
+    {0x2d, "NV_ERR_INVALID_IRQ_LEVEL"},
+    {0x2e, "NV_ERR_INVALID_LIMIT"},
+    {0x2f, "NV_ERR_INVALID_LOCK_STATE"},
+    {0x30, "NV_ERR_INVALID_METHOD"},
+    {0x31, "NV_ERR_INVALID_OBJECT"},
+    {0x32, "NV_ERR_INVALID_OBJECT_BUFFER"},
+    {0x33, "NV_ERR_INVALID_OBJECT_HANDLE"},
+    {0x34, "NV_ERR_INVALID_OBJECT_NEW"},
+    {0x35, "NV_ERR_INVALID_OBJECT_OLD"},
+    {0x36, "NV_ERR_INVALID_OBJECT_PARENT"},
+    {0x37, "NV_ERR_INVALID_OFFSET"},
+    {0x38, "NV_ERR_INVALID_OPERATION"},
+    {0x39, "NV_ERR_INVALID_OWNER"},
+    {0x3a, "NV_ERR_INVALID_PARAM_STRUCT"},
+    {0x3b, "NV_ERR_INVALID_PARAMETER"},
+    {0x3c, "NV_ERR_INVALID_PATH"},
+    {0x3d, "NV_ERR_INVALID_POINTER"},
+    {0x3e, "NV_ERR_INVALID_REGISTRY_KEY"},
+    {0x3f, "NV_ERR_INVALID_REQUEST"},
+    {0x40, "NV_ERR_INVALID_STATE"},
+    {0x41, "NV_ERR_INVALID_STRING_LENGTH"},
+    {0x42, "NV_ERR_INVALID_READ"},
+    {0x43, "NV_ERR_INVALID_WRITE"},
+    {0x44, "NV_ERR_INVALID_XLATE"},
+    {0x45, "NV_ERR_IRQ_NOT_FIRING"},
+    {0x46, "NV_ERR_IRQ_EDGE_TRIGGERED"},
+    {0x47, "NV_ERR_MEMORY_TRAINING_FAILED"},
+    {0x48, "NV_ERR_MISMATCHED_SLAVE"},
+    {0x49, "NV_ERR_MISMATCHED_TARGET"},
+    {0x4a, "NV_ERR_MISSING_TABLE_ENTRY"},
+    {0x4b, "NV_ERR_MODULE_LOAD_FAILED"},
+    {0x4c, "NV_ERR_MORE_DATA_AVAILABLE"},
+    {0x4d, "NV_ERR_MORE_PROCESSING_REQUIRED"},
+    {0x4e, "NV_ERR_MULTIPLE_MEMORY_TYPES"},
+    {0x4f, "NV_ERR_NO_FREE_FIFOS"},
+    {0x50, "NV_ERR_NO_INTR_PENDING"},
+    {0x51, "NV_ERR_NO_MEMORY"},
+    {0x52, "NV_ERR_NO_SUCH_DOMAIN"},
+    {0x53, "NV_ERR_NO_VALID_PATH"},
+    {0x54, "NV_ERR_NOT_COMPATIBLE"},
+    {0x55, "NV_ERR_NOT_READY"},
+    {0x56, "NV_ERR_NOT_SUPPORTED"},
+    {0x57, "NV_ERR_OBJECT_NOT_FOUND"},
+    {0x58, "NV_ERR_OBJECT_TYPE_MISMATCH"},
+    {0x59, "NV_ERR_OPERATING_SYSTEM"},
+    {0x5a, "NV_ERR_OTHER_DEVICE_FOUND"},
+    {0x5b, "NV_ERR_OUT_OF_RANGE"},
+    {0x5c, "NV_ERR_OVERLAPPING_UVM_COMMIT"},
+    {0x5d, "NV_ERR_PAGE_TABLE_NOT_AVAIL"},
+    {0x5e, "NV_ERR_PID_NOT_FOUND"},
+    {0x5f, "NV_ERR_PROTECTION_FAULT"},
+    {0x60, "NV_ERR_RC_ERROR"},
+    {0x61, "NV_ERR_REJECTED_VBIOS"},
+    {0x62, "NV_ERR_RESET_REQUIRED"},
+    {0x63, "NV_ERR_STATE_IN_USE"},
+    {0x64, "NV_ERR_SIGNAL_PENDING"},
+    {0x65, "NV_ERR_TIMEOUT"},
+    {0x66, "NV_ERR_TIMEOUT_RETRY"},
+    {0x67, "NV_ERR_TOO_MANY_PRIMARIES"},
+    {0x68, "NV_ERR_UVM_ADDRESS_IN_USE"},
+    {0x69, "NV_ERR_MAX_SESSION_LIMIT_REACHED"},
+    {0x6a, "NV_ERR_LIB_RM_VERSION_MISMATCH"},
+    {0x6b, "NV_ERR_PRIV_SEC_VIOLATION"},
+    {0x6c, "NV_ERR_GPU_IN_DEBUG_MODE"},
+    {0x6d, "NV_ERR_FEATURE_NOT_ENABLED"},
+    {0x6e, "NV_ERR_RESOURCE_LOST"},
+    {0x6f, "NV_ERR_PMU_NOT_READY"},
+    {0x70, "NV_ERR_FLCN_ERROR"},
+    {0x71, "NV_ERR_FATAL_ERROR"},
+    {0x72, "NV_ERR_MEMORY_ERROR"},
+    {0x73, "NV_ERR_INVALID_LICENSE"},
+    {0x74, "NV_ERR_NVLINK_INIT_ERROR"},
+    {0x75, "NV_ERR_NVLINK_MINION_ERROR"},
+    {0x76, "NV_ERR_NVLINK_CLOCK_ERROR"},
+    {0x77, "NV_ERR_NVLINK_TRAINING_ERROR"},
+    {0x78, "NV_ERR_NVLINK_CONFIGURATION_ERROR"},
+    {0x79, "NV_ERR_RISCV_ERROR"},
+    {0x7a, "NV_ERR_FABRIC_MANAGER_NOT_PRESENT"},
+    {0x7b, "NV_ERR_ALREADY_SIGNALLED"},
+    {0x7c, "NV_ERR_QUEUE_TASK_SLOT_NOT_AVAILABLE"},
+    {0x7d, "NV_ERR_KEY_ROTATION_IN_PROGRESS"},
+    {0x7e, "NV_ERR_TEST_ONLY_CODE_NOT_ENABLED"},
+    {0x7f, "NV_ERR_SECURE_BOOT_FAILED"},
+    {0x80, "NV_ERR_INSUFFICIENT_ZBC_ENTRY"},
+    {0x81, "NV_ERR_NVLINK_FABRIC_NOT_READY"},
+    {0x82, "NV_ERR_NVLINK_FABRIC_FAILURE"},
     {0x83, "NV_ERR_GPU_MEMORY_ONLINING_FAILURE"},
-    {0x84, "NV_ERR_REDUCTION_MANAGER_NOT_AVAILABLE"}, {0x85, "NV_ERR_THRESHOLD_CROSSED"},
-    {0x86, "NV_ERR_RESOURCE_RETIREMENT_ERROR"}, {0x87, "NV_ERR_FABRIC_STATE_OUT_OF_SYNC"},
-    {0x88, "NV_ERR_BUFFER_FULL"}, {0x89, "NV_ERR_BUFFER_EMPTY"},
-    {0x8a, "NV_ERR_MC_FLA_OFFSET_TABLE_FULL"}, {0x8b, "NV_ERR_DMA_XFER_FAILED"},
-    {0x10001, "NV_WARN_HOT_SWITCH"}, {0x10002, "NV_WARN_INCORRECT_PERFMON_DATA"},
-    {0x10003, "NV_WARN_MISMATCHED_SLAVE"}, {0x10004, "NV_WARN_MISMATCHED_TARGET"},
-    {0x10005, "NV_WARN_MORE_PROCESSING_REQUIRED"}, {0x10006, "NV_WARN_NOTHING_TO_DO"},
-    {0x10007, "NV_WARN_NULL_OBJECT"}, {0x10008, "NV_WARN_OUT_OF_RANGE"},
+    {0x84, "NV_ERR_REDUCTION_MANAGER_NOT_AVAILABLE"},
+    {0x85, "NV_ERR_THRESHOLD_CROSSED"},
+    {0x86, "NV_ERR_RESOURCE_RETIREMENT_ERROR"},
+    {0x87, "NV_ERR_FABRIC_STATE_OUT_OF_SYNC"},
+    {0x88, "NV_ERR_BUFFER_FULL"},
+    {0x89, "NV_ERR_BUFFER_EMPTY"},
+    {0x8a, "NV_ERR_MC_FLA_OFFSET_TABLE_FULL"},
+    {0x8b, "NV_ERR_DMA_XFER_FAILED"},
+    {0x10001, "NV_WARN_HOT_SWITCH"},
+    {0x10002, "NV_WARN_INCORRECT_PERFMON_DATA"},
+    {0x10003, "NV_WARN_MISMATCHED_SLAVE"},
+    {0x10004, "NV_WARN_MISMATCHED_TARGET"},
+    {0x10005, "NV_WARN_MORE_PROCESSING_REQUIRED"},
+    {0x10006, "NV_WARN_NOTHING_TO_DO"},
+    {0x10007, "NV_WARN_NULL_OBJECT"},
+    {0x10008, "NV_WARN_OUT_OF_RANGE"},
     {0x10009, "NV_WARN_THRESHOLD_CROSSED"},
 };
 
@@ -137,7 +217,7 @@ __thread int nvrm_last_errno;
 /* Returns 0 when the ioctl succeeded and *status (if given) is NV_OK;
  * otherwise sets the message "<what>: <escape> ..." and returns a code. */
 int nvrm_nv_call(int fd, unsigned nr, const char *esc, void *arg, size_t size,
-                   const uint32_t *status, const char *what)
+                 const uint32_t *status, const char *what)
 {
     int r;
     do {
@@ -149,7 +229,8 @@ int nvrm_nv_call(int fd, unsigned nr, const char *esc, void *arg, size_t size,
         int e = errno;
         if (status && *status != NV_OK)
             return gp_err(nvrm_nv_status_code(*status), "%s: %s ioctl failed: errno %d (%s), RM "
-                          "status %s (0x%x)", what, esc, e, strerror(e),
+                                                        "status %s (0x%x)",
+                          what, esc, e, strerror(e),
                           nvrm_nv_status_name(*status), *status);
         return gp_err(e == ENOMEM ? GDRPY_ENOMEM : GDRPY_EIO,
                       "%s: %s ioctl failed: errno %d (%s)", what, esc, e, strerror(e));
@@ -167,7 +248,8 @@ int nvrm_esc_call(struct nvrm_ctx *nc, const struct nvrm_esc *e, const char *esc
 {
     if (e->size > bufsize)
         return gp_err(GDRPY_EIO, "%s: the ABI table %s says %s takes %u bytes, more than our "
-                      "%zu-byte definition: refused", what, nc->abi.branch, esc, e->size,
+                                 "%zu-byte definition: refused",
+                      what, nc->abi.branch, esc, e->size,
                       bufsize);
     return nvrm_nv_call(nc->ctl, e->nr, esc, arg, e->size, status, what);
 }
@@ -179,7 +261,7 @@ int nvrm_rm_free(struct nvrm_ctx *nc, uint32_t hParent, uint32_t h, const char *
 }
 
 int nvrm_rm_control(struct nvrm_ctx *nc, uint32_t cmd, void *params, uint32_t size,
-                      const char *what)
+                    const char *what)
 {
     nv_os54_t a;
     memset(&a, 0, sizeof a);
@@ -206,7 +288,7 @@ void nvrm_session_close(struct nvrm_ctx *nc)
 {
     if (nc->ctl < 0) return;
     if (nc->hClient) nvrm_rm_free(nc, 0, nc->hClient, "freeing the RM client");
-    close(nc->ctl);   /* also frees whatever the client still owns */
+    close(nc->ctl); /* also frees whatever the client still owns */
     nc->ctl = -1;
     nc->hClient = 0;
 }
@@ -218,10 +300,12 @@ int nvrm_open_node(const char *path, int *fd)
     int e = errno;
     if (e == ENOENT)
         return gp_err(GDRPY_ENXIO, "%s not present: the NVIDIA kernel driver is not loaded "
-                      "(or the device nodes are not visible in this container)", path);
+                                   "(or the device nodes are not visible in this container)",
+                      path);
     if (e == EACCES || e == EPERM)
         return gp_err(GDRPY_EACCES, "cannot open %s: %s (device nodes need read-write "
-                      "access for this user)", path, strerror(e));
+                                    "access for this user)",
+                      path, strerror(e));
     return gp_err(GDRPY_EIO, "cannot open %s: errno %d (%s)", path, e, strerror(e));
 }
 
@@ -312,7 +396,8 @@ int nvrm_session_open(int device, struct nvrm_ctx *nc)
     }
     if (found < 0) {
         rc = gp_err(GDRPY_ENODEV, "CUDA device %d (PCI %04x:%02x:%02x.%x) is not among the "
-                    "GPUs /dev/nvidiactl lists (%s)", device, dom, bus, slot, fn,
+                                  "GPUs /dev/nvidiactl lists (%s)",
+                    device, dom, bus, slot, fn,
                     seen[0] ? seen : "none");
         goto fail;
     }
@@ -331,7 +416,7 @@ int nvrm_session_open(int device, struct nvrm_ctx *nc)
     memset(&a, 0, sizeof a);
     a.hClass = nc->abi.cls_root_client;
     rc = nvrm_esc_call(nc, &nc->abi.rm_alloc, "RM_ALLOC", &a, sizeof a, &a.status,
-                 "allocating an RM client (class NV01_ROOT_CLIENT)");
+                       "allocating an RM client (class NV01_ROOT_CLIENT)");
     if (rc) goto fail;
     nc->hClient = a.hObjectNew;
     if (!nc->hClient) {
@@ -344,7 +429,7 @@ int nvrm_session_open(int device, struct nvrm_ctx *nc)
     memset(&id, 0, sizeof id);
     id.gpuId = nc->gpu_id;
     rc = nvrm_rm_control(nc, nc->abi.ctrl_gpu_id_info_v2, &id, nc->abi.size_id_info_v2,
-                    "GPU_GET_ID_INFO_V2 for the GPU");
+                         "GPU_GET_ID_INFO_V2 for the GPU");
     if (rc) goto fail;
     nc->dev_instance = id.deviceInstance;
 
@@ -360,12 +445,13 @@ int nvrm_session_open(int device, struct nvrm_ctx *nc)
     a.pAllocParms = (uint64_t)(uintptr_t)&dp;
     a.paramsSize = nc->abi.size_device_alloc;
     rc = nvrm_esc_call(nc, &nc->abi.rm_alloc, "RM_ALLOC", &a, sizeof a, &a.status,
-                 "allocating the RM device object (class NV01_DEVICE_0)");
+                       "allocating the RM device object (class NV01_DEVICE_0)");
     if (rc) goto fail;
     nc->hDevice = H_DEVICE;
     pthread_mutex_init(&nc->hlock, NULL);
     gp_log(2, "nvrm: device %d = %s (PCI %04x:%02x:%02x.%x, gpu_id 0x%x, instance %u), "
-           "driver %s, ABI table %s (%s)%s", device, nc->devpath, dom, bus, slot, fn,
+              "driver %s, ABI table %s (%s)%s",
+           device, nc->devpath, dom, bus, slot, fn,
            nc->gpu_id, nc->dev_instance, nc->version, nc->abi.branch, nc->abi.tag,
            nc->abi_newer ? ", driver newer than every table" : "");
     return 0;
@@ -378,7 +464,7 @@ fail:
 /* ---- CPU mappings of an RM memory object ------------------------------ */
 
 int nvrm_map_range(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t len,
-                     struct nvrm_map *m)
+                   struct nvrm_map *m)
 {
     return nvrm_map_range_at(nc, hMem, off, len, NULL, m);
 }
@@ -422,7 +508,7 @@ int nvrm_map_range_at(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t
         int e = errno;
         nv_os34_t u = {nc->hClient, nc->hDevice, hMem, 0, m->plinear, 0, 0};
         nvrm_esc_call(nc, &nc->abi.rm_unmap, "RM_UNMAP_MEMORY", &u, sizeof u, &u.status,
-                "undoing a failed mapping");
+                      "undoing a failed mapping");
         close(m->devfd);
         m->devfd = -1;
         return gp_err(e == ENOMEM ? GDRPY_ENOMEM : GDRPY_EIO,
@@ -434,11 +520,12 @@ int nvrm_map_range_at(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off, uint64_t
         munmap(p, m->mm_len);
         nv_os34_t u = {nc->hClient, nc->hDevice, hMem, 0, m->plinear, 0, 0};
         nvrm_esc_call(nc, &nc->abi.rm_unmap, "RM_UNMAP_MEMORY", &u, sizeof u, &u.status,
-                "undoing a failed mapping");
+                      "undoing a failed mapping");
         close(m->devfd);
         m->devfd = -1;
         return gp_err(GDRPY_EIO, "%s: madvise(MADV_DONTFORK) failed: errno %d (%s); a "
-                      "mapping a forked child could inherit is refused", what, e, strerror(e));
+                                 "mapping a forked child could inherit is refused",
+                      what, e, strerror(e));
     }
     /* The VMA holds its own reference to the device file, so the fd is not
      * needed any more.  Closing it now means no descriptor of this process

@@ -49,7 +49,9 @@ typedef struct {
 } nv0000_handle_info_t;
 _Static_assert(sizeof(nv0000_handle_info_t) == 16, "GET_HANDLE_INFO params");
 
-enum { SCAN_BYTES = 512, MAX_OBJ = 2048, MAX_CLI = 6 };
+enum { SCAN_BYTES = 512,
+       MAX_OBJ = 2048,
+       MAX_CLI = 6 };
 
 /* Reads n bytes at addr of this process, or -1 if any of it is unmapped. */
 static int safe_read(uint64_t addr, void *buf, size_t n)
@@ -165,7 +167,8 @@ static int try_candidate(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_pin *vp, uin
             (*n_agree)++;
             if (prove_by_write(ctx, nc, h, va, offs[i], vp->addr, alloc_end) == 0) {
                 gp_log(1, "nvrm: route V: client 0x%x object 0x%x offset 0x%llx backs 0x%llx "
-                       "(proven by a test write)", cli, obj, (unsigned long long)offs[i],
+                          "(proven by a test write)",
+                       cli, obj, (unsigned long long)offs[i],
                        (unsigned long long)vp->addr);
                 *hOut = h;
                 *off = offs[i];
@@ -197,14 +200,18 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
     /* 2. candidates from the words behind the opaque handle */
     uint32_t cli[MAX_CLI];
     uint32_t *obj = calloc(MAX_OBJ, sizeof *obj);
-    if (!obj) { gp_cu.MemRelease(h); return gp_err(GDRPY_ENOMEM, "out of memory"); }
+    if (!obj) {
+        gp_cu.MemRelease(h);
+        return gp_err(GDRPY_ENOMEM, "out of memory");
+    }
     int ncli = 0, nobj = 0;
     uint8_t buf[SCAN_BYTES];
     int readable = safe_read((uint64_t)h, buf, sizeof buf) == 0;
     if (readable) {
         /* breadth-first over pointers: the handle's block, then up to
          * MAX_BLOCKS blocks it points to (two levels) */
-        enum { MAX_BLOCKS = 192, BLK = 256 };
+        enum { MAX_BLOCKS = 192,
+               BLK = 256 };
         uint64_t *q = malloc(MAX_BLOCKS * sizeof *q);
         int qn = 0, depth_end = 0;
         for (int level = 0; level < 3 && q; level++) {
@@ -248,11 +255,12 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
     vp.va = va;
     uint64_t ilo = p->addr > vcp.base ? p->addr : vcp.base;
     uint64_t ihi = p->addr + p->size < vcp.base + vcp.size ? p->addr + p->size
-                                                            : vcp.base + vcp.size;
+                                                           : vcp.base + vcp.size;
     int rc;
     if (ihi <= ilo) {
         rc = gp_err(GDRPY_EINVAL, "route V: the request does not meet the allocation at "
-                    "0x%llx", (unsigned long long)anchor);
+                                  "0x%llx",
+                    (unsigned long long)anchor);
         goto done;
     }
     vp.addr = ilo;
@@ -337,16 +345,17 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
             }
     }
     rc = gp_err(GDRPY_ENOTSUP,
-                  "0x%llx is %s, which CUDA does not export (cuMemExportToShareableHandle: %s) "
-                  "and whose RM memory object could not be found and proven in this process "
-                  "(allocation handle %s; %d client, %d object and %d neighbour candidates, %d "
-                  "duplicated, %d agreeing by content, none proven by a test write): refused; "
-                  "what works: "
-                  "cuMemAlloc/cudaMalloc memory and "
-                  "cuMemCreate memory with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR "
-                  "(gdrpy.memory allocates so)", (unsigned long long)p->addr,
-                  kind, gp_cuda_errname(export_r), readable ? "readable" : "not an address",
-                  ncli, nobj, n_near, n_dup, n_agree);
+                "0x%llx is %s, which CUDA does not export (cuMemExportToShareableHandle: %s) "
+                "and whose RM memory object could not be found and proven in this process "
+                "(allocation handle %s; %d client, %d object and %d neighbour candidates, %d "
+                "duplicated, %d agreeing by content, none proven by a test write): refused; "
+                "what works: "
+                "cuMemAlloc/cudaMalloc memory and "
+                "cuMemCreate memory with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR "
+                "(gdrpy.memory allocates so)",
+                (unsigned long long)p->addr,
+                kind, gp_cuda_errname(export_r), readable ? "readable" : "not an address",
+                ncli, nobj, n_near, n_dup, n_agree);
 done:
     free(obj);
     return rc;
@@ -356,7 +365,8 @@ int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp)
 {
     if (cp->device >= 0 && cp->device != ctx->device)
         return gp_err(GDRPY_ENODEV, "0x%llx is memory of CUDA device %d, but this context is "
-                      "on device %d", (unsigned long long)p->addr, cp->device, ctx->device);
+                                    "on device %d",
+                      (unsigned long long)p->addr, cp->device, ctx->device);
     uint64_t mb = 0, ms = 0;
     CUresult r1 = gp_cu.PointerGetAttribute(&mb, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, anchor);
     CUresult r2 = gp_cu.PointerGetAttribute(&ms, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, anchor);
@@ -366,7 +376,8 @@ int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp)
         CUresult r = gp_cu.MemGetAddressRange(&b, &s, anchor);
         if (r)
             return gp_cuda_err(0, r, "cuMemGetAddressRange", "range of the pool allocation at "
-                               "0x%llx", (unsigned long long)anchor);
+                                                             "0x%llx",
+                               (unsigned long long)anchor);
         mb = b;
         ms = s;
     }
@@ -374,7 +385,7 @@ int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp)
     cp->size = ms;
     if (p->addr < mb || p->addr + p->size > mb + ms)
         return gp_err(GDRPY_EINVAL, "range 0x%llx+%llu leaves the pool mapping [0x%llx, "
-                      "0x%llx) that holds its first byte; pin within it",
+                                    "0x%llx) that holds its first byte; pin within it",
                       (unsigned long long)p->addr, (unsigned long long)p->size,
                       (unsigned long long)mb, (unsigned long long)(mb + ms));
     gp_log(1, "nvrm: pool memory 0x%llx in mapping [0x%llx, +0x%llx)",

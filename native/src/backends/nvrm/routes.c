@@ -29,13 +29,13 @@
 /* ---- route A: VMM memory, export fd -> import ------------------------- */
 
 int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, const gp_cuda_ptr *cp,
-                      uint32_t *hOut)
+                    uint32_t *hOut)
 {
     if (!(cp->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
         return gp_err(GDRPY_ENOTSUP, "0x%llx is cuMemCreate memory created without "
-                      "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes "
-                      "(handle types 0x%x): it cannot be exported to the driver; create it "
-                      "with that handle type (gdrpy.memory does)",
+                                     "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in requestedHandleTypes "
+                                     "(handle types 0x%x): it cannot be exported to the driver; create it "
+                                     "with that handle type (gdrpy.memory does)",
                       (unsigned long long)addr, cp->handle_types);
     CUmemGenericAllocationHandle h = 0;
     CUresult r = gp_cu.MemRetainAllocationHandle(&h, (void *)(uintptr_t)addr);
@@ -67,7 +67,8 @@ int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd, uint
     eu.cur.fd = fd;
     if (nc->abi.size_export_info > sizeof eu) {
         rc = gp_err(GDRPY_EIO, "ABI table %s: GET_EXPORT_OBJECT_INFO size %u exceeds our "
-                    "definitions", nc->abi.branch, nc->abi.size_export_info);
+                               "definitions",
+                    nc->abi.branch, nc->abi.size_export_info);
         goto out;
     }
     rc = nvrm_rm_control(nc, nc->abi.ctrl_export_info, &eu, nc->abi.size_export_info,
@@ -79,7 +80,7 @@ int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd, uint
     memcpy(&max_objects, (const uint8_t *)&eu + nc->abi.export_off_max_objects, 2);
     if (dev_inst != nc->dev_instance) {
         rc = gp_err(GDRPY_ENODEV, "the allocation at 0x%llx lives on RM device instance %u, "
-                    "but this context's GPU (CUDA device %d) is instance %u",
+                                  "but this context's GPU (CUDA device %d) is instance %u",
                     (unsigned long long)addr, dev_inst, ctx->device, nc->dev_instance);
         goto out;
     }
@@ -91,7 +92,10 @@ int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd, uint
     for (int attempt = 0; attempt < 4; attempt++) {
         static nv0000_import_t zero;
         nv0000_import_t *im = malloc(sizeof *im);
-        if (!im) { rc = gp_err(GDRPY_ENOMEM, "out of memory"); goto out; }
+        if (!im) {
+            rc = gp_err(GDRPY_ENOMEM, "out of memory");
+            goto out;
+        }
         *im = zero;
         im->fd = fd;
         im->hParent = nc->hDevice;
@@ -110,12 +114,13 @@ int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd, uint
         uint32_t hh = im->objects[0];
         uint8_t type = im->objectTypes[0];
         free(im);
-        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue;   /* handle taken */
+        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue; /* handle taken */
         if (rc) goto out;
         if (type != nc->abi.import_type_vidmem) {
             nvrm_rm_free(nc, nc->hDevice, hh, "freeing a non-vidmem import");
             rc = gp_err(GDRPY_ENOTSUP, "the allocation at 0x%llx imported as object type %u, "
-                        "not video memory (1)", (unsigned long long)addr, type);
+                                       "not video memory (1)",
+                        (unsigned long long)addr, type);
             goto out;
         }
         *hOut = hh;
@@ -162,7 +167,7 @@ int nvrm_dup(struct nvrm_ctx *nc, uint32_t hcli, uint32_t hobj, uint32_t *hOut, 
         a.hObjectSrc = hobj;
         a.flags = 0;
         rc = nvrm_esc_call(nc, &nc->abi.rm_dup, "RM_DUP_OBJECT", &a, sizeof a, &a.status, what);
-        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue;   /* handle taken */
+        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue; /* handle taken */
         if (rc) return rc;
         *hOut = a.hObject;
         nvrm_live_add(&nc->n_mem, 1);
@@ -185,7 +190,7 @@ int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
     const struct nvrm_ipc_layout *L = nc->st ? &nc->st->ipc : NULL;
     if (!L || !L->valid)
         return gp_err(GDRPY_ENOTSUP, "pinning cuMemAlloc memory (route C): the self-test has "
-                      "not proven the IPC handle layout on this device");
+                                     "not proven the IPC handle layout on this device");
     uint32_t w[16];
     int rc = nvrm_ipc_words(cp->base, w);
     if (rc) return rc;
@@ -210,21 +215,23 @@ int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
         bad = "the offset word disagrees with CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR";
     if (bad)
         return gp_err(GDRPY_ENOTSUP, "the IPC handle of the allocation at 0x%llx (%llu bytes) "
-                      "does not check out against the layout the self-test proved (%s: size "
-                      "word 0x%x, client 0x%x, object 0x%x, offset 0x%llx, mapping base "
-                      "0x%llx): refusing to guess; allocate with cuMemCreate + POSIX_FD",
+                                     "does not check out against the layout the self-test proved (%s: size "
+                                     "word 0x%x, client 0x%x, object 0x%x, offset 0x%llx, mapping base "
+                                     "0x%llx): refusing to guess; allocate with cuMemCreate + POSIX_FD",
                       (unsigned long long)cp->base, (unsigned long long)cp->size, bad,
                       w[L->w_size], hcli, hobj, (unsigned long long)off,
                       (unsigned long long)mb);
     char what[128];
     snprintf(what, sizeof what, "duplicating CUDA's RM memory 0x%x (client 0x%x) of "
-             "the allocation at 0x%llx", hobj, hcli, (unsigned long long)cp->base);
+                                "the allocation at 0x%llx",
+             hobj, hcli, (unsigned long long)cp->base);
     rc = nvrm_dup(nc, hcli, hobj, hOut, what);
     if (rc) {
         if (nvrm_last_rm_status != NV_OK)
             gp_err_prefix(nvrm_nv_status_code(nvrm_last_rm_status),
                           "CUDA device %d: the IPC handle words do not name an RM "
-                          "object this client can duplicate", ctx->device);
+                          "object this client can duplicate",
+                          ctx->device);
         return rc;
     }
     *objoff = off;
@@ -294,7 +301,7 @@ int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64
         }
         uint8_t r1[SAMPLE], d[SAMPLE], r2[SAMPLE];
         struct nvrm_map m;
-        uint64_t wlo = win[i] > va ? win[i] : va;   /* never map before va */
+        uint64_t wlo = win[i] > va ? win[i] : va; /* never map before va */
         int rc = nvrm_map_range(nc, hMem, rm_off + (wlo - va), win[i] + hp - wlo, &m);
         if (rc) return gp_err_prefix(rc, "identity check of the pin");
         const volatile uint8_t *base = (const volatile uint8_t *)m.mm + ((rm_off + (wlo - va)) & ((uint64_t)nvrm_host_page() - 1));
@@ -321,15 +328,16 @@ int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64
         if (rc) return gp_err_prefix(rc, "identity check of the pin");
         if (bad >= 0)
             return gp_err(GDRPY_EIO, "identity check failed: byte 0x%llx read through BAR1 "
-                          "is 0x%02x where cuMemcpyDtoH sees 0x%02x (stable across reads, 3 "
-                          "tries), so the IPC handle words do not describe this allocation "
-                          "on this driver (%s): refusing to pin",
+                                     "is 0x%02x where cuMemcpyDtoH sees 0x%02x (stable across reads, 3 "
+                                     "tries), so the IPC handle words do not describe this allocation "
+                                     "on this driver (%s): refusing to pin",
                           (unsigned long long)(s + (uint64_t)bad), r1[bad], d[bad],
                           nc->version);
         stable_total += stable;
     }
     gp_log(1, "nvrm: identity of 0x%llx+%llu: layout proven by the self-test, words checked, "
-           "%zu stable sampled bytes agree (no writes)", (unsigned long long)addr,
+              "%zu stable sampled bytes agree (no writes)",
+           (unsigned long long)addr,
            (unsigned long long)size, stable_total);
     return 0;
 }

@@ -125,16 +125,17 @@ static int data_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t r
         return nvrm_last_errno || nvrm_last_rm_status == NV_OK ? -2 : -1;
     }
     volatile uint8_t *bar = (volatile uint8_t *)m.mm + (off & ((uint64_t)nvrm_host_page() - 1));
-    uint64_t wbase = dptr;   /* bar points at the byte CUDA calls dptr */
+    uint64_t wbase = dptr; /* bar points at the byte CUDA calls dptr */
     nvrm_read_mapped(bar, wbase, dptr, CHECK_BYTES, got);
     int rc = 0;
     size_t k = 0;
     while (k < CHECK_BYTES && got[k] == p1[k]) k++;
     if (k < CHECK_BYTES) {
         fail_step(r, "read through the mapping", "byte %zu of a pattern written with "
-                  "cuMemcpyHtoD reads 0x%02x through BAR1, expected 0x%02x: the mapping does "
-                  "not show the scratch memory (ABI table %s, driver %s); nothing was written "
-                  "through it", k, got[k], p1[k], nc->abi.branch, nc->version);
+                                                 "cuMemcpyHtoD reads 0x%02x through BAR1, expected 0x%02x: the mapping does "
+                                                 "not show the scratch memory (ABI table %s, driver %s); nothing was written "
+                                                 "through it",
+                  k, got[k], p1[k], nc->abi.branch, nc->version);
         rc = -1;
     }
     if (!rc && write_back) {
@@ -145,7 +146,7 @@ static int data_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t r
             *(volatile uint64_t *)(bar + i) = v;
         }
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        (void)*(volatile uint64_t *)(bar + CHECK_BYTES - 8);   /* drains WC buffers */
+        (void)*(volatile uint64_t *)(bar + CHECK_BYTES - 8); /* drains WC buffers */
         if (gp_cuda_memcpy(device, 1, dptr, got, CHECK_BYTES, NULL)) {
             fail_last(r, "cuMemcpyDtoH of bytes written through the mapping", nc);
             rc = -1;
@@ -154,8 +155,9 @@ static int data_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t r
             while (k < CHECK_BYTES && got[k] == p2[k]) k++;
             if (k < CHECK_BYTES) {
                 fail_step(r, "write through the mapping", "byte %zu written through BAR1 "
-                          "reads 0x%02x with cuMemcpyDtoH, expected 0x%02x (ABI table %s, "
-                          "driver %s)", k, got[k], p2[k], nc->abi.branch, nc->version);
+                                                          "reads 0x%02x with cuMemcpyDtoH, expected 0x%02x (ABI table %s, "
+                                                          "driver %s)",
+                          k, got[k], p2[k], nc->abi.branch, nc->version);
                 rc = -1;
             }
         }
@@ -189,7 +191,7 @@ static void test_route_a(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
     size_t size = gran;
     CUmemGenericAllocationHandle h = 0;
     cr = gp_cu.MemCreate(&h, size, &prop, 0);
-    if (cr) {   /* a GPU without GPUDirect RDMA: the plain kind */
+    if (cr) { /* a GPU without GPUDirect RDMA: the plain kind */
         prop.gpuDirectRDMACapable = 0;
         cr = gp_cu.MemCreate(&h, size, &prop, 0);
     }
@@ -217,7 +219,7 @@ static void test_route_a(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
     }
     {
         /* The real pin path: classify, export + import. */
-        const uint64_t at = va + 4096 + 64;   /* not page aligned on purpose */
+        const uint64_t at = va + 4096 + 64; /* not page aligned on purpose */
         gp_cuda_ptr cp;
         uint32_t hMem = 0;
         gp_ctx fake;
@@ -256,7 +258,7 @@ static int try_layout(int device, struct nvrm_ctx *nc, const struct nvrm_ipc_lay
                       const struct scratch *s, struct nvrm_route_report *r, int *dups)
 {
     const uint32_t *w = s->w;
-    if (*dups >= 256) return -1;   /* bounded search */
+    if (*dups >= 256) return -1; /* bounded search */
     if (w[L->w_size] != (uint32_t)s->size) return -1;
     uint32_t hcli = w[L->w_client], hobj = w[L->w_mem];
     if (!hcli || !hobj || hcli == nc->hClient) return -1;
@@ -268,7 +270,7 @@ static int try_layout(int device, struct nvrm_ctx *nc, const struct nvrm_ipc_lay
         fail_last(r, "IPC handle layout: RM_DUP_OBJECT", nc);
         return -1;
     }
-    int rc = data_check(device, nc, h, off, s->base, 0, r);   /* -2 passes through */
+    int rc = data_check(device, nc, h, off, s->base, 0, r); /* -2 passes through */
     nvrm_rm_free(nc, nc->hDevice, h, "freeing a self-test dup");
     nvrm_live_add(&nc->n_mem, -1);
     return rc;
@@ -280,8 +282,7 @@ static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
                         struct nvrm_ipc_layout *out, struct nvrm_route_report *r)
 {
     /* Seen with CUDA 13.0 / driver 580 (facts/nvrm-bar1.md). */
-    struct nvrm_ipc_layout L = {.w_size = 4, .w_pages = 6, .w_off = 7, .w_client = 12,
-                                .w_mem = 13};
+    struct nvrm_ipc_layout L = {.w_size = 4, .w_pages = 6, .w_off = 7, .w_client = 12, .w_mem = 13};
     int dups = 0;
     int t1 = try_layout(device, nc, &L, &s[1], r, &dups);
     int t0 = t1 == 0 ? try_layout(device, nc, &L, &s[0], r, &dups) : t1;
@@ -307,15 +308,14 @@ static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
                     uint32_t h;
                     dups++;
                     if (nvrm_dup(nc, s[1].w[c], s[1].w[m], &h, "self-test: RM_DUP_OBJECT of "
-                                 "an IPC word pair"))
+                                                               "an IPC word pair"))
                         continue;
                     for (int o = -1; o < 16 && !found; o++) {
                         if (o == i || o == c || o == m) continue;
                         uint64_t off = o >= 0 ? s[1].w[o] : 0;
                         if (off >= (1u << 30) || ((s[1].base ^ off) & 4095)) continue;
                         if (data_check(device, nc, h, off, s[1].base, 0, r) != 0) continue;
-                        struct nvrm_ipc_layout t = {.w_size = i, .w_pages = -1, .w_off = o,
-                                                    .w_client = c, .w_mem = m};
+                        struct nvrm_ipc_layout t = {.w_size = i, .w_pages = -1, .w_off = o, .w_client = c, .w_mem = m};
                         if (try_layout(device, nc, &t, &s[0], r, &dups) == 0) {
                             *out = t;
                             out->searched = 1;
@@ -337,8 +337,9 @@ static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
             snprintf(last, sizeof last, "%s: %.150s", r->step[0] ? r->step : "-",
                      r->detail[0] ? r->detail : "-");
             fail_step(r, "IPC handle layout", "no layout of the cuIpcGetMemHandle words maps "
-                      "the scratch allocation (%zu bytes at 0x%llx; words %s; %d duplications "
-                      "tried; last failure: %s) [driver %s, CUDA %d]", s[1].size,
+                                              "the scratch allocation (%zu bytes at 0x%llx; words %s; %d duplications "
+                                              "tried; last failure: %s) [driver %s, CUDA %d]",
+                      s[1].size,
                       (unsigned long long)s[1].base, words, dups, last, nc->version,
                       nc->cuda_version);
             return -1;
@@ -352,7 +353,7 @@ static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
         uint64_t off = out->w_off >= 0 ? s[k].w[out->w_off] : 0;
         if (off) out->off_proven = 1;
         if (out->w_pages >= 0 && (uint64_t)s[k].w[out->w_pages] * 4096 < off + s[k].size)
-            out->w_pages = -1;   /* not the object size after all */
+            out->w_pages = -1; /* not the object size after all */
         uint64_t mb = 0;
         if (gp_cu.PointerGetAttribute(&mb, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, s[k].base) ||
             !mb || s[k].base - mb != off)
@@ -403,7 +404,7 @@ static void test_route_c(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
             try_layout(device, nc, &L, &extra, r, &dups) == 0)
             L.off_proven = 1;
         r->step[0] = r->detail[0] = '\0';
-        if (L.mapbase) {   /* the relation must hold here too */
+        if (L.mapbase) { /* the relation must hold here too */
             uint64_t mb = 0;
             if (!extra.base ||
                 gp_cu.PointerGetAttribute(&mb, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
@@ -413,7 +414,7 @@ static void test_route_c(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
         }
     }
     /* The real pin path on the second allocation: words + dup + identity. */
-    st->ipc = L;   /* what nvrm_dup_legacy reads */
+    st->ipc = L; /* what nvrm_dup_legacy reads */
     {
         gp_ctx fake;
         memset(&fake, 0, sizeof fake);
@@ -484,8 +485,9 @@ int nvrm_selftest(int device, struct nvrm_ctx *nc)
         t->usable = t->route_a.ok || t->route_c.ok;
         if (!t->usable)
             snprintf(t->reason, sizeof t->reason, "the nvrm self-test failed on every route "
-                     "(driver %s, ABI table %s from %s%s): route A at \"%s\": %.200s; route C "
-                     "at \"%s\": %.200s", t->version, t->branch, t->tag,
+                                                  "(driver %s, ABI table %s from %s%s): route A at \"%s\": %.200s; route C "
+                                                  "at \"%s\": %.200s",
+                     t->version, t->branch, t->tag,
                      t->corrupt ? ", GDRPY_NVRM_TEST_CORRUPT_ABI set" : "", t->route_a.step,
                      t->route_a.detail, t->route_c.step, t->route_c.detail);
         t->done = 1;
@@ -510,7 +512,7 @@ const struct nvrm_dev_state *nvrm_selftest_state(int device)
     pthread_mutex_lock(&st_lock);
     const struct nvrm_dev_state *st = st_dev[device].done ? &st_dev[device] : NULL;
     pthread_mutex_unlock(&st_lock);
-    return st;   /* never changes once done */
+    return st; /* never changes once done */
 }
 
 /* ---- the report (JSON) -------------------------------------------------- */
@@ -524,7 +526,10 @@ static size_t jstr(char *b, size_t n, size_t u, const char *s)
         char esc[8];
         if (c == '"' || c == '\\') snprintf(esc, sizeof esc, "\\%c", c);
         else if (c < 0x20) snprintf(esc, sizeof esc, "\\u%04x", c);
-        else { esc[0] = (char)c; esc[1] = 0; }
+        else {
+            esc[0] = (char)c;
+            esc[1] = 0;
+        }
         for (char *e = esc; *e; e++, u++)
             if (u < n) b[u] = *e;
     }
@@ -554,7 +559,8 @@ static void report_json(const struct nvrm_dev_state *st, int device, char *b, si
     OUT(", \"tag\": ");
     u = jstr(b, n, u, st->tag);
     OUT(", \"driver_newer_than_tables\": %s}, \"selftest_ms\": %.3f, \"usable\": %s, "
-        "\"test_corrupt_abi\": %d, \"reason\": ", st->newer ? "true" : "false", st->ms,
+        "\"test_corrupt_abi\": %d, \"reason\": ",
+        st->newer ? "true" : "false", st->ms,
         st->usable ? "true" : "false", st->corrupt);
     u = jstr(b, n, u, st->reason);
     OUT(", \"routes\": {\"A\": ");
@@ -565,7 +571,8 @@ static void report_json(const struct nvrm_dev_state *st, int device, char *b, si
     if (L->valid)
         OUT(", \"ipc_layout\": {\"size\": %d, \"pages\": %d, \"offset\": %d, \"client\": %d, "
             "\"memory\": %d, \"offset_proven\": %s, \"mapping_base_checked\": %s, "
-            "\"how\": \"%s\"}", L->w_size, L->w_pages, L->w_off, L->w_client, L->w_mem,
+            "\"how\": \"%s\"}",
+            L->w_size, L->w_pages, L->w_off, L->w_client, L->w_mem,
             L->off_proven ? "true" : "false", L->mapbase ? "true" : "false",
             L->searched ? "found by search" : "known CUDA 13.0 layout confirmed");
     OUT("}}}");

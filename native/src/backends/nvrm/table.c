@@ -39,20 +39,24 @@ _Static_assert(offsetof(nv_os21_t, pAllocParms) == 16 && offsetof(nv_os21_t, sta
 _Static_assert(offsetof(nv_os54_t, params) == 16 && offsetof(nv_os54_t, status) == 28, "NVOS54");
 _Static_assert(offsetof(nv_os55_t, status) == 24, "NVOS55");
 _Static_assert(offsetof(nv_os33_fd_t, offset) == 16 && offsetof(nv_os33_fd_t, pLinearAddress) == 32 &&
-               offsetof(nv_os33_fd_t, status) == 40 && offsetof(nv_os33_fd_t, flags) == 44 &&
-               offsetof(nv_os33_fd_t, fd) == 48, "NVOS33 + fd");
+                   offsetof(nv_os33_fd_t, status) == 40 && offsetof(nv_os33_fd_t, flags) == 44 &&
+                   offsetof(nv_os33_fd_t, fd) == 48,
+               "NVOS33 + fd");
 _Static_assert(offsetof(nv_os34_t, pLinearAddress) == 16 && offsetof(nv_os34_t, status) == 24,
                "NVOS34");
 _Static_assert(offsetof(nv_card_info_t, domain) == 4 && offsetof(nv_card_info_t, gpu_id) == 16 &&
-               offsetof(nv_card_info_t, reg_address) == 24 &&
-               offsetof(nv_card_info_t, minor_number) == 56, "card info");
+                   offsetof(nv_card_info_t, reg_address) == 24 &&
+                   offsetof(nv_card_info_t, minor_number) == 56,
+               "card info");
 _Static_assert(offsetof(nv0080_alloc_t, vaSpaceSize) == 24 && offsetof(nv0080_alloc_t, vaMode) == 48,
                "NV0080 alloc");
 _Static_assert(offsetof(nv0000_import_t, objectTypes) == 520 &&
-               offsetof(nv0000_import_t, numObjects) == 648, "import from fd");
+                   offsetof(nv0000_import_t, numObjects) == 648,
+               "import from fd");
 _Static_assert(_Alignof(nv_os21_t) == 8 && _Alignof(nv_os54_t) == 8 && _Alignof(nv_os33_fd_t) == 8 &&
-               _Alignof(nv_os34_t) == 8 && _Alignof(nv_card_info_t) == 8 &&
-               _Alignof(nv0080_alloc_t) == 8, "64-bit members 8-byte aligned, as NvP64/NvU64");
+                   _Alignof(nv_os34_t) == 8 && _Alignof(nv_card_info_t) == 8 &&
+                   _Alignof(nv0080_alloc_t) == 8,
+               "64-bit members 8-byte aligned, as NvP64/NvU64");
 _Static_assert(sizeof(void *) == 8 && sizeof(long) == 8, "LP64");
 #if defined(__x86_64__) || defined(__aarch64__)
 /* Both use the asm-generic ioctl encoding, as the driver's numbers do. */
@@ -101,7 +105,8 @@ int nvrm_abi_consistent(const struct nvrm_abi *t, char *why, size_t whylen)
              "GET_EXPORT_OBJECT_INFO.maxObjects (535 layout)");
     } else {
         snprintf(why, whylen, "ABI table %s (%s): GET_EXPORT_OBJECT_INFO is %u bytes, a layout "
-                 "we have no definition for", t->branch, t->tag, t->size_export_info);
+                              "we have no definition for",
+                 t->branch, t->tag, t->size_export_info);
         return -1;
     }
 #undef SAME
@@ -124,7 +129,7 @@ const struct nvrm_abi *nvrm_abi_select(const char *version, const char *force, i
     }
     if (major <= 0) {
         snprintf(why, whylen, "the NVIDIA driver version \"%s\" cannot be parsed; set "
-                 "GDRPY_NVRM_FORCE=<branch> (e.g. 580) to choose an ABI table",
+                              "GDRPY_NVRM_FORCE=<branch> (e.g. 580) to choose an ABI table",
                  version ? version : "");
         return NULL;
     }
@@ -134,7 +139,8 @@ const struct nvrm_abi *nvrm_abi_select(const char *version, const char *force, i
     if (!best) {
         if (force && strcmp(force, "1") == 0) return &nvrm_abi_tables[0];
         snprintf(why, whylen, "NVIDIA driver %s is older than every ABI table (oldest: %s, "
-                 "tag %s); GDRPY_NVRM_FORCE=1 tries that table under the self-test", version,
+                              "tag %s); GDRPY_NVRM_FORCE=1 tries that table under the self-test",
+                 version,
                  nvrm_abi_tables[0].branch, nvrm_abi_tables[0].tag);
         return NULL;
     }
@@ -146,6 +152,6 @@ int nvrm_abi_test_corrupt(struct nvrm_abi *t)
 {
     const char *s = getenv("GDRPY_NVRM_TEST_CORRUPT_ABI");
     int mode = s ? atoi(s) : 0;
-    if (mode == 1) t->rm_map.size -= 8;   /* the driver checks it exactly: maps fail */
+    if (mode == 1) t->rm_map.size -= 8; /* the driver checks it exactly: maps fail */
     return mode == 1 || mode == 2 ? mode : 0;
 }

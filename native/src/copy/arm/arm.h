@@ -15,14 +15,14 @@
 #ifndef GDRPY_COPY_ARM_H
 #define GDRPY_COPY_ARM_H
 
-GP_HIDDEN extern const gp_copy_kernel gp_copy_neon;      /* arm/neon.c */
+GP_HIDDEN extern const gp_copy_kernel gp_copy_neon; /* arm/neon.c */
 #ifdef GP_HAVE_LS64
-GP_HIDDEN extern const gp_copy_kernel gp_copy_ls64;      /* arm/ls64.c */
+GP_HIDDEN extern const gp_copy_kernel gp_copy_ls64; /* arm/ls64.c */
 #endif
 
 /* CPU probes from getauxval(AT_HWCAP / AT_HWCAP3); arm/cpu.c. */
-GP_HIDDEN int gp_cpu_ok_neon(void);   /* HWCAP_ASIMD */
-GP_HIDDEN int gp_cpu_ok_ls64(void);   /* HWCAP3_LS64 in AT_HWCAP3 (recent kernels only) */
+GP_HIDDEN int gp_cpu_ok_neon(void); /* HWCAP_ASIMD */
+GP_HIDDEN int gp_cpu_ok_ls64(void); /* HWCAP3_LS64 in AT_HWCAP3 (recent kernels only) */
 
 #ifdef GP_COPY_KERNEL_TU
 #include <arm_neon.h>
@@ -96,18 +96,18 @@ GP_INLINE void gp_arm_from_mapping(void *dst, const void *src, size_t n,
     if (!n)
         return;
     char *d = dst;
-    size_t off = (size_t)((uintptr_t)src & 63);          /* src within its line */
-    const char *p = (const char *)src - off;             /* first line */
+    size_t off = (size_t)((uintptr_t)src & 63); /* src within its line */
+    const char *p = (const char *)src - off;    /* first line */
     gp_line64 head, tail;
     gp_fence_before_loads();
-    if (off + n <= 64) {                                 /* one line */
+    if (off + n <= 64) { /* one line */
         get(&head, p);
         gp_fence_after_loads();
         gp_arm_mov_le64(d, (const char *)head.b + off, n);
         return;
     }
-    size_t tn = (size_t)(((uintptr_t)src + n) & 63);    /* bytes wanted of a partial last line */
-    const char *pe = (const char *)src + n - tn;         /* end of the whole lines */
+    size_t tn = (size_t)(((uintptr_t)src + n) & 63); /* bytes wanted of a partial last line */
+    const char *pe = (const char *)src + n - tn;     /* end of the whole lines */
     if (off)
         get(&head, p);
     if (tn)

@@ -42,8 +42,16 @@ static void cpu_probe(void)
            g_cpu.ls64);
 }
 
-int gp_cpu_ok_neon(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.asimd; }
-int gp_cpu_ok_ls64(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.ls64; }
+int gp_cpu_ok_neon(void)
+{
+    pthread_once(&g_cpu_once, cpu_probe);
+    return g_cpu.asimd;
+}
+int gp_cpu_ok_ls64(void)
+{
+    pthread_once(&g_cpu_once, cpu_probe);
+    return g_cpu.ls64;
+}
 
 /* ---- kernel set ------------------------------------------------------- */
 static const gp_copy_kernel *const g_kernels[] = {
@@ -80,11 +88,11 @@ static void notes_fill(void)
 {
     pthread_once(&g_cpu_once, cpu_probe);
     size_t len = 0;
-#define NOTE(...)                                                                  \
-    do {                                                                           \
-        int w_ = snprintf(g_notes + len, sizeof g_notes - len, __VA_ARGS__);       \
-        if (w_ > 0 && (size_t)w_ < sizeof g_notes - len)                           \
-            len += (size_t)w_;                                                     \
+#define NOTE(...)                                                            \
+    do {                                                                     \
+        int w_ = snprintf(g_notes + len, sizeof g_notes - len, __VA_ARGS__); \
+        if (w_ > 0 && (size_t)w_ < sizeof g_notes - len)                     \
+            len += (size_t)w_;                                               \
     } while (0)
     if (!g_cpu.asimd)
         NOTE("neon: the CPU does not report ASIMD (HWCAP_ASIMD in AT_HWCAP)\n");

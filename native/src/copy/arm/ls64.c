@@ -23,8 +23,15 @@
 #include <arm_acle.h>
 #else
 /* tests/test_copy_align.c: the same address logic on a CPU without LS64. */
-typedef struct { uint64_t val[8]; } data512_t;
-static inline data512_t __arm_ld64b(const void *p) { data512_t v; memcpy(&v, p, 64); return v; }
+typedef struct {
+    uint64_t val[8];
+} data512_t;
+static inline data512_t __arm_ld64b(const void *p)
+{
+    data512_t v;
+    memcpy(&v, p, 64);
+    return v;
+}
 static inline void __arm_st64b(void *p, data512_t v) { memcpy(p, &v, 64); }
 #endif
 

@@ -65,16 +65,16 @@ static void avx512_from_mapping(void *dst, const void *src, size_t n)
     if (!n)
         return;
     char *d = dst;
-    size_t off = (size_t)((uintptr_t)src & 63);          /* src within its line */
-    const char *p = (const char *)src - off;             /* first line */
+    size_t off = (size_t)((uintptr_t)src & 63); /* src within its line */
+    const char *p = (const char *)src - off;    /* first line */
     gp_line64 head, tail;
-    if (off + n <= 64) {                                 /* one line */
+    if (off + n <= 64) { /* one line */
         avx512_line_get(&head, p);
         gp_mov_le64_avx2(d, (const char *)head.b + off, n);
         return;
     }
-    size_t tn = (size_t)(((uintptr_t)src + n) & 63);    /* bytes wanted of a partial last line */
-    const char *pe = (const char *)src + n - tn;         /* end of the whole lines */
+    size_t tn = (size_t)(((uintptr_t)src + n) & 63); /* bytes wanted of a partial last line */
+    const char *pe = (const char *)src + n - tn;     /* end of the whole lines */
     /* The partial first and last lines first, so that their reads are in
      * flight together (and with the interior's). */
     if (off)

@@ -14,7 +14,7 @@
 /* ---- CPU features ----------------------------------------------------- */
 static struct {
     int sse41, avx2, avx512, movdir64b;
-    int avx512_downclocks;  /* 512-bit stores lower the core clock */
+    int avx512_downclocks; /* 512-bit stores lower the core clock */
 } g_cpu;
 static pthread_once_t g_cpu_once = PTHREAD_ONCE_INIT;
 
@@ -40,8 +40,8 @@ static void cpu_probe(void)
     int sse41 = (c >> 19) & 1;
     int osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     uint64_t xcr0 = osxsave ? xgetbv0() : 0;
-    int ymm_on = (xcr0 & 0x6) == 0x6;          /* XMM | YMM state */
-    int zmm_on = (xcr0 & 0xe6) == 0xe6;        /* + opmask, ZMM_Hi256, Hi16_ZMM */
+    int ymm_on = (xcr0 & 0x6) == 0x6;   /* XMM | YMM state */
+    int zmm_on = (xcr0 & 0xe6) == 0xe6; /* + opmask, ZMM_Hi256, Hi16_ZMM */
     unsigned b7 = 0, c7 = 0;
     if (max_leaf >= 7) {
         __cpuid_count(7, 0, a, b7, c7, d);
@@ -57,15 +57,35 @@ static void cpu_probe(void)
            g_cpu.avx512_downclocks ? " (avx512 lowers the clock here)" : "");
 }
 
-int gp_cpu_ok_sse41(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.sse41; }
-int gp_cpu_ok_avx2(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.avx2; }
-int gp_cpu_ok_avx512(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.avx512; }
-int gp_cpu_ok_movdir64b(void) { pthread_once(&g_cpu_once, cpu_probe); return g_cpu.movdir64b; }
+int gp_cpu_ok_sse41(void)
+{
+    pthread_once(&g_cpu_once, cpu_probe);
+    return g_cpu.sse41;
+}
+int gp_cpu_ok_avx2(void)
+{
+    pthread_once(&g_cpu_once, cpu_probe);
+    return g_cpu.avx2;
+}
+int gp_cpu_ok_avx512(void)
+{
+    pthread_once(&g_cpu_once, cpu_probe);
+    return g_cpu.avx512;
+}
+int gp_cpu_ok_movdir64b(void)
+{
+    pthread_once(&g_cpu_once, cpu_probe);
+    return g_cpu.movdir64b;
+}
 
 /* ---- kernel set ------------------------------------------------------- */
 /* Preference order (see the top of dispatch.c). */
 static const gp_copy_kernel *const g_kernels[] = {
-    &gp_copy_avx512, &gp_copy_avx2, &gp_copy_movdir64b, &gp_copy_sse41, &gp_copy_generic,
+    &gp_copy_avx512,
+    &gp_copy_avx2,
+    &gp_copy_movdir64b,
+    &gp_copy_sse41,
+    &gp_copy_generic,
 };
 
 const char gp_arch_known_names[] = "auto, avx512, avx2, movdir64b, sse41, generic";
@@ -95,11 +115,11 @@ static void notes_fill(void)
 {
     pthread_once(&g_cpu_once, cpu_probe);
     size_t len = 0;
-#define NOTE(...)                                                                  \
-    do {                                                                           \
-        int w_ = snprintf(g_notes + len, sizeof g_notes - len, __VA_ARGS__);       \
-        if (w_ > 0 && (size_t)w_ < sizeof g_notes - len)                           \
-            len += (size_t)w_;                                                     \
+#define NOTE(...)                                                            \
+    do {                                                                     \
+        int w_ = snprintf(g_notes + len, sizeof g_notes - len, __VA_ARGS__); \
+        if (w_ > 0 && (size_t)w_ < sizeof g_notes - len)                     \
+            len += (size_t)w_;                                               \
     } while (0)
     if (!g_cpu.avx512)
         NOTE("avx512: this CPU lacks AVX-512F/BW (or the OS has not enabled ZMM state)\n");

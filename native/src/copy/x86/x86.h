@@ -87,16 +87,16 @@ GP_INLINE void gp_from_mapping_avx2(void *dst, const void *src, size_t n)
     if (!n)
         return;
     char *d = dst;
-    size_t off = (size_t)((uintptr_t)src & 63);          /* src within its line */
-    const char *p = (const char *)src - off;             /* first line */
+    size_t off = (size_t)((uintptr_t)src & 63); /* src within its line */
+    const char *p = (const char *)src - off;    /* first line */
     gp_line64 head, tail;
-    if (off + n <= 64) {                                 /* one line */
+    if (off + n <= 64) { /* one line */
         gp_line_get_avx2(&head, p);
         gp_mov_le64_avx2(d, (const char *)head.b + off, n);
         return;
     }
-    size_t tn = (size_t)(((uintptr_t)src + n) & 63);    /* bytes wanted of a partial last line */
-    const char *pe = (const char *)src + n - tn;         /* end of the whole lines */
+    size_t tn = (size_t)(((uintptr_t)src + n) & 63); /* bytes wanted of a partial last line */
+    const char *pe = (const char *)src + n - tn;     /* end of the whole lines */
     /* The partial first and last lines first, so that their reads are in
      * flight together (and with the interior's). */
     if (off)
