@@ -16,29 +16,7 @@
 
 #include "gdrpy.h"
 
-static int passed, failed;
-static const char *cur;
-
-#define CHECK(cond)                                                             \
-    do {                                                                        \
-        if (!(cond)) {                                                          \
-            fprintf(stderr, "  FAIL %s:%d %s: %s (last error: %s)\n", __FILE__, \
-                    __LINE__, cur, #cond, gdrpy_last_error());                  \
-            return 1;                                                           \
-        }                                                                       \
-    } while (0)
-
-#define RUN(fn)                       \
-    do {                              \
-        cur = #fn;                    \
-        if (fn()) {                   \
-            failed++;                 \
-            printf("FAIL %s\n", #fn); \
-        } else {                      \
-            passed++;                 \
-            printf("ok   %s\n", #fn); \
-        }                             \
-    } while (0)
+#include "check.h"
 
 #define PAGE 65536
 
