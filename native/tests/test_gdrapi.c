@@ -31,74 +31,7 @@
 /* The exported v1 symbol, reached past the header's gdr_get_info macro. */
 #define gdr_get_info_v1_sym(g, h, i) (gdr_get_info)((g), (h), (i))
 
-/* ---- tiny harness ------------------------------------------------------ */
-static int n_pass, n_fail, n_skip;
-static int t_failed;
-static const char *t_skip;
-
-#define CHECK(c)                                                                      \
-    do {                                                                              \
-        if (!(c)) {                                                                   \
-            fprintf(stderr, "    %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-            t_failed = 1;                                                             \
-        }                                                                             \
-    } while (0)
-#define CHECK_EQ(a, b)                                                              \
-    do {                                                                            \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                       \
-        if (va_ != vb_) {                                                           \
-            fprintf(stderr, "    %s:%d: %s == %s failed: %lld != %lld\n", __FILE__, \
-                    __LINE__, #a, #b, va_, vb_);                                    \
-            t_failed = 1;                                                           \
-        }                                                                           \
-    } while (0)
-/* Stops the case when a precondition fails. */
-#define REQUIRE_EQ(a, b)                                                            \
-    do {                                                                            \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                       \
-        if (va_ != vb_) {                                                           \
-            fprintf(stderr, "    %s:%d: %s == %s failed: %lld != %lld\n", __FILE__, \
-                    __LINE__, #a, #b, va_, vb_);                                    \
-            t_failed = 1;                                                           \
-            return;                                                                 \
-        }                                                                           \
-    } while (0)
-#define REQUIRE(c)                                                                      \
-    do {                                                                                \
-        if (!(c)) {                                                                     \
-            fprintf(stderr, "    %s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #c); \
-            t_failed = 1;                                                               \
-            return;                                                                     \
-        }                                                                               \
-    } while (0)
-#define SKIP(why)       \
-    do {                \
-        t_skip = (why); \
-        return;         \
-    } while (0)
-
-static int mem_ok; /* tm_init succeeded */
-
-/* needs_dev: the case opens an instance or allocates device memory. */
-static void run_case(const char *name, void (*fn)(void), int needs_dev, const char *filter)
-{
-    if (filter && !strstr(name, filter)) return;
-    t_failed = 0;
-    t_skip = NULL;
-    if (needs_dev && !mem_ok) t_skip = tm.why;
-    else fn();
-    if (t_skip && !t_failed) {
-        n_skip++;
-        printf("SKIP %s (%s)\n", name, t_skip);
-    } else if (t_failed) {
-        n_fail++;
-        printf("FAIL %s\n", name);
-    } else {
-        n_pass++;
-        printf("PASS %s\n", name);
-    }
-    fflush(stdout);
-}
+#include "gdrapi_check.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 static uint32_t rng_state = 12345;

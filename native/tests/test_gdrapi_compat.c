@@ -27,65 +27,12 @@
 #include "gdrapi.h"
 #include "gdrapi_testmem.h"
 
-static int n_pass, n_fail, n_skip, t_failed;
-static const char *t_skip;
-
-#define CHECK(c)                                                                      \
-    do {                                                                              \
-        if (!(c)) {                                                                   \
-            fprintf(stderr, "    %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-            t_failed = 1;                                                             \
-        }                                                                             \
-    } while (0)
-#define CHECK_EQ(a, b)                                                              \
-    do {                                                                            \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                       \
-        if (va_ != vb_) {                                                           \
-            fprintf(stderr, "    %s:%d: %s == %s failed: %lld != %lld\n", __FILE__, \
-                    __LINE__, #a, #b, va_, vb_);                                    \
-            t_failed = 1;                                                           \
-        }                                                                           \
-    } while (0)
-#define REQUIRE(c)                                                                      \
-    do {                                                                                \
-        if (!(c)) {                                                                     \
-            fprintf(stderr, "    %s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #c); \
-            t_failed = 1;                                                               \
-            return;                                                                     \
-        }                                                                               \
-    } while (0)
-#define SKIP(why)       \
-    do {                \
-        t_skip = (why); \
-        return;         \
-    } while (0)
+#include "gdrapi_check.h"
 
 /* Size of GDRCopy 2.6's gdr_memh_t on x86-64 (what its sanity test copies
  * out of a handle) and of its struct gdr. */
 #define GDRCOPY_MEMH_SIZE 104
 #define GDRCOPY_GDR_SIZE 48
-
-static int mem_ok;
-
-static void run_case(const char *name, void (*fn)(void), int needs_mem, const char *filter)
-{
-    if (filter && !strstr(name, filter)) return;
-    t_failed = 0;
-    t_skip = NULL;
-    if (needs_mem && !mem_ok) t_skip = tm.why;
-    else fn();
-    if (t_skip) {
-        n_skip++;
-        printf("SKIP %s: %s\n", name, t_skip);
-    } else if (t_failed) {
-        n_fail++;
-        printf("FAIL %s\n", name);
-    } else {
-        n_pass++;
-        printf("PASS %s\n", name);
-    }
-    fflush(stdout);
-}
 
 static int libcuda_loaded(void)
 {
