@@ -97,7 +97,14 @@ def main(argv=None) -> int:
     p.add_argument("--consumer-delay-ns", type=int, default=0,
                    help="test: the consumer spends this long per tick")
     p.add_argument("--ticks", type=int, default=0, help="stop the sender after N ticks")
-    p.add_argument("--stages", action="store_true", help="per-stage latency rows")
+    p.add_argument("--stages", action="store_true",
+                   help="per-stage latency and stall-evidence rows")
+    p.add_argument("--cpus", type=lambda t: [int(x) for x in t.split(",")], default=None,
+                   metavar="S,H,C,K", help="CPUs of the sender, handler, ack collector and sim "
+                   "consumer (default: one physical core each near the GPU, not CPU 0's)")
+    p.add_argument("--pace", choices=("yield", "sleep", "spin"), default="yield",
+                   help="the sender between ticks: yield its CPU (default; the kernel's "
+                        "loopback receive work runs on it), sleep, or busy-wait")
     p.add_argument("--json", default=None, metavar="PATH", help="results as JSON ('-': stdout)")
     p.add_argument("--plot", default=None, metavar="SVG", help="rate vs end-to-end p99 plot")
     p.add_argument("--markdown", default=None, metavar="MD", help="tables for docs/results.md")
@@ -106,11 +113,14 @@ def main(argv=None) -> int:
         p.error("--shm-slots: power of two >= 2")
     if a.ring < 2 or a.ring & (a.ring - 1) or a.batch < 1 or a.symbols < 1 or a.symbols > 65536:
         p.error("--ring: power of two >= 2; --batch >= 1; 1 <= --symbols <= 65536")
+    if a.cpus is not None and (len(a.cpus) != 4 or len(set(a.cpus)) != 4 or min(a.cpus) < 0):
+        p.error("--cpus: four different CPU numbers (sender,handler,collector,consumer)")
     if a.sources is None:
         a.sources = ["udp", "shm"] if a.sweep else ["udp"]
 
     import engine
     import handlers
+    import osinfo
     import sweep
     quiet = a.json == "-"
     out = sys.stderr if quiet else sys.stdout
@@ -133,7 +143,7 @@ def main(argv=None) -> int:
         if a.sweep:
             rep = sweep.run_sweep(env, a, log)
         else:
-            cpus, note = sweep.pick_cpus(env.ctx)
+            cpus, note = sweep.pick_cpus(env.ctx, a.cpus)
             log(f"threads: {note}")
             log(sweep.HEADER)
             pts = []
@@ -146,11 +156,14 @@ def main(argv=None) -> int:
                                 seed=a.seed, nslots=a.ring, batch=a.batch, cpus=cpus,
                                 rcvbuf=a.rcvbuf, on_full=a.on_full, inject_skip=a.inject_skip,
                                 delay_ns=a.consumer_delay_ns, per_packet=a.per_packet,
-                                ticks=a.ticks, shm_slots=a.shm_slots, gso=not a.no_gso)
+                                ticks=a.ticks, shm_slots=a.shm_slots, gso=not a.no_gso,
+                                pace=a.pace)
                             r["kind"] = "run"
                             pts.append(r)
                             log(sweep.fmt_row(r))
                             log(sweep.stage_row(r))
+                            if a.stages:
+                                log(osinfo.evidence_row(r))
             rep = {"points": pts, "threads": note}
         rep.update(tool="examples/trading_feed.py", backend=env.backend, sim=env.sim,
                    consumer=SIM_LABEL if env.sim else "persistent GPU kernel (one warp)",

@@ -83,7 +83,8 @@ HSTAT_FIELDS = ["received", "forwarded", "missing", "gaps", "backward", "bad_pac
                 "batches", "max_batch", "full_events", "full_wait_ns", "dropped_full",
                 "collector_waits", "empty_polls", "busy_ns", "t_first_recv", "t_last_fwd",
                 "last_seq", "end_seen", "snd_sent", "snd_generated", "snd_skipped",
-                "snd_failed", "snd_t0", "snd_t1"]
+                "snd_failed", "snd_t0", "snd_t1", "max_gap_ns", "gaps_50us", "gaps_50us_ns",
+                "ctx_invol", "ctx_vol"]
 
 
 class HStats(ctypes.Structure):
@@ -137,6 +138,12 @@ def lib():
         "feed_sim_free": (None, [u64]), "feed_ctx_open": (u64, [i32, ctypes.c_char_p]),
         "feed_ctx_close": (None, [u64]), "feed_last_error": (ctypes.c_char_p, []),
         "feed_now_ns": (u64, []),
+        "feed_acks_thread_info": (None, [vp, vp]),
+        "feed_acks_stamp": (i32, [vp, u64, u32, vp, u32, u64]),
+        "feed_udp_rx_new": (vp, [i32, vp, u32, u32, vp, vp]),
+        "feed_udp_rx": (i32, [vp]), "feed_udp_rx_free": (None, [vp]),
+        "feed_shm_rx_new": (vp, [vp, vp, u32]),
+        "feed_shm_rx": (i32, [vp]), "feed_shm_rx_free": (None, [vp]),
     }
     for name, (res, args) in sig.items():
         f = getattr(L, name)

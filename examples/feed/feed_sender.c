@@ -13,6 +13,19 @@
  * its real departure.  send_ns is CLOCK_MONOTONIC taken just before the
  * batch goes out.  --rate 0: as fast as possible.
  *
+ * Between passes with nothing due the sender gives its CPU away (--pace):
+ * `yield` (default) calls sched_yield(), so anything else runnable on its
+ * CPU - above all the kernel's loopback receive work (NET_RX softirq, run by
+ * ksoftirqd/N of THIS CPU once it is deferred) - runs at once instead of
+ * waiting for the scheduler to preempt a spinning sender (milliseconds);
+ * `sleep` sleeps until the next tick is due when that is over --sleep-min-us
+ * away (timer slack 1 ns) and yields otherwise; `spin` busy-waits (the old
+ * behaviour).  UDP passes also yield after each send.
+ *
+ * The sender reports what could hide a stall of its own: the longest gap
+ * between two passes, how many gaps exceeded 50 us (and their total), and
+ * its context switches (getrusage).
+ *
  * Stops after --ticks seqs or --seconds, whichever first.  UDP: then sends
  * an END packet (seq = UINT64_MAX) three times, carrying the counts.  shm:
  * sets the header's counts and `done`.  Either way it prints one JSON line
@@ -35,6 +48,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -59,9 +74,12 @@ static inline uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+enum { PACE_YIELD = 0, PACE_SLEEP = 1, PACE_SPIN = 2 };
+
 typedef struct {
     const char *mode;
-    int port, shm_fd, cpu, batch, per_packet, gso;
+    int port, shm_fd, cpu, batch, per_packet, gso, pace;
+    double sleep_min_us;
     double rate, seconds;
     uint64_t ticks, seed, inject_skip;
     uint32_t nsym;
@@ -76,6 +94,9 @@ typedef struct {
     uint64_t batches;
     uint64_t packets;    /* UDP: datagrams sent */
     uint64_t max_behind; /* most ticks the sender was behind its schedule */
+    uint64_t max_gap_ns; /* longest time between two passes of the loop */
+    uint64_t gaps_50us, gaps_50us_ns; /* passes that came > 50 us after the last */
+    uint64_t yields, sleeps;
     uint64_t t_first, t_last;
     int last_errno;
     int sndbuf;
@@ -86,7 +107,8 @@ static void usage(void)
 {
     fprintf(stderr, "usage: feed_sender --mode udp|shm [--port P | --shm-fd FD] --rate R "
                     "--seconds S [--ticks N] [--symbols N] [--seed N] [--batch N] [--cpu N] "
-                    "[--inject-skip K] [--per-packet K] [--gso]\n");
+                    "[--inject-skip K] [--per-packet K] [--gso] [--pace yield|sleep|spin] "
+                    "[--sleep-min-us U]\n");
     exit(2);
 }
 
@@ -95,6 +117,41 @@ static inline uint64_t due_by(const opts_t *o, uint64_t t0, uint64_t t)
 {
     if (o->rate <= 0) return UINT64_MAX;
     return (uint64_t)((double)(t - t0) * o->rate * 1e-9) + 1;
+}
+
+/* Loop bookkeeping: the gap since the previous pass (a stall of the sender
+ * itself - preempted, or its CPU taken by interrupts or the hypervisor). */
+static inline void pass_gap(counts_t *c, uint64_t *t_prev, uint64_t t)
+{
+    uint64_t g = t - *t_prev;
+    *t_prev = t;
+    if (g > c->max_gap_ns) c->max_gap_ns = g;
+    if (g > 50000) {
+        c->gaps_50us++;
+        c->gaps_50us_ns += g;
+    }
+}
+
+/* Nothing is due: give the CPU away until seq `next` is (see --pace). */
+static inline void pace_idle(const opts_t *o, counts_t *c, uint64_t t0, uint64_t t, uint64_t next)
+{
+    if (o->pace == PACE_SPIN || o->rate <= 0) {
+        __builtin_ia32_pause();
+        return;
+    }
+    if (o->pace == PACE_SLEEP) {
+        /* seq `next` is due at t0 + (next - 1) / rate */
+        uint64_t at = t0 + (uint64_t)((double)(next - 1) * 1e9 / o->rate);
+        if (at > t && (double)(at - t) > o->sleep_min_us * 1e3) {
+            struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
+                                  .tv_nsec = (long)(at % 1000000000ull)};
+            clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL);
+            c->sleeps++;
+            return;
+        }
+    }
+    sched_yield();
+    c->yields++;
 }
 
 static int run_udp(const opts_t *o, counts_t *c)
@@ -142,12 +199,17 @@ static int run_udp(const opts_t *o, counts_t *c)
     uint64_t t0 = now_ns();
     uint64_t t_end = t0 + (uint64_t)(o->seconds * 1e9);
     uint64_t seq = 0; /* last seq generated */
+    uint64_t t_prev = t0;
     for (;;) {
         uint64_t t = now_ns();
+        pass_gap(c, &t_prev, t);
         if (t >= t_end || seq >= o->ticks) break;
         uint64_t due = due_by(o, t0, t);
         if (due > o->ticks) due = o->ticks;
-        if (due <= seq) continue;
+        if (due <= seq) {
+            pace_idle(o, c, t0, t, seq + 1);
+            continue;
+        }
         uint64_t behind = due - seq;
         if (o->rate > 0 && behind > c->max_behind) c->max_behind = behind;
         int n = 0;
@@ -186,6 +248,12 @@ static int run_udp(const opts_t *o, counts_t *c)
         c->batches++;
         if (!c->t_first) c->t_first = ts;
         c->t_last = now_ns();
+        /* the loopback receive work this send raised runs on THIS CPU (the
+         * NET_RX softirq; ksoftirqd/N when deferred): let it run now */
+        if (o->pace != PACE_SPIN) {
+            sched_yield();
+            c->yields++;
+        }
     }
     c->generated = seq;
     /* END: seq, sent, generated, skipped, failed, t_first, t_last */
@@ -227,12 +295,17 @@ static int run_shm(const opts_t *o, counts_t *c)
     uint64_t t0 = now_ns();
     uint64_t t_end = t0 + (uint64_t)(o->seconds * 1e9);
     uint64_t seq = 0;
+    uint64_t t_prev = t0;
     for (;;) {
         uint64_t t = now_ns();
+        pass_gap(c, &t_prev, t);
         if (t >= t_end || seq >= o->ticks) break;
         uint64_t due = due_by(o, t0, t);
         if (due > o->ticks) due = o->ticks;
-        if (due <= seq) continue;
+        if (due <= seq) {
+            pace_idle(o, c, t0, t, seq + 1);
+            continue;
+        }
         uint64_t behind = due - seq;
         if (o->rate > 0 && behind > c->max_behind) c->max_behind = behind;
         int n = 0;
@@ -278,9 +351,9 @@ static int run_shm(const opts_t *o, counts_t *c)
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.mode = NULL, .port = 0, .shm_fd = -1, .cpu = -1, .batch = 64, .per_packet = 1, .gso = 0, .rate = 0, .seconds = 1.0, .ticks = UINT64_MAX - 1, .seed = 7, .inject_skip = 0, .nsym = 16};
+    opts_t o = {.mode = NULL, .port = 0, .shm_fd = -1, .cpu = -1, .batch = 64, .per_packet = 1, .gso = 0, .pace = PACE_YIELD, .sleep_min_us = 30.0, .rate = 0, .seconds = 1.0, .ticks = UINT64_MAX - 1, .seed = 7, .inject_skip = 0, .nsym = 16};
     static struct option lo[] = {
-        {"mode", 1, 0, 'm'}, {"port", 1, 0, 'p'}, {"shm-fd", 1, 0, 'f'}, {"rate", 1, 0, 'r'}, {"seconds", 1, 0, 's'}, {"ticks", 1, 0, 'n'}, {"symbols", 1, 0, 'y'}, {"seed", 1, 0, 'e'}, {"batch", 1, 0, 'b'}, {"cpu", 1, 0, 'c'}, {"inject-skip", 1, 0, 'k'}, {"per-packet", 1, 0, 'K'}, {"gso", 0, 0, 'G'}, {0, 0, 0, 0}};
+        {"mode", 1, 0, 'm'}, {"port", 1, 0, 'p'}, {"shm-fd", 1, 0, 'f'}, {"rate", 1, 0, 'r'}, {"seconds", 1, 0, 's'}, {"ticks", 1, 0, 'n'}, {"symbols", 1, 0, 'y'}, {"seed", 1, 0, 'e'}, {"batch", 1, 0, 'b'}, {"cpu", 1, 0, 'c'}, {"inject-skip", 1, 0, 'k'}, {"per-packet", 1, 0, 'K'}, {"gso", 0, 0, 'G'}, {"pace", 1, 0, 'P'}, {"sleep-min-us", 1, 0, 'S'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
@@ -297,6 +370,13 @@ int main(int argc, char **argv)
         case 'k': o.inject_skip = strtoull(optarg, NULL, 0); break;
         case 'K': o.per_packet = atoi(optarg); break;
         case 'G': o.gso = 1; break;
+        case 'P':
+            if (strcmp(optarg, "yield") == 0) o.pace = PACE_YIELD;
+            else if (strcmp(optarg, "sleep") == 0) o.pace = PACE_SLEEP;
+            else if (strcmp(optarg, "spin") == 0) o.pace = PACE_SPIN;
+            else usage();
+            break;
+        case 'S': o.sleep_min_us = atof(optarg); break;
         default: usage();
         }
     }
@@ -310,6 +390,7 @@ int main(int argc, char **argv)
         CPU_SET(o.cpu, &set);
         if (sched_setaffinity(0, sizeof set, &set) != 0) o.cpu = -1;
     }
+    if (o.pace == PACE_SLEEP) prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
     counts_t c = {0};
     int rc;
     if (strcmp(o.mode, "udp") == 0) {
@@ -322,13 +403,19 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    getrusage(RUSAGE_SELF, &ru);
     double secs = c.t_last > c.t_first ? (double)(c.t_last - c.t_first) * 1e-9 : 0.0;
     printf("{\"mode\": \"%s\", \"rate\": %.1f, \"generated\": %llu, \"sent\": %llu, "
            "\"skipped\": %llu, \"failed\": %llu, \"dropped_ring_full\": %llu, "
            "\"batches\": %llu, \"packets\": %llu, \"per_packet\": %d, \"max_behind\": %llu, \"seconds\": %.6f, "
            "\"achieved_per_s\": %.1f, \"t_first_ns\": %llu, \"t_last_ns\": %llu, "
            "\"sndbuf\": %d, \"last_errno\": %d, \"cpu\": %d, \"gso\": %d, "
-           "\"gso_errno\": %d}\n",
+           "\"gso_errno\": %d, \"pace\": \"%s\", \"yields\": %llu, \"sleeps\": %llu, "
+           "\"max_gap_us\": %.2f, \"gaps_over_50us\": %llu, \"gaps_over_50us_ms\": %.3f, "
+           "\"ctx_switches_involuntary\": %ld, \"ctx_switches_voluntary\": %ld, "
+           "\"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f}\n",
            o.mode, o.rate, (unsigned long long)c.generated, (unsigned long long)c.sent,
            (unsigned long long)c.skipped, (unsigned long long)c.failed,
            (unsigned long long)c.dropped, (unsigned long long)c.batches,
@@ -336,7 +423,12 @@ int main(int argc, char **argv)
            (unsigned long long)c.max_behind, secs,
            secs > 0 ? (double)(c.sent + c.dropped + c.failed) / secs : 0.0,
            (unsigned long long)c.t_first, (unsigned long long)c.t_last, c.sndbuf,
-           c.last_errno, o.cpu, c.gso, c.gso_failed);
+           c.last_errno, o.cpu, c.gso, c.gso_failed,
+           o.pace == PACE_YIELD ? "yield" : o.pace == PACE_SLEEP ? "sleep" : "spin",
+           (unsigned long long)c.yields, (unsigned long long)c.sleeps, c.max_gap_ns / 1e3,
+           (unsigned long long)c.gaps_50us, c.gaps_50us_ns / 1e6, ru.ru_nivcsw, ru.ru_nvcsw,
+           (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6,
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6);
     fflush(stdout);
     return rc;
 }

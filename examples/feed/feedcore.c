@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,8 +97,18 @@ struct feed_acks {
     pthread_t th;
     int started;
     uint64_t first_ns, last_ns, stamp_waits;
+    uint64_t max_gap_ns, gaps_50us, ctx_invol, ctx_vol;
     feed_hist_t h[FEED_H_COUNT];
 };
+
+static void thread_ctx_switches(uint64_t *invol, uint64_t *vol)
+{
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    getrusage(RUSAGE_THREAD, &ru);
+    *invol = (uint64_t)ru.ru_nivcsw;
+    *vol = (uint64_t)ru.ru_nvcsw;
+}
 
 feed_acks_t *feed_acks_new(uint64_t ts_slots)
 {
@@ -133,16 +144,54 @@ uint64_t feed_acks_first_ns(feed_acks_t *a) { return a->first_ns; }
 uint64_t feed_acks_last_ns(feed_acks_t *a) { return a->last_ns; }
 uint64_t feed_acks_stamp_waits(feed_acks_t *a) { return a->stamp_waits; }
 
+void feed_acks_thread_info(feed_acks_t *a, uint64_t *out4)
+{
+    out4[0] = a->max_gap_ns;
+    out4[1] = a->gaps_50us;
+    out4[2] = a->ctx_invol;
+    out4[3] = a->ctx_vol;
+}
+
+int feed_acks_stamp(feed_acks_t *a, uint64_t first, uint32_t m, const void *ticks,
+                    uint32_t stride, uint64_t t_recv)
+{
+    uint64_t t_wr = now_ns();
+    int waited = 0;
+    if (m == 0) return 0;
+    /* the slots of first..first+m-1 held first-(mask+1)..: accounted yet? */
+    while (first + m - 1 - ld_acq(&a->done) > a->mask) {
+        waited = 1;
+        cpu_relax();
+    }
+    const unsigned char *p = ticks;
+    for (uint32_t j = 0; j < m; j++) {
+        feed_ts_t *e = &a->ts[(first + j) & a->mask];
+        memcpy(&e->send_ns, p + (size_t)j * stride + 8, 8);
+        e->recv_ns = t_recv;
+        e->wr_ns = t_wr;
+        st_rel(&e->idx, first + j);
+    }
+    return waited;
+}
+
 static void *acks_main(void *arg)
 {
     feed_acks_t *a = arg;
     pin_cpu(a->cpu);
     uint64_t done = a->done;
+    uint64_t t_prev = now_ns();
+    unsigned idle = 0;
     for (;;) {
         int stopping = __atomic_load_n(&a->stop, __ATOMIC_ACQUIRE);
         uint64_t c = ld_acq(a->consumed);
-        if (c > done) {
+        if (c > done || (++idle & 63u) == 0) {
+            /* stall evidence: time between two looks (every 64th idle look) */
             uint64_t t = now_ns();
+            uint64_t g = t - t_prev;
+            t_prev = t;
+            if (g > a->max_gap_ns) a->max_gap_ns = g;
+            if (g > 50000) a->gaps_50us++;
+            if (c <= done) continue;
             if (!a->first_ns) a->first_ns = t;
             a->last_ns = t;
             for (uint64_t i = done + 1; i <= c; i++) {
@@ -168,6 +217,7 @@ static void *acks_main(void *arg)
         if (stopping) break;
         cpu_relax();
     }
+    thread_ctx_switches(&a->ctx_invol, &a->ctx_vol);
     return NULL;
 }
 
@@ -179,6 +229,7 @@ int feed_acks_start(feed_acks_t *a, const volatile uint64_t *consumed, int cpu)
     a->stop = 0;
     a->done = 0;
     a->first_ns = a->last_ns = a->stamp_waits = 0;
+    a->max_gap_ns = a->gaps_50us = a->ctx_invol = a->ctx_vol = 0;
     memset(a->h, 0, sizeof a->h);
     memset(a->ts, 0, (a->mask + 1) * sizeof(feed_ts_t));
     int rc = pthread_create(&a->th, NULL, acks_main, a);
@@ -214,6 +265,118 @@ int feed_udp_recv_batch(int fd, void *buf, uint32_t cap, uint32_t max, uint32_t 
     for (int k = 0; k < r; k++) lens[k] = msgs[k].msg_len;
     return r;
 }
+
+struct feed_udp_rx {
+    int fd;
+    uint32_t max, row;
+    uint32_t *lens;
+    struct mmsghdr *msgs;
+    struct iovec *iov;
+};
+
+feed_udp_rx_t *feed_udp_rx_new(int fd, void *ticks, uint32_t per_packet, uint32_t max_dgrams,
+                               void *side, uint32_t *lens)
+{
+    if (!ticks || !side || !lens || per_packet < 1 || per_packet > MAX_PER_PACKET ||
+        max_dgrams < 1 || max_dgrams > MAXB) {
+        snprintf(feed_err, sizeof feed_err, "feed_udp_rx_new: bad arguments");
+        return NULL;
+    }
+    feed_udp_rx_t *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->msgs = calloc(max_dgrams, sizeof *r->msgs);
+    r->iov = calloc(2 * (size_t)max_dgrams, sizeof *r->iov);
+    if (!r->msgs || !r->iov) {
+        feed_udp_rx_free(r);
+        return NULL;
+    }
+    r->fd = fd;
+    r->max = max_dgrams;
+    r->lens = lens;
+    r->row = per_packet * FEED_TICK_SIZE;
+    size_t row = r->row;
+    for (uint32_t k = 0; k < max_dgrams; k++) {
+        r->iov[2 * k].iov_base = (char *)ticks + k * row;
+        r->iov[2 * k].iov_len = row;
+        r->iov[2 * k + 1].iov_base = (char *)side + (size_t)k * 64;
+        r->iov[2 * k + 1].iov_len = 64;
+        r->msgs[k].msg_hdr.msg_iov = &r->iov[2 * k];
+        r->msgs[k].msg_hdr.msg_iovlen = 2;
+    }
+    return r;
+}
+
+int feed_udp_rx(feed_udp_rx_t *r)
+{
+    int n = recvmmsg(r->fd, r->msgs, r->max, MSG_DONTWAIT, NULL);
+    if (n < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -errno;
+    uint32_t odd = 0;
+    for (int k = 0; k < n; k++) {
+        r->lens[k] = r->msgs[k].msg_len;
+        odd += r->msgs[k].msg_len != r->row;
+    }
+    r->lens[r->max] = odd;
+    return n;
+}
+
+void feed_udp_rx_free(feed_udp_rx_t *r)
+{
+    if (!r) return;
+    free(r->msgs);
+    free(r->iov);
+    free(r);
+}
+
+struct feed_shm_rx {
+    feed_shm_hdr_t *h;
+    unsigned char *slots, *ticks;
+    uint64_t tail, mask;
+    uint32_t max;
+};
+
+feed_shm_rx_t *feed_shm_rx_new(void *shm, void *ticks, uint32_t max)
+{
+    feed_shm_hdr_t *h = shm;
+    if (!h || !ticks || max < 1 || h->magic != FEED_SHM_MAGIC || !h->nslots ||
+        (h->nslots & (h->nslots - 1))) {
+        snprintf(feed_err, sizeof feed_err, "feed_shm_rx_new: bad arguments or not a feed ring");
+        return NULL;
+    }
+    feed_shm_rx_t *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->h = h;
+    r->slots = (unsigned char *)shm + FEED_SHM_HDR;
+    r->ticks = ticks;
+    r->mask = h->nslots - 1;
+    r->tail = ld_acq(&h->tail);
+    r->max = max;
+    return r;
+}
+
+int feed_shm_rx(feed_shm_rx_t *r)
+{
+    uint32_t n = 0;
+    while (n < r->max) {
+        const unsigned char *slot = r->slots + ((r->tail + n) & r->mask) * FEED_SHM_SLOT;
+        if (ld_acq((const volatile uint64_t *)(slot + FEED_SHM_MARK)) != r->tail + n + 1) break;
+        memcpy(r->ticks + (size_t)n * FEED_TICK_SIZE, slot, FEED_TICK_SIZE);
+        n++;
+    }
+    if (n) {
+        r->tail += n;
+        st_rel(&r->h->tail, r->tail);
+        return (int)n;
+    }
+    if (ld_acq(&r->h->done)) {
+        /* done is stored after the last slot: one more look */
+        const unsigned char *slot = r->slots + (r->tail & r->mask) * FEED_SHM_SLOT;
+        if (ld_acq((const volatile uint64_t *)(slot + FEED_SHM_MARK)) == r->tail + 1) return 0;
+        return -1;
+    }
+    return 0;
+}
+
+void feed_shm_rx_free(feed_shm_rx_t *r) { free(r); }
 
 /* ---- the C handler ---------------------------------------------------- */
 typedef struct {
@@ -412,9 +575,19 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
     uint64_t deadline = t_start + cfg->max_ns;
     uint64_t consumed_seen = 0;
     uint64_t t_data = t_start;
+    uint64_t t_prev = t_start;
     for (;;) {
         int end = 0;
         uint64_t t_call = now_ns();
+        {
+            uint64_t g = t_call - t_prev;
+            t_prev = t_call;
+            if (g > st->max_gap_ns) st->max_gap_ns = g;
+            if (g > 50000) {
+                st->gaps_50us++;
+                st->gaps_50us_ns += g;
+            }
+        }
         if (t_call > deadline) {
             rc = set_err(st, ETIMEDOUT, "handler deadline reached%s", NULL);
             break;
@@ -509,6 +682,7 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
     }
 out:
     st->last_seq = s->exp - 1;
+    thread_ctx_switches(&st->ctx_invol, &st->ctx_vol);
     free(s->rbuf);
     free(s->staging);
     free(s);

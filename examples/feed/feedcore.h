@@ -87,6 +87,10 @@ typedef struct feed_hstats {
     uint64_t collector_waits, empty_polls, busy_ns;
     uint64_t t_first_recv, t_last_fwd, last_seq;
     uint64_t end_seen, snd_sent, snd_generated, snd_skipped, snd_failed, snd_t0, snd_t1;
+    /* stall evidence: the longest time between two polls, polls that came
+     * > 50 us after the last (count, total ns), context switches of the
+     * handler thread (getrusage RUSAGE_THREAD) */
+    uint64_t max_gap_ns, gaps_50us, gaps_50us_ns, ctx_invol, ctx_vol;
     int32_t error, pad;
     char msg[160];
 } feed_hstats_t;
@@ -107,10 +111,41 @@ FEED_API feed_hist_t *feed_acks_hist(feed_acks_t *a, int k);
 FEED_API uint64_t feed_acks_first_ns(feed_acks_t *a);
 FEED_API uint64_t feed_acks_last_ns(feed_acks_t *a);
 FEED_API uint64_t feed_acks_stamp_waits(feed_acks_t *a);
+/* The collector thread's stall evidence, after stop: out[0] longest gap
+ * between two looks at the consumed word (ns), out[1] gaps > 50 us, out[2]
+ * involuntary and out[3] voluntary context switches. */
+FEED_API void feed_acks_thread_info(feed_acks_t *a, uint64_t *out4);
+/* Stamps ring indices first..first+m-1 for a batch just published: send_ns
+ * from each tick (ticks + j*stride + 8), recv = t_recv, written = now, then
+ * the index (release).  Waits first while the collector still needs those
+ * slots (returns 1 then, else 0).  One call per batch: the Python handler's
+ * bookkeeping in C, as the C handler does it inline. */
+FEED_API int feed_acks_stamp(feed_acks_t *a, uint64_t first, uint32_t m, const void *ticks,
+                             uint32_t stride, uint64_t t_recv);
 /* Bucket k's representative value (ns). */
 FEED_API double feed_hist_value(int k);
 
-/* ---- Python handler's batch receive ----------------------------------- */
+/* ---- Python handler's batch receives ---------------------------------- */
+/* UDP: a receiver that recvmmsg()s (MSG_DONTWAIT) up to max_dgrams datagrams
+ * so that full datagrams (per_packet ticks) land back to back in `ticks`
+ * (rows of per_packet*32 bytes: one contiguous array of ticks, no copy);
+ * bytes beyond that (the 64-byte END packet) go to side + k*64; lens[k]
+ * gets each datagram's length and lens[max_dgrams] how many of them are
+ * not exactly one full row (lens has max_dgrams + 1 entries).  feed_udp_rx returns the count, 0 when
+ * nothing is there, -errno on error. */
+typedef struct feed_udp_rx feed_udp_rx_t;
+FEED_API feed_udp_rx_t *feed_udp_rx_new(int fd, void *ticks, uint32_t per_packet,
+                                        uint32_t max_dgrams, void *side, uint32_t *lens);
+FEED_API int feed_udp_rx(feed_udp_rx_t *r);
+FEED_API void feed_udp_rx_free(feed_udp_rx_t *r);
+/* shm: an "rx burst" as kernel-bypass NIC libraries offer: copies the ready
+ * prefix of the ring (up to max ticks) into `ticks` and releases the slots.
+ * Returns the count; 0 when nothing is ready; -1 when the producer is done
+ * and the ring is empty (the end; counts in the header). */
+typedef struct feed_shm_rx feed_shm_rx_t;
+FEED_API feed_shm_rx_t *feed_shm_rx_new(void *shm, void *ticks, uint32_t max);
+FEED_API int feed_shm_rx(feed_shm_rx_t *r);
+FEED_API void feed_shm_rx_free(feed_shm_rx_t *r);
 /* recvmmsg(MSG_DONTWAIT) of up to `max` datagrams of up to `cap` bytes
  * into buf + k*cap; lens[k] gets each length.  Returns the count, 0 when
  * nothing is there, -errno on error. */

@@ -1,9 +1,8 @@
 """The feed handlers and one measured run ("point").
 
-* The Python handler (``py_handler``) on gdrpy's public API: batches from
-  the socket (recvmmsg through libfeedcore's ``feed_udp_recv_batch``: the
-  socket module has none) or from the shared-memory ring (numpy views),
-  one ``Channel.send_many`` per batch (one fence), back-pressure: a batch
+* The Python handler (``pyhandler.py``) on gdrpy's public API: a fixed
+  number of calls per batch (receive into a numpy array of ticks, sequence
+  check, one ``Channel.send_many``, one stamp call); back-pressure: a batch
   that finds the ring full (``ChannelFullError`` with timeout 0) is counted
   and then waits.  It never waits for an ack.
 * The C handler is ``feed_handler_run`` in feedcore.c (gdrpy.h +
@@ -22,12 +21,11 @@ import mmap
 import os
 import socket
 import subprocess
-import time
 
 import numpy as np
-from engine import BUILD, SHM_HDR, SHM_MAGIC, SHM_SLOT, TICK, HCfg, HStats, Ring
-
-END_SEQ = (1 << 64) - 1
+import osinfo
+from engine import BUILD, SHM_HDR, SHM_MAGIC, SHM_SLOT, HCfg, HStats, Ring
+from pyhandler import py_handler
 
 
 def udp_socket(rcvbuf: int) -> tuple[socket.socket, dict]:
@@ -82,237 +80,12 @@ class ShmRing:
         os.close(self.fd)
 
 
-def py_handler(ring: Ring, env, src: str, sock, shm: ShmRing | None, batch: int,
-               max_s: float, on_full: str, idle_end_s: float, per_packet: int = 1) -> dict:
-    """The Python handler; returns the same counters as the C handler."""
-    import gdrpy
-    L = env.lib
-    st = dict.fromkeys(("received", "forwarded", "missing", "gaps", "backward", "bad_packets",
-                        "batches", "max_batch", "full_events", "full_wait_ns", "dropped_full",
-                        "collector_waits", "empty_polls", "busy_ns", "t_first_recv",
-                        "t_last_fwd", "last_seq", "end_seen", "snd_sent", "snd_generated",
-                        "snd_skipped", "snd_failed", "snd_t0", "snd_t1"), 0)
-    now = time.monotonic_ns
-    acks = env.acks
-    tsmask = int(L.feed_acks_mask(acks))
-    ts = np.ctypeslib.as_array((ctypes.c_uint64 * (4 * (tsmask + 1))).from_address(
-        L.feed_acks_ts(acks))).reshape(-1, 4)
-    nslots = ring.nslots
-    ar = np.arange(batch, dtype=np.uint64)
-    consumed = ctypes.c_uint64.from_address(ring.consumed_ptr)
-    acks_done = L.feed_acks_done
-    full_timeout = 10.0
-    if ring.path == "gdrpy":
-        send_many = ring.chan.send_many
-        Full = gdrpy.errors.ChannelFullError
-
-        def publish(ticks, w):
-            nonlocal st
-            try:
-                send_many(ticks, timeout=0)
-            except Full:
-                st["full_events"] += 1
-                t0 = now()
-                send_many(ticks, timeout=full_timeout)
-                st["full_wait_ns"] += now() - t0
-    else:
-        htod = env.ctx.memcpy_htod
-        stage = np.zeros((nslots, 64), dtype=np.uint8)
-        s64 = stage.view(np.uint64)
-        s32 = stage.view(np.uint32)
-
-        def publish(ticks, w):
-            n = len(ticks)
-            if w + n - consumed.value > nslots:
-                st["full_events"] += 1
-                t0 = now()
-                while w + n - consumed.value > nslots:
-                    if now() - t0 > full_timeout * 1e9:
-                        raise RuntimeError("ring full too long: the consumer stopped")
-                st["full_wait_ns"] += now() - t0
-            done = 0
-            while done < n:
-                pos = (w + done) % nslots
-                cnt = min(n - done, nslots - pos)
-                s64[:cnt, 0] = np.arange(w + done + 1, w + done + cnt + 1, dtype=np.uint64)
-                s32[:cnt, 2] = TICK
-                s32[:cnt, 3] = 0
-                stage[:cnt, 16:48] = ticks[done:done + cnt]
-                htod(ring.ring + pos * 64, stage[:cnt])
-                done += cnt
-            htod(ring.dev_ctrl + 96, (w + n).to_bytes(8, "little"))
-
-    # sources
-    if src == "udp":
-        dlen = TICK * per_packet                   # a full datagram
-        cap = max(64, dlen)
-        ndg = max(1, min(batch // per_packet, 256))
-        rbuf = np.zeros((ndg, cap), dtype=np.uint8)
-        lens = np.zeros(ndg, dtype=np.uint32)
-        recv = L.feed_udp_recv_batch
-        fd, rptr, lptr = sock.fileno(), rbuf.ctypes.data, lens.ctypes.data
-        nmax = ndg
-        rmv = memoryview(rbuf).cast("B")
-        lmv = memoryview(lens)
-        tsm = memoryview(ts).cast("B").cast("Q")
-        from_bytes = int.from_bytes
-        fast = per_packet == 1 and ring.path == "gdrpy" and on_full == "wait"
-        if fast:
-            send_one = ring.chan.send
-    else:
-        hdr, slots, marks = shm.hdr, shm.slots, shm.marks
-        smask = shm.nslots - 1
-        tail = int(hdr[16])
-    exp = 1
-    w = 0
-    t_start = now()
-    deadline = t_start + int(max_s * 1e9)
-    t_data = t_start
-    while True:
-        t_call = now()
-        if t_call > deadline:
-            raise RuntimeError("handler deadline reached")
-        end = False
-        if src == "udp":
-            n = recv(fd, rptr, cap, nmax, lptr)
-            if n < 0:
-                raise OSError(-n, os.strerror(-n))
-            if n == 0:
-                st["empty_polls"] += 1
-                if st["received"] and t_call - t_data > idle_end_s * 1e9:
-                    break               # END lost with the overflowed datagrams
-                continue
-            t_recv = now()
-            if fast and n == 1 and lmv[0] == TICK:
-                q = from_bytes(rmv[0:8], "little")
-                if q == exp and w + 1 - consumed.value <= nslots and \
-                        w + 1 - acks_done(acks) <= tsmask:
-                    # one tick, in order, room in the ring: the usual case below
-                    # capacity, without numpy (each call costs about a microsecond)
-                    a0 = ((w + 1) & tsmask) * 4
-                    tsm[a0] = from_bytes(rmv[8:16], "little")
-                    tsm[a0 + 1] = t_recv
-                    send_one(rmv[0:TICK], 0, full_timeout)
-                    t_wr = now()
-                    tsm[a0 + 2] = t_wr
-                    tsm[a0 + 3] = w + 1                    # the stamp, last
-                    exp += 1
-                    w += 1
-                    t_data = t_recv
-                    if not st["t_first_recv"]:
-                        st["t_first_recv"] = t_recv
-                    st["received"] += 1
-                    st["forwarded"] += 1
-                    st["batches"] += 1
-                    st["max_batch"] = max(st["max_batch"], 1)
-                    st["t_last_fwd"] = t_wr
-                    st["busy_ns"] += t_wr - t_call
-                    continue
-            ln = lens[:n]
-            if (ln == dlen).all():
-                ticks = rbuf[:n, :dlen].reshape(n * per_packet, TICK)
-            else:                                   # END, short or malformed datagrams
-                parts = []
-                for k in range(n):
-                    if ln[k] >= 56 and int(rbuf[k, :8].view(np.uint64)[0]) == END_SEQ:
-                        e = rbuf[k, :56].view(np.uint64)
-                        if not st["end_seen"]:
-                            for key, x in zip(("snd_sent", "snd_generated", "snd_skipped",
-                                               "snd_failed", "snd_t0", "snd_t1"), e[1:7],
-                                              strict=True):
-                                st[key] = int(x)
-                        st["end_seen"] = 1
-                        end = True
-                    elif ln[k] and ln[k] % TICK == 0:
-                        parts.append(rbuf[k, :ln[k]].reshape(-1, TICK))
-                    else:
-                        st["bad_packets"] += 1
-                ticks = np.concatenate(parts) if parts else rbuf[:0, :TICK]
-            t_data = t_recv
-        else:
-            idx = (np.uint64(tail) + ar) & np.uint64(smask)
-            ok = marks[idx] == (np.uint64(tail + 1) + ar)
-            n = batch if ok.all() else int(np.argmin(ok))
-            if n == 0:
-                if hdr[24 + 5] and marks[tail & smask] != tail + 1:
-                    st.update(end_seen=1, snd_sent=int(hdr[24]), snd_failed=int(hdr[25]),
-                              snd_generated=int(hdr[26]), snd_t0=int(hdr[27]),
-                              snd_t1=int(hdr[28]))
-                    break
-                st["empty_polls"] += 1
-                continue
-            t_recv = now()
-            ticks = slots[idx[:n], :TICK]          # a copy: the slots can go back
-            tail += n
-            hdr[16] = tail
-        m = len(ticks)
-        if m:
-            if not st["t_first_recv"]:
-                st["t_first_recv"] = t_recv
-            st["received"] += m
-            tv = ticks.view(np.uint64).reshape(m, 4)
-            seqs = tv[:, 0]
-            if int(seqs[0]) == exp and int(seqs[-1]) == exp + m - 1 and \
-                    (m <= 2 or bool((np.diff(seqs) == 1).all())):
-                exp += m
-            else:                              # gaps, reordering: tick by tick
-                keep = []
-                for k in range(m):
-                    q = int(seqs[k])
-                    if q == END_SEQ:               # a cut END datagram: never a tick
-                        st["bad_packets"] += 1
-                        end = True
-                        continue
-                    if q == exp:
-                        exp += 1
-                    elif q > exp:
-                        st["gaps"] += 1
-                        st["missing"] += q - exp
-                        exp = q + 1
-                    else:
-                        st["backward"] += 1
-                        continue
-                    keep.append(k)
-                ticks = np.ascontiguousarray(ticks[keep])
-                tv = ticks.view(np.uint64).reshape(-1, 4)
-                m = len(ticks)
-            if m and on_full == "drop" and w + m - consumed.value > nslots:
-                st["full_events"] += 1
-                room = nslots - (w - consumed.value)
-                st["dropped_full"] += m - room
-                ticks, tv, m = ticks[:room], tv[:room], room
-            if m:
-                if w + m - acks_done(acks) > tsmask:
-                    st["collector_waits"] += 1
-                    while w + m - acks_done(acks) > tsmask:
-                        pass
-                a0 = (w + 1) & tsmask
-                ti = slice(a0, a0 + m) if a0 + m <= tsmask + 1 else \
-                    (np.uint64(w + 1) + ar[:m]) & np.uint64(tsmask)
-                ts[ti, 0] = tv[:, 1]
-                ts[ti, 1] = t_recv
-                publish(np.ascontiguousarray(ticks), w)
-                t_wr = now()
-                ts[ti, 2] = t_wr
-                ts[ti, 3] = np.uint64(w + 1) + ar[:m]       # the stamp, last
-                w += m
-                st["forwarded"] += m
-                st["batches"] += 1
-                st["max_batch"] = max(st["max_batch"], m)
-                st["t_last_fwd"] = t_wr
-                st["busy_ns"] += t_wr - t_call
-        if end:
-            break
-    st["last_seq"] = exp - 1
-    return st
-
-
 def run_point(env, handler: str, path: str, src: str, rate: float, seconds: float, *,
               nsym: int = 16, seed: int = 7, nslots: int = 4096, batch: int = 128,
               shm_slots: int = 1 << 16, rcvbuf: int = 64 << 20, on_full: str = "wait",
               inject_skip: int = 0, delay_ns: int = 0, per_packet: int = 1,
               cpus: tuple = (-1, -1, -1, -1), ticks: int = 0, check: bool = True,
-              gso: bool = True) -> dict:
+              gso: bool = True, pace: str = "yield") -> dict:
     """One measured run; returns its record (JSON-able)."""
     from engine import (
         H_E2E,
@@ -346,7 +119,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         cmd = [os.path.join(BUILD, "feed_sender"), "--mode", src, "--rate", str(rate),
                "--seconds", str(seconds), "--symbols", str(nsym), "--seed", str(seed),
                "--cpu", str(c_snd), "--inject-skip", str(inject_skip),
-               "--per-packet", str(per_packet)]
+               "--per-packet", str(per_packet), "--pace", pace]
         if ticks:
             cmd += ["--ticks", str(ticks)]
         pass_fds: tuple = ()
@@ -363,6 +136,10 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
             rec["shm_slots"] = shm_slots
         if c_hnd >= 0:
             os.sched_setaffinity(0, {c_hnd})
+        roles = dict(zip(osinfo.ROLES, cpus, strict=True))
+        if not env.sim:
+            roles.pop("consumer")
+        os0 = osinfo.snapshot(list(roles.values()))
         sender = subprocess.Popen(cmd, stdout=subprocess.PIPE, pass_fds=pass_fds, text=True)
         max_s = seconds + 10.0
         if handler == "c":
@@ -384,6 +161,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
                 err = f"C handler: {hs.msg.decode(errors='replace')}"
         else:
             st = py_handler(ring, env, src, sock, shm, batch, max_s, on_full, 0.5, per_packet)
+        rec["os"] = osinfo.delta(os0, osinfo.snapshot(list(roles.values())), roles)
         out, _ = sender.communicate(timeout=seconds + 20)
         snd = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
         rec["sender"] = snd
@@ -404,6 +182,10 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         err = err or str(e)
         rec["consumer_status"] = ring.status()
     L.feed_acks_stop(env.acks)
+    ci = (ctypes.c_uint64 * 4)()
+    L.feed_acks_thread_info(env.acks, ci)
+    rec["collector"] = dict(zip(("max_gap_ns", "gaps_50us", "ctx_invol", "ctx_vol"),
+                                (int(v) for v in ci), strict=True))
     rec["consumer_stuck"] = ring.live      # did not stop: its memory stays allocated
     res = ring.results()
     if snmp0 is not None:

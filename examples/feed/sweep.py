@@ -7,6 +7,7 @@ import math
 import os
 import time
 
+import osinfo
 from handlers import run_point
 
 UDP_RATES = [20_000, 100_000, 200_000, 500_000, 1_000_000, 2_000_000]
@@ -35,13 +36,22 @@ def gpu_cpus(ctx) -> list[int]:
     return sorted(cpus, key=lambda c: (c == 0, c))
 
 
-def pick_cpus(ctx) -> tuple[tuple, str]:
-    cpus = gpu_cpus(ctx)
-    if len(cpus) < 5:
-        return (-1, -1, -1, -1), f"not pinned ({len(cpus)} CPUs: too few for 4 threads + this one)"
-    c = tuple(cpus[:4])
-    return c, (f"pinned near the GPU: sender CPU {c[0]}, handler {c[1]}, ack collector {c[2]}, "
-               f"sim consumer {c[3]}")
+def pick_cpus(ctx, given: list[int] | None = None) -> tuple[tuple, str]:
+    """Sender, handler, ack collector, sim consumer: one physical core each
+    near the GPU, not CPU 0's, fewest device interrupts first (osinfo.pick),
+    or the CPUs given (--cpus)."""
+    if given:
+        c = tuple(given)
+        how = "pinned as asked (--cpus)"
+    else:
+        cpus = gpu_cpus(ctx)
+        if len(cpus) < 5:
+            return (-1, -1, -1, -1), (f"not pinned ({len(cpus)} CPUs: too few for 4 threads + "
+                                      "this one)")
+        c = tuple(osinfo.pick(cpus, 4))
+        how = "pinned near the GPU"
+    return c, (f"{how}: sender CPU {c[0]}, handler {c[1]}, ack collector {c[2]}, "
+               f"sim consumer {c[3]} ({osinfo.describe(list(c))})")
 
 
 def kept_up(r: dict) -> bool:
@@ -131,7 +141,7 @@ def _run(env, log, *args, **kw) -> dict:
 
 
 def run_sweep(env, a, log=print) -> dict:
-    cpus, pin_note = pick_cpus(env.ctx)
+    cpus, pin_note = pick_cpus(env.ctx, a.cpus)
     log(f"threads: {pin_note}")
     handlers = [h for h in ("c", "py") if h in a.handlers]
     paths = [p for p in ("gdrpy", "cuMemcpy") if p in a.paths]
@@ -140,7 +150,8 @@ def run_sweep(env, a, log=print) -> dict:
     shm = a.shm_rates or (QUICK_SHM if a.quick else SHM_RATES)
     secs = a.seconds or (0.5 if a.quick else 2.0)
     common = {"nsym": a.symbols, "seed": a.seed, "nslots": a.ring, "batch": a.batch,
-              "cpus": cpus, "rcvbuf": a.rcvbuf, "per_packet": a.per_packet, "gso": not a.no_gso}
+              "cpus": cpus, "rcvbuf": a.rcvbuf, "per_packet": a.per_packet, "gso": not a.no_gso,
+              "pace": a.pace, "shm_slots": a.shm_slots}
     points: list[dict] = []
     report: dict = {"points": points, "threads": pin_note, "zero_loss_capacity": {}}
     t0 = time.monotonic()
@@ -181,6 +192,7 @@ def _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, sec
                     log(fmt_row(r))
                     if a.stages:
                         log(stage_row(r))
+                        log(osinfo.evidence_row(r))
                     if (r.get("processed_per_s") or 0) < 0.5 * rate or r.get("error"):
                         log(f"     ({src}/{h}/{p}: higher rates skipped: this one is already "
                             "at twice the capacity or more)")
@@ -199,6 +211,7 @@ def _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, sec
         points.append(r)
         log(fmt_row(r))
         log(stage_row(r))
+        log(osinfo.evidence_row(r))
         b = bound_stage(r)
         if src == "udp" and a.per_packet == 1 and b.startswith(("sender", "socket")):
             # one datagram per tick is bound by the kernel's UDP path: the
@@ -209,6 +222,7 @@ def _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, sec
             points.append(r)
             log(fmt_row(r) + "  [4 ticks/datagram]")
             log(stage_row(r))
+            log(osinfo.evidence_row(r))
     if "udp" in sources:
         for h in handlers:
             for p in paths:
@@ -220,6 +234,7 @@ def _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, sec
                 points.append(r)
                 log(fmt_row(r))
                 log(stage_row(r))
+                log(osinfo.evidence_row(r))
 
 
 def _verdict(r: dict, ok: bool, what: str) -> dict:

@@ -1,0 +1,178 @@
+"""Where the feed's threads run, and what else ran there: CPU placement
+(one physical core each, away from CPU 0 and from the CPUs that take device
+interrupts) and, per measured point, the operating system's own counters for
+those CPUs (steal time, interrupt and softirq time, NET_RX softirqs, the
+CPU's ksoftirqd thread's run and wait time).  Linux only; every reader
+returns nothing where a file is missing.  Example code."""
+
+from __future__ import annotations
+
+import os
+
+ROLES = ("sender", "handler", "collector", "consumer")
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def core_of(cpu: int) -> tuple:
+    """(package, core) of a CPU: CPUs with the same key are SMT siblings."""
+    base = f"/sys/devices/system/cpu/cpu{cpu}/topology/"
+    pkg = _read(base + "physical_package_id").strip()
+    core = _read(base + "core_id").strip()
+    return (pkg, core) if core else (cpu,)
+
+
+def device_irqs() -> dict[int, int]:
+    """Per CPU, the interrupts of devices (numbered rows of /proc/interrupts:
+    not the timer, IPIs, ...) since boot."""
+    text = _read("/proc/interrupts").splitlines()
+    if not text:
+        return {}
+    cpus = [int(c[3:]) for c in text[0].split() if c.startswith("CPU")]
+    out = dict.fromkeys(cpus, 0)
+    for line in text[1:]:
+        name, _, rest = line.partition(":")
+        if not name.strip().isdigit():
+            continue
+        vals = rest.split()
+        for c, v in zip(cpus, vals, strict=False):
+            if v.isdigit():
+                out[c] += int(v)
+    return out
+
+
+def pick(candidates: list[int], n: int = 4) -> list[int]:
+    """n CPUs of `candidates` (in preference order), one per physical core,
+    never CPU 0's core, fewest device interrupts first; fewer cores than n:
+    SMT siblings are used too (then the result says so in `describe`)."""
+    irq = device_irqs()
+    zero = core_of(0)
+    cores: dict[tuple, list[int]] = {}
+    for c in candidates:
+        k = core_of(c)
+        if k == zero and len(candidates) > n:
+            continue
+        cores.setdefault(k, []).append(c)
+    order = sorted(cores.values(), key=lambda cs: (sum(irq.get(c, 0) for c in cs), cs[0]))
+    chosen = [cs[0] for cs in order][:n]
+    if len(chosen) < n:            # not enough cores: siblings too
+        rest = [c for cs in order for c in cs[1:]]
+        chosen += rest[:n - len(chosen)]
+    return chosen
+
+
+def describe(cpus: list[int]) -> str:
+    cores = [core_of(c) for c in cpus]
+    shared = len(set(cores)) < len(cores)
+    irq = device_irqs()
+    return (f"{'; SMT siblings shared' if shared else 'one physical core each'}; device "
+            f"interrupts since boot " + ", ".join(f"cpu{c} {irq.get(c, '?')}" for c in cpus))
+
+
+# ---------------------------------------------------------------------------
+# counters
+
+def _ksoftirqd_pids() -> dict[int, int]:
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        comm = _read(f"/proc/{d}/comm").strip()
+        if comm.startswith("ksoftirqd/"):
+            try:
+                out[int(comm.split("/")[1])] = int(d)
+            except ValueError:
+                pass
+    return out
+
+
+_KSOFT: dict[int, int] | None = None
+
+
+def snapshot(cpus: list[int]) -> dict:
+    """The counters of `cpus` now (see delta)."""
+    global _KSOFT
+    if _KSOFT is None:
+        _KSOFT = _ksoftirqd_pids()
+    snap: dict = {"hz": os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100}
+    stat = {}
+    for line in _read("/proc/stat").splitlines():
+        if line.startswith("cpu") and line[3:4].isdigit():
+            f = line.split()
+            stat[int(f[0][3:])] = [int(x) for x in f[1:9]]
+    soft = {}
+    lines = _read("/proc/softirqs").splitlines()
+    if lines:
+        cols = [int(c[3:]) for c in lines[0].split()]
+        for line in lines[1:]:
+            name, _, rest = line.partition(":")
+            soft[name.strip()] = dict(zip(cols, (int(v) for v in rest.split()), strict=False))
+    irq = device_irqs()
+    for c in cpus:
+        if c < 0:
+            continue
+        ks = _read(f"/proc/{_KSOFT.get(c, -1)}/schedstat").split()
+        snap[c] = {"stat": stat.get(c), "net_rx": soft.get("NET_RX", {}).get(c),
+                   "timer": soft.get("TIMER", {}).get(c), "dev_irqs": irq.get(c),
+                   "ksoftirqd": [int(x) for x in ks[:3]] if len(ks) >= 3 else None}
+    return snap
+
+
+def delta(a: dict, b: dict, roles: dict[str, int]) -> dict:
+    """Per role: what its CPU did between snapshots a and b (ms; counts)."""
+    hz = a.get("hz", 100)
+    out = {}
+    for role, c in roles.items():
+        if c < 0 or c not in a or c not in b:
+            continue
+        x, y = a[c], b[c]
+        r: dict = {"cpu": c}
+        if x["stat"] and y["stat"]:
+            d = [q - p for p, q in zip(x["stat"], y["stat"], strict=True)]
+            # user nice system idle iowait irq softirq steal (clock ticks)
+            r.update(busy_ms=(d[0] + d[1] + d[2]) * 1000 / hz, irq_ms=d[5] * 1000 / hz,
+                     softirq_ms=d[6] * 1000 / hz, steal_ms=d[7] * 1000 / hz,
+                     idle_ms=d[3] * 1000 / hz)
+        for k in ("net_rx", "timer", "dev_irqs"):
+            if x[k] is not None and y[k] is not None:
+                r[k] = y[k] - x[k]
+        if x["ksoftirqd"] and y["ksoftirqd"]:
+            r["ksoftirqd_run_ms"] = (y["ksoftirqd"][0] - x["ksoftirqd"][0]) / 1e6
+            r["ksoftirqd_wait_ms"] = (y["ksoftirqd"][1] - x["ksoftirqd"][1]) / 1e6
+            r["ksoftirqd_slices"] = y["ksoftirqd"][2] - x["ksoftirqd"][2]
+        out[role] = r
+    return out
+
+
+def evidence_row(rec: dict) -> str:
+    """One line: the stall evidence of a point (threads and CPUs)."""
+    parts = []
+    snd = rec.get("sender") or {}
+    st = rec.get("handler_stats") or {}
+    col = rec.get("collector") or {}
+    if snd:
+        parts.append(f"sender max gap {snd.get('max_gap_us', 0):.0f} us "
+                     f"({snd.get('gaps_over_50us', 0)} > 50 us, "
+                     f"{snd.get('ctx_switches_involuntary', '?')} preempted)")
+    if st:
+        parts.append(f"handler {st.get('max_gap_ns', 0) / 1e3:.0f} us "
+                     f"({st.get('gaps_50us', 0)}, {st.get('ctx_invol', '?')})")
+    if col:
+        parts.append(f"collector {col.get('max_gap_ns', 0) / 1e3:.0f} us "
+                     f"({col.get('gaps_50us', 0)}, {col.get('ctx_invol', '?')})")
+    for role, r in (rec.get("os") or {}).items():
+        if "steal_ms" not in r:
+            continue
+        s = (f"{role} cpu{r['cpu']}: steal {r['steal_ms']:.0f} ms, irq+softirq "
+             f"{r['irq_ms'] + r['softirq_ms']:.0f} ms, NET_RX {r.get('net_rx', '?')}")
+        if "ksoftirqd_run_ms" in r:
+            s += (f", ksoftirqd run {r['ksoftirqd_run_ms']:.1f} ms wait "
+                  f"{r['ksoftirqd_wait_ms']:.1f} ms")
+        parts.append(s)
+    return "      stalls: " + "; ".join(parts)
