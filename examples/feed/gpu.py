@@ -20,12 +20,15 @@ __device__ __forceinline__ u64 mix64(u64 z)
 }
 
 /* One warp consumes the channel (gdrpy_channel.cuh helpers): each round lane
- * k looks at message head + k, the ready prefix is processed in parallel
- * (tick checked against its seq, sequence continuity against the previous
- * tick, per-symbol integer sums by atomics: order-independent, exact), up
- * to 4 rounds, then ONE release store publishes "consumed" to the host: the
- * ack.  published != 0 (cuMemcpy path): a count word at dev_ctrl + 96 says
- * how many messages are complete instead of the slots' sequence words. */
+ * k looks at message head + k, the ready prefix (up to 32) is loaded and
+ * checked in parallel (tick against its seq: torn; sequence continuity
+ * against the previous tick), then ONE release store publishes "consumed"
+ * to the host - the ack: these ticks are in the warp's registers, checked,
+ * and their slots free - and only then go the per-symbol integer sums
+ * (atomics: order-independent, exact), so the ack's release does not wait
+ * for this round's atomics.  published != 0 (cuMemcpy path): a count word
+ * at dev_ctrl + 96 says how many messages are complete instead of the
+ * slots' sequence words. */
 extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64 *acc,
                                          unsigned char *out, u32 nsym, u64 seed,
                                          u64 idle_ns, u64 delay_ns)
@@ -82,18 +85,20 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
                 if (rs != sym || rq != qty || rp != px) ++torn;
                 if (seq > prev + 1) { ++gaps; missing += seq - prev - 1; }
                 else if (seq <= prev) ++backward;
-                if (sym < nsym) {
-                    atomicAdd(&acc[3 * sym], px * (u64)qty);
-                    atomicAdd(&acc[3 * sym + 1], (u64)qty);
-                    atomicAdd(&acc[3 * sym + 2], 1ULL);
-                }
             }
-            last = __shfl_sync(full, seq, n - 1);
+            last = __shfl_sync(full, seq, n - 1);     /* every lane's loads are done */
             if (delay_ns && lane == 0) {              /* test knob: a slow consumer */
                 u64 t = gdrpy_globaltimer();
                 while (gdrpy_globaltimer() - t < delay_ns * n) { }
             }
             batch += n;
+            __syncwarp();
+            if (lane == 0) gdrpy_chan_consume(d, head + batch);   /* the ack (st.release.sys) */
+            if (lane < n && sym < nsym) {
+                atomicAdd(&acc[3 * sym], px * (u64)qty);
+                atomicAdd(&acc[3 * sym + 1], (u64)qty);
+                atomicAdd(&acc[3 * sym + 2], 1ULL);
+            }
             if (n < 32u) break;
         }
         if (batch == 0) {
@@ -118,8 +123,6 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
         }
         spins = 0;
         head += batch;
-        __syncwarp();                                 /* every lane's slot loads are done */
-        if (lane == 0) gdrpy_chan_consume(d, head);   /* the ack (st.release.sys) */
         if (idle_ns) {
             u64 now = 0;
             if (lane == 0) now = gdrpy_globaltimer();
