@@ -158,8 +158,8 @@ def evidence_row(rec: dict) -> str:
     col = rec.get("collector") or {}
     if snd:
         parts.append(f"sender max gap {snd.get('max_gap_us', 0):.0f} us "
-                     f"({snd.get('gaps_over_50us', 0)} > 50 us, "
-                     f"{snd.get('ctx_switches_involuntary', '?')} preempted)")
+                     f"({snd.get('gaps_over_50us', 0)}, "
+                     f"{snd.get('ctx_switches_involuntary', '?')}; yields included)")
     if st:
         parts.append(f"handler {st.get('max_gap_ns', 0) / 1e3:.0f} us "
                      f"({st.get('gaps_50us', 0)}, {st.get('ctx_invol', '?')})")
@@ -175,4 +175,4 @@ def evidence_row(rec: dict) -> str:
             s += (f", ksoftirqd run {r['ksoftirqd_run_ms']:.1f} ms wait "
                   f"{r['ksoftirqd_wait_ms']:.1f} ms")
         parts.append(s)
-    return "      stalls: " + "; ".join(parts)
+    return "      stalls (max gap, gaps > 50 us, involuntary switches): " + "; ".join(parts)
