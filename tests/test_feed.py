@@ -128,6 +128,28 @@ def test_feed_c_and_python_handlers_agree_on_both_paths(backend):
     assert rep["results_agree"]
 
 
+@pytest.mark.parametrize("pace", ["yield", "sleep", "spin"])
+def test_feed_packed_datagrams_and_sender_pacing(pace):
+    # 4 ticks a datagram (the END packet is then shorter than a datagram: the
+    # Python handler's odd-datagram path) with injected gaps, under each
+    # pacing of the sender: clean, loss exact, both handlers the same
+    rep, _ = feed(["--handlers", "c,py", "--paths", "gdrpy", "--sources", "udp",
+                   "--rate", "40000", "--ticks", "6001", "--seconds", "3", "--per-packet", "4",
+                   "--inject-skip", "13", "--pace", pace, "--stages"], "sim")
+    pts = rep["points"]
+    assert len(pts) == 2
+    for r in pts:
+        assert_clean(r)
+        lo, snd, st = r["loss"], r["sender"], r["handler_stats"]
+        assert lo["generated"] == 6001 and lo["lost"] == lo["injected"] == 6001 // 13, describe(r)
+        assert st["end_seen"] == 1 and st["snd_generated"] == 6001, describe(r)
+        assert snd["pace"] == pace and snd["max_gap_us"] > 0, describe(r)
+        assert st["max_gap_ns"] > 0 and r["collector"]["max_gap_ns"] > 0, describe(r)
+    py = next(r for r in pts if r["handler"] == "py")
+    assert py["handler_stats"]["python_threads"] == 1, describe(py)   # nothing else takes the GIL
+    assert len({r["sums_digest"] for r in pts}) == 1
+
+
 def test_feed_quick_sweep_writes_report_and_plot(tmp_path):
     svg = tmp_path / "feed.svg"
     rep, _ = feed(["--sweep", "--quick", "--handlers", "c", "--paths", "gdrpy,cuMemcpy",
@@ -148,6 +170,8 @@ def test_feed_quick_sweep_writes_report_and_plot(tmp_path):
 def test_feed_rejects_bad_options():
     _, _, err = run(FEED + ["--ring", "1000", "--backend", "sim"], expect_rc=2)
     assert "power of two" in err
+    _, _, err = run(FEED + ["--cpus", "1,1,2,3", "--backend", "sim"], expect_rc=2)
+    assert "four different CPU" in err
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

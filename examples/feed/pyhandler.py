@@ -28,6 +28,7 @@ from __future__ import annotations
 import gc
 import os
 import resource
+import threading
 import time
 
 import numpy as np
@@ -39,7 +40,7 @@ STAT_KEYS = ("received", "forwarded", "missing", "gaps", "backward", "bad_packet
              "collector_waits", "empty_polls", "busy_ns", "t_first_recv", "t_last_fwd",
              "last_seq", "end_seen", "snd_sent", "snd_generated", "snd_skipped",
              "snd_failed", "snd_t0", "snd_t1", "max_gap_ns", "gaps_50us", "gaps_50us_ns",
-             "ctx_invol", "ctx_vol")
+             "ctx_invol", "ctx_vol", "python_threads")
 
 
 class _Rx:
@@ -166,6 +167,7 @@ def py_handler(ring, env, src: str, sock, shm, batch: int, max_s: float, on_full
     rx = _Rx(L, src, sock, shm, batch, per_packet)
     gc_was = gc.isenabled()
     gc.disable()
+    st["python_threads"] = threading.active_count()    # 1: no thread to take the GIL
     ru0 = resource.getrusage(resource.RUSAGE_THREAD)
     try:
         _loop(ring, env, src, rx, st, batch, max_s, on_full, idle_end_s, per_packet, ctypes)
