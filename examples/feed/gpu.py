@@ -44,6 +44,7 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
     u64 t_idle = gdrpy_globaltimer();
     u32 status = GDRPY_CHAN_ST_STOPPED;
     unsigned spins = 0, rounds = 0;
+    bool fresh = true;
     for (;;) {
         u64 batch = 0;
         for (int r = 0; r < 4; ++r) {
@@ -102,6 +103,9 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
             if (n < 32u) break;
         }
         if (batch == 0) {
+            /* idle: every 16th poll looks at the shutdown word (each look is
+             * another round trip to memory before the next poll) */
+            if ((++spins & 15u) != 0) continue;
             u32 mode = 0;
             if (lane == 0) mode = gdrpy_chan_shutdown_mode(d);
             mode = __shfl_sync(full, mode, 0);
@@ -113,21 +117,20 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
                 if (head >= sent) break;
                 continue;
             }
-            if (idle_ns && (++spins & 255u) == 0) {
+            if (idle_ns && (spins & 255u) == 0) {
+                /* the idle clock starts at the first look after the last
+                 * message (no timer read on the busy path) */
                 u64 now = 0;
                 if (lane == 0) now = gdrpy_globaltimer();
                 now = __shfl_sync(full, now, 0);
-                if (now - t_idle > idle_ns) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
+                if (fresh) { t_idle = now; fresh = false; }
+                else if (now - t_idle > idle_ns) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
             }
             continue;
         }
         spins = 0;
+        fresh = true;
         head += batch;
-        if (idle_ns) {
-            u64 now = 0;
-            if (lane == 0) now = gdrpy_globaltimer();
-            t_idle = __shfl_sync(full, now, 0);
-        }
         if ((++rounds & 63u) == 0) {
             u32 mode = 0;
             if (lane == 0) mode = gdrpy_chan_shutdown_mode(d);
