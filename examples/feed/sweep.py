@@ -93,6 +93,15 @@ def bound_stage(r: dict) -> str:
     if rg.get("full_events"):
         return (f"consumer kernel (ring full {rg['full_events']} times, "
                 f"{rg['stalled_ms']:.1f} ms stalled)")
+    sn = r.get("sender") or {}
+    slots = r.get("shm_slots") or 0
+    if (r["source"] == "shm" and slots and sn.get("max_behind", 0) > slots
+            and lo.get("shm_ring_full")):
+        # the sender itself stopped (max gap) and then published its backlog
+        # at once: more ticks than the ring holds, whatever the handler does
+        return (f"sender stall (it stopped for up to {sn.get('max_gap_us', 0) / 1e3:.1f} ms, then "
+                f"published {sn['max_behind']:,} ticks at once: more than the {slots:,}-slot "
+                f"ring; handler busy {busy:.0%})")
     if r["source"] == "udp":
         if busy >= 0.8:
             return f"handler (busy {busy:.0%}; the socket overflowed)"
@@ -125,6 +134,11 @@ def stage_row(r: dict) -> str:
                     ("ring_consumer_ack", "written->ack seen"), ("recv_to_ack", "recv->ack seen")):
         s = L[k]
         parts.append(f"{name} {s.get('median', float('nan')):.2f}/{s.get('p99', float('nan')):.2f}")
+    st = r.get("handler_stats") or {}
+    if st.get("batches"):
+        parts.append(f"handler busy {(r.get('handler_busy') or 0):.0%}, "
+                     f"{st['busy_ns'] / st['batches'] / 1e3:.2f} us/batch incl. receive "
+                     f"(mean {st['forwarded'] / st['batches']:.1f} ticks)")
     return "      stages p50/p99 us: " + ", ".join(parts)
 
 
