@@ -415,7 +415,7 @@ int main(int argc, char **argv)
            "\"gso_errno\": %d, \"pace\": \"%s\", \"yields\": %llu, \"sleeps\": %llu, "
            "\"max_gap_us\": %.2f, \"gaps_over_50us\": %llu, \"gaps_over_50us_ms\": %.3f, "
            "\"ctx_switches_involuntary\": %ld, \"ctx_switches_voluntary\": %ld, "
-           "\"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f}\n",
+           "\"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f, \"minflt\": %ld}\n",
            o.mode, o.rate, (unsigned long long)c.generated, (unsigned long long)c.sent,
            (unsigned long long)c.skipped, (unsigned long long)c.failed,
            (unsigned long long)c.dropped, (unsigned long long)c.batches,
@@ -428,7 +428,7 @@ int main(int argc, char **argv)
            (unsigned long long)c.yields, (unsigned long long)c.sleeps, c.max_gap_ns / 1e3,
            (unsigned long long)c.gaps_50us, c.gaps_50us_ns / 1e6, ru.ru_nivcsw, ru.ru_nvcsw,
            (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6,
-           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6);
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6, ru.ru_minflt);
     fflush(stdout);
     return rc;
 }

@@ -97,17 +97,19 @@ struct feed_acks {
     pthread_t th;
     int started;
     uint64_t first_ns, last_ns, stamp_waits;
-    uint64_t max_gap_ns, gaps_50us, ctx_invol, ctx_vol;
+    uint64_t max_gap_ns, gaps_50us, ctx_invol, ctx_vol, minflt;
     feed_hist_t h[FEED_H_COUNT];
 };
 
-static void thread_ctx_switches(uint64_t *invol, uint64_t *vol)
+/* This thread's context switches and minor page faults so far. */
+static void thread_usage(uint64_t *invol, uint64_t *vol, uint64_t *minflt)
 {
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
     getrusage(RUSAGE_THREAD, &ru);
     *invol = (uint64_t)ru.ru_nivcsw;
     *vol = (uint64_t)ru.ru_nvcsw;
+    *minflt = (uint64_t)ru.ru_minflt;
 }
 
 feed_acks_t *feed_acks_new(uint64_t ts_slots)
@@ -144,12 +146,13 @@ uint64_t feed_acks_first_ns(feed_acks_t *a) { return a->first_ns; }
 uint64_t feed_acks_last_ns(feed_acks_t *a) { return a->last_ns; }
 uint64_t feed_acks_stamp_waits(feed_acks_t *a) { return a->stamp_waits; }
 
-void feed_acks_thread_info(feed_acks_t *a, uint64_t *out4)
+void feed_acks_thread_info(feed_acks_t *a, uint64_t *out5)
 {
-    out4[0] = a->max_gap_ns;
-    out4[1] = a->gaps_50us;
-    out4[2] = a->ctx_invol;
-    out4[3] = a->ctx_vol;
+    out5[0] = a->max_gap_ns;
+    out5[1] = a->gaps_50us;
+    out5[2] = a->ctx_invol;
+    out5[3] = a->ctx_vol;
+    out5[4] = a->minflt;
 }
 
 int feed_acks_stamp(feed_acks_t *a, uint64_t first, uint32_t m, const void *ticks,
@@ -178,6 +181,7 @@ static void *acks_main(void *arg)
 {
     feed_acks_t *a = arg;
     pin_cpu(a->cpu);
+    thread_usage(&a->ctx_invol, &a->ctx_vol, &a->minflt);
     uint64_t done = a->done;
     uint64_t t_prev = now_ns();
     unsigned idle = 0;
@@ -217,7 +221,13 @@ static void *acks_main(void *arg)
         if (stopping) break;
         cpu_relax();
     }
-    thread_ctx_switches(&a->ctx_invol, &a->ctx_vol);
+    {
+        uint64_t i1, v1, f1;
+        thread_usage(&i1, &v1, &f1);
+        a->ctx_invol = i1 - a->ctx_invol;   /* started as the values at start */
+        a->ctx_vol = v1 - a->ctx_vol;
+        a->minflt = f1 - a->minflt;
+    }
     return NULL;
 }
 
@@ -229,7 +239,7 @@ int feed_acks_start(feed_acks_t *a, const volatile uint64_t *consumed, int cpu)
     a->stop = 0;
     a->done = 0;
     a->first_ns = a->last_ns = a->stamp_waits = 0;
-    a->max_gap_ns = a->gaps_50us = a->ctx_invol = a->ctx_vol = 0;
+    a->max_gap_ns = a->gaps_50us = a->ctx_invol = a->ctx_vol = a->minflt = 0;
     memset(a->h, 0, sizeof a->h);
     memset(a->ts, 0, (a->mask + 1) * sizeof(feed_ts_t));
     int rc = pthread_create(&a->th, NULL, acks_main, a);
@@ -539,6 +549,8 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
     s->st = st;
     s->exp = 1;
     int rc = 0;
+    uint64_t u0_invol = 0, u0_vol = 0, u0_flt = 0;
+    int u0_set = 0;
     if (cfg->src == FEED_SRC_UDP) {
         s->cap = (uint32_t)cfg->per_packet_max * FEED_TICK_SIZE;
         if (s->cap < 64) s->cap = 64;
@@ -569,6 +581,8 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
         }
     }
     pin_cpu(cfg->cpu);
+    thread_usage(&u0_invol, &u0_vol, &u0_flt);
+    u0_set = 1;
     feed_ts_t *ts = feed_acks_ts(cfg->acks);
     uint64_t tsmask = feed_acks_mask(cfg->acks);
     uint64_t t_start = now_ns();
@@ -682,7 +696,13 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
     }
 out:
     st->last_seq = s->exp - 1;
-    thread_ctx_switches(&st->ctx_invol, &st->ctx_vol);
+    if (u0_set) {
+        uint64_t i1, v1, f1;
+        thread_usage(&i1, &v1, &f1);
+        st->ctx_invol = i1 - u0_invol;
+        st->ctx_vol = v1 - u0_vol;
+        st->minflt = f1 - u0_flt;
+    }
     free(s->rbuf);
     free(s->staging);
     free(s);

@@ -90,7 +90,7 @@ typedef struct feed_hstats {
     /* stall evidence: the longest time between two polls, polls that came
      * > 50 us after the last (count, total ns), context switches of the
      * handler thread (getrusage RUSAGE_THREAD) */
-    uint64_t max_gap_ns, gaps_50us, gaps_50us_ns, ctx_invol, ctx_vol;
+    uint64_t max_gap_ns, gaps_50us, gaps_50us_ns, ctx_invol, ctx_vol, minflt;
     int32_t error, pad;
     char msg[160];
 } feed_hstats_t;
@@ -113,8 +113,9 @@ FEED_API uint64_t feed_acks_last_ns(feed_acks_t *a);
 FEED_API uint64_t feed_acks_stamp_waits(feed_acks_t *a);
 /* The collector thread's stall evidence, after stop: out[0] longest gap
  * between two looks at the consumed word (ns), out[1] gaps > 50 us, out[2]
- * involuntary and out[3] voluntary context switches. */
-FEED_API void feed_acks_thread_info(feed_acks_t *a, uint64_t *out4);
+ * involuntary and out[3] voluntary context switches, out[4] minor page
+ * faults of the thread. */
+FEED_API void feed_acks_thread_info(feed_acks_t *a, uint64_t *out5);
 /* Stamps ring indices first..first+m-1 for a batch just published: send_ns
  * from each tick (ticks + j*stride + 8), recv = t_recv, written = now, then
  * the index (release).  Waits first while the collector still needs those

@@ -182,9 +182,9 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         err = err or str(e)
         rec["consumer_status"] = ring.status()
     L.feed_acks_stop(env.acks)
-    ci = (ctypes.c_uint64 * 4)()
+    ci = (ctypes.c_uint64 * 5)()
     L.feed_acks_thread_info(env.acks, ci)
-    rec["collector"] = dict(zip(("max_gap_ns", "gaps_50us", "ctx_invol", "ctx_vol"),
+    rec["collector"] = dict(zip(("max_gap_ns", "gaps_50us", "ctx_invol", "ctx_vol", "minflt"),
                                 (int(v) for v in ci), strict=True))
     rec["consumer_stuck"] = ring.live      # did not stop: its memory stays allocated
     res = ring.results()

@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 
 ROLES = ("sender", "handler", "collector", "consumer")
+# host-wide /proc/vmstat counters that stall a thread without a context
+# switch: NUMA balancing's hinting faults, page migration, THP compaction
+VMSTAT = ("numa_hint_faults", "numa_pages_migrated", "numa_pte_updates", "compact_stall",
+          "thp_fault_alloc", "pgmajfault")
 
 
 def _read(path: str) -> str:
@@ -114,6 +118,12 @@ def snapshot(cpus: list[int]) -> dict:
             name, _, rest = line.partition(":")
             soft[name.strip()] = dict(zip(cols, (int(v) for v in rest.split()), strict=False))
     irq = device_irqs()
+    vm = {}
+    for line in _read("/proc/vmstat").splitlines():
+        k, _, v = line.partition(" ")
+        if k in VMSTAT and v.strip().isdigit():
+            vm[k] = int(v)
+    snap["vm"] = vm
     for c in cpus:
         if c < 0:
             continue
@@ -127,7 +137,11 @@ def snapshot(cpus: list[int]) -> dict:
 def delta(a: dict, b: dict, roles: dict[str, int]) -> dict:
     """Per role: what its CPU did between snapshots a and b (ms; counts)."""
     hz = a.get("hz", 100)
-    out = {}
+    out: dict = {}
+    va, vb = a.get("vm", {}), b.get("vm", {})
+    vm = {k: vb[k] - va[k] for k in VMSTAT if k in va and k in vb and vb[k] != va[k]}
+    if vm:
+        out["host_vmstat"] = vm
     for role, c in roles.items():
         if c < 0 or c not in a or c not in b:
             continue
@@ -166,7 +180,14 @@ def evidence_row(rec: dict) -> str:
     if col:
         parts.append(f"collector {col.get('max_gap_ns', 0) / 1e3:.0f} us "
                      f"({col.get('gaps_50us', 0)}, {col.get('ctx_invol', '?')})")
+    flt = [f"{k} {d.get('minflt')}" for k, d in (("sender", snd), ("handler", st),
+                                                  ("collector", col)) if d.get("minflt")]
+    if flt:
+        parts.append("minor faults " + ", ".join(flt))
     for role, r in (rec.get("os") or {}).items():
+        if role == "host_vmstat":
+            parts.append("host " + ", ".join(f"{k} {v}" for k, v in r.items()))
+            continue
         if "steal_ms" not in r:
             continue
         s = (f"{role} cpu{r['cpu']}: steal {r['steal_ms']:.0f} ms, irq+softirq "

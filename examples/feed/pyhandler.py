@@ -40,7 +40,7 @@ STAT_KEYS = ("received", "forwarded", "missing", "gaps", "backward", "bad_packet
              "collector_waits", "empty_polls", "busy_ns", "t_first_recv", "t_last_fwd",
              "last_seq", "end_seen", "snd_sent", "snd_generated", "snd_skipped",
              "snd_failed", "snd_t0", "snd_t1", "max_gap_ns", "gaps_50us", "gaps_50us_ns",
-             "ctx_invol", "ctx_vol", "python_threads")
+             "ctx_invol", "ctx_vol", "minflt", "python_threads")
 
 
 class _Rx:
@@ -175,6 +175,7 @@ def py_handler(ring, env, src: str, sock, shm, batch: int, max_s: float, on_full
         ru1 = resource.getrusage(resource.RUSAGE_THREAD)
         st["ctx_invol"] = ru1.ru_nivcsw - ru0.ru_nivcsw
         st["ctx_vol"] = ru1.ru_nvcsw - ru0.ru_nvcsw
+        st["minflt"] = ru1.ru_minflt - ru0.ru_minflt
         if gc_was:
             gc.enable()
         rx.close()
