@@ -140,9 +140,9 @@ def lib():
         "feed_now_ns": (u64, []),
         "feed_acks_thread_info": (None, [vp, vp]),
         "feed_acks_stamp": (i32, [vp, u64, u32, vp, u32, u64]),
-        "feed_udp_rx_new": (vp, [i32, vp, u32, u32, vp, vp]),
+        "feed_udp_rx_new": (vp, [i32, vp, u32, u32, vp, vp, u64]),
         "feed_udp_rx": (i32, [vp]), "feed_udp_rx_free": (None, [vp]),
-        "feed_shm_rx_new": (vp, [vp, vp, u32]),
+        "feed_shm_rx_new": (vp, [vp, vp, u32, u64]),
         "feed_shm_rx": (i32, [vp]), "feed_shm_rx_free": (None, [vp]),
     }
     for name, (res, args) in sig.items():

@@ -279,13 +279,14 @@ int feed_udp_recv_batch(int fd, void *buf, uint32_t cap, uint32_t max, uint32_t 
 struct feed_udp_rx {
     int fd;
     uint32_t max, row;
+    uint64_t spin_ns;
     uint32_t *lens;
     struct mmsghdr *msgs;
     struct iovec *iov;
 };
 
 feed_udp_rx_t *feed_udp_rx_new(int fd, void *ticks, uint32_t per_packet, uint32_t max_dgrams,
-                               void *side, uint32_t *lens)
+                               void *side, uint32_t *lens, uint64_t spin_ns)
 {
     if (!ticks || !side || !lens || per_packet < 1 || per_packet > MAX_PER_PACKET ||
         max_dgrams < 1 || max_dgrams > MAXB) {
@@ -301,6 +302,7 @@ feed_udp_rx_t *feed_udp_rx_new(int fd, void *ticks, uint32_t per_packet, uint32_
         return NULL;
     }
     r->fd = fd;
+    r->spin_ns = spin_ns;
     r->max = max_dgrams;
     r->lens = lens;
     r->row = per_packet * FEED_TICK_SIZE;
@@ -318,8 +320,16 @@ feed_udp_rx_t *feed_udp_rx_new(int fd, void *ticks, uint32_t per_packet, uint32_
 
 int feed_udp_rx(feed_udp_rx_t *r)
 {
-    int n = recvmmsg(r->fd, r->msgs, r->max, MSG_DONTWAIT, NULL);
-    if (n < 0) return (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -errno;
+    int n;
+    uint64_t t0 = 0;
+    for (;;) {
+        n = recvmmsg(r->fd, r->msgs, r->max, MSG_DONTWAIT, NULL);
+        if (n > 0) break;
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -errno;
+        uint64_t t = now_ns();
+        if (!t0) t0 = t;
+        if (t - t0 >= r->spin_ns) return 0;
+    }
     uint32_t odd = 0;
     for (int k = 0; k < n; k++) {
         r->lens[k] = r->msgs[k].msg_len;
@@ -340,11 +350,11 @@ void feed_udp_rx_free(feed_udp_rx_t *r)
 struct feed_shm_rx {
     feed_shm_hdr_t *h;
     unsigned char *slots, *ticks;
-    uint64_t tail, mask;
+    uint64_t tail, mask, spin_ns;
     uint32_t max;
 };
 
-feed_shm_rx_t *feed_shm_rx_new(void *shm, void *ticks, uint32_t max)
+feed_shm_rx_t *feed_shm_rx_new(void *shm, void *ticks, uint32_t max, uint64_t spin_ns)
 {
     feed_shm_hdr_t *h = shm;
     if (!h || !ticks || max < 1 || h->magic != FEED_SHM_MAGIC || !h->nslots ||
@@ -360,12 +370,24 @@ feed_shm_rx_t *feed_shm_rx_new(void *shm, void *ticks, uint32_t max)
     r->mask = h->nslots - 1;
     r->tail = ld_acq(&h->tail);
     r->max = max;
+    r->spin_ns = spin_ns;
     return r;
 }
 
 int feed_shm_rx(feed_shm_rx_t *r)
 {
     uint32_t n = 0;
+    /* spin (up to spin_ns) until the next slot is ready or the producer is done */
+    const unsigned char *first = r->slots + (r->tail & r->mask) * FEED_SHM_SLOT;
+    if (ld_acq((const volatile uint64_t *)(first + FEED_SHM_MARK)) != r->tail + 1) {
+        uint64_t t0 = now_ns();
+        unsigned k = 0;
+        while (ld_acq((const volatile uint64_t *)(first + FEED_SHM_MARK)) != r->tail + 1) {
+            if (ld_acq(&r->h->done)) break;
+            cpu_relax();
+            if ((++k & 63u) == 0 && now_ns() - t0 >= r->spin_ns) break;
+        }
+    }
     while (n < r->max) {
         const unsigned char *slot = r->slots + ((r->tail + n) & r->mask) * FEED_SHM_SLOT;
         if (ld_acq((const volatile uint64_t *)(slot + FEED_SHM_MARK)) != r->tail + n + 1) break;

@@ -127,7 +127,10 @@ FEED_API int feed_acks_stamp(feed_acks_t *a, uint64_t first, uint32_t m, const v
 FEED_API double feed_hist_value(int k);
 
 /* ---- Python handler's batch receives ---------------------------------- */
-/* UDP: a receiver that recvmmsg()s (MSG_DONTWAIT) up to max_dgrams datagrams
+/* Both receives spin in C up to spin_ns for the first tick (one call from
+ * Python instead of a Python loop of empty polls), then return what is
+ * there without waiting for more.
+ * UDP: a receiver that recvmmsg()s (MSG_DONTWAIT) up to max_dgrams datagrams
  * so that full datagrams (per_packet ticks) land back to back in `ticks`
  * (rows of per_packet*32 bytes: one contiguous array of ticks, no copy);
  * bytes beyond that (the 64-byte END packet) go to side + k*64; lens[k]
@@ -136,7 +139,8 @@ FEED_API double feed_hist_value(int k);
  * nothing is there, -errno on error. */
 typedef struct feed_udp_rx feed_udp_rx_t;
 FEED_API feed_udp_rx_t *feed_udp_rx_new(int fd, void *ticks, uint32_t per_packet,
-                                        uint32_t max_dgrams, void *side, uint32_t *lens);
+                                        uint32_t max_dgrams, void *side, uint32_t *lens,
+                                        uint64_t spin_ns);
 FEED_API int feed_udp_rx(feed_udp_rx_t *r);
 FEED_API void feed_udp_rx_free(feed_udp_rx_t *r);
 /* shm: an "rx burst" as kernel-bypass NIC libraries offer: copies the ready
@@ -144,7 +148,7 @@ FEED_API void feed_udp_rx_free(feed_udp_rx_t *r);
  * Returns the count; 0 when nothing is ready; -1 when the producer is done
  * and the ring is empty (the end; counts in the header). */
 typedef struct feed_shm_rx feed_shm_rx_t;
-FEED_API feed_shm_rx_t *feed_shm_rx_new(void *shm, void *ticks, uint32_t max);
+FEED_API feed_shm_rx_t *feed_shm_rx_new(void *shm, void *ticks, uint32_t max, uint64_t spin_ns);
 FEED_API int feed_shm_rx(feed_shm_rx_t *r);
 FEED_API void feed_shm_rx_free(feed_shm_rx_t *r);
 /* recvmmsg(MSG_DONTWAIT) of up to `max` datagrams of up to `cap` bytes

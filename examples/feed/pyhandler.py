@@ -5,7 +5,9 @@ Per batch it makes a fixed number of calls, whatever the batch holds:
 1. one receive into a preallocated numpy array of ticks (libfeedcore's
    ``feed_udp_rx``: recvmmsg from C, because Python's socket module has
    none; or ``feed_shm_rx``, the shared-memory ring's "rx burst", as a
-   kernel-bypass NIC library hands packets over).  Full datagrams land back
+   kernel-bypass NIC library hands packets over).  The call polls in C
+   (up to 100 us) until the first tick is there, so an idle handler does not
+   go round the Python loop between polls.  Full datagrams land back
    to back, so the batch is one contiguous (m, 32) array: no copy;
 2. the sequence check on Python ints (first and last seq; for longer
    batches one numpy comparison), so in-order ticks cost no per-tick Python;
@@ -35,6 +37,7 @@ import numpy as np
 from engine import TICK
 
 END_SEQ = (1 << 64) - 1
+SPIN_NS = 100_000      # a receive call polls in C this long for the first tick
 STAT_KEYS = ("received", "forwarded", "missing", "gaps", "backward", "bad_packets",
              "batches", "max_batch", "full_events", "full_wait_ns", "dropped_full",
              "collector_waits", "empty_polls", "busy_ns", "t_first_recv", "t_last_fwd",
@@ -65,11 +68,11 @@ class _Rx:
             self.side = np.zeros((self.ndg, 64), dtype=np.uint8)
             self.lens = np.zeros(self.ndg + 1, dtype=np.uint32)   # [ndg]: odd ones
             self.h = L.feed_udp_rx_new(sock.fileno(), self.tptr, per_packet, self.ndg,
-                                       self.side.ctypes.data, self.lens.ctypes.data)
+                                       self.side.ctypes.data, self.lens.ctypes.data, SPIN_NS)
             self.call = L.feed_udp_rx
         else:
             self.hdr = shm.hdr
-            self.h = L.feed_shm_rx_new(shm.addr, self.tptr, cap)
+            self.h = L.feed_shm_rx_new(shm.addr, self.tptr, cap, SPIN_NS)
             self.call = L.feed_shm_rx
         if not self.h:
             raise RuntimeError(L.feed_last_error().decode())
