@@ -144,6 +144,7 @@ def lib():
         "feed_udp_rx": (i32, [vp]), "feed_udp_rx_free": (None, [vp]),
         "feed_shm_rx_new": (vp, [vp, vp, u32, u64]),
         "feed_shm_rx": (i32, [vp]), "feed_shm_rx_free": (None, [vp]),
+        "feed_rx_t_poll": (vp, [vp]),
     }
     for name, (res, args) in sig.items():
         f = getattr(L, name)

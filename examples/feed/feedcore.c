@@ -277,6 +277,7 @@ int feed_udp_recv_batch(int fd, void *buf, uint32_t cap, uint32_t max, uint32_t 
 }
 
 struct feed_udp_rx {
+    uint64_t t_poll; /* first: feed_rx_t_poll() */
     int fd;
     uint32_t max, row;
     uint64_t spin_ns;
@@ -322,12 +323,14 @@ int feed_udp_rx(feed_udp_rx_t *r)
 {
     int n;
     uint64_t t0 = 0;
+    uint64_t t = now_ns();
     for (;;) {
+        r->t_poll = t;
         n = recvmmsg(r->fd, r->msgs, r->max, MSG_DONTWAIT, NULL);
         if (n > 0) break;
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -errno;
-        uint64_t t = now_ns();
-        if (!t0) t0 = t;
+        t = now_ns();
+        if (!t0) t0 = r->t_poll;
         if (t - t0 >= r->spin_ns) return 0;
     }
     uint32_t odd = 0;
@@ -348,6 +351,7 @@ void feed_udp_rx_free(feed_udp_rx_t *r)
 }
 
 struct feed_shm_rx {
+    uint64_t t_poll; /* first: feed_rx_t_poll() */
     feed_shm_hdr_t *h;
     unsigned char *slots, *ticks;
     uint64_t tail, mask, spin_ns;
@@ -388,6 +392,7 @@ int feed_shm_rx(feed_shm_rx_t *r)
             if ((++k & 63u) == 0 && now_ns() - t0 >= r->spin_ns) break;
         }
     }
+    r->t_poll = now_ns();
     while (n < r->max) {
         const unsigned char *slot = r->slots + ((r->tail + n) & r->mask) * FEED_SHM_SLOT;
         if (ld_acq((const volatile uint64_t *)(slot + FEED_SHM_MARK)) != r->tail + n + 1) break;
@@ -409,6 +414,8 @@ int feed_shm_rx(feed_shm_rx_t *r)
 }
 
 void feed_shm_rx_free(feed_shm_rx_t *r) { free(r); }
+
+const uint64_t *feed_rx_t_poll(const void *rx) { return (const uint64_t *)rx; }
 
 /* ---- the C handler ---------------------------------------------------- */
 typedef struct {

@@ -151,6 +151,10 @@ typedef struct feed_shm_rx feed_shm_rx_t;
 FEED_API feed_shm_rx_t *feed_shm_rx_new(void *shm, void *ticks, uint32_t max, uint64_t spin_ns);
 FEED_API int feed_shm_rx(feed_shm_rx_t *r);
 FEED_API void feed_shm_rx_free(feed_shm_rx_t *r);
+/* Either receiver's word holding when its last poll that found ticks began
+ * (CLOCK_MONOTONIC ns): the handler's busy time starts there, not at the
+ * start of the call's spinning. */
+FEED_API const uint64_t *feed_rx_t_poll(const void *rx);
 /* recvmmsg(MSG_DONTWAIT) of up to `max` datagrams of up to `cap` bytes
  * into buf + k*cap; lens[k] gets each length.  Returns the count, 0 when
  * nothing is there, -errno on error. */

@@ -195,6 +195,7 @@ def _loop(ring, env, src, rx: _Rx, st: dict, batch: int, max_s: float, on_full: 
     acks = env.acks
     stamp = L.feed_acks_stamp
     call, h = rx.call, rx.h
+    t_poll = ctypes.c_uint64.from_address(L.feed_rx_t_poll(h))   # busy time starts there
     udp = src == "udp"
     ticks, tptr = rx.ticks, rx.tptr
     cap = len(ticks)
@@ -279,7 +280,7 @@ def _loop(ring, env, src, rx: _Rx, st: dict, batch: int, max_s: float, on_full: 
                 if m > max_batch:
                     max_batch = m
                 t_last = t_wr
-                busy += t_wr - t_call
+                busy += t_wr - t_poll.value
             if rx.end:
                 break
     finally:
