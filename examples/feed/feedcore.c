@@ -616,7 +616,7 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
     uint64_t tsmask = feed_acks_mask(cfg->acks);
     uint64_t t_start = now_ns();
     uint64_t deadline = t_start + cfg->max_ns;
-    uint64_t consumed_seen = 0;
+    uint64_t consumed_seen = 0, acks_seen = 0;
     uint64_t t_data = t_start;
     uint64_t t_prev = t_start;
     for (;;) {
@@ -697,10 +697,17 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
             }
         }
         if (m) {
-            /* stamps ring room (the collector is far behind: rare) */
-            if (s->w + m - feed_acks_done(cfg->acks) > tsmask) {
-                st->collector_waits++;
-                while (s->w + m - feed_acks_done(cfg->acks) > tsmask) cpu_relax();
+            /* stamps ring room (the collector is far behind: rare); its
+             * `done` word is re-read only when the last value read is not
+             * enough (the collector writes it all the time: reading it every
+             * batch would cost a cache miss a batch) */
+            if (s->w + m - acks_seen > tsmask) {
+                acks_seen = feed_acks_done(cfg->acks);
+                if (s->w + m - acks_seen > tsmask) {
+                    st->collector_waits++;
+                    while (s->w + m - (acks_seen = feed_acks_done(cfg->acks)) > tsmask)
+                        cpu_relax();
+                }
             }
             for (uint32_t j = 0; j < m; j++) {
                 feed_ts_t *e = &ts[(s->w + 1 + j) & tsmask];
