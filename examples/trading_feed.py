@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "feed"))
@@ -102,6 +103,11 @@ def main(argv=None) -> int:
     p.add_argument("--cpus", type=lambda t: [int(x) for x in t.split(",")], default=None,
                    metavar="S,H,C,K", help="CPUs of the sender, handler, ack collector and sim "
                    "consumer (default: one physical core each near the GPU, not CPU 0's)")
+    p.add_argument("--rps-cpu", default="off", metavar="auto|off|N",
+                   help="steer the kernel's loopback receive processing (NET_RX softirq) off "
+                        "the sender's CPU to CPU N (auto: a fifth core near the GPU) with RPS, "
+                        "restored at exit; needs root (default off: it runs on the sender's "
+                        "CPU, inside its sends)")
     p.add_argument("--pace", choices=("yield", "sleep", "spin"), default="yield",
                    help="the sender between ticks: yield its CPU (default; the kernel's "
                         "loopback receive work runs on it), sleep, or busy-wait")
@@ -115,6 +121,8 @@ def main(argv=None) -> int:
         p.error("--ring: power of two >= 2; --batch >= 1; 1 <= --symbols <= 65536")
     if a.cpus is not None and (len(a.cpus) != 4 or len(set(a.cpus)) != 4 or min(a.cpus) < 0):
         p.error("--cpus: four different CPU numbers (sender,handler,collector,consumer)")
+    if a.rps_cpu not in ("auto", "off") and not a.rps_cpu.isdigit():
+        p.error("--rps-cpu: auto, off or a CPU number")
     if a.sources is None:
         a.sources = ["udp", "shm"] if a.sweep else ["udp"]
 
@@ -128,7 +136,11 @@ def main(argv=None) -> int:
     def log(*x):
         print(*x, file=out, flush=True)
 
+    # a SIGTERM (timeout, kill) unwinds through the finally below: the
+    # loopback RPS setting is restored and the consumer stopped
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     env = engine.Env(a.device, a.backend)
+    rps_old = None
     try:
         hdr = (f"gdrpy trading feed: backend {env.backend}, device {a.device} "
                f"({'none - ' + SIM_LABEL if env.sim else env.ctx.info.get('gpu_name')}), "
@@ -140,10 +152,21 @@ def main(argv=None) -> int:
             log(f"  consumer: one-warp persistent kernel, NVRTC {env.gpu.arch}")
         log("  latency: end-to-end = ack seen by the collector thread - sender's CLOCK_MONOTONIC "
             "stamp in the tick (socket queueing included); stages beside it")
+        cpus, note, spare = sweep.pick_cpus(env.ctx, a.cpus)
+        a.picked = (cpus, note)
+        rps_cpu, rps_note = -1, "loopback receive processing on the sender's CPU (no RPS)"
+        if a.rps_cpu != "off":
+            want = spare if a.rps_cpu == "auto" else int(a.rps_cpu)
+            if want < 0 or want in cpus:
+                rps_note = f"--rps-cpu {a.rps_cpu}: no free CPU for it; not set"
+            else:
+                rps_old, rps_note = osinfo.set_loopback_rps(want)
+                rps_cpu = want if rps_old is not None else -1
+        a.rps = rps_cpu
+        log(f"loopback: {rps_note}")
         if a.sweep:
             rep = sweep.run_sweep(env, a, log)
         else:
-            cpus, note = sweep.pick_cpus(env.ctx, a.cpus)
             log(f"threads: {note}")
             log(sweep.HEADER)
             pts = []
@@ -157,7 +180,7 @@ def main(argv=None) -> int:
                                 rcvbuf=a.rcvbuf, on_full=a.on_full, inject_skip=a.inject_skip,
                                 delay_ns=a.consumer_delay_ns, per_packet=a.per_packet,
                                 ticks=a.ticks, shm_slots=a.shm_slots, gso=not a.no_gso,
-                                pace=a.pace)
+                                pace=a.pace, rps_cpu=rps_cpu)
                             r["kind"] = "run"
                             pts.append(r)
                             log(sweep.fmt_row(r))
@@ -166,6 +189,7 @@ def main(argv=None) -> int:
                                 log(osinfo.evidence_row(r))
             rep = {"points": pts, "threads": note}
         rep.update(tool="examples/trading_feed.py", backend=env.backend, sim=env.sim,
+                   loopback=rps_note,
                    consumer=SIM_LABEL if env.sim else "persistent GPU kernel (one warp)",
                    latency_definition="end-to-end: sender's CLOCK_MONOTONIC stamp in the tick "
                                       "-> the ack collector sees the consumer's consumed count "
@@ -206,6 +230,7 @@ def main(argv=None) -> int:
         if env.sim:
             log(f"*** {SIM_LABEL} ***")
     finally:
+        osinfo.restore_loopback_rps(rps_old)
         env.close()
     if a.plot:
         sweep.write_svg(rep["points"], a.plot,

@@ -84,7 +84,8 @@ HSTAT_FIELDS = ["received", "forwarded", "missing", "gaps", "backward", "bad_pac
                 "collector_waits", "empty_polls", "busy_ns", "t_first_recv", "t_last_fwd",
                 "last_seq", "end_seen", "snd_sent", "snd_generated", "snd_skipped",
                 "snd_failed", "snd_t0", "snd_t1", "max_gap_ns", "gaps_50us", "gaps_50us_ns",
-                "ctx_invol", "ctx_vol", "minflt"]
+                "ctx_invol", "ctx_vol", "minflt", "recv_ns", "publish_ns", "big_batches",
+                "big_ticks", "big_publish_ns"]
 
 
 class HStats(ctypes.Structure):

@@ -714,8 +714,16 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
                 e->send_ns = s->fwd[j]->send_ns;
                 e->recv_ns = t_recv;
             }
+            uint64_t t_pub = now_ns();
             if ((rc = publish(s, m))) break;
             uint64_t t_wr = now_ns();
+            st->recv_ns += t_recv - t_call;
+            st->publish_ns += t_wr - t_pub;
+            if (m >= 64) {
+                st->big_batches++;
+                st->big_ticks += m;
+                st->big_publish_ns += t_wr - t_pub;
+            }
             for (uint32_t j = 0; j < m; j++) {
                 feed_ts_t *e = &ts[(s->w + 1 + j) & tsmask];
                 e->wr_ns = t_wr;

@@ -91,6 +91,10 @@ typedef struct feed_hstats {
      * > 50 us after the last (count, total ns), context switches of the
      * handler thread (getrusage RUSAGE_THREAD) */
     uint64_t max_gap_ns, gaps_50us, gaps_50us_ns, ctx_invol, ctx_vol, minflt;
+    /* where a batch's time goes: the receive call that returned it, the
+     * channel write (publish); and the publish of batches of >= 64 ticks
+     * alone (a backlog's), to tell a per-tick from a per-batch cost */
+    uint64_t recv_ns, publish_ns, big_batches, big_ticks, big_publish_ns;
     int32_t error, pad;
     char msg[160];
 } feed_hstats_t;

@@ -85,7 +85,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
               shm_slots: int = 1 << 16, rcvbuf: int = 64 << 20, on_full: str = "wait",
               inject_skip: int = 0, delay_ns: int = 0, per_packet: int = 1,
               cpus: tuple = (-1, -1, -1, -1), ticks: int = 0, check: bool = True,
-              gso: bool = True, pace: str = "yield") -> dict:
+              gso: bool = True, pace: str = "yield", rps_cpu: int = -1) -> dict:
     """One measured run; returns its record (JSON-able)."""
     from engine import (
         H_E2E,
@@ -136,7 +136,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
             rec["shm_slots"] = shm_slots
         if c_hnd >= 0:
             os.sched_setaffinity(0, {c_hnd})
-        roles = dict(zip(osinfo.ROLES, cpus, strict=True))
+        roles = dict(zip(osinfo.ROLES, (*cpus, rps_cpu), strict=True))
         if not env.sim:
             roles.pop("consumer")
         os0 = osinfo.snapshot(list(roles.values()))

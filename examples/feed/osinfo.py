@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-ROLES = ("sender", "handler", "collector", "consumer")
+ROLES = ("sender", "handler", "collector", "consumer", "rps")
 # host-wide /proc/vmstat counters that stall a thread without a context
 # switch: NUMA balancing's hinting faults, page migration, THP compaction
 VMSTAT = ("numa_hint_faults", "numa_pages_migrated", "numa_pte_updates", "compact_stall",
@@ -197,3 +197,41 @@ def evidence_row(rec: dict) -> str:
                   f"{r['ksoftirqd_wait_ms']:.1f} ms")
         parts.append(s)
     return "      stalls (max gap, gaps > 50 us, involuntary switches): " + "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------
+# loopback receive processing (RPS)
+
+RPS_PATH = "/sys/class/net/lo/queues/rx-0/rps_cpus"
+
+
+def set_loopback_rps(cpu: int) -> tuple[str | None, str]:
+    """Steer the kernel's receive processing of loopback packets (the NET_RX
+    softirq: IP and UDP receive, socket enqueue) to `cpu` with RPS.  Without
+    it that work runs on the SENDING CPU, inside the sender's sendmmsg (on a
+    real feed host it runs on the receiving host's interrupt CPU).  Needs
+    root.  Returns (previous mask to restore or None, what happened)."""
+    old = _read(RPS_PATH).strip()
+    if not old:
+        return None, f"loopback RPS not available ({RPS_PATH} missing)"
+    words = old.split(",")
+    mask = 1 << cpu
+    nwords = max(len(words), cpu // 32 + 1)
+    new = ",".join(f"{(mask >> (32 * (nwords - 1 - k))) & 0xFFFFFFFF:08x}"
+                   for k in range(nwords))
+    try:
+        with open(RPS_PATH, "w") as f:
+            f.write(new)
+    except OSError as e:
+        return None, f"loopback RPS not set ({e.strerror}; needs root)"
+    return old, f"loopback receive processing steered to CPU {cpu} (RPS mask {new}, was {old})"
+
+
+def restore_loopback_rps(old: str | None) -> None:
+    if old is None:
+        return
+    try:
+        with open(RPS_PATH, "w") as f:
+            f.write(old)
+    except OSError:
+        pass

@@ -43,7 +43,8 @@ STAT_KEYS = ("received", "forwarded", "missing", "gaps", "backward", "bad_packet
              "collector_waits", "empty_polls", "busy_ns", "t_first_recv", "t_last_fwd",
              "last_seq", "end_seen", "snd_sent", "snd_generated", "snd_skipped",
              "snd_failed", "snd_t0", "snd_t1", "max_gap_ns", "gaps_50us", "gaps_50us_ns",
-             "ctx_invol", "ctx_vol", "minflt", "python_threads")
+             "ctx_invol", "ctx_vol", "minflt", "recv_ns", "publish_ns", "big_batches",
+             "big_ticks", "big_publish_ns", "python_threads")
 
 
 class _Rx:
@@ -213,6 +214,7 @@ def _loop(ring, env, src, rx: _Rx, st: dict, batch: int, max_s: float, on_full: 
     w = 0
     received = forwarded = batches = max_batch = empty = busy = cwaits = 0
     max_gap = gaps50 = gaps50_ns = 0
+    pub_ns = recv_ns = big_b = big_t = big_ns = 0
     t_first = t_last = 0
     t_start = now()
     deadline = t_start + int(max_s * 1e9)
@@ -270,7 +272,15 @@ def _loop(ring, env, src, rx: _Rx, st: dict, batch: int, max_s: float, on_full: 
                 arr = np.ascontiguousarray(arr[:room])
                 m = room
             if m:
+                t_pub = now()
                 publish(arr, w)
+                t_pd = now() - t_pub
+                pub_ns += t_pd
+                recv_ns += t_recv - t_poll.value
+                if m >= 64:
+                    big_b += 1
+                    big_t += m
+                    big_ns += t_pd
                 cwaits += stamp(acks, w + 1, m, arr.ctypes.data if arr.base is not ticks
                                 else tptr, TICK, t_recv)
                 t_wr = now()
@@ -287,7 +297,8 @@ def _loop(ring, env, src, rx: _Rx, st: dict, batch: int, max_s: float, on_full: 
         st.update(received=received, forwarded=forwarded, batches=batches, max_batch=max_batch,
                   empty_polls=empty, busy_ns=busy, collector_waits=cwaits, t_first_recv=t_first,
                   t_last_fwd=t_last, last_seq=exp - 1, max_gap_ns=max_gap, gaps_50us=gaps50,
-                  gaps_50us_ns=gaps50_ns)
+                  gaps_50us_ns=gaps50_ns, recv_ns=recv_ns, publish_ns=pub_ns, big_batches=big_b,
+                  big_ticks=big_t, big_publish_ns=big_ns)
 
 
 def _checked(tk: np.ndarray, st: dict, exp: int) -> tuple[np.ndarray, int]:

@@ -36,22 +36,26 @@ def gpu_cpus(ctx) -> list[int]:
     return sorted(cpus, key=lambda c: (c == 0, c))
 
 
-def pick_cpus(ctx, given: list[int] | None = None) -> tuple[tuple, str]:
+def pick_cpus(ctx, given: list[int] | None = None) -> tuple[tuple, str, int]:
     """Sender, handler, ack collector, sim consumer: one physical core each
     near the GPU, not CPU 0's, fewest device interrupts first (osinfo.pick),
-    or the CPUs given (--cpus)."""
+    or the CPUs given (--cpus); and a fifth one (-1: none) for the loopback
+    receive processing (--rps-cpu auto)."""
+    cpus = gpu_cpus(ctx)
     if given:
         c = tuple(given)
         how = "pinned as asked (--cpus)"
+        rest = [x for x in osinfo.pick(cpus, 5) if x not in c]
+        spare = rest[0] if rest else -1
     else:
-        cpus = gpu_cpus(ctx)
         if len(cpus) < 5:
             return (-1, -1, -1, -1), (f"not pinned ({len(cpus)} CPUs: too few for 4 threads + "
-                                      "this one)")
-        c = tuple(osinfo.pick(cpus, 4))
+                                      "this one)"), -1
+        p = osinfo.pick(cpus, 5)
+        c, spare = tuple(p[:4]), (p[4] if len(p) > 4 else -1)
         how = "pinned near the GPU"
     return c, (f"{how}: sender CPU {c[0]}, handler {c[1]}, ack collector {c[2]}, "
-               f"sim consumer {c[3]} ({osinfo.describe(list(c))})")
+               f"sim consumer {c[3]} ({osinfo.describe(list(c))})"), spare
 
 
 def kept_up(r: dict) -> bool:
@@ -138,7 +142,12 @@ def stage_row(r: dict) -> str:
     if st.get("batches"):
         parts.append(f"handler busy {(r.get('handler_busy') or 0):.0%}, "
                      f"{st['busy_ns'] / st['batches'] / 1e3:.2f} us/batch incl. receive "
-                     f"(mean {st['forwarded'] / st['batches']:.1f} ticks)")
+                     f"(mean {st['forwarded'] / st['batches']:.1f} ticks): receive "
+                     f"{st.get('recv_ns', 0) / st['batches'] / 1e3:.2f}, channel write "
+                     f"{st.get('publish_ns', 0) / max(st['forwarded'], 1):.0f} ns/tick")
+        if st.get("big_ticks"):
+            parts.append(f"batches >= 64: {st['big_batches']}, channel write "
+                         f"{st['big_publish_ns'] / st['big_ticks']:.0f} ns/tick")
     return "      stages p50/p99 us: " + ", ".join(parts)
 
 
@@ -155,7 +164,7 @@ def _run(env, log, *args, **kw) -> dict:
 
 
 def run_sweep(env, a, log=print) -> dict:
-    cpus, pin_note = pick_cpus(env.ctx, a.cpus)
+    cpus, pin_note = a.picked
     log(f"threads: {pin_note}")
     handlers = [h for h in ("c", "py") if h in a.handlers]
     paths = [p for p in ("gdrpy", "cuMemcpy") if p in a.paths]
@@ -165,7 +174,7 @@ def run_sweep(env, a, log=print) -> dict:
     secs = a.seconds or (0.5 if a.quick else 2.0)
     common = {"nsym": a.symbols, "seed": a.seed, "nslots": a.ring, "batch": a.batch,
               "cpus": cpus, "rcvbuf": a.rcvbuf, "per_packet": a.per_packet, "gso": not a.no_gso,
-              "pace": a.pace, "shm_slots": a.shm_slots}
+              "pace": a.pace, "shm_slots": a.shm_slots, "rps_cpu": a.rps}
     points: list[dict] = []
     report: dict = {"points": points, "threads": pin_note, "zero_loss_capacity": {}}
     t0 = time.monotonic()
