@@ -145,7 +145,8 @@ def lib():
         "feed_udp_rx": (i32, [vp]), "feed_udp_rx_free": (None, [vp]),
         "feed_shm_rx_new": (vp, [vp, vp, u32, u64]),
         "feed_shm_rx": (i32, [vp]), "feed_shm_rx_free": (None, [vp]),
-        "feed_rx_t_poll": (vp, [vp]),
+        "feed_rx_t_poll": (vp, [vp]), "feed_rx_set_acks": (None, [vp, vp]),
+        "feed_rx_commit": (i32, [vp]), "feed_rx_advance": (None, [vp, u64]),
     }
     for name, (res, args) in sig.items():
         f = getattr(L, name)

@@ -276,8 +276,19 @@ int feed_udp_recv_batch(int fd, void *buf, uint32_t cap, uint32_t max, uint32_t 
     return r;
 }
 
+/* What both receivers share (first in each): the handler's bookkeeping of
+ * the last receive, so that stamping it is one call without arguments. */
+typedef struct {
+    uint64_t t_poll;      /* when the poll that found ticks began (feed_rx_t_poll) */
+    uint64_t t_recv;      /* when that receive returned */
+    uint64_t w;           /* ring indices stamped so far */
+    uint64_t last;        /* ticks (rows of `ticks`) the last receive returned */
+    feed_acks_t *acks;
+    unsigned char *ticks;
+} rx_common_t;
+
 struct feed_udp_rx {
-    uint64_t t_poll; /* first: feed_rx_t_poll() */
+    rx_common_t c;
     int fd;
     uint32_t max, row;
     uint64_t spin_ns;
@@ -303,6 +314,7 @@ feed_udp_rx_t *feed_udp_rx_new(int fd, void *ticks, uint32_t per_packet, uint32_
         return NULL;
     }
     r->fd = fd;
+    r->c.ticks = ticks;
     r->spin_ns = spin_ns;
     r->max = max_dgrams;
     r->lens = lens;
@@ -325,14 +337,16 @@ int feed_udp_rx(feed_udp_rx_t *r)
     uint64_t t0 = 0;
     uint64_t t = now_ns();
     for (;;) {
-        r->t_poll = t;
+        r->c.t_poll = t;
         n = recvmmsg(r->fd, r->msgs, r->max, MSG_DONTWAIT, NULL);
+        t = now_ns();
         if (n > 0) break;
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -errno;
-        t = now_ns();
-        if (!t0) t0 = r->t_poll;
+        if (!t0) t0 = r->c.t_poll;
         if (t - t0 >= r->spin_ns) return 0;
     }
+    r->c.t_recv = t;
+    r->c.last = (uint64_t)n * (r->row / FEED_TICK_SIZE);
     uint32_t odd = 0;
     for (int k = 0; k < n; k++) {
         r->lens[k] = r->msgs[k].msg_len;
@@ -351,7 +365,7 @@ void feed_udp_rx_free(feed_udp_rx_t *r)
 }
 
 struct feed_shm_rx {
-    uint64_t t_poll; /* first: feed_rx_t_poll() */
+    rx_common_t c;
     feed_shm_hdr_t *h;
     unsigned char *slots, *ticks;
     uint64_t tail, mask, spin_ns;
@@ -371,6 +385,7 @@ feed_shm_rx_t *feed_shm_rx_new(void *shm, void *ticks, uint32_t max, uint64_t sp
     r->h = h;
     r->slots = (unsigned char *)shm + FEED_SHM_HDR;
     r->ticks = ticks;
+    r->c.ticks = ticks;
     r->mask = h->nslots - 1;
     r->tail = ld_acq(&h->tail);
     r->max = max;
@@ -392,7 +407,7 @@ int feed_shm_rx(feed_shm_rx_t *r)
             if ((++k & 63u) == 0 && now_ns() - t0 >= r->spin_ns) break;
         }
     }
-    r->t_poll = now_ns();
+    r->c.t_poll = now_ns();
     while (n < r->max) {
         const unsigned char *slot = r->slots + ((r->tail + n) & r->mask) * FEED_SHM_SLOT;
         if (ld_acq((const volatile uint64_t *)(slot + FEED_SHM_MARK)) != r->tail + n + 1) break;
@@ -402,6 +417,8 @@ int feed_shm_rx(feed_shm_rx_t *r)
     if (n) {
         r->tail += n;
         st_rel(&r->h->tail, r->tail);
+        r->c.t_recv = now_ns();
+        r->c.last = n;
         return (int)n;
     }
     if (ld_acq(&r->h->done)) {
@@ -415,7 +432,20 @@ int feed_shm_rx(feed_shm_rx_t *r)
 
 void feed_shm_rx_free(feed_shm_rx_t *r) { free(r); }
 
-const uint64_t *feed_rx_t_poll(const void *rx) { return (const uint64_t *)rx; }
+const uint64_t *feed_rx_t_poll(const void *rx) { return &((const rx_common_t *)rx)->t_poll; }
+
+void feed_rx_set_acks(void *rx, feed_acks_t *acks) { ((rx_common_t *)rx)->acks = acks; }
+
+int feed_rx_commit(void *rx)
+{
+    rx_common_t *c = rx;
+    int waited = feed_acks_stamp(c->acks, c->w + 1, (uint32_t)c->last, c->ticks,
+                                 FEED_TICK_SIZE, c->t_recv);
+    c->w += c->last;
+    return waited;
+}
+
+void feed_rx_advance(void *rx, uint64_t m) { ((rx_common_t *)rx)->w += m; }
 
 /* ---- the C handler ---------------------------------------------------- */
 typedef struct {

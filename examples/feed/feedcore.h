@@ -159,6 +159,15 @@ FEED_API void feed_shm_rx_free(feed_shm_rx_t *r);
  * (CLOCK_MONOTONIC ns): the handler's busy time starts there, not at the
  * start of the call's spinning. */
 FEED_API const uint64_t *feed_rx_t_poll(const void *rx);
+/* The handler's stamping through either receiver (feed_rx_set_acks first):
+ * feed_rx_commit stamps the ticks of the last receive, all published as
+ * they came, as the next ring indices (receive time: when the receive
+ * returned; written: now) - one call, no arguments to convert; a batch
+ * that was not forwarded as received is stamped with feed_acks_stamp and
+ * counted with feed_rx_advance(rx, m).  Returns as feed_acks_stamp. */
+FEED_API void feed_rx_set_acks(void *rx, feed_acks_t *acks);
+FEED_API int feed_rx_commit(void *rx);
+FEED_API void feed_rx_advance(void *rx, uint64_t m);
 /* recvmmsg(MSG_DONTWAIT) of up to `max` datagrams of up to `cap` bytes
  * into buf + k*cap; lens[k] gets each length.  Returns the count, 0 when
  * nothing is there, -errno on error. */
