@@ -81,8 +81,9 @@ def main(argv=None) -> int:
     p.add_argument("--proof-seconds", type=float, default=10.0)
     p.add_argument("--no-proof", action="store_true")
     p.add_argument("--ring", type=int, default=4096, help="channel slots (power of two)")
-    p.add_argument("--shm-slots", type=int, default=1 << 16,
-                   help="shared-memory source ring slots (power of two)")
+    p.add_argument("--shm-slots", type=int, default=1 << 18,
+                   help="shared-memory source ring slots (power of two; default 262144, "
+                        "16 MiB: about what the UDP socket buffer holds)")
     p.add_argument("--batch", type=int, default=128, help="most ticks per batch")
     p.add_argument("--symbols", type=int, default=16)
     p.add_argument("--seed", type=int, default=7)

@@ -82,7 +82,7 @@ class ShmRing:
 
 def run_point(env, handler: str, path: str, src: str, rate: float, seconds: float, *,
               nsym: int = 16, seed: int = 7, nslots: int = 4096, batch: int = 128,
-              shm_slots: int = 1 << 16, rcvbuf: int = 64 << 20, on_full: str = "wait",
+              shm_slots: int = 1 << 18, rcvbuf: int = 64 << 20, on_full: str = "wait",
               inject_skip: int = 0, delay_ns: int = 0, per_packet: int = 1,
               cpus: tuple = (-1, -1, -1, -1), ticks: int = 0, check: bool = True,
               gso: bool = True, pace: str = "yield", rps_cpu: int = -1) -> dict:

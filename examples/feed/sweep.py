@@ -288,10 +288,18 @@ def done_when(points: list[dict]) -> list[dict]:
         stages = {k: r["latency_us"][k].get("p99", 0) for k in
                   ("socket_or_shm", "handler", "ring_consumer_ack")}
         worst = max(stages, key=lambda k: stages[k])
+        why = f"largest stage p99: {worst} {stages[worst]:.2f} us"
+        snd_os = (r.get("os") or {}).get("sender") or {}
+        if worst == "socket_or_shm" and snd_os.get("softirq_ms") is not None and r["seconds"]:
+            why += (f" (the sender's CPU spent {snd_os['softirq_ms'] / r['seconds'] / 10:.0f}% "
+                    "of the point in softirq: the kernel's loopback receive work runs there; "
+                    f"sender max gap {(r.get('sender') or {}).get('max_gap_us', 0) / 1e3:.1f} ms)")
+        why += f"; handler busy {(r.get('handler_busy') or 0):.0%}"
         out.append({"what": f"udp {r['handler']} handler end-to-end p99 <= {P99_LIMIT_US} us at "
                             f"half capacity ({r['offered_per_s']:,.0f}/s)", "ok": ok,
-                    "measured": f"p99 {p99:.2f} us (p50 {e.get('median', 0):.2f})",
-                    "bound": None if ok else f"largest stage p99: {worst} {stages[worst]:.2f} us"})
+                    "measured": f"p99 {p99:.2f} us (p50 {e.get('median', 0):.2f}); stage p99s: "
+                                + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()),
+                    "bound": None if ok else why})
     return out
 
 
