@@ -15,12 +15,12 @@
  *
  * Between passes with nothing due the sender gives its CPU away (--pace):
  * `yield` (default) calls sched_yield(), so anything else runnable on its
- * CPU - above all the kernel's loopback receive work (NET_RX softirq, run by
- * ksoftirqd/N of THIS CPU once it is deferred) - runs at once instead of
- * waiting for the scheduler to preempt a spinning sender (milliseconds);
- * `sleep` sleeps until the next tick is due when that is over --sleep-min-us
- * away (timer slack 1 ns) and yields otherwise; `spin` busy-waits (the old
- * behaviour).  UDP passes also yield after each send.
+ * CPU (ksoftirqd/N, a kworker) runs at once instead of waiting for the
+ * scheduler to preempt a busy-waiting sender; `sleep` sleeps until the next
+ * tick is due when that is over --sleep-min-us away (timer slack 1 ns) and
+ * yields otherwise; `spin` busy-waits (the old behaviour).  UDP passes also
+ * yield after each send.  (On the H100 VM the three gave the same tails:
+ * ksoftirqd ran ~1 ms in 3 s; the loopback receive work runs inline.)
  *
  * The sender reports what could hide a stall of its own: the longest gap
  * between two passes, how many gaps exceeded 50 us (and their total), and
@@ -37,12 +37,12 @@
  * datagram, the sender's trip down the stack is paid once per send.
  * --burst N (default 256): at most N ticks per pass.  On loopback the
  * kernel's receive processing of what a send carries runs inside that send,
- * on the sender's CPU (measured on the H100 VM: about 1.25 us a datagram,
- * 62% of the sender's CPU at 500k/s), and every tick of a pass carries the
- * stamp taken before it: a pass of 4096 datagrams after a hiccup kept its
- * last ticks ~5 ms in the kernel.  With a cap, a sender that is behind goes
- * on in passes of N (each stamped when it goes; `max_behind` says how far
- * behind it got).
+ * on the sender's CPU (measured on the H100 VM: 62% of the sender's CPU in
+ * softirq at 500k/s, about 1.25 us a datagram), and every tick of a pass
+ * carries the stamp taken before it: at that cost the last ticks of a
+ * 4096-datagram catch-up pass (the old limit) wait ~5 ms in the kernel.
+ * With a cap, a sender that is behind goes on in passes of N, each stamped
+ * when it goes (`max_behind` says how far behind it got).
  *
  * Test knobs: --inject-skip K skips every K-th seq (simulated loss, counted
  * as "skipped").
