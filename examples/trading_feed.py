@@ -91,6 +91,11 @@ def main(argv=None) -> int:
                    help="socket receive buffer to ask for (bytes; default 64 MiB, about 70k "
                         "queued datagrams: tens of ms at 1-2M/s)")
     p.add_argument("--per-packet", type=int, default=1, help="ticks per UDP datagram")
+    p.add_argument("--gro", action="store_true",
+                   help="UDP: the handlers' socket takes coalesced datagrams (UDP_GRO): a "
+                        "UDP_SEGMENT send of up to 64 datagrams arrives as one message, so the "
+                        "kernel's per-datagram receive work goes (needs --ring >= 64 x "
+                        "--per-packet)")
     p.add_argument("--no-gso", action="store_true",
                    help="UDP sender: one send per datagram instead of UDP_SEGMENT batches")
     p.add_argument("--on-full", choices=("wait", "drop"), default="wait")
@@ -122,6 +127,8 @@ def main(argv=None) -> int:
         p.error("--ring: power of two >= 2; --batch >= 1; 1 <= --symbols <= 65536")
     if a.cpus is not None and (len(a.cpus) != 4 or len(set(a.cpus)) != 4 or min(a.cpus) < 0):
         p.error("--cpus: four different CPU numbers (sender,handler,collector,consumer)")
+    if a.gro and (a.no_gso or a.ring < 64 * a.per_packet):
+        p.error("--gro: needs the sender's GSO (no --no-gso) and --ring >= 64 x --per-packet")
     if a.rps_cpu not in ("auto", "off") and not a.rps_cpu.isdigit():
         p.error("--rps-cpu: auto, off or a CPU number")
     if a.sources is None:
@@ -181,7 +188,7 @@ def main(argv=None) -> int:
                                 rcvbuf=a.rcvbuf, on_full=a.on_full, inject_skip=a.inject_skip,
                                 delay_ns=a.consumer_delay_ns, per_packet=a.per_packet,
                                 ticks=a.ticks, shm_slots=a.shm_slots, gso=not a.no_gso,
-                                pace=a.pace, rps_cpu=rps_cpu)
+                                pace=a.pace, rps_cpu=rps_cpu, gro=a.gro)
                             r["kind"] = "run"
                             pts.append(r)
                             log(sweep.fmt_row(r))

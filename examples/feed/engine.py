@@ -74,7 +74,7 @@ class HCfg(ctypes.Structure):
                 ("dev_ctrl", ctypes.c_uint64), ("ring", ctypes.c_uint64),
                 ("consumed", ctypes.c_void_p), ("nslots", ctypes.c_uint32),
                 ("slot_stride", ctypes.c_uint32), ("batch", ctypes.c_uint32),
-                ("pad", ctypes.c_uint32), ("acks", ctypes.c_void_p),
+                ("gro", ctypes.c_uint32), ("acks", ctypes.c_void_p),
                 ("max_ns", ctypes.c_uint64), ("full_timeout_ns", ctypes.c_uint64),
                 ("idle_end_ns", ctypes.c_uint64)]
 
@@ -143,6 +143,8 @@ def lib():
         "feed_acks_stamp": (i32, [vp, u64, u32, vp, u32, u64]),
         "feed_udp_rx_new": (vp, [i32, vp, u32, u32, vp, vp, u64]),
         "feed_udp_rx": (i32, [vp]), "feed_udp_rx_free": (None, [vp]),
+        "feed_udp_rx_new_gro": (vp, [i32, vp, u32, u32, vp, u64]),
+        "feed_udp_rx_end": (None, [vp, vp]),
         "feed_shm_rx_new": (vp, [vp, vp, u32, u64]),
         "feed_shm_rx": (i32, [vp]), "feed_shm_rx_free": (None, [vp]),
         "feed_rx_t_poll": (vp, [vp]), "feed_rx_set_acks": (None, [vp, vp]),

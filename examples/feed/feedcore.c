@@ -22,6 +22,7 @@
 
 #define MAXB 4096
 #define MAX_PER_PACKET 32
+#define GRO_SEGS 64 /* the sender's UDP_SEGMENT sends carry at most 64 datagrams */
 
 static __thread char feed_err[256];
 
@@ -289,8 +290,9 @@ typedef struct {
 
 struct feed_udp_rx {
     rx_common_t c;
-    int fd;
-    uint32_t max, row;
+    int fd, gro;
+    uint32_t max, row, region;
+    uint64_t end[6];
     uint64_t spin_ns;
     uint32_t *lens;
     struct mmsghdr *msgs;
@@ -346,6 +348,31 @@ int feed_udp_rx(feed_udp_rx_t *r)
         if (t - t0 >= r->spin_ns) return 0;
     }
     r->c.t_recv = t;
+    if (r->gro) {
+        /* coalesced datagrams: move every message's ticks to the front, in
+         * order; the END packet's counts are kept; the rest is malformed */
+        uint64_t w = 0;
+        for (int k = 0; k < n; k++) {
+            const unsigned char *p = r->c.ticks + (size_t)k * r->region;
+            uint32_t len = r->msgs[k].msg_len;
+            uint64_t q0 = 0;
+            if (len >= 8) memcpy(&q0, p, 8);
+            if (len >= 56 && q0 == FEED_END_SEQ) {
+                if (!r->lens[1]) memcpy(r->end, p + 8, sizeof r->end);
+                r->lens[1] = 1;
+                continue;
+            }
+            if (len == 0 || len % FEED_TICK_SIZE || (r->msgs[k].msg_hdr.msg_flags & MSG_TRUNC)) {
+                r->lens[0]++;
+                continue;
+            }
+            if ((size_t)k * r->region != w * FEED_TICK_SIZE)
+                memmove(r->c.ticks + w * FEED_TICK_SIZE, p, len);
+            w += len / FEED_TICK_SIZE;
+        }
+        r->c.last = w;
+        return (int)w;
+    }
     r->c.last = (uint64_t)n * (r->row / FEED_TICK_SIZE);
     uint32_t odd = 0;
     for (int k = 0; k < n; k++) {
@@ -355,6 +382,41 @@ int feed_udp_rx(feed_udp_rx_t *r)
     r->lens[r->max] = odd;
     return n;
 }
+
+feed_udp_rx_t *feed_udp_rx_new_gro(int fd, void *ticks, uint32_t per_packet, uint32_t max_msgs,
+                                   uint32_t *lens, uint64_t spin_ns)
+{
+    if (!ticks || !lens || per_packet < 1 || per_packet > MAX_PER_PACKET || max_msgs < 1 ||
+        max_msgs > MAXB) {
+        snprintf(feed_err, sizeof feed_err, "feed_udp_rx_new_gro: bad arguments");
+        return NULL;
+    }
+    feed_udp_rx_t *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->msgs = calloc(max_msgs, sizeof *r->msgs);
+    r->iov = calloc(max_msgs, sizeof *r->iov);
+    if (!r->msgs || !r->iov) {
+        feed_udp_rx_free(r);
+        return NULL;
+    }
+    r->fd = fd;
+    r->gro = 1;
+    r->c.ticks = ticks;
+    r->spin_ns = spin_ns;
+    r->max = max_msgs;
+    r->lens = lens;
+    r->row = per_packet * FEED_TICK_SIZE;
+    r->region = GRO_SEGS * r->row; /* the most one coalesced message carries */
+    for (uint32_t k = 0; k < max_msgs; k++) {
+        r->iov[k].iov_base = (char *)ticks + (size_t)k * r->region;
+        r->iov[k].iov_len = r->region;
+        r->msgs[k].msg_hdr.msg_iov = &r->iov[k];
+        r->msgs[k].msg_hdr.msg_iovlen = 1;
+    }
+    return r;
+}
+
+void feed_udp_rx_end(const feed_udp_rx_t *r, uint64_t *out6) { memcpy(out6, r->end, sizeof r->end); }
 
 void feed_udp_rx_free(feed_udp_rx_t *r)
 {
@@ -506,7 +568,7 @@ static int udp_batch(hstate_t *s, int *end)
             *end = 1;
             continue;
         }
-        if (len == 0 || len % FEED_TICK_SIZE) {
+        if (len == 0 || len % FEED_TICK_SIZE || (s->msgs[k].msg_hdr.msg_flags & MSG_TRUNC)) {
             st->bad_packets++;
             continue;
         }
@@ -612,8 +674,21 @@ int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st)
     int u0_set = 0;
     if (cfg->src == FEED_SRC_UDP) {
         s->cap = (uint32_t)cfg->per_packet_max * FEED_TICK_SIZE;
+        if (cfg->gro) s->cap *= GRO_SEGS; /* one message: up to 64 datagrams */
         if (s->cap < 64) s->cap = 64;
         s->ndg = cfg->batch / (uint32_t)cfg->per_packet_max;
+        if (cfg->gro) {
+            /* every message may be full: the batch stays within tb and the ring */
+            uint32_t per = GRO_SEGS * (uint32_t)cfg->per_packet_max;
+            uint32_t lim = (cfg->nslots < MAXB ? cfg->nslots : MAXB) / per;
+            if (s->ndg > lim) s->ndg = lim;
+            if (lim < 1) {
+                free(s);
+                return set_err(st, EINVAL, "feed_handler_run: with UDP GRO the ring needs at "
+                                           "least 64 x per_packet slots%s",
+                               NULL);
+            }
+        }
         if (s->ndg < 1) s->ndg = 1;
         s->rbuf = malloc((size_t)s->ndg * s->cap);
         if (!s->rbuf) {

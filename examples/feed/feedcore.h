@@ -73,8 +73,9 @@ typedef struct feed_hcfg {
     uint64_t dev_ctrl, ring;    /* cuMemcpy path: device addresses */
     const volatile uint64_t *consumed;   /* host word: ticks consumed by the consumer */
     uint32_t nslots, slot_stride;
-    uint32_t batch;             /* most ticks per batch */
-    uint32_t pad;
+    uint32_t batch;             /* most ticks per batch (datagrams x per_packet; with gro,
+                                 * a message may carry up to 64 datagrams) */
+    uint32_t gro;               /* UDP: the socket has UDP_GRO (coalesced datagrams) */
     feed_acks_t *acks;
     uint64_t max_ns;            /* give up after this long */
     uint64_t full_timeout_ns;   /* ring full this long: error */
@@ -145,6 +146,15 @@ typedef struct feed_udp_rx feed_udp_rx_t;
 FEED_API feed_udp_rx_t *feed_udp_rx_new(int fd, void *ticks, uint32_t per_packet,
                                         uint32_t max_dgrams, void *side, uint32_t *lens,
                                         uint64_t spin_ns);
+/* The same on a socket with UDP_GRO, where one message may carry up to 64
+ * datagrams of per_packet ticks back to back: `ticks` holds max_msgs * 64 *
+ * per_packet rows; feed_udp_rx then returns the number of TICKS, moved to
+ * the front of `ticks` in order (one contiguous array), counts malformed
+ * datagrams in lens[0] and sets lens[1] once the END packet came (its
+ * counts: feed_udp_rx_end).  lens has 2 entries. */
+FEED_API feed_udp_rx_t *feed_udp_rx_new_gro(int fd, void *ticks, uint32_t per_packet,
+                                            uint32_t max_msgs, uint32_t *lens, uint64_t spin_ns);
+FEED_API void feed_udp_rx_end(const feed_udp_rx_t *r, uint64_t *out6);
 FEED_API int feed_udp_rx(feed_udp_rx_t *r);
 FEED_API void feed_udp_rx_free(feed_udp_rx_t *r);
 /* shm: an "rx burst" as kernel-bypass NIC libraries offer: copies the ready

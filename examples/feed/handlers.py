@@ -27,10 +27,17 @@ import osinfo
 from engine import BUILD, SHM_HDR, SHM_MAGIC, SHM_SLOT, HCfg, HStats, Ring
 from pyhandler import py_handler
 
+UDP_GRO = 104          # <netinet/udp.h>: the socket takes coalesced datagrams
 
-def udp_socket(rcvbuf: int) -> tuple[socket.socket, dict]:
+
+def udp_socket(rcvbuf: int, gro: bool = False) -> tuple[socket.socket, dict]:
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    info = {"requested": rcvbuf}
+    info: dict = {"requested": rcvbuf}
+    if gro:
+        # the sender's UDP_SEGMENT sends then reach the socket as one
+        # message of up to 64 datagrams back to back (Linux >= 5.0)
+        s.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+        info["gro"] = True
     try:
         s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_RCVBUFFORCE", 33), rcvbuf)
         info["how"] = "SO_RCVBUFFORCE"
@@ -85,7 +92,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
               shm_slots: int = 1 << 18, rcvbuf: int = 64 << 20, on_full: str = "wait",
               inject_skip: int = 0, delay_ns: int = 0, per_packet: int = 1,
               cpus: tuple = (-1, -1, -1, -1), ticks: int = 0, check: bool = True,
-              gso: bool = True, pace: str = "yield", rps_cpu: int = -1) -> dict:
+              gso: bool = True, pace: str = "yield", rps_cpu: int = -1,
+              gro: bool = False) -> dict:
     """One measured run; returns its record (JSON-able)."""
     from engine import (
         H_E2E,
@@ -126,7 +134,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         if src == "udp":
             if gso:
                 cmd.append("--gso")
-            sock, rec["rcvbuf"] = udp_socket(rcvbuf)
+            sock, rec["rcvbuf"] = udp_socket(rcvbuf, gro)
+            rec["gro"] = gro
             cmd += ["--port", str(sock.getsockname()[1])]
             snmp0 = udp_rcvbuf_errors()
         else:
@@ -151,7 +160,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
                        ctx=env.cctx() if path == "cuMemcpy" else 0,
                        dev_ctrl=ring.dev_ctrl, ring=ring.ring, consumed=ring.consumed_ptr,
                        nslots=nslots, slot_stride=ring.slot_stride, batch=batch,
-                       acks=env.acks, max_ns=int(max_s * 1e9),
+                       acks=env.acks, max_ns=int(max_s * 1e9), gro=int(gro and src == "udp"),
                        full_timeout_ns=int(10e9),
                        idle_end_ns=int(0.5e9) if src == "udp" else 0)
             hs = HStats()
@@ -160,7 +169,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
             if rc:
                 err = f"C handler: {hs.msg.decode(errors='replace')}"
         else:
-            st = py_handler(ring, env, src, sock, shm, batch, max_s, on_full, 0.5, per_packet)
+            st = py_handler(ring, env, src, sock, shm, batch, max_s, on_full, 0.5, per_packet,
+                            gro)
         rec["os"] = osinfo.delta(os0, osinfo.snapshot(list(roles.values())), roles)
         out, _ = sender.communicate(timeout=seconds + 20)
         snd = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}

@@ -37,6 +37,7 @@ import numpy as np
 from engine import TICK
 
 END_SEQ = (1 << 64) - 1
+GRO_SEGS = 64          # the sender's UDP_SEGMENT sends carry at most 64 datagrams
 SPIN_NS = 100_000      # a receive call polls in C this long for the first tick
 STAT_KEYS = ("received", "forwarded", "missing", "gaps", "backward", "bad_packets",
              "batches", "max_batch", "full_events", "full_wait_ns", "dropped_full",
@@ -52,12 +53,19 @@ class _Rx:
     returns how many rows of it hold ticks (all full datagrams), or calls
     ``odd(n)`` for a batch with short datagrams or the END packet."""
 
-    def __init__(self, L, src: str, sock, shm, batch: int, per_packet: int):
+    def __init__(self, L, src: str, sock, shm, batch: int, per_packet: int, gro: bool = False,
+                 nslots: int = 4096):
         self.L, self.src, self.k = L, src, per_packet
+        self.gro = src == "udp" and gro
         self.end = False
         self.end_counts: dict = {}
         self.bad = 0
-        if src == "udp":
+        if self.gro:
+            # a message may carry 64 datagrams: every one full stays in the ring
+            per = GRO_SEGS * per_packet
+            self.ndg = max(1, min(batch // per_packet, min(nslots, 4096) // per))
+            cap = self.ndg * per
+        elif src == "udp":
             self.ndg = max(1, min(batch // per_packet, 1024))
             cap = self.ndg * per_packet
         else:
@@ -65,7 +73,12 @@ class _Rx:
             cap = batch
         self.ticks = np.zeros((cap, TICK), dtype=np.uint8)
         self.tptr = self.ticks.ctypes.data
-        if src == "udp":
+        if self.gro:
+            self.lens = np.zeros(2, dtype=np.uint32)      # [0] malformed, [1] END came
+            self.h = L.feed_udp_rx_new_gro(sock.fileno(), self.tptr, per_packet, self.ndg,
+                                           self.lens.ctypes.data, SPIN_NS)
+            self.call = L.feed_udp_rx
+        elif src == "udp":
             self.side = np.zeros((self.ndg, 64), dtype=np.uint8)
             self.lens = np.zeros(self.ndg + 1, dtype=np.uint32)   # [ndg]: odd ones
             self.h = L.feed_udp_rx_new(sock.fileno(), self.tptr, per_packet, self.ndg,
@@ -104,6 +117,15 @@ class _Rx:
             else:
                 self.bad += 1
         return np.concatenate(parts) if parts else self.ticks[:0]
+
+    def gro_end(self) -> None:
+        """The END packet came (GRO receiver): its counts."""
+        import ctypes
+        e = (ctypes.c_uint64 * 6)()
+        self.L.feed_udp_rx_end(self.h, e)
+        self.end = True
+        self.end_counts = dict(zip(("snd_sent", "snd_generated", "snd_skipped", "snd_failed",
+                                    "snd_t0", "snd_t1"), (int(x) for x in e), strict=True))
 
     def shm_end(self) -> None:
         h = self.hdr
@@ -163,12 +185,12 @@ def _publisher(ring, env, st: dict, full_timeout: float):
 
 
 def py_handler(ring, env, src: str, sock, shm, batch: int, max_s: float, on_full: str,
-               idle_end_s: float, per_packet: int = 1) -> dict:
+               idle_end_s: float, per_packet: int = 1, gro: bool = False) -> dict:
     """The Python handler; returns the same counters as the C handler."""
     import ctypes
     L = env.lib
     st = dict.fromkeys(STAT_KEYS, 0)
-    rx = _Rx(L, src, sock, shm, batch, per_packet)
+    rx = _Rx(L, src, sock, shm, batch, per_packet, gro, ring.nslots)
     gc_was = gc.isenabled()
     gc.disable()
     st["python_threads"] = threading.active_count()    # 1: no thread to take the GIL
@@ -185,7 +207,7 @@ def py_handler(ring, env, src: str, sock, shm, batch: int, max_s: float, on_full
         rx.close()
     st.update(rx.end_counts)
     st["end_seen"] = int(rx.end)
-    st["bad_packets"] += rx.bad
+    st["bad_packets"] += rx.bad + (int(rx.lens[0]) if rx.gro else 0)
     return st
 
 
@@ -207,7 +229,9 @@ def _loop(ring, env, src, rx: _Rx, st: dict, batch: int, max_s: float, on_full: 
     seqcol = ticks.view(np.uint64)[:, 0]
     ar = np.arange(cap, dtype=np.uint64)
     views = [ticks[:m] for m in range(cap + 1)]      # no slicing in the loop
-    lens = memoryview(rx.lens) if udp else None
+    gro = rx.gro
+    udp = udp and not gro                          # a GRO receive returns ticks, as shm
+    lens = memoryview(rx.lens) if (udp or gro) else None
     odd_at = rx.ndg
     publish = _publisher(ring, env, st, 10.0)
     drop = on_full == "drop"
@@ -241,14 +265,18 @@ def _loop(ring, env, src, rx: _Rx, st: dict, batch: int, max_s: float, on_full: 
             if t_call > deadline:
                 raise RuntimeError("handler deadline reached")
             n = call(h)
+            if gro and lens[1] and not rx.end:
+                rx.gro_end()                # END came (this batch's ticks still go on)
             if n <= 0:
                 if n < 0:
-                    if udp:
+                    if udp or gro:
                         raise OSError(-n, os.strerror(-n))
                     rx.shm_end()
                     break
+                if rx.end:
+                    break
                 empty += 1
-                if udp and received and t_call - t_data > idle_end:
+                if (udp or gro) and received and t_call - t_data > idle_end:
                     break                   # END lost with the overflowed datagrams
                 continue
             t_data = t_call
@@ -299,6 +327,8 @@ def _loop(ring, env, src, rx: _Rx, st: dict, batch: int, max_s: float, on_full: 
                         max_batch = m
                     t_last = t_wr
                     busy += t_wr - tp
+                    if rx.end:
+                        break
                     continue
             elif m:
                 arr, exp = _checked(arr if arr is not None else views[m], st, exp)

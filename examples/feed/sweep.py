@@ -174,7 +174,7 @@ def run_sweep(env, a, log=print) -> dict:
     secs = a.seconds or (0.5 if a.quick else 2.0)
     common = {"nsym": a.symbols, "seed": a.seed, "nslots": a.ring, "batch": a.batch,
               "cpus": cpus, "rcvbuf": a.rcvbuf, "per_packet": a.per_packet, "gso": not a.no_gso,
-              "pace": a.pace, "shm_slots": a.shm_slots, "rps_cpu": a.rps}
+              "pace": a.pace, "shm_slots": a.shm_slots, "rps_cpu": a.rps, "gro": a.gro}
     points: list[dict] = []
     report: dict = {"points": points, "threads": pin_note, "zero_loss_capacity": {}}
     t0 = time.monotonic()
