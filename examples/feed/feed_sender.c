@@ -82,7 +82,9 @@ static inline uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-enum { PACE_YIELD = 0, PACE_SLEEP = 1, PACE_SPIN = 2 };
+enum { PACE_YIELD = 0,
+       PACE_SLEEP = 1,
+       PACE_SPIN = 2 };
 
 typedef struct {
     const char *mode;
@@ -100,9 +102,9 @@ typedef struct {
     uint64_t failed;    /* UDP: sendmmsg refused (errno counted) */
     uint64_t dropped;   /* shm: ring full at publish time */
     uint64_t batches;
-    uint64_t packets;    /* UDP: datagrams sent */
-    uint64_t max_behind; /* most ticks the sender was behind its schedule */
-    uint64_t max_gap_ns; /* longest time between two passes of the loop */
+    uint64_t packets;                 /* UDP: datagrams sent */
+    uint64_t max_behind;              /* most ticks the sender was behind its schedule */
+    uint64_t max_gap_ns;              /* longest time between two passes of the loop */
     uint64_t gaps_50us, gaps_50us_ns; /* passes that came > 50 us after the last */
     uint64_t yields, sleeps;
     uint64_t t_first, t_last;
@@ -433,7 +435,8 @@ int main(int argc, char **argv)
            secs > 0 ? (double)(c.sent + c.dropped + c.failed) / secs : 0.0,
            (unsigned long long)c.t_first, (unsigned long long)c.t_last, c.sndbuf,
            c.last_errno, o.cpu, c.gso, c.gso_failed,
-           o.pace == PACE_YIELD ? "yield" : o.pace == PACE_SLEEP ? "sleep" : "spin",
+           o.pace == PACE_YIELD ? "yield" : o.pace == PACE_SLEEP ? "sleep"
+                                                                 : "spin",
            (unsigned long long)c.yields, (unsigned long long)c.sleeps, c.max_gap_ns / 1e3,
            (unsigned long long)c.gaps_50us, c.gaps_50us_ns / 1e6, ru.ru_nivcsw, ru.ru_nvcsw,
            (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6,

@@ -225,7 +225,7 @@ static void *acks_main(void *arg)
     {
         uint64_t i1, v1, f1;
         thread_usage(&i1, &v1, &f1);
-        a->ctx_invol = i1 - a->ctx_invol;   /* started as the values at start */
+        a->ctx_invol = i1 - a->ctx_invol; /* started as the values at start */
         a->ctx_vol = v1 - a->ctx_vol;
         a->minflt = f1 - a->minflt;
     }
@@ -280,10 +280,10 @@ int feed_udp_recv_batch(int fd, void *buf, uint32_t cap, uint32_t max, uint32_t 
 /* What both receivers share (first in each): the handler's bookkeeping of
  * the last receive, so that stamping it is one call without arguments. */
 typedef struct {
-    uint64_t t_poll;      /* when the poll that found ticks began (feed_rx_t_poll) */
-    uint64_t t_recv;      /* when that receive returned */
-    uint64_t w;           /* ring indices stamped so far */
-    uint64_t last;        /* ticks (rows of `ticks`) the last receive returned */
+    uint64_t t_poll; /* when the poll that found ticks began (feed_rx_t_poll) */
+    uint64_t t_recv; /* when that receive returned */
+    uint64_t w;      /* ring indices stamped so far */
+    uint64_t last;   /* ticks (rows of `ticks`) the last receive returned */
     feed_acks_t *acks;
     unsigned char *ticks;
 } rx_common_t;
