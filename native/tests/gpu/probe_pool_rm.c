@@ -34,11 +34,11 @@ static const char *cuerr(CUresult r)
     cuGetErrorName(r, &s);
     return s ? s : "?";
 }
-#define FACT(...)                \
-    do {                         \
+#define FACT(...)                    \
+    do {                             \
         printf("FACT " __VA_ARGS__); \
-        printf("\n");            \
-        fflush(stdout);          \
+        printf("\n");                \
+        fflush(stdout);              \
     } while (0)
 
 static int safe_read(uint64_t addr, void *buf, size_t n)
@@ -112,7 +112,8 @@ static void find_cuda_fds(void)
 
 /* ---- object enumeration by handle scan ---------------------------------- */
 typedef struct {
-    uint32_t h, cls, parent;
+    uint32_t h, cls, parent, cli;
+    int fd;
 } obj_t;
 enum { MAXO = 8192 };
 static obj_t objs[MAXO];
@@ -124,20 +125,23 @@ static void scan_window(int fd, uint32_t cli, uint32_t lo, uint32_t n)
         uint64_t cls = 0, par = 0;
         if (handle_info(fd, cli, h, 2, &cls) != 0) continue;
         handle_info(fd, cli, h, 1, &par);
-        objs[nobjs++] = (obj_t){h, (uint32_t)cls, (uint32_t)par};
+        objs[nobjs++] = (obj_t){h, (uint32_t)cls, (uint32_t)par, cli, fd};
     }
 }
 static uint32_t win_lo[8], win_n[8];
 static int nwin;
-static void scan_all(int fd, uint32_t cli)
+static uint32_t own_cli[8];
+static int own_fd[8], nown;
+static void scan_all(void)
 {
     nobjs = 0;
-    for (int i = 0; i < nwin; i++) scan_window(fd, cli, win_lo[i], win_n[i]);
+    for (int c = 0; c < nown; c++)
+        for (int i = 0; i < nwin; i++) scan_window(own_fd[c], own_cli[c], win_lo[i], win_n[i]);
 }
-static int has_obj(const obj_t *v, int n, uint32_t h)
+static int has_obj(const obj_t *v, int n, const obj_t *o)
 {
     for (int i = 0; i < n; i++)
-        if (v[i].h == h) return 1;
+        if (v[i].h == o->h && v[i].cli == o->cli) return 1;
     return 0;
 }
 
@@ -168,9 +172,11 @@ static void bfs(const char *what, uint64_t root, const uint64_t *v64, int n64,
         size_t len = q[i].level == 0 ? 1024 : 512;
         uint8_t blk[1024];
         if (safe_read(q[i].addr, blk, len)) continue;
+        int at64[3] = {-1, -1, -1}, at32 = -1;
         for (size_t o = 0; o + 4 <= len; o += 4) {
             uint32_t x;
             memcpy(&x, blk + o, 4);
+            if (n32 && x == v32[0] && at32 < 0) at32 = (int)o;
             for (int k = 0; k < n32; k++)
                 if (x == v32[k] && hits < 8) {
                     char ps[256];
@@ -181,6 +187,8 @@ static void bfs(const char *what, uint64_t root, const uint64_t *v64, int n64,
             if (o % 8 == 0 && o + 8 <= len) {
                 uint64_t y;
                 memcpy(&y, blk + o, 8);
+                for (int k = 0; k < n64 && k < 3; k++)
+                    if (y == v64[k] && at64[k] < 0) at64[k] = (int)o;
                 for (int k = 0; k < n64; k++)
                     if (y == v64[k] && hits < 8) {
                         char ps[256];
@@ -191,6 +199,13 @@ static void bfs(const char *what, uint64_t root, const uint64_t *v64, int n64,
                 if (q[i].level < 3 && qn < MAXN && y >= 0x10000 && y < (1ull << 47) && (y & 7) == 0)
                     q[qn++] = (node_t){y, i, (int)o, q[i].level + 1};
             }
+        }
+        if (at32 >= 0 && (at64[0] >= 0 || at64[1] >= 0 || at64[2] >= 0)) {
+            char ps[256];
+            path_str(q, i, 0, ps, sizeof ps);
+            printf("PAIR %s block %s: handle@+0x%x va@%+d mbase@%+d msize@%+d (level %d)\n", what,
+                   ps, at32, at64[0] < 0 ? -1 : at64[0], at64[1] < 0 ? -1 : at64[1],
+                   at64[2] < 0 ? -1 : at64[2], q[i].level);
         }
     }
     printf("FACT bfs %s: %d blocks, %d hits\n", what, qn, hits);
@@ -241,17 +256,17 @@ static uint32_t newobjs(const char *what, obj_t *before, int nb, CUdeviceptr va,
     uint32_t backing = 0;
     int shown = 0;
     for (int i = 0; i < nobjs; i++) {
-        if (has_obj(before, nb, objs[i].h)) continue;
+        if (has_obj(before, nb, &objs[i])) continue;
         uint32_t st = 0, as = 0, at = 0;
-        uint64_t sz = obj_size(CC_FD, CC, objs[i].h, &st, &as, &at);
+        uint64_t sz = obj_size(objs[i].fd, objs[i].cli, objs[i].h, &st, &as, &at);
         if (shown++ < 6)
-            printf("OBJ %s new 0x%x class 0x%x parent 0x%x size 0x%llx (st 0x%x aspace %u attr "
+            printf("OBJ %s new 0x%x (client 0x%x) class 0x%x parent 0x%x size 0x%llx (st 0x%x aspace %u attr "
                    "0x%x)\n",
-                   what, objs[i].h, objs[i].cls, objs[i].parent, (unsigned long long)sz, st, as,
+                   what, objs[i].h, objs[i].cli, objs[i].cls, objs[i].parent, (unsigned long long)sz, st, as,
                    at);
         if (objs[i].cls != 0x40 || !len || backing) continue;
         uint32_t hd = 0;
-        if (shim_dup(CC, objs[i].h, &hd)) {
+        if (shim_dup(objs[i].cli, objs[i].h, &hd)) {
             printf("FACT   dup 0x%x failed: %s\n", objs[i].h, shim_err());
             continue;
         }
@@ -371,17 +386,34 @@ int main(void)
         for (uint32_t c = 0xc1d00000u; c < 0xc1d00000u + 0x800; c++) {
             uint64_t cls = 0;
             uint32_t st = handle_info(cuda_fds[i], c, c, 2, &cls);
-            if (st == 0) FACT("fd %d owns client 0x%x", cuda_fds[i], c);
+            if (st == 0) {
+                FACT("fd %d owns client 0x%x", cuda_fds[i], c);
+                if (nown < 8) {
+                    own_fd[nown] = cuda_fds[i];
+                    own_cli[nown++] = c;
+                }
+            }
         }
-    win_lo[nwin] = (HM & ~0xfffu) - 0x2000;
-    win_n[nwin++] = 0x8000;
-    if (!((HM >> 16) == 0x5c00)) {
-        win_lo[nwin] = 0x5c000000u;
-        win_n[nwin++] = 0x3000;
+    {
+        int have = 0;
+        for (int i = 0; i < nown; i++) have |= own_cli[i] == CC;
+        if (!have && nown < 8) {
+            own_fd[nown] = CC_FD;
+            own_cli[nown++] = CC;
+        }
     }
-    win_lo[nwin] = 0xcaf00000u;
-    win_n[nwin++] = 0x2000;
-    scan_all(CC_FD, CC);
+    win_lo[nwin] = HM & 0xfffe0000u;
+    win_n[nwin++] = 0x20000;
+    if ((HM & 0xfffe0000u) != 0x5c000000u) {
+        win_lo[nwin] = 0x5c000000u;
+        win_n[nwin++] = 0x4000;
+    }
+    if ((HM & 0xfffe0000u) != 0xcaf00000u) {
+        win_lo[nwin] = 0xcaf00000u;
+        win_n[nwin++] = 0x4000;
+    }
+    FACT("cuMemAlloc IPC: client 0x%x object 0x%x; scanning %d handle windows", CC, HM, nwin);
+    scan_all();
     {
         int cnt[8] = {0};
         uint32_t cl[8] = {0x40, 0x3e, 0x50a0, 0x90f1, 0x80, 0x2080, 0x503c, 0x71};
@@ -404,7 +436,7 @@ int main(void)
                 memcpy(p, &va, 8);
                 p[12] = 1;
                 memcpy(p + 176, &objs[i].h, 4);
-                uint32_t st = ctl(CC_FD, CC, objs[i].parent, 0x801801, p, sizeof p, NULL);
+                uint32_t st = ctl(objs[i].fd, objs[i].cli, objs[i].parent, 0x801801, p, sizeof p, NULL);
                 uint64_t ps0, ps1;
                 uint32_t fl0, fl1;
                 memcpy(&ps0, p + 16, 8);
@@ -441,15 +473,15 @@ int main(void)
         if (r) break;
         attrs("defpool", p, &mb, &ms);
         stamp(p, len, 0x100 * (pass + 1));
-        scan_all(CC_FD, CC);
+        scan_all();
         int64_t off = -1;
         uint32_t b = newobjs("defpool", before, nb, p, len, 0x100 * (pass + 1), &off);
         if (!b) { /* maybe an existing object backs it */
             for (int i = 0; i < nobjs && !b; i++) {
                 if (objs[i].cls != 0x40) continue;
                 uint32_t hd = 0, st;
-                uint64_t sz = obj_size(CC_FD, CC, objs[i].h, &st, NULL, NULL);
-                if (sz < len || shim_dup(CC, objs[i].h, &hd)) continue;
+                uint64_t sz = obj_size(objs[i].fd, objs[i].cli, objs[i].h, &st, NULL, NULL);
+                if (sz < len || shim_dup(objs[i].cli, objs[i].h, &hd)) continue;
                 int64_t o = locate(hd, sz, 0x100 * (pass + 1), len);
                 shim_free(hd);
                 if (o >= 0) {
@@ -496,7 +528,7 @@ int main(void)
         if (r) continue;
         attrs(nm, p, &mb, &ms);
         stamp(p, len, 0x300 + which);
-        scan_all(CC_FD, CC);
+        scan_all();
         int64_t off = -1;
         uint32_t b = newobjs(nm, before, nb, p, len, 0x300 + which, &off);
         FACT("%s: backing 0x%x offset 0x%llx (va-mbase 0x%llx)", nm, b, (unsigned long long)off,
@@ -556,7 +588,7 @@ int main(void)
         FACT("vmm none: %s handle 0x%llx", cuerr(r), (unsigned long long)h);
         if (!r) {
             stamp(va, len, 0x500);
-            scan_all(CC_FD, CC);
+            scan_all();
             int64_t off = -1;
             uint32_t b = newobjs("vmm", before, nb, va, len, 0x500, &off);
             uint64_t v64[1] = {va};
