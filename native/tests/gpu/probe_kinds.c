@@ -122,7 +122,7 @@ static CUresult vmm_alloc(kind *k, size_t size, int htype, int rdma, int nchunks
 }
 
 /* which: 0 default, 1 POSIX_FD, 2 none, 3 as RMM's cuda_async_memory_resource
- * creates its pool (no handle type, release threshold = max), 4 default pool
+ * creates its pool (no handle type, release threshold = total memory), 4 default pool
  * with an earlier 64 KiB allocation (ptr at an offset in the chunk) */
 static CUresult pool_alloc(kind *k, size_t size, int which)
 {
@@ -144,7 +144,9 @@ static CUresult pool_alloc(kind *k, size_t size, int which)
             return r;
         }
         if (which == 3) {
-            cuuint64_t thr = ~(cuuint64_t)0;
+            size_t tot = 0; /* RMM sets the device's total memory */
+            cuDeviceTotalMem(&tot, 0);
+            cuuint64_t thr = tot ? tot : ~(cuuint64_t)0;
             if ((r = cuMemPoolSetAttribute(k->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr)))
                 return r;
         }

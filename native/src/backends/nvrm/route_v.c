@@ -86,6 +86,19 @@ static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_
     return 0;
 }
 
+/* What CUDA itself answers for pool memory: the statuses of the calls that
+ * would give an RM handle (named in refusals). */
+static void pool_statuses(uint64_t anchor, char *out, size_t n)
+{
+    CUmemGenericAllocationHandle h = 0;
+    CUresult r1 = gp_cu.MemRetainAllocationHandle(&h, (void *)(uintptr_t)anchor);
+    if (r1 == CUDA_SUCCESS) gp_cu.MemRelease(h);
+    CUipcMemHandle ih;
+    CUresult r2 = gp_cu.IpcGetMemHandle(&ih, anchor);
+    snprintf(out, n, "cuMemRetainAllocationHandle: %s, cuIpcGetMemHandle: %s",
+             gp_cuda_errname(r1), gp_cuda_errname(r2));
+}
+
 static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_cuda_ptr *cp,
                        uint64_t mbase, uint32_t *hOut, char *how, size_t howlen)
 {
@@ -94,21 +107,22 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s, but CUDA names no pool for it "
                                      "(CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE); %s",
                       (unsigned long long)anchor, kind, WORKS);
+    char st[160];
+    pool_statuses(anchor, st, sizeof st);
     struct nvrm_pool_desc d;
     int rc = nvrm_desc_pool(ctx->device, nc, &d);
     if (rc)
-        return gp_err_prefix(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it "
-                                            "(cuMemRetainAllocationHandle refuses pool memory); %s",
-                             (unsigned long long)anchor, kind, WORKS);
+        return gp_err_prefix(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s); %s",
+                             (unsigned long long)anchor, kind, st, WORKS);
     uint32_t cc[8], oo[8];
     int ncand = nvrm_desc_pool_candidates(&d, cp->pool, mbase, cp->size, cc, oo, 8), nalive = 0;
     if (ncand <= 0 ||
         nvrm_keep_one(nc, cc, oo, ncand, cp->base + cp->size - mbase, hOut, &nalive))
-        return gp_err(GDRPY_ENOTSUP, "0x%llx is %s; the pool's records name %d candidate RM "
-                                     "objects for its chunk [0x%llx, +0x%llx), of which %d are video "
-                                     "memory of this process large enough: exactly one must be, "
-                                     "so it is refused; %s",
-                      (unsigned long long)anchor, kind, ncand < 0 ? 0 : ncand,
+        return gp_err(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s), and the "
+                                     "pool's records name %d candidate RM objects for its chunk "
+                                     "[0x%llx, +0x%llx), of which %d are video memory of this "
+                                     "process large enough: exactly one must be, so it is refused; %s",
+                      (unsigned long long)anchor, kind, st, ncand < 0 ? 0 : ncand,
                       (unsigned long long)mbase, (unsigned long long)cp->size, nalive, WORKS);
     snprintf(how, howlen, "pool record");
     return 0;
