@@ -164,7 +164,7 @@ static void path_str(node_t *q, int i, int off, char *out, size_t n)
 static void bfs(const char *what, uint64_t root, const uint64_t *v64, int n64,
                 const uint32_t *v32, int n32)
 {
-    enum { MAXN = 400 };
+    enum { MAXN = 800 };
     node_t *q = calloc(MAXN, sizeof *q);
     int qn = 0, hits = 0;
     q[qn++] = (node_t){root, -1, 0, 0};
@@ -196,7 +196,7 @@ static void bfs(const char *what, uint64_t root, const uint64_t *v64, int n64,
                         printf("HIT %s u64 #%d (0x%llx) at %s\n", what, k, (unsigned long long)y, ps);
                         hits++;
                     }
-                if (q[i].level < 3 && qn < MAXN && y >= 0x10000 && y < (1ull << 47) && (y & 7) == 0)
+                if (q[i].level < 4 && qn < MAXN && y >= 0x10000 && y < (1ull << 47) && (y & 7) == 0)
                     q[qn++] = (node_t){y, i, (int)o, q[i].level + 1};
             }
         }

@@ -70,7 +70,7 @@ int nvrm_is_client(uint32_t x) { return (x & 0xfff00000u) == RS_CLIENT_HANDLE_BA
 
 static int plausible_ptr(uint64_t v) { return v >= 0x10000 && v < (1ull << 47) && !(v & 7); }
 
-int nvrm_walk(uint64_t root, struct nvrm_blk *b)
+int nvrm_walk(uint64_t root, struct nvrm_blk *b, int maxb, int levels)
 {
     int n = 0;
     ssize_t k = read_some(root, b[0].d, NVRM_WALK_L0);
@@ -82,8 +82,8 @@ int nvrm_walk(uint64_t root, struct nvrm_blk *b)
     b[0].level = 0;
     n = 1;
     for (int i = 0; i < n; i++) {
-        if (b[i].level >= 2) continue;
-        for (uint32_t o = 0; o + 8 <= b[i].len && n < NVRM_WALK_MAXB; o += 8) {
+        if (b[i].level >= levels) continue;
+        for (uint32_t o = 0; o + 8 <= b[i].len && n < maxb; o += 8) {
             uint64_t v;
             memcpy(&v, b[i].d + o, 8);
             if (!plausible_ptr(v)) continue;
@@ -107,8 +107,8 @@ struct nvrm_path nvrm_path_of(const struct nvrm_blk *b, int i, uint32_t pos)
 {
     struct nvrm_path p;
     memset(&p, 0, sizeof p);
-    int chain[4], k = 0;
-    for (int x = i; x > 0 && k < 3; x = b[x].parent) chain[k++] = x;
+    int chain[6], k = 0;
+    for (int x = i; x > 0 && k < 5; x = b[x].parent) chain[k++] = x;
     p.hops = (uint8_t)k;
     for (int j = 0; j < k; j++) p.off[j] = b[chain[k - 1 - j]].off;
     p.off[k] = (uint16_t)pos;
@@ -212,9 +212,9 @@ int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle, uin
 int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
                               uint64_t msize, uint32_t *cli, uint32_t *obj, int max)
 {
-    struct nvrm_blk *b = malloc(NVRM_WALK_MAXB * sizeof *b);
+    struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
     if (!b) return -1;
-    int nb = nvrm_walk(pool, b), n = 0;
+    int nb = nvrm_walk(pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L), n = 0;
     for (int i = 0; i < nb; i++)
         for (uint32_t o = 0; o + 8 <= b[i].len; o += 8) {
             uint64_t v;

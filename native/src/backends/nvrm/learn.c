@@ -214,7 +214,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
     const size_t wl = sizeof dstate[slot].vwhy;
     struct vscratch s1, s2;
     memset(&s2, 0, sizeof s2);
-    struct nvrm_blk *b = malloc(NVRM_WALK_MAXB * sizeof *b);
+    struct nvrm_blk *b = malloc(NVRM_WALK_VMM_B * sizeof *b);
     if (!b || vscratch_alloc(device, 1, &s1)) {
         snprintf(why, wl, "scratch allocation: %s", b ? gdrpy_last_error() : "out of memory");
         free(b);
@@ -228,7 +228,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
     CUmemGenericAllocationHandle h1 = 0, h2 = 0;
     int nb = 0;
     if (!gp_cu.MemRetainAllocationHandle(&h1, (void *)(uintptr_t)s1.va)) {
-        nb = nvrm_walk((uint64_t)h1, b);
+        nb = nvrm_walk((uint64_t)h1, b, NVRM_WALK_VMM_B, NVRM_WALK_VMM_L);
         if (find_first(nc, &s1, b, nb, ipc_cli, &cli, &obj)) nb = -nb - 1;
     }
     if (nb <= 0) {
@@ -372,9 +372,9 @@ static void pscratch_free(struct pscratch *s)
 static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, uint32_t ipc_cli,
                       struct nvrm_pool_desc *d, int *nplaces)
 {
-    struct nvrm_blk *b = malloc(NVRM_WALK_MAXB * sizeof *b);
+    struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
     if (!b) return -1;
-    int nb = nvrm_walk((uint64_t)(uintptr_t)s->pool, b);
+    int nb = nvrm_walk((uint64_t)(uintptr_t)s->pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L);
     const uint64_t off0 = s->va[0] - s->mbase[0];
     *nplaces = 0;
     d->n = 0;

@@ -200,11 +200,11 @@ GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_p
 #define NVRM_CLASS_LOCAL_USER 0x40 /* NV01_MEMORY_LOCAL_USER: video memory */
 #define NVRM_DESC_RULES 4
 
-/* A place in CUDA's memory: from a root address, `hops` pointers read at
+/* A place in CUDA's memory: from a root address, `hops` (<= 5) pointers read at
  * off[0..hops-1] of successive blocks, then the value at off[hops]. */
 struct nvrm_path {
     uint8_t hops;
-    uint16_t off[4];
+    uint16_t off[6];
 };
 /* Where CUDA names the RM memory of a VMM allocation, behind the address
  * cuMemRetainAllocationHandle returns (learned by learn.c).  Every place
@@ -229,7 +229,10 @@ struct nvrm_pool_desc {
 };
 
 /* A breadth-first walk of the memory behind a pointer (desc.c). */
-enum { NVRM_WALK_MAXB = 192,
+enum { NVRM_WALK_VMM_B = 192,  /* blocks behind a VMM allocation handle */
+       NVRM_WALK_VMM_L = 2,    /* pointer levels below it */
+       NVRM_WALK_POOL_B = 768, /* blocks behind a pool (its chunk records) */
+       NVRM_WALK_POOL_L = 4,
        NVRM_WALK_L0 = 1024,
        NVRM_WALK_BLK = 512 };
 struct nvrm_blk {
@@ -242,9 +245,10 @@ struct nvrm_blk {
 };
 /* Reads n bytes of this process at addr without faulting: 0 or -1. */
 GP_HIDDEN int nvrm_safe_read(uint64_t addr, void *buf, size_t n);
-/* Fills b[NVRM_WALK_MAXB] with the block at root and the blocks it points
- * to, two pointer levels deep; returns the count (0: root unreadable). */
-GP_HIDDEN int nvrm_walk(uint64_t root, struct nvrm_blk *b);
+/* Fills b[maxb] with the block at root and, breadth first, the blocks it
+ * points to, `levels` pointer levels deep; returns the count (0: root
+ * unreadable). */
+GP_HIDDEN int nvrm_walk(uint64_t root, struct nvrm_blk *b, int maxb, int levels);
 GP_HIDDEN struct nvrm_path nvrm_path_of(const struct nvrm_blk *b, int i, uint32_t pos);
 GP_HIDDEN int nvrm_path_read(uint64_t root, const struct nvrm_path *p, void *out, size_t w);
 GP_HIDDEN void nvrm_path_str(const struct nvrm_path *p, char *s, size_t n);
