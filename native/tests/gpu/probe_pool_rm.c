@@ -203,7 +203,7 @@ static void bfs(const char *what, uint64_t root, const uint64_t *v64, int n64,
         if (at32 >= 0 && (at64[0] >= 0 || at64[1] >= 0 || at64[2] >= 0)) {
             char ps[256];
             path_str(q, i, 0, ps, sizeof ps);
-            printf("PAIR %s block %s: handle@+0x%x va@%+d mbase@%+d msize@%+d (level %d)\n", what,
+            printf("PAIR %s block #%d %s: handle@+0x%x va@%+d mbase@%+d msize@%+d (level %d)\n", what, i,
                    ps, at32, at64[0] < 0 ? -1 : at64[0], at64[1] < 0 ? -1 : at64[1],
                    at64[2] < 0 ? -1 : at64[2], q[i].level);
         }
