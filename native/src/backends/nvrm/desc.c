@@ -248,6 +248,7 @@ int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
 {
     uint32_t keep = 0;
     *nalive = 0;
+    if (n >= NVRM_MAX_CAND) return -1; /* the lookup may have dropped some */
     for (int k = 0; k < n; k++) {
         uint32_t h = 0;
         if (nvrm_dup(nc, cli[k], obj[k], &h, "route V: an RM object CUDA's record names"))

@@ -268,11 +268,11 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         if (good) d.obj[d.nobj++] = cand.obj[i];
     }
     /* the per-pin rule must pick the right object on both allocations */
-    uint32_t cc[8], oo[8];
+    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     int ok = d.nobj > 0 && (d.cli_fixed || d.ncli > 0);
-    ok = ok && rule_picks(nc, cc, oo, nvrm_desc_vmm_candidates(&d, (uint64_t)h1, cc, oo, 8),
+    ok = ok && rule_picks(nc, cc, oo, nvrm_desc_vmm_candidates(&d, (uint64_t)h1, cc, oo, NVRM_MAX_CAND),
                           s1.size, 0, s1.pat);
-    ok = ok && rule_picks(nc, cc, oo, nvrm_desc_vmm_candidates(&d, (uint64_t)h2, cc, oo, 8),
+    ok = ok && rule_picks(nc, cc, oo, nvrm_desc_vmm_candidates(&d, (uint64_t)h2, cc, oo, NVRM_MAX_CAND),
                           s2.size, 0, s2.pat);
     if (!ok) {
         snprintf(why, wl, "the %d places that named the memory of one scratch allocation did "
@@ -378,15 +378,15 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, uint32_t ip
     const uint64_t off0 = s->va[0] - s->mbase[0];
     *nplaces = 0;
     d->n = 0;
-    for (int i = 0; i < nb && d->n < NVRM_DESC_RULES * 2; i++)
-        for (uint32_t o = 0; o + 8 <= b[i].len && d->n < NVRM_DESC_RULES * 2; o += 8) {
+    for (int i = 0; i < nb && d->n < NVRM_DESC_RULES; i++)
+        for (uint32_t o = 0; o + 8 <= b[i].len && d->n < NVRM_DESC_RULES; o += 8) {
             uint64_t v;
             memcpy(&v, b[i].d + o, 8);
             if (v != s->mbase[0]) continue;
             (*nplaces)++;
             int lo = (int)o - POOL_WIN < 0 ? 0 : (int)o - POOL_WIN;
             int hi = (int)o + POOL_WIN > b[i].len ? b[i].len : (int)o + POOL_WIN;
-            for (int q = lo; q + 4 <= hi && d->n < NVRM_DESC_RULES * 2; q += 4) {
+            for (int q = lo; q + 4 <= hi && d->n < NVRM_DESC_RULES; q += 4) {
                 if (q >= (int)o && q < (int)o + 8) continue;
                 uint32_t x;
                 memcpy(&x, b[i].d + q, 4);
@@ -431,9 +431,9 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, uint32_t ip
 static int pool_names(struct nvrm_ctx *nc, const struct nvrm_pool_desc *d,
                       const struct pscratch *s, int i)
 {
-    uint32_t cc[8], oo[8];
+    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     int n = nvrm_desc_pool_candidates(d, (uint64_t)(uintptr_t)s->pool, s->mbase[i], s->msize[i],
-                                      cc, oo, 8);
+                                      cc, oo, NVRM_MAX_CAND);
     for (int k = 0; k < n; k++)
         if (names(nc, cc[k], oo[k], s->va[i] - s->mbase[i], s->pat[i])) return 1;
     return 0;
@@ -442,9 +442,9 @@ static int pool_names(struct nvrm_ctx *nc, const struct nvrm_pool_desc *d,
 static int pool_rule_picks(struct nvrm_ctx *nc, const struct nvrm_pool_desc *d,
                            const struct pscratch *s, int i)
 {
-    uint32_t cc[8], oo[8];
+    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     int n = nvrm_desc_pool_candidates(d, (uint64_t)(uintptr_t)s->pool, s->mbase[i], s->msize[i],
-                                      cc, oo, 8);
+                                      cc, oo, NVRM_MAX_CAND);
     return rule_picks(nc, cc, oo, n, s->msize[i], s->va[i] - s->mbase[i], s->pat[i]);
 }
 

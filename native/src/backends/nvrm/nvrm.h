@@ -198,7 +198,8 @@ GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_p
 
 /* ---- desc.c, learn.c ---------------------------------------------------- */
 #define NVRM_CLASS_LOCAL_USER 0x40 /* NV01_MEMORY_LOCAL_USER: video memory */
-#define NVRM_DESC_RULES 4
+#define NVRM_DESC_RULES 8
+#define NVRM_MAX_CAND 32 /* candidates per lookup; a lookup that fills it is refused */
 
 /* A place in CUDA's memory: from a root address, `hops` (<= 5) pointers read at
  * off[0..hops-1] of successive blocks, then the value at off[hops]. */

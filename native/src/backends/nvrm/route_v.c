@@ -67,8 +67,8 @@ static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_
                                             "type (cuMemExportToShareableHandle: %s); %s",
                              (unsigned long long)anchor, kind, gp_cuda_errname(er), WORKS);
     }
-    uint32_t cc[8], oo[8];
-    int n = nvrm_desc_vmm_candidates(&d, (uint64_t)h, cc, oo, 8), alive = 0;
+    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+    int n = nvrm_desc_vmm_candidates(&d, (uint64_t)h, cc, oo, NVRM_MAX_CAND), alive = 0;
     gp_cu.MemRelease(h);
     if (n <= 0 || nvrm_keep_one(nc, cc, oo, n, need, hOut, &alive)) {
         char ps[96];
@@ -114,8 +114,8 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
     if (rc)
         return gp_err_prefix(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s); %s",
                              (unsigned long long)anchor, kind, st, WORKS);
-    uint32_t cc[8], oo[8];
-    int ncand = nvrm_desc_pool_candidates(&d, cp->pool, mbase, cp->size, cc, oo, 8), nalive = 0;
+    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+    int ncand = nvrm_desc_pool_candidates(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND), nalive = 0;
     if (ncand <= 0 ||
         nvrm_keep_one(nc, cc, oo, ncand, cp->base + cp->size - mbase, hOut, &nalive))
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s), and the "
