@@ -19,7 +19,8 @@
  * inner block names the RM object; pools keep one record per chunk (mapping
  * base, client, size, RM handle).  fake_arm_lie(1) makes later records name
  * a decoy object of the same size; fake_arm_ambiguous(1) adds a second
- * record for later chunks naming a decoy.
+ * record for later chunks naming a decoy.  FAKE_POOL_LAYOUT=hop keeps a
+ * chunk's RM handle in a block its record points to.
  * Not a driver: no security, one device, no freeing of video memory.
  */
 #ifndef _GNU_SOURCE
@@ -113,11 +114,16 @@ struct vrec {
     struct vinner *inner;
     int obj; /* the fake's own index */
 };
+struct pphys { /* FAKE_POOL_LAYOUT=hop: the handle one pointer away */
+    uint64_t junk[3];
+    uint32_t flags, hmem;
+};
 struct prec {
     uint64_t tag, va;
     uint32_t client, flags;
     uint64_t size;
     uint32_t hmem, pad;
+    struct pphys *phys;
 };
 struct fpool {
     uint64_t magic;
@@ -616,8 +622,20 @@ static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
     r->flags = 3;
     r->size = objs[obj].size;
     r->hmem = objs[obj].h;
+    const char *lay = getenv("FAKE_POOL_LAYOUT");
+    if (lay && !strcmp(lay, "hop")) {
+        r->phys = calloc(1, sizeof *r->phys);
+        r->phys->junk[0] = 0x5555;
+        r->phys->hmem = r->hmem;
+        r->hmem = 0;
+    }
     if (p->nrec < 16) p->recs[p->nrec++] = r;
     return r;
+}
+static void prec_set_handle(struct prec *r, uint32_t h)
+{
+    if (r->phys) r->phys->hmem = h;
+    else r->hmem = h;
 }
 API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t n, void *pool, void *stream)
 {
@@ -638,7 +656,7 @@ API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t n, void *pool, voi
         struct prec *r = new_prec(p, o, p->chunk_va);
         if (lie_armed) {
             int d = new_obj(objs[o].size);
-            if (d >= 0) r->hmem = objs[d].h;
+            if (d >= 0) prec_set_handle(r, objs[d].h);
         }
         if (ambig_armed) {
             int d = new_obj(objs[o].size);

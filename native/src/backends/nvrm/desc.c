@@ -223,15 +223,25 @@ int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uin
             for (int r = 0; r < d->n; r++) {
                 const struct nvrm_pool_rule *u = &d->r[r];
                 int64_t ph = (int64_t)o + u->dh, pc = (int64_t)o + u->dc, ps = (int64_t)o + u->ds;
-                if (ph < 0 || ph + 4 > b[i].len) continue;
+                if (!u->hop && (ph < 0 || ph + 4 > b[i].len)) continue;
+                if (u->hop) {
+                    int64_t pp = (int64_t)o + u->dp;
+                    if (pp < 0 || pp + 8 > b[i].len || u->dh < 0) continue;
+                }
                 if (u->has_size) {
                     uint64_t sz;
                     if (ps < 0 || ps + 8 > b[i].len) continue;
                     memcpy(&sz, b[i].d + ps, 8);
                     if (sz != msize) continue;
                 }
-                uint32_t x, c = u->cli_fixed;
-                memcpy(&x, b[i].d + ph, 4);
+                uint32_t x = 0, c = u->cli_fixed;
+                if (u->hop) {
+                    uint64_t p;
+                    memcpy(&p, b[i].d + o + u->dp, 8);
+                    if (!plausible_ptr(p) || nvrm_safe_read(p + (uint64_t)u->dh, &x, 4)) continue;
+                } else {
+                    memcpy(&x, b[i].d + ph, 4);
+                }
                 if (!c) {
                     if (pc < 0 || pc + 4 > b[i].len) continue;
                     memcpy(&c, b[i].d + pc, 4);

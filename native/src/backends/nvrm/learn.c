@@ -367,8 +367,46 @@ static void pscratch_free(struct pscratch *s)
     memset(s, 0, sizeof *s);
 }
 
-/* Rules from allocation 0 of s: every (dh, client) next to a mapping-base
- * field whose handle holds the pattern. */
+/* A set of values already tried (open addressing; cap a power of two). */
+struct seen {
+    uint32_t *t;
+    uint32_t cap;
+};
+static int seen_add(struct seen *s, uint32_t x)
+{
+    uint32_t i = (x * 2654435761u) & (s->cap - 1);
+    while (s->t[i]) {
+        if (s->t[i] == x) return 0;
+        i = (i + 1) & (s->cap - 1);
+    }
+    s->t[i] = x;
+    return 1;
+}
+
+/* The mapping size next to the base field at o, if the record holds it. */
+static void size_field(const uint8_t *blk, int lo, int hi, int o, uint64_t msize,
+                       struct nvrm_pool_rule *u)
+{
+    for (int z = lo - lo % 8; z + 8 <= hi; z += 8) {
+        uint64_t sz;
+        memcpy(&sz, blk + z, 8);
+        if (z != o && sz == msize) {
+            u->has_size = 1;
+            u->ds = z - o;
+            return;
+        }
+    }
+}
+
+static void add_rule(struct nvrm_pool_desc *d, const struct nvrm_pool_rule *u)
+{
+    for (int k = 0; k < d->n; k++)
+        if (!memcmp(&d->r[k], u, sizeof *u)) return;
+    if (d->n < NVRM_DESC_RULES) d->r[d->n++] = *u;
+}
+
+/* Rules from allocation 0 of s: every handle next to a mapping-base field
+ * (or in a block a pointer there points to) that holds the pattern. */
 static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, uint32_t ipc_cli,
                       struct nvrm_pool_desc *d, int *nplaces)
 {
@@ -376,6 +414,7 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, uint32_t ip
     if (!b) return -1;
     int nb = nvrm_walk((uint64_t)(uintptr_t)s->pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L);
     const uint64_t off0 = s->va[0] - s->mbase[0];
+    struct seen sn = {calloc(16384, 4), 16384};
     *nplaces = 0;
     d->n = 0;
     for (int i = 0; i < nb && d->n < NVRM_DESC_RULES; i++)
@@ -409,20 +448,32 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, uint32_t ip
                 struct nvrm_pool_rule u = {.dh = q - (int)o,
                                            .dc = qc < 0 ? 0 : qc - (int)o,
                                            .cli_fixed = qc < 0 ? c : 0};
-                for (int z = lo - lo % 8; z + 8 <= hi; z += 8) {
-                    uint64_t sz;
-                    memcpy(&sz, b[i].d + z, 8);
-                    if (z != (int)o && sz == s->msize[0]) {
-                        u.has_size = 1;
-                        u.ds = z - (int)o;
-                        break;
-                    }
+                size_field(b[i].d, lo, hi, (int)o, s->msize[0], &u);
+                add_rule(d, &u);
+            }
+            /* one pointer away: a block a pointer next to the base points to */
+            if (!ipc_cli || !sn.t) continue;
+            memset(sn.t, 0, sn.cap * 4);
+            for (int q = lo - lo % 8; q + 8 <= hi && d->n < NVRM_DESC_RULES; q += 8) {
+                uint64_t p;
+                memcpy(&p, b[i].d + q, 8);
+                uint8_t blk[NVRM_WALK_BLK];
+                if (q == (int)o || p < 0x10000 || p >= (1ull << 47) || (p & 7) ||
+                    nvrm_safe_read(p, blk, sizeof blk))
+                    continue;
+                for (int r = 0; r + 4 <= (int)sizeof blk && d->n < NVRM_DESC_RULES; r += 4) {
+                    uint32_t x;
+                    memcpy(&x, blk + r, 4);
+                    if (!x || nvrm_is_client(x) || !seen_add(&sn, x)) continue;
+                    if (!names(nc, ipc_cli, x, off0, s->pat[0])) continue;
+                    struct nvrm_pool_rule u = {
+                        .hop = 1, .dp = q - (int)o, .dh = r, .cli_fixed = ipc_cli};
+                    size_field(b[i].d, lo, hi, (int)o, s->msize[0], &u);
+                    add_rule(d, &u);
                 }
-                int dup = 0;
-                for (int k = 0; k < d->n; k++) dup |= !memcmp(&d->r[k], &u, sizeof u);
-                if (!dup) d->r[d->n++] = u;
             }
         }
+    free(sn.t);
     free(b);
     return d->n ? 0 : -1;
 }
@@ -486,9 +537,14 @@ static void learn_pool(int device, struct nvrm_ctx *nc, int slot)
     }
     dstate[slot].p = d;
     dstate[slot].pstate = 1;
-    gp_log(1, "nvrm: pool records learned: RM handle at %+d from a mapping-base field (%d "
-              "layouts), client %s, size %s (confirmed on three scratch allocations in two pools)",
-           d.r[0].dh, d.n, d.r[0].cli_fixed ? "route C's" : "in the record",
+    char rs[256];
+    size_t u = 0;
+    for (int k = 0; k < d.n && u < sizeof rs; k++)
+        u += (size_t)(d.r[k].hop ? snprintf(rs + u, sizeof rs - u, " [%+d]->+0x%x", d.r[k].dp, d.r[k].dh)
+                                 : snprintf(rs + u, sizeof rs - u, " %+d", d.r[k].dh));
+    gp_log(1, "nvrm: pool records learned: RM handle relative to a mapping-base field at%s; "
+              "client %s, size %s (confirmed on three scratch allocations in two pools)",
+           rs, d.r[0].cli_fixed ? "route C's" : "in the record",
            d.r[0].has_size ? "checked" : "not in the record");
 out:
     pscratch_free(&s2);

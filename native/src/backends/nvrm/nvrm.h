@@ -219,7 +219,9 @@ struct nvrm_vmm_desc {
 /* Where a pool's record of a chunk names its RM memory: byte offsets from a
  * u64 field holding the chunk's mapping base address (learned by learn.c). */
 struct nvrm_pool_rule {
-    int dh;           /* the RM memory handle (u32) */
+    int hop;          /* 1: the handle is in the block a pointer at dp points to */
+    int dp;           /* that pointer (u64), when hop */
+    int dh;           /* the RM memory handle (u32); when hop, its offset in that block */
     int dc;           /* the RM client (u32), unless cli_fixed */
     int ds, has_size; /* the mapping size (u64), when the record holds it */
     uint32_t cli_fixed;
