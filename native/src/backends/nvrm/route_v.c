@@ -158,8 +158,8 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
     if (rc) {
         nvrm_rm_free(nc, nc->hDevice, *hOut, "freeing a refused route V object");
         nvrm_live_add(&nc->n_mem, -1);
-        return gp_err_prefix(GDRPY_ENOTSUP, "route V (%s): refusing 0x%llx", how,
-                             (unsigned long long)p->addr);
+        return gp_err_prefix(GDRPY_ENOTSUP, "route V (%s): refusing 0x%llx (%s)", how,
+                             (unsigned long long)p->addr, WORKS);
     }
     gp_log(1, "nvrm: route V (%s): 0x%llx+%llu is RM memory 0x%x at offset 0x%llx (read-only "
               "identity check passed)",
