@@ -213,6 +213,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
     char *why = dstate[slot].vwhy;
     const size_t wl = sizeof dstate[slot].vwhy;
     struct vscratch s1, s2;
+    memset(&s1, 0, sizeof s1);
     memset(&s2, 0, sizeof s2);
     struct nvrm_blk *b = malloc(NVRM_WALK_VMM_B * sizeof *b);
     if (!b || vscratch_alloc(device, 1, &s1)) {
@@ -222,8 +223,10 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         return;
     }
     uint32_t ipc_cli = nvrm_cuda_client(), cli = 0, obj = 0;
-    struct nvrm_vmm_desc cand, d;
-    memset(&cand, 0, sizeof cand);
+    enum { MAXP = 32 };
+    struct nvrm_path P[MAXP], Q[MAXP]; /* places of the object and of the client */
+    int np = 0, nq = 0;
+    struct nvrm_vmm_desc d;
     memset(&d, 0, sizeof d);
     CUmemGenericAllocationHandle h1 = 0, h2 = 0;
     int nb = 0;
@@ -237,35 +240,35 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
                  nb < 0 ? -nb - 1 : 0);
         goto out;
     }
-    cand.nobj = places_of(b, nb, obj, cand.obj, NVRM_DESC_RULES);
-    if (cli == ipc_cli) cand.cli_fixed = cli;
-    else cand.ncli = places_of(b, nb, cli, cand.cli, NVRM_DESC_RULES);
+    np = places_of(b, nb, obj, P, MAXP);
+    if (cli == ipc_cli) d.cli_fixed = cli;
+    else nq = places_of(b, nb, cli, Q, MAXP);
     /* confirm each place on a second allocation (no RDMA flag) */
     if (vscratch_alloc(device, 0, &s2) ||
         gp_cu.MemRetainAllocationHandle(&h2, (void *)(uintptr_t)s2.va)) {
         snprintf(why, wl, "second scratch allocation: %s", gdrpy_last_error());
         goto out;
     }
-    d.cli_fixed = cand.cli_fixed;
-    for (int j = 0; j < cand.ncli; j++) {
-        struct nvrm_vmm_desc one = {.nobj = cand.nobj, .ncli = 1};
-        memcpy(one.obj, cand.obj, sizeof one.obj);
-        one.cli[0] = cand.cli[j];
-        uint32_t cc[4], oo[4];
-        int n = nvrm_desc_vmm_candidates(&one, (uint64_t)h2, cc, oo, 4);
+    for (int j = 0; j < nq && d.ncli < NVRM_DESC_RULES; j++) {
+        uint32_t c2 = 0;
+        if (nvrm_path_read((uint64_t)h2, &Q[j], &c2, 4) || !nvrm_is_client(c2)) continue;
         int good = 0;
-        for (int k = 0; k < n && !good; k++) good = oo[k] != obj && names(nc, cc[k], oo[k], 0, s2.pat);
-        if (good) d.cli[d.ncli++] = cand.cli[j];
+        for (int i = 0; i < np && !good; i++) {
+            uint32_t o2 = 0;
+            good = nvrm_path_read((uint64_t)h2, &P[i], &o2, 4) == 0 && o2 != obj &&
+                   names(nc, c2, o2, 0, s2.pat);
+        }
+        if (good) d.cli[d.ncli++] = Q[j];
     }
-    for (int i = 0; i < cand.nobj && d.nobj < NVRM_DESC_RULES; i++) {
+    for (int i = 0; i < np && d.nobj < NVRM_DESC_RULES; i++) {
         struct nvrm_vmm_desc one = d;
         one.nobj = 1;
-        one.obj[0] = cand.obj[i];
-        uint32_t cc[4], oo[4];
-        int n = nvrm_desc_vmm_candidates(&one, (uint64_t)h2, cc, oo, 4);
+        one.obj[0] = P[i];
+        uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+        int n = nvrm_desc_vmm_candidates(&one, (uint64_t)h2, cc, oo, NVRM_MAX_CAND);
         int good = 0;
         for (int k = 0; k < n && !good; k++) good = oo[k] != obj && names(nc, cc[k], oo[k], 0, s2.pat);
-        if (good) d.obj[d.nobj++] = cand.obj[i];
+        if (good) d.obj[d.nobj++] = P[i];
     }
     /* the per-pin rule must pick the right object on both allocations */
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
@@ -277,7 +280,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
     if (!ok) {
         snprintf(why, wl, "the %d places that named the memory of one scratch allocation did "
                           "not name exactly the memory of a second one (%d kept)",
-                 cand.nobj, d.nobj);
+                 np, d.nobj);
         goto out;
     }
     dstate[slot].v = d;
@@ -398,17 +401,25 @@ static void size_field(const uint8_t *blk, int lo, int hi, int o, uint64_t msize
     }
 }
 
-static void add_rule(struct nvrm_pool_desc *d, const struct nvrm_pool_rule *u)
+/* Raw rules found on the first allocation (more than a descriptor keeps:
+ * places that only name the memory by accident are weeded out later). */
+enum { RAW_RULES = 32 };
+struct raw_rules {
+    int n;
+    struct nvrm_pool_rule r[RAW_RULES];
+};
+
+static void add_rule(struct raw_rules *d, const struct nvrm_pool_rule *u)
 {
     for (int k = 0; k < d->n; k++)
         if (!memcmp(&d->r[k], u, sizeof *u)) return;
-    if (d->n < NVRM_DESC_RULES) d->r[d->n++] = *u;
+    if (d->n < RAW_RULES) d->r[d->n++] = *u;
 }
 
 /* Rules from allocation 0 of s: every handle next to a mapping-base field
  * (or in a block a pointer there points to) that holds the pattern. */
 static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, uint32_t ipc_cli,
-                      struct nvrm_pool_desc *d, int *nplaces)
+                      struct raw_rules *d, int *nplaces)
 {
     struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
     if (!b) return -1;
@@ -417,15 +428,15 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, uint32_t ip
     struct seen sn = {calloc(16384, 4), 16384};
     *nplaces = 0;
     d->n = 0;
-    for (int i = 0; i < nb && d->n < NVRM_DESC_RULES; i++)
-        for (uint32_t o = 0; o + 8 <= b[i].len && d->n < NVRM_DESC_RULES; o += 8) {
+    for (int i = 0; i < nb && d->n < RAW_RULES; i++)
+        for (uint32_t o = 0; o + 8 <= b[i].len && d->n < RAW_RULES; o += 8) {
             uint64_t v;
             memcpy(&v, b[i].d + o, 8);
             if (v != s->mbase[0]) continue;
             (*nplaces)++;
             int lo = (int)o - POOL_WIN < 0 ? 0 : (int)o - POOL_WIN;
             int hi = (int)o + POOL_WIN > b[i].len ? b[i].len : (int)o + POOL_WIN;
-            for (int q = lo; q + 4 <= hi && d->n < NVRM_DESC_RULES; q += 4) {
+            for (int q = lo; q + 4 <= hi && d->n < RAW_RULES; q += 4) {
                 if (q >= (int)o && q < (int)o + 8) continue;
                 uint32_t x;
                 memcpy(&x, b[i].d + q, 4);
@@ -454,14 +465,14 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, uint32_t ip
             /* one pointer away: a block a pointer next to the base points to */
             if (!ipc_cli || !sn.t) continue;
             memset(sn.t, 0, sn.cap * 4);
-            for (int q = lo - lo % 8; q + 8 <= hi && d->n < NVRM_DESC_RULES; q += 8) {
+            for (int q = lo - lo % 8; q + 8 <= hi && d->n < RAW_RULES; q += 8) {
                 uint64_t p;
                 memcpy(&p, b[i].d + q, 8);
                 uint8_t blk[NVRM_WALK_BLK];
                 if (q == (int)o || p < 0x10000 || p >= (1ull << 47) || (p & 7) ||
                     nvrm_safe_read(p, blk, sizeof blk))
                     continue;
-                for (int r = 0; r + 4 <= (int)sizeof blk && d->n < NVRM_DESC_RULES; r += 4) {
+                for (int r = 0; r + 4 <= (int)sizeof blk && d->n < RAW_RULES; r += 4) {
                     uint32_t x;
                     memcpy(&x, blk + r, 4);
                     if (!x || nvrm_is_client(x) || !seen_add(&sn, x)) continue;
@@ -505,7 +516,8 @@ static void learn_pool(int device, struct nvrm_ctx *nc, int slot)
     const size_t wl = sizeof dstate[slot].pwhy;
     struct pscratch s1, s2;
     memset(&s2, 0, sizeof s2);
-    struct nvrm_pool_desc cand, d;
+    struct raw_rules cand;
+    struct nvrm_pool_desc d;
     memset(&d, 0, sizeof d);
     int np = 0;
     /* pool 1: two allocations (the second usually in the same chunk, at an
