@@ -246,6 +246,63 @@ static int64_t locate(uint32_t h, uint64_t objsz, uint64_t tag, size_t len)
     return found;
 }
 
+/* fdpool focus: the words around every place the mapping base sits in the
+ * pool's memory, with the RM class of each (GET_HANDLE_INFO on CUDA's fd),
+ * and whether a LOCAL_USER among them is the chunk the pool's export holds
+ * (NV0000_CTRL_CMD_CLIENT_OBJECTS_ARE_DUPLICATES on our client). */
+static void focus_places(int cfd, uint32_t cc, uint64_t root, uint64_t mbase, uint32_t himport)
+{
+    enum { MAXN = 800 };
+    node_t *q = calloc(MAXN, sizeof *q);
+    int qn = 0, shown = 0;
+    q[qn++] = (node_t){root, -1, 0, 0};
+    for (int i = 0; i < qn && shown < 6; i++) {
+        size_t len = q[i].level == 0 ? 1024 : 512;
+        uint8_t blk[1024];
+        if (safe_read(q[i].addr, blk, len)) continue;
+        for (size_t o = 0; o + 8 <= len; o += 8) {
+            uint64_t y;
+            memcpy(&y, blk + o, 8);
+            if (y == mbase && shown < 6) {
+                char ps[256];
+                path_str(q, i, (int)o, ps, sizeof ps);
+                printf("PLACE #%d block %d %s (level %d):", shown, i, ps, q[i].level);
+                int lo = (int)o - 64 < 0 ? 0 : (int)o - 64, hi = (int)o + 128 > (int)len ? (int)len : (int)o + 128;
+                for (int z = lo; z + 4 <= hi; z += 4) {
+                    uint32_t x;
+                    memcpy(&x, blk + z, 4);
+                    uint64_t cls = 0;
+                    uint32_t st = x ? handle_info(cfd, cc, x, 2, &cls) : 1;
+                    if (st == 0) {
+                        printf(" [%+d]=%x(c%llx", z - (int)o, x, (unsigned long long)cls);
+                        if (cls == 0x40 && himport) {
+                            uint32_t hd = 0;
+                            if (!shim_dup(cc, x, &hd)) {
+                                struct {
+                                    uint32_t a, b;
+                                    uint8_t dup, pad[3];
+                                } od = {himport, hd, 0, {0}};
+                                uint32_t s2 = shim_ctl(OURFD, OURCLI, OURCLI, 0xd07, &od, 12);
+                                printf(",dupOfExport=%u st%x", od.dup, s2);
+                                shim_free(hd);
+                            }
+                        }
+                        printf(")");
+                    } else if (x && z != (int)o && z != (int)o + 4) {
+                        printf(" [%+d]=%x", z - (int)o, x);
+                    }
+                }
+                printf("\n");
+                shown++;
+            }
+            if (q[i].level < 4 && qn < MAXN && y >= 0x10000 && y < (1ull << 47) && (y & 7) == 0)
+                q[qn++] = (node_t){y, i, (int)o, q[i].level + 1};
+        }
+    }
+    printf("FACT focus: %d blocks, %d places of 0x%llx\n", qn, shown, (unsigned long long)mbase);
+    free(q);
+}
+
 static uint32_t CC;
 static int CC_FD = -1; /* the fd that owns CUDA's client */
 
@@ -314,27 +371,6 @@ static void attrs(const char *what, CUdeviceptr p, uint64_t *mb, uint64_t *ms)
     *ms = s;
 }
 
-/* Imports every object of an RM export fd into our client; returns count. */
-static int import_all(int fd, uint32_t *hs, int max)
-{
-    uint16_t maxo = 0;
-    uint32_t devinst = 0;
-    uint8_t meta[64];
-    uint32_t st = shim_export_info(fd, &maxo, &devinst, meta);
-    printf("FACT   export info st 0x%x maxObjects %u devInst %u metadata", st, maxo, devinst);
-    for (int i = 0; i < 24; i++) printf(" %02x", meta[i]);
-    printf("\n");
-    int n = 0;
-    for (int idx = 0; idx < maxo && idx < 64 && n < max; idx++) {
-        uint32_t h = 0;
-        uint8_t type = 0;
-        uint32_t s2 = shim_import(fd, idx, &h, &type);
-        if (idx < 4 || s2 == 0)
-            printf("FACT   import index %d: st 0x%x type %u handle 0x%x\n", idx, s2, type, h);
-        if (s2 == 0) hs[n++] = h;
-    }
-    return n;
-}
 
 int main(void)
 {
@@ -501,6 +537,7 @@ int main(void)
         uint64_t v64[3] = {p, mb, ms};
         uint32_t v32[2] = {b, CC};
         bfs("defpool-handle", (uint64_t)(uintptr_t)pool, v64, 3, v32, b ? 2 : 0);
+        if (pass == 0) focus_places(CC_FD, CC, (uint64_t)(uintptr_t)pool, mb, 0);
         cuMemFreeAsync(p, s);
         cuStreamSynchronize(s);
     }
@@ -548,19 +585,38 @@ int main(void)
             printf("FACT fdpool export pointer %s:", cuerr(r2));
             for (int i = 0; i < 16; i++) printf(" %x", ew[i]);
             printf("\n");
+            uint32_t himp = 0;
             if (!r && fd >= 0) {
-                uint32_t hs[64];
-                int n = import_all(fd, hs, 64);
-                for (int i = 0; i < n; i++) {
-                    uint32_t st;
-                    uint64_t sz = obj_size(OURFD, OURCLI, hs[i], &st, NULL, NULL);
-                    int64_t o = locate(hs[i], sz, 0x300, len);
-                    printf("BACK fdpool import #%d (0x%x) size 0x%llx: offset %lld\n", i, hs[i],
-                           (unsigned long long)sz, (long long)o);
-                    shim_free(hs[i]);
+                uint16_t maxo = 0;
+                uint32_t devinst = 0;
+                uint8_t meta[64];
+                uint32_t st = shim_export_info(fd, &maxo, &devinst, meta);
+                printf("FACT   export info st 0x%x maxObjects %u metadata", st, maxo);
+                for (int i = 0; i < 16; i++) printf(" %02x", meta[i]);
+                printf("\n");
+                int types[4] = {0};
+                for (int idx = 0; idx < maxo && idx < 64; idx++) {
+                    uint32_t h = 0;
+                    uint8_t type = 0;
+                    uint32_t s2 = shim_import(fd, idx, &h, &type);
+                    if (s2 == 0 && type < 4) types[type]++;
+                    if (s2 == 0 && type == 1 && !himp) {
+                        himp = h;
+                        uint32_t st2;
+                        uint64_t sz = obj_size(OURFD, OURCLI, h, &st2, NULL, NULL);
+                        int64_t o = locate(h, sz, 0x300, len);
+                        printf("BACK fdpool import index %d (0x%x) size 0x%llx: offset %lld\n", idx, h,
+                               (unsigned long long)sz, (long long)o);
+                    } else if (s2 == 0) {
+                        shim_free(h);
+                    }
                 }
+                printf("FACT   imports of 64 indices: type0 %d type1 %d type2 %d\n", types[0],
+                       types[1], types[2]);
                 close(fd);
             }
+            focus_places(CC_FD, CC, (uint64_t)(uintptr_t)pool, mb, himp);
+            if (himp) shim_free(himp);
         }
         cuMemFreeAsync(p, s);
         cuStreamSynchronize(s);
@@ -568,7 +624,7 @@ int main(void)
     }
 
     /* 3. VMM without handle type: where CUDA keeps the RM handle */
-    {
+    if (!getenv("PROBE_POOLS_ONLY")) {
         memcpy(before, objs, sizeof objs);
         int nb = nobjs;
         CUmemAllocationProp pr;

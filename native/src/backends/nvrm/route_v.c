@@ -120,10 +120,12 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
         nvrm_keep_one(nc, cc, oo, ncand, cp->base + cp->size - mbase, hOut, &nalive))
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s), and the "
                                      "pool's records name %d candidate RM objects for its chunk "
-                                     "[0x%llx, +0x%llx), of which %d are video memory of this "
-                                     "process large enough: exactly one must be, so it is refused; %s",
+                                     "[0x%llx, +0x%llx) (first: client 0x%x, object 0x%x), of which "
+                                     "%d are video memory of this process large enough: exactly one "
+                                     "must be, so it is refused; %s",
                       (unsigned long long)anchor, kind, st, ncand < 0 ? 0 : ncand,
-                      (unsigned long long)mbase, (unsigned long long)cp->size, nalive, WORKS);
+                      (unsigned long long)mbase, (unsigned long long)cp->size,
+                      ncand > 0 ? cc[0] : 0, ncand > 0 ? oo[0] : 0, nalive, WORKS);
     snprintf(how, howlen, "pool record");
     return 0;
 }
