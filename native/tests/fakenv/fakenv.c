@@ -127,12 +127,13 @@ struct prec {
 };
 struct fpool {
     uint64_t magic;
+    int htypes;
     uint32_t junk[6];
     struct prec *recs[16];
     int nrec, live, chunk_obj;
     uint64_t chunk_va, used;
 };
-static struct fpool default_pool = {0x706f6f6cull, {0}, {0}, 0, 1, -1, 0, 0};
+static struct fpool default_pool = {0x706f6f6cull, 0, {0}, {0}, 0, 1, -1, 0, 0};
 static uint64_t pool_va_next = 0x7d0000000000ull;
 static int lie_armed, ambig_armed;
 
@@ -383,7 +384,9 @@ static void attr(struct alloc *a, int at, void *out)
         case 11: v = a->va; break;
         case 12: v = a->size; break;
         case 13: v = 1; break;
-        case 14: v = a->vmm ? (uint64_t)a->htypes : 0; break;
+        case 14: v = a->vmm ? (uint64_t)a->htypes : a->pool ? (uint64_t)((struct fpool *)a->pool)->htypes
+                                                            : 0;
+            break;
         case 17: v = (uint64_t)(uintptr_t)a->pool; break;
         case 15: v = 1; break;
         case 7: v = (uint64_t)(a - allocs) + 1; break;
@@ -603,6 +606,7 @@ API CUresult cuMemPoolCreate(void **pool, const void *props)
 {
     struct fpool *p = calloc(1, sizeof *p);
     p->magic = 0x706f6f6cull;
+    p->htypes = props ? ((const int *)props)[1] : 0; /* CUmemPoolProps.handleTypes */
     p->live = 1;
     p->chunk_obj = -1;
     *pool = p;

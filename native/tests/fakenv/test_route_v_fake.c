@@ -161,6 +161,19 @@ int main(void)
     rc = pin_roundtrip(ctx, "custom pool", q, 3u << 20, (2u << 20) + 8);
     CHECK(rc == 0, "custom pool pin: %s", gdrpy_last_error());
 
+    /* a pool with a POSIX_FD handle type: learned on its own kind */
+    {
+        int props[22] = {1, 1, 1, 0}; /* CUmemPoolProps: pinned, POSIX_FD, device 0 */
+        void *fpool = NULL;
+        uint64_t fq = 0;
+        CHECK(cuMemPoolCreate(&fpool, props) == 0 &&
+                  cuMemAllocFromPoolAsync(&fq, 1u << 20, fpool, NULL) == 0,
+              "POSIX_FD pool alloc");
+        fill(fq, 1u << 20, 9);
+        rc = pin_roundtrip(ctx, "POSIX_FD pool", fq, 1u << 20, 512);
+        CHECK(rc == 0, "POSIX_FD pool pin: %s", gdrpy_last_error());
+    }
+
     /* records that name a decoy object: the read-only identity check refuses */
     fake_arm_lie(1);
     uint64_t vl = vmm_alloc(C);

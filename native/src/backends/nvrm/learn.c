@@ -151,9 +151,11 @@ static struct {
     int vstate; /* 0 untried, 1 learned, -1 failed */
     struct nvrm_vmm_desc v;
     char vwhy[320];
-    int pstate;
-    struct nvrm_pool_desc p;
-    char pwhy[320];
+    /* pools, [0] without and [1] with an exportable handle type: CUDA keeps
+     * the two kinds' chunks differently, so each is learned on its own kind */
+    int pstate[2];
+    struct nvrm_pool_desc p[2];
+    char pwhy[2][320];
 } dstate[MAX_DEV];
 
 /* ---- VMM ----------------------------------------------------------------- */
@@ -328,7 +330,7 @@ struct pscratch {
     uint8_t pat[2][PAT];
 };
 
-static int pscratch_alloc(int device, struct pscratch *s, size_t n0, size_t n1)
+static int pscratch_alloc(int device, int fdkind, struct pscratch *s, size_t n0, size_t n1)
 {
     memset(s, 0, sizeof *s);
     if (!gp_cu.MemPoolCreate || !gp_cu.MemPoolDestroy || !gp_cu.MemAllocFromPoolAsync ||
@@ -339,6 +341,7 @@ static int pscratch_alloc(int device, struct pscratch *s, size_t n0, size_t n1)
     pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
     pp.location_type = CU_MEM_LOCATION_TYPE_DEVICE;
     pp.location_id = device;
+    pp.handleTypes = fdkind ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
     CUresult r = gp_cu.MemPoolCreate(&s->pool, &pp);
     if (r) {
         s->pool = NULL;
@@ -510,10 +513,10 @@ static int pool_rule_picks(struct nvrm_ctx *nc, const struct nvrm_pool_desc *d,
     return rule_picks(nc, cc, oo, n, s->msize[i], s->va[i] - s->mbase[i], s->pat[i]);
 }
 
-static void learn_pool(int device, struct nvrm_ctx *nc, int slot)
+static void learn_pool(int device, struct nvrm_ctx *nc, int slot, int fdkind)
 {
-    char *why = dstate[slot].pwhy;
-    const size_t wl = sizeof dstate[slot].pwhy;
+    char *why = dstate[slot].pwhy[fdkind];
+    const size_t wl = sizeof dstate[slot].pwhy[fdkind];
     struct pscratch s1, s2;
     memset(&s2, 0, sizeof s2);
     struct raw_rules cand;
@@ -522,8 +525,8 @@ static void learn_pool(int device, struct nvrm_ctx *nc, int slot)
     int np = 0;
     /* pool 1: two allocations (the second usually in the same chunk, at an
      * offset); pool 2: one */
-    if (pscratch_alloc(device, &s1, 1u << 20, 64u << 10) ||
-        pscratch_alloc(device, &s2, 1u << 20, 0)) {
+    if (pscratch_alloc(device, fdkind, &s1, 1u << 20, 64u << 10) ||
+        pscratch_alloc(device, fdkind, &s2, 1u << 20, 0)) {
         snprintf(why, wl, "scratch pools: %s", gdrpy_last_error());
         goto out;
     }
@@ -547,37 +550,39 @@ static void learn_pool(int device, struct nvrm_ctx *nc, int slot)
                  cand.n, d.n);
         goto out;
     }
-    dstate[slot].p = d;
-    dstate[slot].pstate = 1;
+    dstate[slot].p[fdkind] = d;
+    dstate[slot].pstate[fdkind] = 1;
     char rs[256];
     size_t u = 0;
     for (int k = 0; k < d.n && u < sizeof rs; k++)
         u += (size_t)(d.r[k].hop ? snprintf(rs + u, sizeof rs - u, " [%+d]->+0x%x", d.r[k].dp, d.r[k].dh)
                                  : snprintf(rs + u, sizeof rs - u, " %+d", d.r[k].dh));
-    gp_log(1, "nvrm: pool records learned: RM handle relative to a mapping-base field at%s; "
+    gp_log(1, "nvrm: pool records learned (pools %s handle types): RM handle relative to a "
+              "mapping-base field at%s; "
               "client %s, size %s (confirmed on three scratch allocations in two pools)",
-           rs, d.r[0].cli_fixed ? "route C's" : "in the record",
+           fdkind ? "with" : "without", rs, d.r[0].cli_fixed ? "route C's" : "in the record",
            d.r[0].has_size ? "checked" : "not in the record");
 out:
     pscratch_free(&s2);
     pscratch_free(&s1);
 }
 
-int nvrm_desc_pool(int device, struct nvrm_ctx *nc, struct nvrm_pool_desc *out)
+int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool_desc *out)
 {
     int slot = device >= 0 && device < MAX_DEV ? device : 0;
+    fdkind = fdkind != 0;
     pthread_mutex_lock(&d_lock);
-    if (!dstate[slot].pstate) {
-        dstate[slot].pstate = -1;
-        learn_pool(device, nc, slot);
+    if (!dstate[slot].pstate[fdkind]) {
+        dstate[slot].pstate[fdkind] = -1;
+        learn_pool(device, nc, slot, fdkind);
     }
-    int ok = dstate[slot].pstate == 1;
-    if (ok) *out = dstate[slot].p;
+    int ok = dstate[slot].pstate[fdkind] == 1;
+    if (ok) *out = dstate[slot].p[fdkind];
     char why[320];
-    snprintf(why, sizeof why, "%s", dstate[slot].pwhy);
+    snprintf(why, sizeof why, "%s", dstate[slot].pwhy[fdkind]);
     pthread_mutex_unlock(&d_lock);
     if (ok) return 0;
-    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of a pool's chunks could not "
-                                 "be learned on this driver: %s",
-                  why);
+    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of the chunks of a pool %s could "
+                                 "not be learned on this driver: %s",
+                  fdkind ? "with an exportable handle type" : "without handle types", why);
 }

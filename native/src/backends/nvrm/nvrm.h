@@ -278,7 +278,10 @@ GP_HIDDEN int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint
  * on scratch memory of our own, inside a CUDA scope of the device); ENOTSUP
  * with the reason if they could not be learned and confirmed. */
 GP_HIDDEN int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out);
-GP_HIDDEN int nvrm_desc_pool(int device, struct nvrm_ctx *nc, struct nvrm_pool_desc *out);
+/* fdkind: the pool was created with an exportable handle type (learned
+ * separately: CUDA keeps those chunks differently). */
+GP_HIDDEN int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind,
+                             struct nvrm_pool_desc *out);
 
 /* ---- chunk.c ---------------------------------------------------------- */
 /* First address in [lo, hi) that lies in a CUDA allocation, or 0. */

@@ -110,7 +110,8 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
     char st[160];
     pool_statuses(anchor, st, sizeof st);
     struct nvrm_pool_desc d;
-    int rc = nvrm_desc_pool(ctx->device, nc, &d);
+    int rc = nvrm_desc_pool(ctx->device, nc,
+                            (cp->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0, &d);
     if (rc)
         return gp_err_prefix(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s); %s",
                              (unsigned long long)anchor, kind, st, WORKS);
