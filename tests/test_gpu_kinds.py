@@ -324,7 +324,9 @@ class _Alloc:
 
 KINDS = ["pitch", "vmm_fd", "vmm_none_rdma", "vmm_none", "pool_default", "pool_default_offset",
          "pool_fd", "pool_none", "pool_rmm_like"]
-MUST_PIN = {"pitch", "vmm_fd"}
+# On nvrm every kind here pins (route V reads CUDA's own records, learned on
+# scratch memory of its own; measured on the H100, docs/memory-kinds.md).
+MUST_PIN = set(KINDS) if BACKEND == "nvrm" else {"pitch", "vmm_fd"}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -410,7 +412,7 @@ def test_pin_across_two_cumemcreate_chunks_in_one_va_range(cu, gctx, fd):
         try:
             pin = gctx.pin(va + c - PAGE, size=2 * PAGE)
         except errors.GdrError as e:
-            assert fd is False, str(e)   # route V may be refused, with its reason
+            assert fd is False and BACKEND != "nvrm", str(e)   # nvrm: route V pins it
             assert "what works" in str(e), str(e)
             return
         data = bytes(range(256)) * 2
@@ -505,7 +507,7 @@ def test_framework_allocator_memory_pins_or_is_refused_with_reason(lib, mode, en
     assert "PINNED round-trip ok" in out or "REFUSED" in out, out
     if "REFUSED" in out:
         assert "what works" in out or "allocate with" in out, out
-    if (lib, mode) in {("torch", "default"), ("cupy", "default")}:
+    if BACKEND == "nvrm" or (lib, mode) in {("torch", "default"), ("cupy", "default")}:
         assert "PINNED round-trip ok" in out, out
 
 
@@ -564,3 +566,5 @@ def test_rmm_cuda_async_memory_resource_pins_or_is_refused_with_reason(cu, gctx)
     assert "PINNED round-trip ok" in out or "REFUSED" in out, out
     if "REFUSED" in out:
         assert "what works" in out, out
+    if BACKEND == "nvrm":
+        assert "PINNED round-trip ok" in out, out
