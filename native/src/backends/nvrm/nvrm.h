@@ -10,6 +10,12 @@
  *              (ctl fd, version, GPU match, client, device), CPU mappings
  *   routes.c   route A (cuMemCreate -> POSIX fd -> import) and route C
  *              (cuMemAlloc -> IPC handle words -> RM dup) + identity check
+ *   chunk.c    route C pins by GPU page inside CUDA's chunk
+ *   route_v.c  route V per pin: VMM without a handle type, pool memory
+ *   desc.c     reading CUDA's own records of such memory (walks, places,
+ *              candidates, the exactly-one rule)
+ *   learn.c    learning where those records name the RM memory, on scratch
+ *              memory of our own, once per process and device
  *   backend.c  the gp_backend vtable: probe/open/close/pin/unpin/map/unmap
  */
 #ifndef GDRPY_NVRM_H
