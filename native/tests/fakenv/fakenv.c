@@ -384,8 +384,9 @@ static void attr(struct alloc *a, int at, void *out)
         case 11: v = a->va; break;
         case 12: v = a->size; break;
         case 13: v = 1; break;
-        case 14: v = a->vmm ? (uint64_t)a->htypes : a->pool ? (uint64_t)((struct fpool *)a->pool)->htypes
-                                                            : 0;
+        case 14:
+            v = a->vmm ? (uint64_t)a->htypes : a->pool ? (uint64_t)((struct fpool *)a->pool)->htypes
+                                                       : 0;
             break;
         case 17: v = (uint64_t)(uintptr_t)a->pool; break;
         case 15: v = 1; break;
