@@ -22,6 +22,9 @@
 #   COPYLAT_ITERS [300]  APILAT_SAMPLES [1000]  PY_BLOCKS [8]
 #   OPEN [1]         also once per tree: gdrpy_open while 8 threads copy (the old
 #                    build blocks: reported after --open-timeout 2 s)
+#   BUDGET_S [0]     if > 0: start no round that would end the run (builds included)
+#                    after BUDGET_S seconds (at least 2 rounds run); the table says
+#                    how many rounds it has
 #   WORK [/tmp/gdrpy-gpu-run]  where the log and the JSON go
 #
 # Method: the same timing code for both trees (gdrpy_apilat of this tree dlopens
@@ -50,6 +53,7 @@ COPYLAT_ITERS=${COPYLAT_ITERS:-300}
 APILAT_SAMPLES=${APILAT_SAMPLES:-1000}
 PY_BLOCKS=${PY_BLOCKS:-8}
 OPEN=${OPEN:-1}
+BUDGET_S=${BUDGET_S:-0}
 mkdir -p "$WORK"
 log=$WORK/before_after.log
 : > "$log"
@@ -103,12 +107,23 @@ run_tree() {   # round tree dir
     [ -s "$js" ] && echo "COPYLAT_JSON $(tr -d '\n' < "$js")" >> "$log"
 }
 
+done_rounds=0
 for r in $(seq 1 "$ROUNDS"); do
+    if [ "$BUDGET_S" -gt 0 ] && [ "$done_rounds" -ge 2 ]; then
+        now=$(date +%s)
+        per=$(( (now - t_built) / done_rounds + 1 ))
+        reserve=$(( OPEN == 1 ? 8 : 2 ))
+        if [ $((now - t_start + per + reserve)) -gt "$BUDGET_S" ]; then
+            echo "# META stopped=after $done_rounds of $ROUNDS rounds (BUDGET_S=$BUDGET_S, ${per} s per round)" >> "$log"
+            break
+        fi
+    fi
     if [ $((r % 2)) = 1 ]; then order="old new"; else order="new old"; fi
     for which in $order; do
         t=$OLD; [ "$which" = new ] && t=$NEW
         run_tree "$r" "$which" "$t"
     done
+    done_rounds=$r
 done
 t_rounds=$(date +%s)
 if [ "$OPEN" = 1 ]; then
