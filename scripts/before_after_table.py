@@ -12,7 +12,7 @@ line, ``open`` = gdrpy_apilat's open-under-load line) and prints, per row:
   back to back, so slow drift of the machine cancels), with how many rounds
   had new slower than old.
 
-    python3 scripts/before_after_table.py LOG [--json OUT]
+    python3 scripts/before_after_table.py LOG [--json OUT] [--markdown]
 """
 
 from __future__ import annotations
@@ -124,10 +124,23 @@ def table(rows: list) -> str:
     return "\n".join(lines)
 
 
+def markdown(rows: list) -> str:
+    lines = ["| row (ns per call) | old | new | new/old | paired | new slower |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        old = f"{_fmt(r['old_ns'])} ({_fmt(r['old_lo'])}-{_fmt(r['old_hi'])})"
+        new = f"{_fmt(r['new_ns'])} ({_fmt(r['new_lo'])}-{_fmt(r['new_hi'])})"
+        lines.append(f"| {r['row']} | {old} | {new} "
+                     f"| {r['diff_pct']:+.1f}% | {r['paired_pct']:+.1f}% "
+                     f"| {r['new_slower']}/{r['rounds']} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("log")
     ap.add_argument("--json", help="also write the rows as JSON here")
+    ap.add_argument("--markdown", action="store_true", help="a Markdown table instead")
     a = ap.parse_args()
     data, order, opens, meta = parse(a.log)
     rows = summarize(data, order)
@@ -139,7 +152,7 @@ def main() -> int:
     print("old/new: median of the per-round medians [lowest..highest round median]; "
           "new/old: of those medians; paired: median over rounds of (new-old)/old within "
           "a round; slower: rounds where new > old")
-    print(table(rows))
+    print(markdown(rows) if a.markdown else table(rows))
     for tree in ("old", "new"):
         if tree in opens:
             print(f"{tree}: {opens[tree]}")
