@@ -25,11 +25,13 @@ import sys
 from collections import defaultdict
 
 _APILAT_ROW = re.compile(
-    r"^(gdrpy_write|gdrpy_read|copy_to_mapping \(kernel\)|gdr_copy_to_mapping|"
+    r"^(gdrpy_write|gdrpy_read|copy_to_mapping \((?:kernel|gdr map)\)|gdr_copy_to_mapping|"
     r"gdr_copy_from_mapping)\s+(\d+)\s+\d+\s+([\d.]+)\s+([\d.]+)\s*$")
 _COPYLAT_OPS = {"to_mapping": "copylat to_mapping", "from_mapping": "copylat from_mapping",
                 "gdrpy_memcpy_htod": "copylat memcpy_htod (ce)",
-                "gdrpy_memcpy_dtoh": "copylat memcpy_dtoh (ce)"}
+                "gdrpy_memcpy_dtoh": "copylat memcpy_dtoh (ce)",
+                "cuMemcpyHtoD": "copylat memcpy_htod (ce)",
+                "cuMemcpyDtoH": "copylat memcpy_dtoh (ce)"}
 
 
 def _size(n: int) -> str:
