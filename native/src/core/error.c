@@ -7,8 +7,14 @@
 #include "internal.h"
 
 /* Room for the longest message we build (open's per-backend reasons plus advice); a
- * longer one ends in "..." instead of stopping mid-word. */
+ * longer one ends in "..." instead of stopping mid-word.  This buffer is most of
+ * the thread-local block of libgdrpy.so.0 and libgdrapi.so.2 (2136 bytes), more
+ * than glibc's optional static TLS (512 bytes) for a dlopen'ed library, so there
+ * its TLS is reached through the dynamic TLS descriptor.  Overridable
+ * (CPPFLAGS=-DGP_MSG_LEN=256) to measure what that costs a copy. */
+#ifndef GP_MSG_LEN
 #define GP_MSG_LEN 2048
+#endif
 
 static __thread char tls_msg[GP_MSG_LEN];
 
