@@ -17,6 +17,9 @@
 
 #include "check.h"
 
+/* internal (staging.c), linked from libgdrpy.a */
+uint64_t gp_stage_schedule(size_t n, size_t slot, uint64_t j, size_t *off, size_t *len);
+
 #define KIB 1024u
 #define MIB (1024u * 1024u)
 #define DEV_BYTES (12u * MIB)
@@ -80,6 +83,51 @@ static int one_shape(struct dev *v, size_t chunk, unsigned depth, unsigned threa
     }
     free(src);
     free(dst);
+    return 0;
+}
+
+/* The chunk schedule covers every message exactly: contiguous chunks of 1..slot
+ * bytes; from 1 MiB up at least 3 chunks with a first and last chunk of at most
+ * 256 KiB (the pipeline fills and drains with a small chunk). */
+static int schedule_covers_every_size_in_small_ends(void)
+{
+    static const size_t slots[] = {64 * KIB, 128 * KIB, 256 * KIB, MIB, 2 * MIB, 4 * MIB,
+                                   64 * MIB};
+    size_t sizes_[400];
+    size_t ns = 0;
+    for (size_t b = 1; b <= 512 * MIB; b *= 2) {
+        sizes_[ns++] = b - 1 ? b - 1 : 1;
+        sizes_[ns++] = b;
+        sizes_[ns++] = b + 1;
+        sizes_[ns++] = b * 3 + 4095;
+    }
+    /* ramp boundaries 2F(2^R - 1) for F = 32K..256K */
+    for (size_t F = 32 * KIB; F <= 256 * KIB; F *= 2)
+        for (unsigned R = 1; R < 12; R++) {
+            size_t x = 2 * F * (((size_t)1 << R) - 1);
+            sizes_[ns++] = x - 1;
+            sizes_[ns++] = x;
+            sizes_[ns++] = x + 1;
+        }
+    for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
+        for (size_t i = 0; i < ns; i++) {
+            size_t n = sizes_[i], S = slots[si], off = 0, len = 0, pos = 0;
+            uint64_t nch = gp_stage_schedule(n, S, 0, &off, &len);
+            CHECK(nch >= 1);
+            for (uint64_t j = 0; j < nch; j++) {
+                CHECK(gp_stage_schedule(n, S, j, &off, &len) == nch);
+                if (off != pos || len < 1 || len > S) {
+                    fprintf(stderr, "n %zu slot %zu chunk %llu/%llu: off %zu len %zu pos %zu\n",
+                            n, S, (unsigned long long)j, (unsigned long long)nch, off, len, pos);
+                    CHECK(0);
+                }
+                if (n >= MIB && (j == 0 || j == nch - 1)) CHECK(len <= 256 * KIB);
+                pos += len;
+            }
+            CHECK(pos == n);
+            if (n >= MIB) CHECK(nch >= 3);
+        }
+    }
     return 0;
 }
 
@@ -211,6 +259,7 @@ static int host_table_accepts_only_what_it_handed_out(void)
 
 int main(void)
 {
+    RUN(schedule_covers_every_size_in_small_ends);
     RUN(staged_copies_are_exact_for_every_ring_shape);
     RUN(staged_copies_are_exact_with_a_slow_copy_engine);
     RUN(threads_staging_through_one_context_do_not_mix_bytes);

@@ -47,9 +47,9 @@
 #define ST_MAX_THREADS 16
 #define ST_MIN_CHUNK (64u << 10)
 #define ST_MAX_CHUNK (64u << 20)
-#define ST_SMALL_CHUNK (128u << 10) /* smallest chunk a short message is cut into */
-#define ST_MIN_PART (256u << 10)    /* smallest per-thread share of a chunk */
-#define ST_SPIN_S 200e-6            /* a worker spins this long before sleeping */
+#define ST_FIRST_MIN (32u << 10)  /* smallest first (and last) chunk of a message */
+#define ST_FIRST_MAX (256u << 10) /* largest first (and last) chunk of a message */
+#define ST_SPIN_S 500e-6          /* a worker spins this long before sleeping */
 #define SIM_QUEUE 64
 
 static double now_s(void)
@@ -68,37 +68,175 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* ---- the schedule: how a message is cut into chunks ------------------- */
+
+/* A message of n bytes is cut into a ramp up (F, 2F, 4F, ... < S), a middle
+ * of equal chunks of at most S (the slot size) and the mirrored ramp down,
+ * so that the pipeline fills with a small chunk (the DMA starts after F
+ * bytes are copied, not after S) and drains with a small one; every message
+ * of more than a few F is cut into several chunks.  F = n / 8, rounded to
+ * 4 KiB, in [ST_FIRST_MIN, ST_FIRST_MAX] and at most S. */
+typedef struct st_sched {
+    size_t F, mid_off, mid_n, U;
+    unsigned R;
+    uint64_t m, nch;
+} st_sched;
+
+static void sched_make(st_sched *s, size_t n, size_t S)
+{
+    size_t F = gp_round_up(n / 8, 4096);
+    if (F < ST_FIRST_MIN) F = ST_FIRST_MIN;
+    if (F > ST_FIRST_MAX) F = ST_FIRST_MAX;
+    if (F > S) F = S;
+    unsigned R = 0;
+    while (R < 20 && (F << R) < S && 2 * F * (((size_t)2 << R) - 1) <= n) R++;
+    size_t ramp = F * (((size_t)1 << R) - 1);
+    s->F = F;
+    s->R = R;
+    s->mid_off = ramp;
+    s->mid_n = n - 2 * ramp;
+    s->m = s->mid_n ? (s->mid_n + S - 1) / S : 0;
+    s->U = s->m ? gp_round_up((s->mid_n + s->m - 1) / s->m, 4096) : 0;
+    if (s->U > S) s->U = S; /* cannot happen: S is a multiple of 4096 */
+    s->nch = 2 * (uint64_t)R + s->m;
+}
+
+/* Offset and length of chunk j (j < nch); every length is in [1, S]. */
+static void sched_chunk(const st_sched *s, uint64_t j, size_t *off, size_t *len)
+{
+    if (j < s->R) {
+        *off = s->F * (((size_t)1 << j) - 1);
+        *len = s->F << j;
+    } else if (j < s->R + s->m) {
+        size_t i = (size_t)(j - s->R);
+        *off = s->mid_off + i * s->U;
+        *len = s->mid_n - i * s->U < s->U ? s->mid_n - i * s->U : s->U;
+    } else {
+        unsigned i = (unsigned)(j - s->R - s->m);
+        *off = s->mid_off + s->mid_n + s->F * (((size_t)1 << s->R) - ((size_t)1 << (s->R - i)));
+        *len = s->F << (s->R - 1 - i);
+    }
+}
+
+uint64_t gp_stage_schedule(size_t n, size_t slot, uint64_t j, size_t *off, size_t *len)
+{
+    st_sched s;
+    sched_make(&s, n, slot);
+    if (j < s.nch) sched_chunk(&s, j, off, len);
+    return s.nch;
+}
+
+/* ---- one staged copy as a stream of pieces ---------------------------- */
+
+/* Chunk j lives in ring slot (start + j) % depth and is split into `ppc`
+ * pieces; piece g is piece g % ppc of chunk g / ppc.  The CPU side of a copy
+ * is the pieces, claimed in order by the caller and the pool's workers:
+ * a thread copies piece g once g < avail (its slot is free for a write, its
+ * DMA has landed for a read) and counts it in slotdone[slot].  The caller
+ * alone talks to the engine: it raises avail as slots free up or DMAs land,
+ * enqueues the DMA of a chunk whose pieces are all counted (write) and
+ * refills a slot whose pieces are all copied out (read), and copies pieces
+ * itself when it has nothing else to do.  No thread waits for another at a
+ * chunk boundary, so the copies of chunk i+1 run while chunk i's DMA is
+ * enqueued and moving. */
+typedef struct st_job {
+    int dir; /* 0: host -> ring (write), 1: ring -> host (read) */
+    char *host;
+    char *ring;
+    size_t slot_bytes;
+    unsigned depth, start, ppc;
+    uint64_t total; /* pieces */
+    st_sched sc;
+    char pad0[64];
+    uint64_t next; /* next piece to claim (atomic) */
+    char pad1[64];
+    uint64_t avail; /* pieces < avail may be copied (atomic) */
+    char pad2[64];
+    int abort; /* atomic */
+    char pad3[64];
+    unsigned slotdone[ST_MAX_DEPTH]; /* atomic */
+    char pad4[64];
+} st_job;
+
+static inline unsigned job_slot(const st_job *j, uint64_t ci)
+{
+    return (unsigned)((j->start + ci) % j->depth);
+}
+
+static void piece_do(st_job *j, uint64_t g)
+{
+    uint64_t ci = g / j->ppc;
+    size_t p = (size_t)(g % j->ppc);
+    size_t off, len;
+    sched_chunk(&j->sc, ci, &off, &len);
+    size_t part = gp_round_up((len + j->ppc - 1) / j->ppc, 64);
+    size_t po = p * part;
+    unsigned k = job_slot(j, ci);
+    if (po < len) {
+        size_t pl = len - po < part ? len - po : part;
+        char *slot = j->ring + (size_t)k * j->slot_bytes + po;
+        char *h = j->host + off + po;
+        if (j->dir == 0) memcpy(slot, h, pl);
+        else memcpy(h, slot, pl);
+    }
+    __atomic_add_fetch(&j->slotdone[k], 1, __ATOMIC_RELEASE);
+}
+
+/* Worker: claims pieces until none are left (or the copy is aborted). */
+static void job_work(st_job *j)
+{
+    for (;;) {
+        uint64_t g = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (g >= j->total) return;
+        while (g >= __atomic_load_n(&j->avail, __ATOMIC_ACQUIRE)) {
+            if (__atomic_load_n(&j->abort, __ATOMIC_ACQUIRE)) return;
+            cpu_relax();
+        }
+        piece_do(j, g);
+    }
+}
+
+/* Caller: copies one piece if one is free to copy now; never waits. */
+static int job_try_piece(st_job *j)
+{
+    uint64_t g = __atomic_load_n(&j->next, __ATOMIC_RELAXED);
+    if (g >= j->total || g >= __atomic_load_n(&j->avail, __ATOMIC_ACQUIRE)) return 0;
+    if (!__atomic_compare_exchange_n(&j->next, &g, g + 1, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return 1; /* another thread took it: look again */
+    piece_do(j, g);
+    return 1;
+}
+
 /* ---- memcpy worker pool ------------------------------------------------ */
 
-typedef struct st_worker {
-    pthread_t th;
-    struct st_pool *pool;
-    unsigned seq;  /* jobs posted (atomic) */
-    unsigned done; /* jobs finished (atomic) */
-    char *d;
-    const char *s;
-    size_t n;
-} st_worker;
-
+/* Workers spin for `spin_s` after a copy (a copy that follows soon finds
+ * them awake: a futex wake-up costs tens of microseconds in a VM), then
+ * sleep on a condition variable.  The caller never waits for a worker to
+ * wake: it starts on the pieces itself and the workers join as they come. */
 typedef struct st_pool {
     unsigned n; /* workers (threads - 1) */
+    pthread_t th[ST_MAX_THREADS];
     pthread_mutex_t m;
     pthread_cond_t cv;
+    double spin_s;
     unsigned sleepers; /* atomic */
     int quit;          /* atomic */
-    st_worker w[ST_MAX_THREADS];
+    unsigned gen;      /* copies started (atomic) */
+    int open;          /* a copy is running: workers may join (atomic) */
+    unsigned active;   /* workers inside the copy (atomic) */
+    st_job *job;
 } st_pool;
 
 static void *worker_main(void *arg)
 {
-    st_worker *w = arg;
-    st_pool *p = w->pool;
+    st_pool *p = arg;
+    unsigned seen = 0;
     for (;;) {
-        unsigned seen = __atomic_load_n(&w->done, __ATOMIC_RELAXED);
         int got = 0;
-        double t_end = now_s() + ST_SPIN_S;
+        double t_end = now_s() + p->spin_s;
         for (unsigned i = 1;; i++) {
-            if (__atomic_load_n(&w->seq, __ATOMIC_ACQUIRE) != seen ||
+            if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen ||
                 __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) {
                 got = 1;
                 break;
@@ -109,30 +247,39 @@ static void *worker_main(void *arg)
         if (!got) {
             pthread_mutex_lock(&p->m);
             __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
-            while (__atomic_load_n(&w->seq, __ATOMIC_SEQ_CST) == seen &&
+            while (__atomic_load_n(&p->gen, __ATOMIC_SEQ_CST) == seen &&
                    !__atomic_load_n(&p->quit, __ATOMIC_SEQ_CST))
                 pthread_cond_wait(&p->cv, &p->m);
             __atomic_sub_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
             pthread_mutex_unlock(&p->m);
         }
         if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) return NULL;
-        unsigned seq = __atomic_load_n(&w->seq, __ATOMIC_ACQUIRE);
-        if (w->n) memcpy(w->d, w->s, w->n);
-        __atomic_store_n(&w->done, seq, __ATOMIC_RELEASE);
+        seen = __atomic_load_n(&p->gen, __ATOMIC_SEQ_CST);
+        /* join only while the copy is open; the caller closes it and then
+         * waits for `active` to drop to 0 (both sides sequentially consistent) */
+        __atomic_add_fetch(&p->active, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&p->open, __ATOMIC_SEQ_CST)) job_work(p->job);
+        __atomic_sub_fetch(&p->active, 1, __ATOMIC_SEQ_CST);
     }
 }
 
-static int pool_start(st_pool *p, unsigned workers)
+static void pool_start(st_pool *p, unsigned workers, st_job *job)
 {
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->m, NULL);
     pthread_cond_init(&p->cv, NULL);
-    for (unsigned i = 0; i < workers; i++) {
-        p->w[i].pool = p;
-        if (pthread_create(&p->w[i].th, NULL, worker_main, &p->w[i]) != 0) break;
+    p->job = job;
+    p->spin_s = ST_SPIN_S;
+    const char *e = getenv("GDRPY_STAGING_SPIN_US");
+    if (e && *e) {
+        double us = strtod(e, NULL);
+        if (us >= 0 && us <= 1e6) p->spin_s = us * 1e-6;
+    }
+    for (unsigned i = 0; i < workers && i < ST_MAX_THREADS; i++) {
+        if (pthread_create(&p->th[i], NULL, worker_main, p) != 0) break;
         p->n++;
     }
-    return 0; /* fewer workers than asked for only slows the copies */
+    /* fewer workers than asked for only slows the copies */
 }
 
 static void pool_stop(st_pool *p)
@@ -141,48 +288,32 @@ static void pool_stop(st_pool *p)
     __atomic_store_n(&p->quit, 1, __ATOMIC_SEQ_CST);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->m);
-    for (unsigned i = 0; i < p->n; i++) pthread_join(p->w[i].th, NULL);
+    for (unsigned i = 0; i < p->n; i++) pthread_join(p->th[i], NULL);
     p->n = 0;
     pthread_mutex_destroy(&p->m);
     pthread_cond_destroy(&p->cv);
 }
 
-/* memcpy of n bytes split over up to `threads` threads (the caller is one). */
-static void par_memcpy(st_pool *p, unsigned threads, void *dst, const void *src, size_t n)
+/* Opens the copy described by p->job (fields set) to the workers. */
+static void pool_open(st_pool *p)
 {
-    unsigned t = threads;
-    if (t > p->n + 1) t = p->n + 1;
-    if (t > n / ST_MIN_PART) t = (unsigned)(n / ST_MIN_PART);
-    if (t <= 1) {
-        memcpy(dst, src, n);
-        return;
-    }
-    size_t part = gp_round_up((n + t - 1) / t, 4096);
-    char *d = dst;
-    const char *s = src;
-    unsigned used = 0;
-    for (unsigned i = 1; i < t; i++) {
-        size_t off = (size_t)i * part;
-        if (off >= n) break;
-        st_worker *w = &p->w[i - 1];
-        w->d = d + off;
-        w->s = s + off;
-        w->n = n - off < part ? n - off : part;
-        __atomic_add_fetch(&w->seq, 1, __ATOMIC_SEQ_CST);
-        used = i;
-    }
+    __atomic_store_n(&p->open, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&p->gen, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST)) {
         pthread_mutex_lock(&p->m);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->m);
     }
-    memcpy(d, s, n < part ? n : part);
-    for (unsigned i = 1; i <= used; i++) {
-        st_worker *w = &p->w[i - 1];
-        unsigned want = __atomic_load_n(&w->seq, __ATOMIC_RELAXED);
-        while (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) != want) cpu_relax();
-    }
 }
+
+/* Closes the copy: no worker touches the job (or the caller's memory)
+ * after this returns. */
+static void pool_close(st_pool *p)
+{
+    __atomic_store_n(&p->open, 0, __ATOMIC_SEQ_CST);
+    while (__atomic_load_n(&p->active, __ATOMIC_SEQ_CST)) cpu_relax();
+}
+
 
 /* ---- sim copy-engine stand-in ----------------------------------------- */
 
@@ -272,6 +403,14 @@ static uint64_t sim_ce_mark(sim_ce *e)
     return s;
 }
 
+static int sim_ce_done(sim_ce *e, uint64_t seq)
+{
+    pthread_mutex_lock(&e->m);
+    int done = e->completed >= seq;
+    pthread_mutex_unlock(&e->m);
+    return done;
+}
+
 static void sim_ce_wait(sim_ce *e, uint64_t seq)
 {
     pthread_mutex_lock(&e->m);
@@ -303,6 +442,7 @@ typedef struct gp_stage {
     uint64_t sim_ev[ST_MAX_DEPTH];
     st_pool pool;
     int pool_on;
+    st_job job; /* the copy in progress (under op_lock) */
     int warned;
 } gp_stage;
 
@@ -360,6 +500,8 @@ static void st_pop(void)
 }
 
 static void eng_wait(gp_stage *st, unsigned k);
+static int eng_query(gp_stage *st, unsigned k);
+static int wait_all_spin(gp_stage *st, int rc);
 
 /* With op_lock held: tears the ring down (waits for its DMAs first). */
 static void ring_free(gp_stage *st)
@@ -425,7 +567,8 @@ static int ring_build(gp_stage *st, gp_ctx *c)
         int rc = gp_cuda_load(NULL, 0);
         if (rc) return rc;
         if (!gp_cu.MemHostAlloc || !gp_cu.MemFreeHost || !gp_cu.EventCreate ||
-            !gp_cu.EventDestroy || !gp_cu.EventRecord || !gp_cu.EventSynchronize)
+            !gp_cu.EventDestroy || !gp_cu.EventRecord || !gp_cu.EventSynchronize ||
+            !gp_cu.EventQuery)
             return gp_err(GDRPY_ENOTSUP, "staging: libcuda lacks host allocation or events");
         CUdevice d;
         CUresult r = gp_cu.DeviceGet(&d, c->device);
@@ -455,7 +598,7 @@ static int ring_build(gp_stage *st, gp_ctx *c)
         }
     }
     if (st->threads > 1) {
-        pool_start(&st->pool, st->threads - 1);
+        pool_start(&st->pool, st->threads - 1, &st->job);
         st->pool_on = 1;
     }
     st->ready = 1;
@@ -511,95 +654,165 @@ static void eng_wait(gp_stage *st, unsigned k)
     st->pending[k] = 0;
 }
 
-static int eng_wait_checked(gp_stage *st, unsigned k)
-{
-    if (!st->pending[k]) return 0;
-    st->pending[k] = 0;
-    if (st->sim) {
-        sim_ce_wait(st->sce, st->sim_ev[k]);
-        return 0;
-    }
-    CUresult r = gp_cu.EventSynchronize(st->ev[k]);
-    if (r) return gp_cuda_err(0, r, "cuEventSynchronize", "staged copy");
-    return 0;
-}
-
 static void wait_all(gp_stage *st)
 {
     for (unsigned k = 0; k < st->ring_depth; k++) eng_wait(st, k);
 }
 
+/* 1: slot k has no DMA in flight; 0: it has; -code on an error (the slot is
+ * then treated as idle). */
+static int eng_query(gp_stage *st, unsigned k)
+{
+    if (!st->pending[k]) return 1;
+    if (st->sim) {
+        if (!sim_ce_done(st->sce, st->sim_ev[k])) return 0;
+    } else {
+        CUresult r = gp_cu.EventQuery(st->ev[k]);
+        if (r == CUDA_ERROR_NOT_READY) return 0;
+        if (r) {
+            st->pending[k] = 0;
+            return -gp_cuda_err(0, r, "cuEventQuery", "staged copy");
+        }
+    }
+    st->pending[k] = 0;
+    return 1;
+}
+
+/* Waits for every slot by polling (the end of a pipelined copy is a few
+ * microseconds away; a blocking wait could sleep past it).  Returns rc, or
+ * the first error seen when rc is 0; on an error it still waits for all. */
+static int wait_all_spin(gp_stage *st, int rc)
+{
+    for (unsigned k = 0; k < st->ring_depth; k++) {
+        int q;
+        while ((q = eng_query(st, k)) == 0) cpu_relax();
+        if (q < 0) {
+            if (!rc) rc = -q;
+            wait_all(st);
+        }
+    }
+    return rc;
+}
+
 /* ---- the pipelines ----------------------------------------------------- */
 
-static size_t eff_chunk(const gp_stage *st, size_t n)
+static void job_setup(gp_stage *st, int dir, char *host, size_t n)
 {
-    size_t c = st->ring_chunk;
-    if (n >= c * st->ring_depth) return c;
-    size_t e = gp_round_up((n + st->ring_depth - 1) / st->ring_depth, 64u << 10);
-    if (e < ST_SMALL_CHUNK) e = ST_SMALL_CHUNK;
-    return e < c ? e : c;
+    st_job *j = &st->job;
+    j->dir = dir;
+    j->host = host;
+    j->ring = st->ring;
+    j->slot_bytes = st->ring_chunk;
+    j->depth = st->ring_depth;
+    j->start = st->next;
+    unsigned t = st->pool_on ? st->pool.n + 1 : 1;
+    j->ppc = t > 1 ? 2 * t : 1; /* smaller pieces balance the caller's engine work */
+    sched_make(&j->sc, n, st->ring_chunk);
+    j->total = j->sc.nch * j->ppc;
+    __atomic_store_n(&j->next, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&j->avail, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&j->abort, 0, __ATOMIC_RELAXED);
+    for (unsigned k = 0; k < ST_MAX_DEPTH; k++)
+        __atomic_store_n(&j->slotdone[k], 0, __ATOMIC_RELAXED);
+    if (st->pool_on) pool_open(&st->pool);
+}
+
+static void job_end(gp_stage *st, int rc)
+{
+    st_job *j = &st->job;
+    if (rc) __atomic_store_n(&j->abort, 1, __ATOMIC_SEQ_CST);
+    if (st->pool_on) pool_close(&st->pool);
+    st->next = (unsigned)((st->next + j->sc.nch) % st->ring_depth);
+}
+
+/* Opens chunk `ci` to the copying threads (its slot is free / filled). */
+static void job_avail(st_job *j, uint64_t ci)
+{
+    __atomic_store_n(&j->slotdone[job_slot(j, ci)], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&j->avail, (ci + 1) * j->ppc, __ATOMIC_RELEASE);
+}
+
+static int job_chunk_done(const st_job *j, uint64_t ci)
+{
+    return __atomic_load_n(&j->slotdone[job_slot(j, ci)], __ATOMIC_ACQUIRE) == j->ppc;
 }
 
 static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CUstream s,
                       int async)
 {
-    size_t eff = eff_chunk(st, n);
-    size_t nch = (n + eff - 1) / eff;
-    unsigned depth = st->ring_depth;
+    job_setup(st, 0, (char *)src, n);
+    st_job *j = &st->job;
+    uint64_t nch = j->sc.nch, opened = 0, submitted = 0;
     int rc = 0;
-    for (size_t i = 0; i < nch && !rc; i++) {
-        unsigned k = (unsigned)((st->next + i) % depth);
-        rc = eng_wait_checked(st, k);
-        if (rc) break;
-        size_t off = i * eff;
-        size_t len = n - off < eff ? n - off : eff;
-        char *slot = st->ring + (size_t)k * st->ring_chunk;
-        par_memcpy(&st->pool, st->threads, slot, src + off, len);
-        rc = eng_copy(st, 0, dptr + off, slot, len, s);
-        if (!rc) rc = eng_record(st, k, s);
+    while (submitted < nch && !rc) {
+        int progress = 0;
+        /* open chunks whose slot's previous DMA has finished */
+        while (opened < nch && opened - submitted < j->depth) {
+            int q = eng_query(st, job_slot(j, opened));
+            if (q < 0) rc = -q;
+            if (q <= 0) break;
+            job_avail(j, opened++);
+            progress = 1;
+        }
+        /* enqueue the DMA of every chunk copied in, in order */
+        while (!rc && submitted < opened && job_chunk_done(j, submitted)) {
+            unsigned k = job_slot(j, submitted);
+            size_t off, len;
+            sched_chunk(&j->sc, submitted, &off, &len);
+            rc = eng_copy(st, 0, dptr + off, st->ring + (size_t)k * st->ring_chunk, len, s);
+            if (!rc) rc = eng_record(st, k, s);
+            submitted++;
+            progress = 1;
+        }
+        if (!rc && !progress && !job_try_piece(j)) cpu_relax();
     }
-    st->next = (unsigned)((st->next + nch) % depth);
-    if (rc || !async || st->sim) wait_all(st);
+    job_end(st, rc);
+    if (rc || !async || st->sim) rc = wait_all_spin(st, rc);
     return rc;
 }
 
 static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream s)
 {
-    size_t eff = eff_chunk(st, n);
-    size_t nch = (n + eff - 1) / eff;
-    unsigned depth = st->ring_depth;
+    job_setup(st, 1, dst, n);
+    st_job *j = &st->job;
+    uint64_t nch = j->sc.nch, issued = 0, ready = 0, freed = 0;
     int rc = 0;
-    size_t issued = 0;
-    /* prime: the first `depth` chunks */
-    for (; issued < nch && issued < depth && !rc; issued++) {
-        unsigned k = (unsigned)((st->next + issued) % depth);
-        rc = eng_wait_checked(st, k);
-        if (rc) break;
-        size_t off = issued * eff;
-        size_t len = n - off < eff ? n - off : eff;
-        rc = eng_copy(st, 1, dptr + off, st->ring + (size_t)k * st->ring_chunk, len, s);
-        if (!rc) rc = eng_record(st, k, s);
-    }
-    for (size_t i = 0; i < nch && !rc; i++) {
-        unsigned k = (unsigned)((st->next + i) % depth);
-        rc = eng_wait_checked(st, k);
-        if (rc) break;
-        size_t off = i * eff;
-        size_t len = n - off < eff ? n - off : eff;
-        char *slot = st->ring + (size_t)k * st->ring_chunk;
-        par_memcpy(&st->pool, st->threads, dst + off, slot, len);
-        if (issued < nch) {
-            size_t off2 = issued * eff;
-            size_t len2 = n - off2 < eff ? n - off2 : eff;
-            rc = eng_copy(st, 1, dptr + off2, slot, len2, s);
+    while (freed < nch && !rc) {
+        int progress = 0;
+        /* enqueue DMAs into free slots (a slot may still be busy with an
+         * earlier asynchronous write) */
+        while (issued < nch && issued - freed < j->depth) {
+            unsigned k = job_slot(j, issued);
+            int q = eng_query(st, k);
+            if (q < 0) rc = -q;
+            if (q <= 0) break;
+            size_t off, len;
+            sched_chunk(&j->sc, issued, &off, &len);
+            rc = eng_copy(st, 1, dptr + off, st->ring + (size_t)k * st->ring_chunk, len, s);
             if (!rc) rc = eng_record(st, k, s);
             issued++;
+            progress = 1;
+            if (rc) break;
         }
+        /* chunks whose DMA has landed may be copied out */
+        while (!rc && ready < issued) {
+            int q = eng_query(st, job_slot(j, ready));
+            if (q < 0) rc = -q;
+            if (q <= 0) break;
+            job_avail(j, ready++);
+            progress = 1;
+        }
+        /* chunks copied out free their slot */
+        while (!rc && freed < ready && job_chunk_done(j, freed)) {
+            freed++;
+            progress = 1;
+        }
+        if (!rc && !progress && !job_try_piece(j)) cpu_relax();
     }
-    st->next = (unsigned)((st->next + nch) % depth);
-    wait_all(st);
-    return rc;
+    job_end(st, rc);
+    return wait_all_spin(st, rc);
 }
+
 
 /* A stream usable with the ring's events: none, the special handles, or a
  * stream of the primary context. */
