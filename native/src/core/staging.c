@@ -32,6 +32,7 @@
  * pin's in-flight count (gp_copy_begin) for its whole duration.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -66,6 +67,14 @@ static inline void cpu_relax(void)
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield" ::: "memory");
 #endif
+}
+
+/* A waiting loop's step: pause, and after a while give the CPU away (more
+ * threads than CPUs must not starve the thread that is being waited for). */
+static inline void relax_step(unsigned *i)
+{
+    if (++*i > 256) sched_yield();
+    else cpu_relax();
 }
 
 /* ---- the schedule: how a message is cut into chunks ------------------- */
@@ -188,9 +197,10 @@ static void job_work(st_job *j)
     for (;;) {
         uint64_t g = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
         if (g >= j->total) return;
+        unsigned spins = 0;
         while (g >= __atomic_load_n(&j->avail, __ATOMIC_ACQUIRE)) {
             if (__atomic_load_n(&j->abort, __ATOMIC_ACQUIRE)) return;
-            cpu_relax();
+            relax_step(&spins);
         }
         piece_do(j, g);
     }
@@ -241,7 +251,8 @@ static void *worker_main(void *arg)
                 got = 1;
                 break;
             }
-            cpu_relax();
+            if (i > 256) sched_yield();
+            else cpu_relax();
             if ((i & 63) == 0 && now_s() > t_end) break;
         }
         if (!got) {
@@ -311,7 +322,8 @@ static void pool_open(st_pool *p)
 static void pool_close(st_pool *p)
 {
     __atomic_store_n(&p->open, 0, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&p->active, __ATOMIC_SEQ_CST)) cpu_relax();
+    unsigned spins = 0;
+    while (__atomic_load_n(&p->active, __ATOMIC_SEQ_CST)) relax_step(&spins);
 }
 
 
@@ -685,7 +697,8 @@ static int wait_all_spin(gp_stage *st, int rc)
 {
     for (unsigned k = 0; k < st->ring_depth; k++) {
         int q;
-        while ((q = eng_query(st, k)) == 0) cpu_relax();
+        unsigned spins = 0;
+        while ((q = eng_query(st, k)) == 0) relax_step(&spins);
         if (q < 0) {
             if (!rc) rc = -q;
             wait_all(st);
@@ -743,6 +756,7 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
     job_setup(st, 0, (char *)src, n);
     st_job *j = &st->job;
     uint64_t nch = j->sc.nch, opened = 0, submitted = 0;
+    unsigned spins = 0;
     int rc = 0;
     while (submitted < nch && !rc) {
         int progress = 0;
@@ -764,7 +778,8 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
             submitted++;
             progress = 1;
         }
-        if (!rc && !progress && !job_try_piece(j)) cpu_relax();
+        if (progress) spins = 0;
+        else if (!rc && !job_try_piece(j)) relax_step(&spins);
     }
     job_end(st, rc);
     if (rc || !async || st->sim) rc = wait_all_spin(st, rc);
@@ -776,6 +791,7 @@ static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream 
     job_setup(st, 1, dst, n);
     st_job *j = &st->job;
     uint64_t nch = j->sc.nch, issued = 0, ready = 0, freed = 0;
+    unsigned spins = 0;
     int rc = 0;
     while (freed < nch && !rc) {
         int progress = 0;
@@ -807,7 +823,8 @@ static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream 
             freed++;
             progress = 1;
         }
-        if (!rc && !progress && !job_try_piece(j)) cpu_relax();
+        if (progress) spins = 0;
+        else if (!rc && !job_try_piece(j)) relax_step(&spins);
     }
     job_end(st, rc);
     return wait_all_spin(st, rc);
