@@ -2,16 +2,19 @@
  * staging.c - copy-engine copies from/to pageable host memory through a
  * per-context ring of page-locked chunks (gdrpy_host.h).
  *
- * Pipeline.  A copy of n bytes is cut into chunks of `eff` bytes (the
- * configured chunk, smaller for messages under chunk * depth so that even
- * they overlap).  Slot k of the ring is chunk i with k = (start + i) % depth.
- *   write (h2d): wait until slot k's previous DMA is done (its event), copy
- *     chunk i into it with the CPU (split over `threads` threads), enqueue the
- *     DMA slot -> device and record slot k's event.  The CPU copy of chunk
- *     i+1 runs while the engine moves chunk i.
- *   read (d2h): enqueue the DMAs of the first `depth` chunks; then for each
- *     chunk wait for its event, copy it out with the CPU and enqueue the DMA
- *     of chunk i+depth into the slot just emptied.
+ * Pipeline.  A copy of n bytes is cut into chunks by sched_make (a ramp up
+ * from a small first chunk, equal middle chunks of at most the slot size, a
+ * ramp down); chunk i lives in slot (start + i) % depth.  Each chunk is split
+ * into pieces that the caller and the pool's workers claim in order (see
+ * st_job), so the CPU copies of chunk i+1 run while chunk i is moved.
+ *   write (h2d): a chunk's pieces may be copied in once its slot's previous
+ *     DMA is done (event); when all are, the caller enqueues the DMA slot ->
+ *     device and records the slot's event.
+ *   read (d2h): the caller enqueues DMAs into free slots; a chunk's pieces
+ *     may be copied out once its event has fired; when all are, the slot is
+ *     free for the DMA of a later chunk.
+ * Only the caller talks to the engine (events are polled, never waited on
+ * while there is CPU work).
  * Without a stream the DMAs run on the legacy default stream of the device's
  * primary context and the call returns when everything has landed.  With a
  * stream they run on it (ordered after its earlier work); a write returns
@@ -50,6 +53,7 @@
 #define ST_MAX_CHUNK (64u << 20)
 #define ST_FIRST_MIN (32u << 10)  /* smallest first (and last) chunk of a message */
 #define ST_FIRST_MAX (256u << 10) /* largest first (and last) chunk of a message */
+#define ST_POOL_MIN (256u << 10)  /* smaller messages are copied by the caller alone */
 #define ST_SPIN_S 500e-6          /* a worker spins this long before sleeping */
 #define SIM_QUEUE 64
 
@@ -154,6 +158,7 @@ typedef struct st_job {
     char *ring;
     size_t slot_bytes;
     unsigned depth, start, ppc;
+    int pooled;     /* the pool's workers take part */
     uint64_t total; /* pieces */
     st_sched sc;
     char pad0[64];
@@ -718,7 +723,10 @@ static void job_setup(gp_stage *st, int dir, char *host, size_t n)
     j->slot_bytes = st->ring_chunk;
     j->depth = st->ring_depth;
     j->start = st->next;
-    unsigned t = st->pool_on ? st->pool.n + 1 : 1;
+    /* a short message is copied by the caller alone: waking workers would
+     * cost more than they save */
+    j->pooled = st->pool_on && n >= ST_POOL_MIN;
+    unsigned t = j->pooled ? st->pool.n + 1 : 1;
     j->ppc = t > 1 ? 2 * t : 1; /* smaller pieces balance the caller's engine work */
     sched_make(&j->sc, n, st->ring_chunk);
     j->total = j->sc.nch * j->ppc;
@@ -727,14 +735,14 @@ static void job_setup(gp_stage *st, int dir, char *host, size_t n)
     __atomic_store_n(&j->abort, 0, __ATOMIC_RELAXED);
     for (unsigned k = 0; k < ST_MAX_DEPTH; k++)
         __atomic_store_n(&j->slotdone[k], 0, __ATOMIC_RELAXED);
-    if (st->pool_on) pool_open(&st->pool);
+    if (j->pooled) pool_open(&st->pool);
 }
 
 static void job_end(gp_stage *st, int rc)
 {
     st_job *j = &st->job;
     if (rc) __atomic_store_n(&j->abort, 1, __ATOMIC_SEQ_CST);
-    if (st->pool_on) pool_close(&st->pool);
+    if (j->pooled) pool_close(&st->pool);
     st->next = (unsigned)((st->next + j->sc.nch) % st->ring_depth);
 }
 
