@@ -43,7 +43,7 @@ __all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env", "p
 
 KIB = 1 << 10
 MIB = 1 << 20
-SCHEMA = 1
+SCHEMA = 2   # 2: the piece pipeline (plans measured on the old one are recalibrated)
 NEVER = 1 << 62
 
 _plans: dict = {}
