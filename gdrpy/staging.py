@@ -278,8 +278,8 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
             logs = []
             for n in sizes:
                 src = host[:n]
-                tw = _timer(lambda src=src: pin.ce_write(0, src, method="staged"), reps)
-                tr = _timer(lambda src=src, n=n: pin.ce_read(0, n, src, method="staged"), reps)
+                tw = _timer(functools.partial(_ce, pin, "h2d", src, "staged"), reps)
+                tr = _timer(functools.partial(_ce, pin, "d2h", src, "staged"), reps)
                 logs += [math.log(n / tw), math.log(n / tr)]
             return math.exp(sum(logs) / len(logs))
 
@@ -302,7 +302,7 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
         threads_c = [t for t in (1, 2, 4, 8, 12) if t <= tmax]
         chunk_c = [c for c in (1 * MIB, 2 * MIB, 4 * MIB, 8 * MIB) if c <= max(max_bytes, MIB)]
         depth_c = (2, 3, 4, 6)
-        best = (2 * MIB, 4, min(4, tmax))
+        best: tuple[int, int, int] = (2 * MIB, 4, min(4, tmax))
         best_r = try_cfg(*best)
 
         def search(axis: int, values) -> None:
@@ -314,7 +314,7 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
                 cfg[axis] = v
                 r = try_cfg(*cfg)
                 if r > best_r * 1.03:
-                    best, best_r = tuple(cfg), r
+                    best, best_r = (cfg[0], cfg[1], cfg[2]), r
 
         search(2, threads_c)
         search(0, chunk_c)
