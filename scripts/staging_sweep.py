@@ -15,6 +15,7 @@ the CPU-copy reference.  Takes a few seconds on an H100 host.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunks", default="1M,2M,4M")
     ap.add_argument("--depths", default="3,4,6")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--nt", default="0",
+                    help="GDRPY_STAGING_NT values to sweep (0, in, out, both)")
     a = ap.parse_args(argv)
     sizes = _list(a.sizes, parse_size)
     top = max(sizes)
@@ -70,32 +73,37 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"pinned {n >> 20:3d} MiB: put {ref[n][0]:5.1f} GB/s  get "
                       f"{ref[n][1]:5.1f} GB/s   numpy copy pageable->pinned "
                       f"{n / tc / 1e9:5.1f} GB/s (1 thread)")
-            head = "threads  chunk  depth  " + "  ".join(
+            head = "nt    threads  chunk  depth  " + "  ".join(
                 f"put {n >> 20:>3d}M       get {n >> 20:>3d}M      " for n in sizes)
             print(head)
             best: dict = {}
-            for t in _list(a.threads, int):
-                for c in _list(a.chunks, parse_size):
-                    for d in _list(a.depths, int):
-                        _core.staging_config(ctx, c, d, t)
-                        cells = []
-                        for n in sizes:
-                            src = host[:n]
-                            tw = _median_s(lambda src=src: pin.ce_write(0, src, method="staged"),
-                                           a.reps)
-                            tr = _median_s(lambda src=src, n=n: pin.ce_read(0, n, src,
-                                                                             method="staged"),
-                                           a.reps)
-                            for key, gb, r in (("put", n / tw / 1e9, ref[n][0]),
-                                               ("get", n / tr / 1e9, ref[n][1])):
-                                cells.append(f"{gb:5.1f} ({100 * gb / r:3.0f}%)")
-                                if gb > best.get((key, n), (0.0,))[0]:
-                                    best[(key, n)] = (gb, t, c, d)
-                        print(f"{t:7d}  {c >> 20:3d}M  {d:5d}  " + "  ".join(cells), flush=True)
-            for (key, n), (gb, t, c, d) in sorted(best.items()):
+            shapes = [(nt, t, c, d) for nt in a.nt.split(",") for t in _list(a.threads, int)
+                      for c in _list(a.chunks, parse_size) for d in _list(a.depths, int)]
+            for nt, t, c, d in shapes:
+                if os.environ.get("GDRPY_STAGING_NT", "0") != nt:
+                    os.environ["GDRPY_STAGING_NT"] = nt   # read when the ring is built:
+                    _core.staging_config(ctx, 64 << 10, 2, 1)   # force a rebuild
+                    pin.ce_write(0, host[:1], method="staged")
+                _core.staging_config(ctx, c, d, t)
+                cells = []
+                for n in sizes:
+                    src = host[:n]
+                    tw = _median_s(lambda src=src: pin.ce_write(0, src, method="staged"),
+                                   a.reps)
+                    tr = _median_s(lambda src=src, n=n: pin.ce_read(0, n, src,
+                                                                     method="staged"),
+                                   a.reps)
+                    for key, gb, r in (("put", n / tw / 1e9, ref[n][0]),
+                                       ("get", n / tr / 1e9, ref[n][1])):
+                        cells.append(f"{gb:5.1f} ({100 * gb / r:3.0f}%)")
+                        if gb > best.get((key, n), (0.0,))[0]:
+                            best[(key, n)] = (gb, nt, t, c, d)
+                print(f"{nt:4s}  {t:7d}  {c >> 10:4d}K  {d:5d}  " + "  ".join(cells),
+                      flush=True)
+            for (key, n), (gb, nt, t, c, d) in sorted(best.items()):
                 print(f"best {key} {n >> 20} MiB: {gb:.1f} GB/s "
                       f"({100 * gb / ref[n][0 if key == 'put' else 1]:.0f}% of pinned) "
-                      f"threads {t} chunk {c >> 20}M depth {d}")
+                      f"nt {nt} threads {t} chunk {c >> 10}K depth {d}")
         finally:
             locked = np.empty(0, np.uint8)   # lets go of the buffer export
             hb.close()

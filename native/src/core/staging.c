@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "copy.h"
 #include "cudadrv.h"
 #include "gdrpy_host.h"
 
@@ -159,6 +160,7 @@ typedef struct st_job {
     size_t slot_bytes;
     unsigned depth, start, ppc;
     int pooled;     /* the pool's workers take part */
+    gp_copy_fn cp;  /* the CPU copy of a piece */
     uint64_t total; /* pieces */
     st_sched sc;
     char pad0[64];
@@ -190,10 +192,36 @@ static void piece_do(st_job *j, uint64_t g)
         size_t pl = len - po < part ? len - po : part;
         char *slot = j->ring + (size_t)k * j->slot_bytes + po;
         char *h = j->host + off + po;
-        if (j->dir == 0) memcpy(slot, h, pl);
-        else memcpy(h, slot, pl);
+        if (j->dir == 0) j->cp(slot, h, pl);
+        else j->cp(h, slot, pl);
     }
     __atomic_add_fetch(&j->slotdone[k], 1, __ATOMIC_RELEASE);
+}
+
+static void cp_plain(void *d, const void *s, size_t n)
+{
+    memcpy(d, s, n);
+}
+
+/* GDRPY_STAGING_NT: "in" (put: into the ring), "out" (get: into the caller's
+ * memory), "both": those copies use the CPU's streaming (non-temporal) store
+ * kernel, which bypasses the caches and ends with a store fence; default:
+ * memcpy for both.  Bit 0: in, bit 1: out. */
+static unsigned nt_mask(void)
+{
+    const char *e = getenv("GDRPY_STAGING_NT");
+    if (!e || !*e) return 0;
+    if (!strcmp(e, "in")) return 1;
+    if (!strcmp(e, "out")) return 2;
+    if (!strcmp(e, "both") || !strcmp(e, "1")) return 3;
+    return 0;
+}
+
+static gp_copy_fn nt_copy(void)
+{
+    const gp_copy_kernel *k = gp_copy_auto_kernel();
+    if (!k || k->device_memory_only || !strcmp(k->name, "generic")) return cp_plain;
+    return k->to_mapping;
 }
 
 /* Worker: claims pieces until none are left (or the copy is aborted). */
@@ -460,6 +488,7 @@ typedef struct gp_stage {
     st_pool pool;
     int pool_on;
     st_job job; /* the copy in progress (under op_lock) */
+    gp_copy_fn cp_in, cp_out;
     int warned;
 } gp_stage;
 
@@ -614,6 +643,9 @@ static int ring_build(gp_stage *st, gp_ctx *c)
             return gp_cuda_err(0, r, "cuEventCreate", "staging ring");
         }
     }
+    unsigned nt = nt_mask();
+    st->cp_in = nt & 1 ? nt_copy() : cp_plain;
+    st->cp_out = nt & 2 ? nt_copy() : cp_plain;
     if (st->threads > 1) {
         pool_start(&st->pool, st->threads - 1, &st->job);
         st->pool_on = 1;
@@ -718,6 +750,7 @@ static void job_setup(gp_stage *st, int dir, char *host, size_t n)
 {
     st_job *j = &st->job;
     j->dir = dir;
+    j->cp = dir == 0 ? st->cp_in : st->cp_out;
     j->host = host;
     j->ring = st->ring;
     j->slot_bytes = st->ring_chunk;
