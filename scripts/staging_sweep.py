@@ -42,6 +42,29 @@ def _list(text: str, conv: Callable[[str], int]) -> list[int]:
     return [conv(x) for x in text.split(",") if x.strip()]
 
 
+def _bar1(pin, host, sizes: list[int], threads: list[int], ref: dict, reps: int) -> None:
+    """Aggregate put rate by CPU stores through the BAR1 mapping, the message
+    split into equal parts over T Python threads (Mapping.write drops the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+    m = pin.map()
+    try:
+        for t in threads:
+            with ThreadPoolExecutor(t) as ex:
+                for n in sizes:
+                    part = -(-n // t)
+
+                    def op(n=n, part=part, t=t):
+                        futs = [ex.submit(m.write, i * part, host[i * part:min(n, (i + 1) * part)])
+                                for i in range(t) if i * part < n]
+                        for f in futs:
+                            f.result()
+                    gb = n / _median_s(op, reps) / 1e9
+                    print(f"BAR1 write {t:2d} threads {n >> 20:3d} MiB: {gb:5.1f} GB/s "
+                          f"({100 * gb / ref[n][0]:3.0f}% of pinned put)", flush=True)
+    finally:
+        m.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--backend", default="nvrm")
@@ -50,8 +73,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chunks", default="1M,2M,4M")
     ap.add_argument("--depths", default="3,4,6")
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--nt", default="0",
-                    help="GDRPY_STAGING_NT values to sweep (0, in, out, both)")
+    ap.add_argument("--modes", default="base",
+                    help="comma list of base or KEY=VALUE (sets GDRPY_STAGING_KEY): "
+                         "nt=in|out|both, dry=nodma|nocopy (the CPU side or the engine side "
+                         "of the pipeline alone), ppt=N (pieces per thread), spin_us=N")
+    ap.add_argument("--bar1", default="",
+                    help="thread counts: also time puts by CPU stores through the BAR1 "
+                         "mapping split over that many Python threads")
     a = ap.parse_args(argv)
     sizes = _list(a.sizes, parse_size)
     top = max(sizes)
@@ -73,17 +101,25 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"pinned {n >> 20:3d} MiB: put {ref[n][0]:5.1f} GB/s  get "
                       f"{ref[n][1]:5.1f} GB/s   numpy copy pageable->pinned "
                       f"{n / tc / 1e9:5.1f} GB/s (1 thread)")
-            head = "nt    threads  chunk  depth  " + "  ".join(
+            best: dict = {}
+            if a.bar1:
+                _bar1(pin, host, sizes, _list(a.bar1, int), ref, a.reps)
+            head = "mode        threads  chunk  depth  " + "  ".join(
                 f"put {n >> 20:>3d}M       get {n >> 20:>3d}M      " for n in sizes)
             print(head)
-            best: dict = {}
-            shapes = [(nt, t, c, d) for nt in a.nt.split(",") for t in _list(a.threads, int)
+            shapes = [(nt, t, c, d) for nt in a.modes.split(",") for t in _list(a.threads, int)
                       for c in _list(a.chunks, parse_size) for d in _list(a.depths, int)]
+            mode = None
             for nt, t, c, d in shapes:
-                if os.environ.get("GDRPY_STAGING_NT", "0") != nt:
-                    os.environ["GDRPY_STAGING_NT"] = nt   # read when the ring is built:
-                    _core.staging_config(ctx, 64 << 10, 2, 1)   # force a rebuild
-                    pin.ce_write(0, host[:1], method="staged")
+                if mode != nt:
+                    mode = nt
+                    for var in ("NT", "DRY", "PPT", "SPIN_US"):
+                        os.environ.pop("GDRPY_STAGING_" + var, None)
+                    key, _, val = nt.partition("=")
+                    if key != "base":
+                        os.environ["GDRPY_STAGING_" + key.upper()] = val
+                    _core.staging_config(ctx, 64 << 10, 2, 1)   # read when the ring is built:
+                    pin.ce_write(0, host[:1], method="staged")  # force a rebuild
                 _core.staging_config(ctx, c, d, t)
                 cells = []
                 for n in sizes:
@@ -98,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                         cells.append(f"{gb:5.1f} ({100 * gb / r:3.0f}%)")
                         if gb > best.get((key, n), (0.0,))[0]:
                             best[(key, n)] = (gb, nt, t, c, d)
-                print(f"{nt:4s}  {t:7d}  {c >> 10:4d}K  {d:5d}  " + "  ".join(cells),
+                print(f"{nt:10s}  {t:7d}  {c >> 10:4d}K  {d:5d}  " + "  ".join(cells),
                       flush=True)
             for (key, n), (gb, nt, t, c, d) in sorted(best.items()):
                 print(f"best {key} {n >> 20} MiB: {gb:.1f} GB/s "

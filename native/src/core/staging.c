@@ -217,6 +217,25 @@ static unsigned nt_mask(void)
     return 0;
 }
 
+static void cp_none(void *d, const void *s, size_t n)
+{
+    (void)d;
+    (void)s;
+    (void)n;
+}
+
+/* GDRPY_STAGING_DRY (diagnostics, never for real data): "nodma" runs the
+ * pipeline without enqueueing any DMA (the CPU side alone), "nocopy" without
+ * the CPU copies (the engine side alone, moving stale ring contents). */
+static int dry_mode(void)
+{
+    const char *e = getenv("GDRPY_STAGING_DRY");
+    if (!e || !*e) return 0;
+    if (!strcmp(e, "nodma")) return 1;
+    if (!strcmp(e, "nocopy")) return 2;
+    return 0;
+}
+
 static gp_copy_fn nt_copy(void)
 {
     const gp_copy_kernel *k = gp_copy_auto_kernel();
@@ -489,6 +508,8 @@ typedef struct gp_stage {
     int pool_on;
     st_job job; /* the copy in progress (under op_lock) */
     gp_copy_fn cp_in, cp_out;
+    int dry_dma;  /* GDRPY_STAGING_DRY=nodma: no DMA at all (diagnostics only) */
+    unsigned ppt; /* pieces per thread and chunk (GDRPY_STAGING_PPT, default 2) */
     int warned;
 } gp_stage;
 
@@ -646,6 +667,12 @@ static int ring_build(gp_stage *st, gp_ctx *c)
     unsigned nt = nt_mask();
     st->cp_in = nt & 1 ? nt_copy() : cp_plain;
     st->cp_out = nt & 2 ? nt_copy() : cp_plain;
+    const char *e = getenv("GDRPY_STAGING_PPT");
+    st->ppt = e && *e ? (unsigned)strtoul(e, NULL, 10) : 2;
+    if (st->ppt < 1 || st->ppt > 16) st->ppt = 2;
+    int dry = dry_mode();
+    st->dry_dma = dry == 1;
+    if (dry == 2) st->cp_in = st->cp_out = cp_none;
     if (st->threads > 1) {
         pool_start(&st->pool, st->threads - 1, &st->job);
         st->pool_on = 1;
@@ -670,6 +697,7 @@ void gp_stage_destroy(gp_ctx *c)
 
 static int eng_copy(gp_stage *st, int dir, uint64_t dptr, void *host, size_t n, CUstream s)
 {
+    if (st->dry_dma) return 0;
     if (st->sim) {
         sim_ce_submit(st->sce, dir, dptr, host, n);
         return 0;
@@ -685,6 +713,7 @@ static int eng_copy(gp_stage *st, int dir, uint64_t dptr, void *host, size_t n, 
 
 static int eng_record(gp_stage *st, unsigned k, CUstream s)
 {
+    if (st->dry_dma) return 0;
     st->pending[k] = 1;
     if (st->sim) {
         st->sim_ev[k] = sim_ce_mark(st->sce);
@@ -760,7 +789,7 @@ static void job_setup(gp_stage *st, int dir, char *host, size_t n)
      * cost more than they save */
     j->pooled = st->pool_on && n >= ST_POOL_MIN;
     unsigned t = j->pooled ? st->pool.n + 1 : 1;
-    j->ppc = t > 1 ? 2 * t : 1; /* smaller pieces balance the caller's engine work */
+    j->ppc = t > 1 ? st->ppt * t : 1; /* several per thread: the caller also drives the engine */
     sched_make(&j->sc, n, st->ring_chunk);
     j->total = j->sc.nch * j->ppc;
     __atomic_store_n(&j->next, 0, __ATOMIC_RELAXED);
