@@ -18,7 +18,8 @@
 #include "check.h"
 
 /* internal (staging.c), linked from libgdrpy.a */
-uint64_t gp_stage_schedule(size_t n, size_t slot, uint64_t j, size_t *off, size_t *len);
+uint64_t gp_stage_schedule(size_t n, size_t slot, int read, uint64_t j, size_t *off,
+                           size_t *len);
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)
@@ -86,9 +87,11 @@ static int one_shape(struct dev *v, size_t chunk, unsigned depth, unsigned threa
     return 0;
 }
 
-/* The chunk schedule covers every message exactly: contiguous chunks of 1..slot
- * bytes; from 1 MiB up at least 3 chunks with a first and last chunk of at most
- * 256 KiB (the pipeline fills and drains with a small chunk). */
+/* The chunk schedule covers every message exactly, for writes and reads:
+ * contiguous chunks of 1..slot bytes in ascending order; from 1 MiB up at
+ * least 3 chunks, a write's first chunk (the pipeline's fill) and a read's
+ * last chunk (its drain) of at most 256 KiB, and a read's chunks are a
+ * write's in reverse order. */
 static int schedule_covers_every_size_in_small_ends(void)
 {
     static const size_t slots[] = {64 * KIB, 128 * KIB, 256 * KIB, MIB, 2 * MIB, 4 * MIB,
@@ -111,21 +114,29 @@ static int schedule_covers_every_size_in_small_ends(void)
         }
     for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
         for (size_t i = 0; i < ns; i++) {
-            size_t n = sizes_[i], S = slots[si], off = 0, len = 0, pos = 0;
-            uint64_t nch = gp_stage_schedule(n, S, 0, &off, &len);
-            CHECK(nch >= 1);
-            for (uint64_t j = 0; j < nch; j++) {
-                CHECK(gp_stage_schedule(n, S, j, &off, &len) == nch);
-                if (off != pos || len < 1 || len > S) {
-                    fprintf(stderr, "n %zu slot %zu chunk %llu/%llu: off %zu len %zu pos %zu\n",
-                            n, S, (unsigned long long)j, (unsigned long long)nch, off, len, pos);
-                    CHECK(0);
+            for (int rd = 0; rd < 2; rd++) {
+                size_t n = sizes_[i], S = slots[si], off = 0, len = 0, pos = 0;
+                uint64_t nch = gp_stage_schedule(n, S, rd, 0, &off, &len);
+                CHECK(nch >= 1);
+                CHECK(gp_stage_schedule(n, S, !rd, 0, &off, &len) == nch);
+                for (uint64_t j = 0; j < nch; j++) {
+                    CHECK(gp_stage_schedule(n, S, rd, j, &off, &len) == nch);
+                    if (off != pos || len < 1 || len > S) {
+                        fprintf(stderr,
+                                "n %zu slot %zu %s chunk %llu/%llu: off %zu len %zu pos %zu\n",
+                                n, S, rd ? "read" : "write", (unsigned long long)j,
+                                (unsigned long long)nch, off, len, pos);
+                        CHECK(0);
+                    }
+                    size_t o2, l2; /* the other direction's mirror chunk */
+                    gp_stage_schedule(n, S, !rd, nch - 1 - j, &o2, &l2);
+                    CHECK(l2 == len);
+                    if (n >= MIB && j == (rd ? nch - 1 : 0)) CHECK(len <= 256 * KIB);
+                    pos += len;
                 }
-                if (n >= MIB && (j == 0 || j == nch - 1)) CHECK(len <= 256 * KIB);
-                pos += len;
+                CHECK(pos == n);
+                if (n >= MIB) CHECK(nch >= 3);
             }
-            CHECK(pos == n);
-            if (n >= MIB) CHECK(nch >= 3);
         }
     }
     return 0;

@@ -2,11 +2,12 @@
  * staging.c - copy-engine copies from/to pageable host memory through a
  * per-context ring of page-locked chunks (gdrpy_host.h).
  *
- * Pipeline.  A copy of n bytes is cut into chunks by sched_make (a ramp up
- * from a small first chunk, equal middle chunks of at most the slot size, a
- * ramp down); chunk i lives in slot (start + i) % depth.  Each chunk is split
- * into pieces that the caller and the pool's workers claim in order (see
- * st_job), so the CPU copies of chunk i+1 run while chunk i is moved.
+ * Pipeline.  A copy of n bytes is cut into chunks by sched_make (a write
+ * ramps up from a small first chunk to equal chunks of at most the slot
+ * size; a read is the mirror image, ending with a small chunk); chunk i lives
+ * in slot (start + i) % depth.  Each chunk is split into pieces that the
+ * pool's workers (and the caller, with fewer than 3 workers) claim in order
+ * (see st_job), so the CPU copies of chunk i+1 run while chunk i is moved.
  *   write (h2d): a chunk's pieces may be copied in once its slot's previous
  *     DMA is done (event); when all are, the caller enqueues the DMA slot ->
  *     device and records the slot's event.
@@ -14,7 +15,10 @@
  *     may be copied out once its event has fired; when all are, the slot is
  *     free for the DMA of a later chunk.
  * Only the caller talks to the engine (events are polled, never waited on
- * while there is CPU work).
+ * while there is CPU work).  Diagnostics (scripts/staging_sweep.py):
+ * GDRPY_STAGING_DRY=nodma|nocopy runs one side of the pipeline alone,
+ * GDRPY_STAGING_NT=in|out|both copies with streaming stores,
+ * GDRPY_STAGING_PPT=N sets the pieces per thread and chunk (default 2).
  * Without a stream the DMAs run on the legacy default stream of the device's
  * primary context and the call returns when everything has landed.  With a
  * stream they run on it (ordered after its earlier work); a write returns
@@ -84,58 +88,74 @@ static inline void relax_step(unsigned *i)
 
 /* ---- the schedule: how a message is cut into chunks ------------------- */
 
-/* A message of n bytes is cut into a ramp up (F, 2F, 4F, ... < S), a middle
- * of equal chunks of at most S (the slot size) and the mirrored ramp down,
- * so that the pipeline fills with a small chunk (the DMA starts after F
- * bytes are copied, not after S) and drains with a small one; every message
- * of more than a few F is cut into several chunks.  F = n / 8, rounded to
- * 4 KiB, in [ST_FIRST_MIN, ST_FIRST_MAX] and at most S. */
+/* With enough memcpy threads the CPU side of the pipeline is faster than the
+ * copy engine (measured on an H100 host: 70-130 GB/s against ~54), so a
+ * staged copy takes the engine's time plus what the engine waits for at the
+ * start and the CPU at the end, plus a per-DMA cost (~2 us).  So:
+ *   write (h2d): the first DMA waits for its chunk to be copied in, so
+ *     chunks ramp up F, 2F, 4F, ... (< S, the slot size), then the middle in
+ *     equal chunks of at most S; no ramp down (the CPU is ahead there and
+ *     every extra chunk costs a DMA).
+ *   read (d2h): the mirror image: the first DMA starts at once, and the last
+ *     chunk's copy-out is what the caller waits for after the engine is done,
+ *     so the middle comes first and the chunks ramp down to F at the end.
+ * F = n / 8 rounded up to 4 KiB, clamped to [ST_FIRST_MIN, ST_FIRST_MAX] and
+ * to S.  A ramp step is taken only while what is left after it is at least
+ * as large as the step, so the middle never ends in a sliver; every message
+ * from 1 MiB up is cut into at least 3 chunks. */
 typedef struct st_sched {
-    size_t F, mid_off, mid_n, U;
+    size_t n, F, mid_off, mid_n, U;
     unsigned R;
+    int rev; /* read: the mirror image */
     uint64_t m, nch;
 } st_sched;
 
-static void sched_make(st_sched *s, size_t n, size_t S)
+static void sched_make(st_sched *s, size_t n, size_t S, int rev)
 {
     size_t F = gp_round_up(n / 8, 4096);
     if (F < ST_FIRST_MIN) F = ST_FIRST_MIN;
     if (F > ST_FIRST_MAX) F = ST_FIRST_MAX;
     if (F > S) F = S;
     unsigned R = 0;
-    while (R < 20 && (F << R) < S && 2 * F * (((size_t)2 << R) - 1) <= n) R++;
+    /* ramp step R (F << R bytes) is taken while F << R < S and the ramp so
+     * far, the step and at least as much again fit in n */
+    while (R < 20 && (F << R) < S && F * (((size_t)1 << R) - 1) + 2 * (F << R) <= n) R++;
     size_t ramp = F * (((size_t)1 << R) - 1);
+    s->n = n;
     s->F = F;
     s->R = R;
+    s->rev = rev;
     s->mid_off = ramp;
-    s->mid_n = n - 2 * ramp;
+    s->mid_n = n - ramp;
     s->m = s->mid_n ? (s->mid_n + S - 1) / S : 0;
     s->U = s->m ? gp_round_up((s->mid_n + s->m - 1) / s->m, 4096) : 0;
     if (s->U > S) s->U = S; /* cannot happen: S is a multiple of 4096 */
-    s->nch = 2 * (uint64_t)R + s->m;
+    s->nch = (uint64_t)R + s->m;
 }
 
-/* Offset and length of chunk j (j < nch); every length is in [1, S]. */
+/* Offset and length of chunk j (j < nch) in ascending order of offsets; every
+ * length is in [1, S]. */
 static void sched_chunk(const st_sched *s, uint64_t j, size_t *off, size_t *len)
 {
-    if (j < s->R) {
-        *off = s->F * (((size_t)1 << j) - 1);
-        *len = s->F << j;
-    } else if (j < s->R + s->m) {
-        size_t i = (size_t)(j - s->R);
-        *off = s->mid_off + i * s->U;
-        *len = s->mid_n - i * s->U < s->U ? s->mid_n - i * s->U : s->U;
+    uint64_t i = s->rev ? s->nch - 1 - j : j; /* the write order's chunk */
+    size_t o, l;
+    if (i < s->R) {
+        o = s->F * (((size_t)1 << i) - 1);
+        l = s->F << i;
     } else {
-        unsigned i = (unsigned)(j - s->R - s->m);
-        *off = s->mid_off + s->mid_n + s->F * (((size_t)1 << s->R) - ((size_t)1 << (s->R - i)));
-        *len = s->F << (s->R - 1 - i);
+        size_t k = (size_t)(i - s->R);
+        o = s->mid_off + k * s->U;
+        l = s->mid_n - k * s->U < s->U ? s->mid_n - k * s->U : s->U;
     }
+    *off = s->rev ? s->n - o - l : o;
+    *len = l;
 }
 
-uint64_t gp_stage_schedule(size_t n, size_t slot, uint64_t j, size_t *off, size_t *len)
+uint64_t gp_stage_schedule(size_t n, size_t slot, int read, uint64_t j, size_t *off,
+                           size_t *len)
 {
     st_sched s;
-    sched_make(&s, n, slot);
+    sched_make(&s, n, slot, read);
     if (j < s.nch) sched_chunk(&s, j, off, len);
     return s.nch;
 }
@@ -159,9 +179,11 @@ typedef struct st_job {
     char *ring;
     size_t slot_bytes;
     unsigned depth, start, ppc;
-    int pooled;     /* the pool's workers take part */
-    gp_copy_fn cp;  /* the CPU copy of a piece */
-    uint64_t total; /* pieces */
+    int pooled;        /* the pool's workers take part */
+    int caller_copies; /* the caller copies pieces whenever it is idle */
+    unsigned *active;  /* workers inside the copy (the pool's counter) */
+    gp_copy_fn cp;     /* the CPU copy of a piece */
+    uint64_t total;    /* pieces */
     st_sched sc;
     char pad0[64];
     uint64_t next; /* next piece to claim (atomic) */
@@ -261,6 +283,8 @@ static void job_work(st_job *j)
 /* Caller: copies one piece if one is free to copy now; never waits. */
 static int job_try_piece(st_job *j)
 {
+    if (!j->caller_copies && (!j->pooled || __atomic_load_n(j->active, __ATOMIC_ACQUIRE)))
+        return 0;
     uint64_t g = __atomic_load_n(&j->next, __ATOMIC_RELAXED);
     if (g >= j->total || g >= __atomic_load_n(&j->avail, __ATOMIC_ACQUIRE)) return 0;
     if (!__atomic_compare_exchange_n(&j->next, &g, g + 1, 0, __ATOMIC_RELAXED,
@@ -788,15 +812,21 @@ static void job_setup(gp_stage *st, int dir, char *host, size_t n)
     /* a short message is copied by the caller alone: waking workers would
      * cost more than they save */
     j->pooled = st->pool_on && n >= ST_POOL_MIN;
-    unsigned t = j->pooled ? st->pool.n + 1 : 1;
-    j->ppc = t > 1 ? st->ppt * t : 1; /* several per thread: the caller also drives the engine */
-    sched_make(&j->sc, n, st->ring_chunk);
+    unsigned workers = j->pooled ? st->pool.n : 0;
+    /* with 3 workers or more the caller only drives the engine (a DMA
+     * enqueued late costs more than the caller's share of the copying), and
+     * copies only until the first worker has joined */
+    j->caller_copies = workers < 3;
+    unsigned t = workers + (j->caller_copies ? 1 : 0);
+    j->ppc = t > 1 ? st->ppt * t : 1;
+    sched_make(&j->sc, n, st->ring_chunk, dir);
     j->total = j->sc.nch * j->ppc;
     __atomic_store_n(&j->next, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&j->avail, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&j->abort, 0, __ATOMIC_RELAXED);
     for (unsigned k = 0; k < ST_MAX_DEPTH; k++)
         __atomic_store_n(&j->slotdone[k], 0, __ATOMIC_RELAXED);
+    j->active = &st->pool.active;
     if (j->pooled) pool_open(&st->pool);
 }
 
