@@ -22,14 +22,15 @@ def _pattern(n: int, salt: int = 0) -> np.ndarray:
 
 
 def _ramp_sizes() -> list[int]:
-    """Sizes at and around 2F(2^R - 1) (where the schedule grows a ramp step)
-    for F = 32 KiB .. 256 KiB, plus sizes that are not multiples of anything."""
+    """Sizes at and around F(3 * 2^R - 1) (where the schedule takes ramp step R)
+    and 2F(2^R - 1) for F = 32 KiB .. 256 KiB, plus sizes that are not multiples
+    of anything."""
     out = set()
     for f in (32 * KIB, 64 * KIB, 128 * KIB, 256 * KIB):
         for r in range(1, 5):
-            x = 2 * f * ((1 << r) - 1)
-            if x <= 9 * MIB:
-                out.update((x - 1, x, x + 1))
+            for x in (f * (3 * (1 << r) - 1), 2 * f * ((1 << r) - 1)):
+                if x <= 9 * MIB:
+                    out.update((x - 1, x, x + 1))
     out.update((1, 4097, 65 * KIB + 3, 257 * KIB - 5, MIB + 4095, 4 * MIB + 1,
                 7 * MIB - 3, 9 * MIB - 1))
     return sorted(out)

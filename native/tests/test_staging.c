@@ -96,7 +96,7 @@ static int schedule_covers_every_size_in_small_ends(void)
 {
     static const size_t slots[] = {64 * KIB, 128 * KIB, 256 * KIB, MIB, 2 * MIB, 4 * MIB,
                                    64 * MIB};
-    size_t sizes_[400];
+    size_t sizes_[512];
     size_t ns = 0;
     for (size_t b = 1; b <= 512 * MIB; b *= 2) {
         sizes_[ns++] = b - 1 ? b - 1 : 1;
@@ -104,13 +104,15 @@ static int schedule_covers_every_size_in_small_ends(void)
         sizes_[ns++] = b + 1;
         sizes_[ns++] = b * 3 + 4095;
     }
-    /* ramp boundaries 2F(2^R - 1) for F = 32K..256K */
+    /* ramp boundaries F(3 * 2^R - 1) (and the old 2F(2^R - 1)), F = 32K..256K */
     for (size_t F = 32 * KIB; F <= 256 * KIB; F *= 2)
         for (unsigned R = 1; R < 12; R++) {
-            size_t x = 2 * F * (((size_t)1 << R) - 1);
-            sizes_[ns++] = x - 1;
-            sizes_[ns++] = x;
-            sizes_[ns++] = x + 1;
+            size_t xs[2] = {F * (3 * ((size_t)1 << R) - 1), 2 * F * (((size_t)1 << R) - 1)};
+            for (int q = 0; q < 2; q++) {
+                sizes_[ns++] = xs[q] - 1;
+                sizes_[ns++] = xs[q];
+                sizes_[ns++] = xs[q] + 1;
+            }
         }
     for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
         for (size_t i = 0; i < ns; i++) {
