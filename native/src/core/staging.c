@@ -4,7 +4,8 @@
  *
  * Pipeline.  A copy of n bytes is cut into chunks by sched_make (a write
  * ramps up from a small first chunk to equal chunks of at most the slot
- * size; a read is the mirror image, ending with a small chunk); chunk i lives
+ * size and part of the way down; a read is the mirror image, ending with a
+ * small chunk); chunk i lives
  * in slot (start + i) % depth.  Each chunk is split into pieces that the
  * pool's workers (and the caller, with fewer than 3 workers) claim in order
  * (see st_job), so the CPU copies of chunk i+1 run while chunk i is moved.
@@ -88,25 +89,23 @@ static inline void relax_step(unsigned *i)
 
 /* ---- the schedule: how a message is cut into chunks ------------------- */
 
-/* With enough memcpy threads the CPU side of the pipeline is faster than the
- * copy engine (measured on an H100 host: 70-130 GB/s against ~54), so a
- * staged copy takes the engine's time plus what the engine waits for at the
- * start and the CPU at the end, plus a per-DMA cost (~2 us).  So:
- *   write (h2d): the first DMA waits for its chunk to be copied in, so
- *     chunks ramp up F, 2F, 4F, ... (< S, the slot size), then the middle in
- *     equal chunks of at most S; no ramp down (the CPU is ahead there and
- *     every extra chunk costs a DMA).
- *   read (d2h): the mirror image: the first DMA starts at once, and the last
- *     chunk's copy-out is what the caller waits for after the engine is done,
- *     so the middle comes first and the chunks ramp down to F at the end.
- * F = n / 8 rounded up to 4 KiB, clamped to [ST_FIRST_MIN, ST_FIRST_MAX] and
- * to S.  A ramp step is taken only while what is left after it is at least
- * as large as the step, so the middle never ends in a sliver; every message
- * from 1 MiB up is cut into at least 3 chunks. */
+/* A staged copy costs the engine's time, plus what the engine waits for at
+ * the start (a write's first chunk must be copied in before its DMA), plus
+ * what the CPU does after the engine is done (a read's last chunk is copied
+ * out after its DMA), plus ~2-3 us per DMA (measured on an H100 host).  So a
+ * write's chunks ramp up F, 2F, 4F, ... (< S, the slot size) to equal middle
+ * chunks of at most S, then down again, but only to max(F, n/8): with the
+ * CPU side faster than the engine (enough threads) the end of a write needs
+ * no small chunks, and one that is not (few threads) still never waits for
+ * more than an eighth of the message at the end.  A read is the mirror
+ * image (its first DMA starts at once; its last chunk is F).  F = n/8
+ * rounded up to 4 KiB, clamped to [ST_FIRST_MIN, ST_FIRST_MAX] and to S.  A
+ * ramp step is taken only while the ramp so far, the step and as much again
+ * fit in n; every message from 1 MiB up has at least 3 chunks. */
 typedef struct st_sched {
     size_t n, F, mid_off, mid_n, U;
-    unsigned R;
-    int rev; /* read: the mirror image */
+    unsigned R, nt; /* ramp-up steps; ramp-down steps (F << (R-1)) ... (F << (R-nt)) */
+    int rev;        /* read: the mirror image */
     uint64_t m, nch;
 } st_sched;
 
@@ -117,20 +116,29 @@ static void sched_make(st_sched *s, size_t n, size_t S, int rev)
     if (F > ST_FIRST_MAX) F = ST_FIRST_MAX;
     if (F > S) F = S;
     unsigned R = 0;
-    /* ramp step R (F << R bytes) is taken while F << R < S and the ramp so
-     * far, the step and at least as much again fit in n */
     while (R < 20 && (F << R) < S && F * (((size_t)1 << R) - 1) + 2 * (F << R) <= n) R++;
-    size_t ramp = F * (((size_t)1 << R) - 1);
+    size_t head = F * (((size_t)1 << R) - 1);
+    /* ramp down (F << (R-1)) ... while the step is at least n/8 and fits */
+    unsigned nt = 0;
+    size_t tail = 0;
+    while (nt < R) {
+        size_t step = F << (R - 1 - nt);
+        if (step < n / 8) break;
+        if (head + tail + step > n) break;
+        tail += step;
+        nt++;
+    }
     s->n = n;
     s->F = F;
     s->R = R;
+    s->nt = nt;
     s->rev = rev;
-    s->mid_off = ramp;
-    s->mid_n = n - ramp;
+    s->mid_off = head;
+    s->mid_n = n - head - tail;
     s->m = s->mid_n ? (s->mid_n + S - 1) / S : 0;
     s->U = s->m ? gp_round_up((s->mid_n + s->m - 1) / s->m, 4096) : 0;
     if (s->U > S) s->U = S; /* cannot happen: S is a multiple of 4096 */
-    s->nch = (uint64_t)R + s->m;
+    s->nch = (uint64_t)R + s->m + nt;
 }
 
 /* Offset and length of chunk j (j < nch) in ascending order of offsets; every
@@ -142,10 +150,14 @@ static void sched_chunk(const st_sched *s, uint64_t j, size_t *off, size_t *len)
     if (i < s->R) {
         o = s->F * (((size_t)1 << i) - 1);
         l = s->F << i;
-    } else {
+    } else if (i < s->R + s->m) {
         size_t k = (size_t)(i - s->R);
         o = s->mid_off + k * s->U;
         l = s->mid_n - k * s->U < s->U ? s->mid_n - k * s->U : s->U;
+    } else {
+        unsigned t = (unsigned)(i - s->R - s->m);
+        o = s->mid_off + s->mid_n + s->F * (((size_t)1 << s->R) - ((size_t)1 << (s->R - t)));
+        l = s->F << (s->R - 1 - t);
     }
     *off = s->rev ? s->n - o - l : o;
     *len = l;
