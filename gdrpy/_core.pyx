@@ -57,6 +57,8 @@ PY_SSIZE_T_MAX_ = PY_SSIZE_T_MAX
 
 include "_hostmem.pxi"
 
+cdef object _ndarray_t = _ndarray   # a C-level global: no module dict lookup on hot paths
+
 # Copies at least this large release the GIL.
 NOGIL_BYTES = 65536
 cdef Py_ssize_t _nogil_bytes = NOGIL_BYTES
@@ -79,8 +81,28 @@ cdef int _check(int rc) except -1:
     return 0
 
 
-cdef Py_ssize_t _index(object v, str what) except -1:
+cdef extern from "Python.h":
+    # The same C API functions as cpython.*'s, declared without Cython's
+    # exception checks for the hot paths below, which test the result
+    # themselves and leave every error to the checked slow path.
+    Py_ssize_t _gp_as_ssize_t "PyLong_AsSsize_t"(object v)
+    int _gp_getbuffer "PyObject_GetBuffer"(object obj, Py_buffer *view, int flags)
+    void _gp_err_clear "PyErr_Clear"()
+
+
+cdef inline Py_ssize_t _index(object v, str what) except -1:
     """A non-negative Py_ssize_t from an int-like, with clear errors."""
+    cdef Py_ssize_t r
+    if PyLong_CheckExact(v):
+        r = _gp_as_ssize_t(v)
+        if r >= 0:
+            return r
+        if r == -1:
+            _gp_err_clear()     # overflow (or -1): _index_slow says which
+    return _index_slow(v, what)
+
+
+cdef Py_ssize_t _index_slow(object v, str what) except -1:
     cdef Py_ssize_t r
     if not PyLong_CheckExact(v):
         if isinstance(v, (float, complex, str, bytes, bool)) or v is None:
@@ -633,6 +655,35 @@ cdef void _fill_u8_buffer(Py_buffer *buffer, char *ptr, Py_ssize_t size,
     buffer.internal = NULL
 
 
+cdef inline bint _plain_exporter(object obj) noexcept:
+    """bytearray, memoryview or ndarray (exact types): C exporters whose
+    buffer requests run no Python code and have no side effects, so a failed
+    request may simply be repeated by the checked path for its error."""
+    t = type(obj)
+    return t is _ndarray_t or t is bytearray or t is memoryview
+
+
+cdef inline int _in_view(object data, Py_buffer *view) except -1:
+    """_get_in_buffer with the common exporters' success path first."""
+    if _plain_exporter(data):
+        if _gp_getbuffer(data, view, PyBUF_ANY_CONTIGUOUS) == 0:
+            return 0
+        _gp_err_clear()
+    return _get_in_buffer(data, view)
+
+
+cdef inline int _out_view(object out, Py_buffer *view, Py_ssize_t need) except -1:
+    """_get_out_buffer with the common exporters' success path first."""
+    if _plain_exporter(out):
+        if _gp_getbuffer(out, view, PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS) == 0:
+            if view.len >= need:
+                return 0
+            PyBuffer_Release(view)
+        else:
+            _gp_err_clear()
+    return _get_out_buffer(out, view, need)
+
+
 cdef int _get_in_buffer(object data, Py_buffer *view) except -1:
     try:
         PyObject_GetBuffer(data, view, PyBUF_ANY_CONTIGUOUS)
@@ -723,13 +774,18 @@ cdef class Mapping:
         self._closed = True
 
     cdef inline int _ready(self) except -1:
+        # Hot path (every write/read/put/get, some twice): two loads and a
+        # compare, inlined; the raising part stays out of line.
+        if self._closed or self._fork_gen != gdrpy_fork_generation:
+            return self._not_ready()
+        return 0
+
+    cdef int _not_ready(self) except -1:
         if self._closed:
             raise ClosedError("the mapping is unmapped (closed)", _errno.EBADF)
-        if self._fork_gen != gdrpy_fork_generation:
-            raise WrongProcessError(
-                "this mapping belongs to the parent process (fork): mappings are not "
-                "inherited; open a context in the child", _errno.EACCES)
-        return 0
+        raise WrongProcessError(
+            "this mapping belongs to the parent process (fork): mappings are not "
+            "inherited; open a context in the child", _errno.EACCES)
 
     cdef inline int _range(self, Py_ssize_t off, Py_ssize_t n) except -1:
         if off > self._size or n > self._size - off:
@@ -850,7 +906,7 @@ cdef class Mapping:
             self._range(off, n)
             self._store(self._ptr + off, PyBytes_AS_STRING(data), n)
             return n
-        _get_in_buffer(data, &view)
+        _in_view(data, &view)
         try:
             # Getting the buffer may have run Python code (and let another
             # thread close the mapping): look again before storing.
@@ -870,7 +926,7 @@ cdef class Mapping:
             self._ready()   # the allocation may have run Python code (gc)
             self._load(PyBytes_AS_STRING(res), self._ptr + off, cnt)
             return res
-        _get_out_buffer(out, &view, cnt)
+        _out_view(out, &view, cnt)
         try:
             self._ready()
             self._load(view.buf, self._ptr + off, cnt)
@@ -980,6 +1036,21 @@ DEF ADVISE_MAPPING = 1
 DEF ADVISE_TIMED = 2
 # Re-read the picker's thresholds at least this often (calls).
 DEF REFRESH_EVERY = 4096
+
+
+cdef inline bint _count_view(object out, Py_buffer *view) noexcept:
+    """For get(): True with a writable contiguous view of ``out`` in *view
+    when ``out`` (a plain exporter) is a buffer to fill, i.e. the request
+    succeeds and is not 0-d.  False (nothing held, no error set) otherwise:
+    the caller then decides as for any object (a 0-d integer array is a
+    count; an error comes from the checked path)."""
+    if _gp_getbuffer(out, view, PyBUF_WRITABLE | PyBUF_ANY_CONTIGUOUS) != 0:
+        _gp_err_clear()
+        return False
+    if view.ndim == 0:
+        PyBuffer_Release(view)
+        return False
+    return True
 
 
 cdef class Transfer:
@@ -1166,37 +1237,49 @@ cdef class Transfer:
         cdef void *s = NULL
         cdef Py_ssize_t n
         cdef Py_buffer view
-        cdef int adv, rc, kind = 0
-        cdef double t0
+        cdef const char *p
+        cdef bint held = False
+        cdef int adv = 0, rc, kind = 0
+        cdef double t0 = 0
         if stream is not None:
             s = _stream_ptr(stream)
         if PyBytes_CheckExact(src):
             n = PyBytes_GET_SIZE(src)
-            if n >= self._classify_min[0]:
-                kind = self._kind(src, PyBytes_AS_STRING(src), n)
+            p = PyBytes_AS_STRING(src)
         else:
-            _get_in_buffer(src, &view)
+            _in_view(src, &view)
+            held = True
             n = view.len
-            try:
-                if n >= self._classify_min[0]:
-                    kind = self._kind(src, view.buf, n)
-            finally:
+            p = <const char *>view.buf
+        try:
+            if n >= self._classify_min[0]:
+                kind = self._kind(src, <void *>p, n)
+            self._m._range(off, n)
+            adv = self._advice(kind * 2, n)
+            if adv & ADVISE_TIMED:
+                t0 = _now()
+            if adv & ADVISE_MAPPING:
+                # Stores straight from the buffer acquired above (held until
+                # the copy is done: one export per put, not two).
+                if stream is not None:
+                    with nogil:
+                        rc = gdrpy_stream_synchronize(self._pin._ctx._h, s)
+                    _check(rc)
+                self._m._ready()   # the export / the wait may have run Python code
+                self._m._store(self._m._ptr + off, p, n)
+            else:
+                if held:
+                    held = False
+                    PyBuffer_Release(&view)
+                self._pin._ce_write_obj(off, src, s, self._method(0, kind, n))
+            if adv & ADVISE_TIMED:
+                t0 = _now() - t0
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-        self._m._range(off, n)
-        adv = self._advice(kind * 2, n)
-        if adv & ADVISE_TIMED:
-            t0 = _now()
-        if adv & ADVISE_MAPPING:
-            if stream is not None:
-                with nogil:
-                    rc = gdrpy_stream_synchronize(self._pin._ctx._h, s)
-                _check(rc)
-            self._m._write_obj(off, src)
-        else:
-            self._pin._ce_write_obj(off, src, s, self._method(0, kind, n))
         if adv & ADVISE_TIMED:
             (self.picker_locked if kind else self.picker).record(
-                "h2d", "mapping" if adv & ADVISE_MAPPING else "ce", n, _now() - t0)
+                "h2d", "mapping" if adv & ADVISE_MAPPING else "ce", n, t0)
             self.refresh()
         return n
 
@@ -1208,37 +1291,57 @@ cdef class Transfer:
         cdef void *s = NULL
         cdef Py_ssize_t n
         cdef Py_buffer view
-        cdef int adv, rc, kind = 0
-        cdef double t0
+        cdef bint held = False
+        cdef int adv = 0, rc, kind = 0
+        cdef double t0 = 0
         if stream is not None:
             s = _stream_ptr(stream)
-        if isinstance(out, int) or (getattr(out, "ndim", None) == 0 and
-                                    hasattr(out, "__index__")):   # numpy integer scalars
+        if PyLong_CheckExact(out):
+            n = _index(out, "n")
+            out = None
+        elif _plain_exporter(out) and _count_view(out, &view):
+            held = True     # the common case: a writable array/bytearray/memoryview
+            n = view.len
+        elif isinstance(out, int) or (getattr(out, "ndim", None) == 0 and
+                                      hasattr(out, "__index__")):   # numpy integer scalars
             n = _index(out, "n")
             out = None
         else:
             _get_out_buffer(out, &view, 0)
+            held = True
             n = view.len
-            try:
-                if n >= self._classify_min[1]:
-                    kind = self._kind(out, view.buf, n)
-            finally:
+        try:
+            if held and n >= self._classify_min[1]:
+                kind = self._kind(out, view.buf, n)
+            self._m._range(off, n)
+            adv = self._advice(kind * 2 + 1, n)
+            if adv & ADVISE_TIMED:
+                t0 = _now()
+            if adv & ADVISE_MAPPING:
+                if stream is not None:
+                    with nogil:
+                        rc = gdrpy_stream_synchronize(self._pin._ctx._h, s)
+                    _check(rc)
+                if held:
+                    # Loads straight into the buffer acquired above.
+                    self._m._ready()
+                    self._m._load(view.buf, self._m._ptr + off, n)
+                    res = out
+                else:
+                    res = self._m._read_obj(off, n, None)
+            else:
+                if held:
+                    held = False
+                    PyBuffer_Release(&view)
+                res = self._pin._ce_read_obj(off, n, out, s, self._method(1, kind, n))
+            if adv & ADVISE_TIMED:
+                t0 = _now() - t0
+        finally:
+            if held:
                 PyBuffer_Release(&view)
-        self._m._range(off, n)
-        adv = self._advice(kind * 2 + 1, n)
-        if adv & ADVISE_TIMED:
-            t0 = _now()
-        if adv & ADVISE_MAPPING:
-            if stream is not None:
-                with nogil:
-                    rc = gdrpy_stream_synchronize(self._pin._ctx._h, s)
-                _check(rc)
-            res = self._m._read_obj(off, n, out)
-        else:
-            res = self._pin._ce_read_obj(off, n, out, s, self._method(1, kind, n))
         if adv & ADVISE_TIMED:
             (self.picker_locked if kind else self.picker).record(
-                "d2h", "mapping" if adv & ADVISE_MAPPING else "ce", n, _now() - t0)
+                "d2h", "mapping" if adv & ADVISE_MAPPING else "ce", n, t0)
             self.refresh()
         return res
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import os
 import statistics
 import threading
@@ -37,11 +38,12 @@ from typing import Any
 from . import _core
 from .threshold import cache_dir, identity_key, parse_threshold
 
-__all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env"]
+__all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env", "pick_staged_min",
+           "ring_sizes"]
 
 KIB = 1 << 10
 MIB = 1 << 20
-SCHEMA = 1
+SCHEMA = 2   # 2: the piece pipeline (plans measured on the old one are recalibrated)
 NEVER = 1 << 62
 
 _plans: dict = {}
@@ -181,7 +183,7 @@ def default_plan(ctx) -> StagingPlan:
                 auto = os.environ.get("GDRPY_AUTOCALIBRATE", "1") != "0"
                 if auto and not ctx.is_sim:
                     try:
-                        plan = calibrate_plan(ctx, budget_s=3.0)
+                        plan = calibrate_plan(ctx, budget_s=5.0)
                         save_plan(ident, plan)
                     except Exception as e:  # keep the defaults, say why
                         plan = StagingPlan(source=f"default (calibration failed: {e})")
@@ -219,17 +221,46 @@ def _ce(pin: Any, direction: str, host: Any, method: str) -> None:
         pin.ce_read(0, len(host), host, method=method)
 
 
+def ring_sizes(max_bytes: int) -> tuple[int, ...]:
+    """The message sizes the ring parameters are scored at: 4, 16 and 64 MiB
+    (the sizes staging is for), fewer/smaller when ``max_bytes`` is smaller."""
+    sizes = tuple(n for n in (4 * MIB, 16 * MIB, 64 * MIB) if n <= max_bytes)
+    return sizes or (max(64 * KIB, max_bytes // 16), max_bytes // 4 or 1, max_bytes)
+
+
+def pick_staged_min(points: list[tuple[int, float, float]]) -> int:
+    """The smallest staged size from (nbytes, direct_s, staged_s) points.
+
+    Chooses the threshold t (a measured size, or NEVER) that minimises the
+    summed relative time sum(time_of_chosen_path / best_time) over all points,
+    with direct below t and staged from t up: one noisy point costs at most
+    its own ratio and cannot switch staging off for a whole range of sizes."""
+    pts = sorted(points)
+    best_t, best_cost = NEVER, None
+    for i in range(len(pts) + 1):
+        cost = 0.0
+        for j, (_, d, s_) in enumerate(pts):
+            t = d if j < i else s_
+            cost += t / max(min(d, s_), 1e-12)
+        if best_cost is None or cost < best_cost - 1e-9:
+            best_cost = cost
+            best_t = pts[i][0] if i < len(pts) else NEVER
+    return best_t
+
+
 def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
                    progress: Callable[[str], None] | None = None) -> StagingPlan:
     """Measure the staging ring on ``ctx`` and return a plan.
 
-    1. Ring parameters, by coordinate search at ``max_bytes`` (both
-       directions, the worse direction's rate decides): memcpy threads
-       (1, 2, 4, 8, up to half the CPUs), then the chunk (1, 2, 4, 8 MiB), then
-       the depth (2, 3, 4).
+    1. Ring parameters by coordinate search, scored by the geometric mean of
+       the staged put and get rates at 4, 16 and 64 MiB (:func:`ring_sizes`),
+       median of 5 calls each: memcpy threads (1, 2, 4, 8, 12, 14, 16, at most
+       the CPUs less 2), the slot size (512 KiB, 1, 2, 4, 8 MiB), the depth (2, 3, 4, 6),
+       twice over (shapes already scored are not timed again); a change must
+       gain 3%.
     2. ``staged_min`` per direction: direct and staged copies, interleaved,
-       at 64 KiB .. ``max_bytes / 4``; the smallest size from which staging is
-       never slower (2% margin) up to the largest size measured.
+       at 64 KiB .. ``max_bytes`` (powers of two), and the threshold that
+       minimises the summed relative time (:func:`pick_staged_min`).
     """
     import numpy as np
 
@@ -242,50 +273,63 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
     plan = StagingPlan(source="calibration")
     sweep: list = []
     say = progress or (lambda msg: None)
+    sizes = ring_sizes(max_bytes)
     try:
-        def rate(n: int, reps: int = 3) -> float:
-            src = host[:n]
-            tw = _timer(lambda: pin.ce_write(0, src, method="staged"), reps)
-            tr = _timer(lambda: pin.ce_read(0, n, src, method="staged"), reps)
-            return n / max(tw, tr)
+        def score(reps: int = 5) -> float:
+            logs = []
+            for n in sizes:
+                src = host[:n]
+                tw = _timer(functools.partial(_ce, pin, "h2d", src, "staged"), reps)
+                tr = _timer(functools.partial(_ce, pin, "d2h", src, "staged"), reps)
+                logs += [math.log(n / tw), math.log(n / tr)]
+            return math.exp(sum(logs) / len(logs))
+
+        tried: dict = {}
 
         def try_cfg(chunk: int, depth: int, threads: int) -> float:
+            key = (chunk, depth, threads)
+            if key in tried:
+                return tried[key]
             _core.staging_config(ctx, chunk, depth, threads)
-            r = rate(max_bytes)
+            r = score()
+            tried[key] = r
             sweep.append({"chunk": chunk, "depth": depth, "threads": threads,
                           "gbps": r / 1e9})
             say(f"chunk {chunk >> 10} KiB depth {depth} threads {threads}: {r / 1e9:.1f} GB/s")
             return r
 
-        best = (plan.chunk, plan.depth, 1)
-        best_r = try_cfg(*best)
         ncpu = os.cpu_count() or 1
-        for t in (2, 4, 8):
-            if t > max(1, ncpu // 2) or time.perf_counter() > deadline:
-                break
-            r = try_cfg(best[0], best[1], t)
-            if r > best_r * 1.03:
-                best, best_r = (best[0], best[1], t), r
-        for c in (1 * MIB, 2 * MIB, 8 * MIB):
-            if time.perf_counter() > deadline:
-                break
-            r = try_cfg(c, best[1], best[2])
-            if r > best_r * 1.03:
-                best, best_r = (c, best[1], best[2]), r
-        for dp in (2, 3):
-            if time.perf_counter() > deadline:
-                break
-            r = try_cfg(best[0], dp, best[2])
-            if r > best_r * 1.03:
-                best, best_r = (best[0], dp, best[2]), r
+        tmax = max(1, min(16, ncpu - 2))      # leave the caller's core and one more
+        threads_c = [t for t in (1, 2, 4, 8, 12, 14, 16) if t <= tmax]
+        chunk_c = [c for c in (512 * KIB, 1 * MIB, 2 * MIB, 4 * MIB, 8 * MIB)
+                   if c <= max(max_bytes, MIB)]
+        depth_c = (2, 3, 4, 6)
+        best: tuple[int, int, int] = (2 * MIB, 4, min(8, tmax))
+        best_r = try_cfg(*best)
+
+        def search(axis: int, values) -> None:
+            nonlocal best, best_r
+            for v in values:
+                if time.perf_counter() > deadline:
+                    return
+                cfg = list(best)
+                cfg[axis] = v
+                r = try_cfg(*cfg)
+                if r > best_r * 1.03:
+                    best, best_r = (cfg[0], cfg[1], cfg[2]), r
+
+        for _ in range(2):      # two passes: the best depth/chunk depends on the threads
+            search(2, threads_c)
+            search(0, chunk_c)
+            search(1, depth_c)
         plan.chunk, plan.depth, plan.threads = best
         plan.apply(ctx)
 
         for d in ("h2d", "d2h"):
             n = 64 * KIB
-            wins = []
+            points = []
             end = t_start + budget_s * (0.8 if d == "h2d" else 1.0)
-            while n <= max_bytes // 4 and time.perf_counter() < end:
+            while n <= max_bytes and time.perf_counter() < end:
                 src = host[:n]
                 ops = (functools.partial(_ce, pin, d, src, "direct"),
                        functools.partial(_ce, pin, d, src, "staged"))
@@ -295,15 +339,10 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
                     td.append(_timer(ops[0], 1))
                     ts.append(_timer(ops[1], 1))
                 dmed, smed = statistics.median(td), statistics.median(ts)
-                wins.append((n, smed <= dmed * 1.02))
+                points.append((n, dmed, smed))
                 sweep.append({"direction": d, "nbytes": n, "direct_s": dmed, "staged_s": smed})
                 n *= 2
-            sm = NEVER
-            for size, win in reversed(wins):
-                if not win:
-                    break
-                sm = size
-            plan.staged_min[d] = sm
+            plan.staged_min[d] = pick_staged_min(points) if points else NEVER
         plan.sweep = sweep
         return plan
     finally:

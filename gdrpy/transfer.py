@@ -145,7 +145,11 @@ def _check_kind(kind: str) -> str:
 def picker_identity(ctx, kind: str = "pageable") -> dict:
     """The picker's identity: the host's, plus the host-memory kind its copy-engine
     side was measured with."""
-    return {**host_identity(ctx), "host_memory": _check_kind(kind)}
+    ident = {**host_identity(ctx), "host_memory": _check_kind(kind)}
+    if kind == "pageable":      # its copy-engine side is the staging ring's
+        from .staging import SCHEMA
+        ident["staging"] = SCHEMA
+    return ident
 
 
 def default_picker(ctx, kind: str = "pageable") -> ThresholdPicker:

@@ -18,6 +18,10 @@
 #             crashes, hangs, clear errors), gdrpy_apilat (8/64 B validated copies
 #             and gdrpy_open latency while 8 threads copy); with MISUSE_OLD_TREE=DIR
 #             (a checkout of the old commit) also scripts/misuse_before_after.sh
+#   beforeafter (only when named) issues 17 and 20: the old build (BASELINE, default
+#             .baseline: an export of c20781b; copied to $WORK and built from clean)
+#             against this tree, ROUNDS (16) pinned interleaved rounds within 150 s
+#             (scripts/misuse_before_after.sh); the table in before_after_table.txt
 #   chanperf  (only when named) issue 15: the channel protocol's variants side by side
 #             (python -m gdrpy bench pingpong --variants; table in chanperf.log)
 #   large     issue 14 only (named explicitly, not part of all): the host-memory
@@ -119,8 +123,9 @@ fi
 # minutes: named explicitly only (`scripts/gpu_suite.sh large`), never part of `all`.
 if [[ " $STAGES " == *" large "* ]]; then
     step pytest_large 600 python3 -m pytest -q -rs -p no:cacheprovider \
-        tests/test_hostmem.py tests/test_native.py -k "hostmem or staging" \
-        --junitxml="$WORK/junit_large.xml"
+        tests/test_hostmem.py tests/test_staging_schedule.py tests/test_native.py \
+        -k "hostmem or staging or schedule" --junitxml="$WORK/junit_large.xml"
+    step staging_sweep 120 python3 scripts/staging_sweep.py --sizes 4M,16M,64M
     step bench_bandwidth 560 python3 -m gdrpy bench bandwidth --backend nvrm \
         --json "$WORK/bandwidth.json" --plot "$WORK/bandwidth.png"
     step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 600 \
@@ -176,6 +181,13 @@ if want misuse; then
     if [ -n "${MISUSE_OLD_TREE:-}" ]; then
         step misuse_before_after 600 scripts/misuse_before_after.sh "$MISUSE_OLD_TREE" auto
     fi
+fi
+
+if [[ " $STAGES " == *" beforeafter "* ]]; then
+    rm -rf "$WORK/old-tree" && cp -a "${BASELINE:-.baseline}" "$WORK/old-tree"
+    step before_after 240 env WORK="$WORK/before_after" BUILD_OLD=clean ROUNDS="${ROUNDS:-16}" \
+        BUDGET_S=150 scripts/misuse_before_after.sh "$WORK/old-tree" auto
+    sed -n '/^old\/new: /,/^time: /p' "$WORK/before_after.log" | tee "$WORK/before_after_table.txt"
 fi
 
 # Issue 15's latency: every protocol variant of the 4-byte round trip

@@ -17,6 +17,10 @@
 
 #include "check.h"
 
+/* internal (staging.c), linked from libgdrpy.a */
+uint64_t gp_stage_schedule(size_t n, size_t slot, int read, uint64_t j, size_t *off,
+                           size_t *len);
+
 #define KIB 1024u
 #define MIB (1024u * 1024u)
 #define DEV_BYTES (12u * MIB)
@@ -80,6 +84,63 @@ static int one_shape(struct dev *v, size_t chunk, unsigned depth, unsigned threa
     }
     free(src);
     free(dst);
+    return 0;
+}
+
+/* The chunk schedule covers every message exactly, for writes and reads:
+ * contiguous chunks of 1..slot bytes in ascending order; from 1 MiB up at
+ * least 3 chunks, a write's first chunk (the pipeline's fill) and a read's
+ * last chunk (its drain) of at most 256 KiB, and a read's chunks are a
+ * write's in reverse order. */
+static int schedule_covers_every_size_in_small_ends(void)
+{
+    static const size_t slots[] = {64 * KIB, 128 * KIB, 256 * KIB, MIB, 2 * MIB, 4 * MIB,
+                                   64 * MIB};
+    size_t sizes_[512];
+    size_t ns = 0;
+    for (size_t b = 1; b <= 512 * MIB; b *= 2) {
+        sizes_[ns++] = b - 1 ? b - 1 : 1;
+        sizes_[ns++] = b;
+        sizes_[ns++] = b + 1;
+        sizes_[ns++] = b * 3 + 4095;
+    }
+    /* ramp boundaries F(3 * 2^R - 1) (and the old 2F(2^R - 1)), F = 32K..256K */
+    for (size_t F = 32 * KIB; F <= 256 * KIB; F *= 2)
+        for (unsigned R = 1; R < 12; R++) {
+            size_t xs[2] = {F * (3 * ((size_t)1 << R) - 1), 2 * F * (((size_t)1 << R) - 1)};
+            for (int q = 0; q < 2; q++) {
+                sizes_[ns++] = xs[q] - 1;
+                sizes_[ns++] = xs[q];
+                sizes_[ns++] = xs[q] + 1;
+            }
+        }
+    for (size_t si = 0; si < sizeof slots / sizeof slots[0]; si++) {
+        for (size_t i = 0; i < ns; i++) {
+            for (int rd = 0; rd < 2; rd++) {
+                size_t n = sizes_[i], S = slots[si], off = 0, len = 0, pos = 0;
+                uint64_t nch = gp_stage_schedule(n, S, rd, 0, &off, &len);
+                CHECK(nch >= 1);
+                CHECK(gp_stage_schedule(n, S, !rd, 0, &off, &len) == nch);
+                for (uint64_t j = 0; j < nch; j++) {
+                    CHECK(gp_stage_schedule(n, S, rd, j, &off, &len) == nch);
+                    if (off != pos || len < 1 || len > S) {
+                        fprintf(stderr,
+                                "n %zu slot %zu %s chunk %llu/%llu: off %zu len %zu pos %zu\n",
+                                n, S, rd ? "read" : "write", (unsigned long long)j,
+                                (unsigned long long)nch, off, len, pos);
+                        CHECK(0);
+                    }
+                    size_t o2, l2; /* the other direction's mirror chunk */
+                    gp_stage_schedule(n, S, !rd, nch - 1 - j, &o2, &l2);
+                    CHECK(l2 == len);
+                    if (n >= MIB && j == (rd ? nch - 1 : 0)) CHECK(len <= 256 * KIB);
+                    pos += len;
+                }
+                CHECK(pos == n);
+                if (n >= MIB) CHECK(nch >= 3);
+            }
+        }
+    }
     return 0;
 }
 
@@ -211,6 +272,7 @@ static int host_table_accepts_only_what_it_handed_out(void)
 
 int main(void)
 {
+    RUN(schedule_covers_every_size_in_small_ends);
     RUN(staged_copies_are_exact_for_every_ring_shape);
     RUN(staged_copies_are_exact_with_a_slow_copy_engine);
     RUN(threads_staging_through_one_context_do_not_mix_bytes);

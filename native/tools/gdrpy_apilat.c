@@ -16,6 +16,7 @@
  *   gdrpy_read N B        validated copy out of the mapping
  *   copy_to_mapping N B   the bare copy kernel (no validation): reference
  *   gdr_copy_to_mapping   libgdrapi.so.2's copy (GDRCopy ABI)
+ *   copy_to_mapping (gdr map)  the bare kernel on libgdrapi's mapping
  *   gdr_copy_from_mapping
  * and "open under load": gdrpy_open + gdrpy_close of a new context, timed
  * one by one, while --threads threads loop gdrpy_write (--load-bytes) on
@@ -124,10 +125,16 @@ enum { M_WRITE,
        M_READ,
        M_KERNEL,
        M_GDR_TO,
+       M_GDR_KERNEL,
        M_GDR_FROM,
        M_COUNT };
-static const char *m_name[M_COUNT] = {"gdrpy_write", "gdrpy_read", "copy_to_mapping (kernel)",
-                                      "gdr_copy_to_mapping", "gdr_copy_from_mapping"};
+/* M_GDR_KERNEL: the bare kernel on libgdrapi's mapping, so that
+ * gdr_copy_to_mapping minus it is libgdrapi's own cost on the same
+ * destination (two mappings of different buffers may differ on a GPU). */
+static const char *m_name[M_COUNT] = {"gdrpy_write", "gdrpy_read",
+                                      "copy_to_mapping (kernel)",
+                                      "gdr_copy_to_mapping", "copy_to_mapping (gdr map)",
+                                      "gdr_copy_from_mapping"};
 
 static h_t g_ctx, g_pin;
 static char *g_user; /* CPU address of the pinned address (gdrpy) */
@@ -142,6 +149,7 @@ static inline int run_one(int m, size_t n)
     case M_READ: return gp.read(g_ctx, g_pin, 0, g_host, n);
     case M_KERNEL: gp.to_mapping(g_user, g_host, n); return 0;
     case M_GDR_TO: return ga.to(g_mh, g_gmap, g_host, n);
+    case M_GDR_KERNEL: gp.to_mapping(g_gmap, g_host, n); return 0;
     case M_GDR_FROM: return ga.from(g_mh, g_host, g_gmap, n);
     }
     return -1;
@@ -167,7 +175,7 @@ static void latency(const size_t *sizes, int nsizes, int samples, int have_gdr, 
         size_t n = sizes[si];
         int batch[M_COUNT];
         for (int m = 0; m < M_COUNT; m++) {
-            if (!have_gdr && (m == M_GDR_TO || m == M_GDR_FROM)) continue;
+            if (!have_gdr && (m == M_GDR_TO || m == M_GDR_KERNEL || m == M_GDR_FROM)) continue;
             for (int w = 0; w < 200; w++) run_one(m, n);
             double est = sample(m, n, 16);
             int b = est > 0 ? (int)(2000.0 / est) : 256; /* ~2 us per sample */
@@ -179,13 +187,13 @@ static void latency(const size_t *sizes, int nsizes, int samples, int have_gdr, 
         int per = samples / rounds;
         for (int r = 0; r < rounds; r++)
             for (int m = 0; m < M_COUNT; m++) {
-                if (!have_gdr && (m == M_GDR_TO || m == M_GDR_FROM)) continue;
+                if (!have_gdr && (m == M_GDR_TO || m == M_GDR_KERNEL || m == M_GDR_FROM)) continue;
                 for (int w = 0; w < 20; w++) run_one(m, n);
                 for (int k = 0; k < per; k++)
                     s[m * samples + r * per + k] = sample(m, n, batch[m]);
             }
         for (int m = 0; m < M_COUNT; m++) {
-            if (!have_gdr && (m == M_GDR_TO || m == M_GDR_FROM)) continue;
+            if (!have_gdr && (m == M_GDR_TO || m == M_GDR_KERNEL || m == M_GDR_FROM)) continue;
             double med, p99, mx;
             stats(s + m * samples, per * rounds, &med, &p99, &mx);
             printf("%-28s %8zu %6d %10.1f %10.1f\n", m_name[m], n, batch[m], med, p99);

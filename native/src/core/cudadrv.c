@@ -93,6 +93,10 @@ static void do_load(void)
         OPT(MemSetAccess, "cuMemSetAccess"),
         OPT(MemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
         /* page-locked host memory and the staging ring (hostmem.c, staging.c) */
+        OPT(MemPoolCreate, "cuMemPoolCreate"),
+        OPT(MemPoolDestroy, "cuMemPoolDestroy"),
+        OPT(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync"),
+        OPT(MemFreeAsync, "cuMemFreeAsync"),
         OPT(MemHostAlloc, "cuMemHostAlloc"),
         OPT(MemFreeHost, "cuMemFreeHost"),
         OPT(MemHostRegister, "cuMemHostRegister_v2"),
@@ -511,6 +515,7 @@ int gp_cuda_classify(uint64_t addr, uint64_t size, int want_device, gp_cuda_ptr 
     out->handle_types = (unsigned)val[7];
     out->rdma_capable = (uint32_t)val[8] != 0;
     out->buffer_id = val[9];
+    out->pool = val2[0];
 
     if (managed) {
         out->kind = GP_CUMEM_MANAGED;

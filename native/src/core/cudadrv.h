@@ -55,6 +55,18 @@ typedef struct {
     int flags; /* CUmemAccess_flags: 3 read-write */
 } gp_CUmemAccessDesc;
 _Static_assert(sizeof(gp_CUmemAccessDesc) == 12, "CUmemAccessDesc size");
+/* CUmemPoolProps (88 bytes on x86-64). */
+typedef struct {
+    int allocType;   /* CU_MEM_ALLOCATION_TYPE_PINNED */
+    int handleTypes; /* CUmemAllocationHandleType bitmask; 0 none */
+    int location_type, location_id;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+} gp_CUmemPoolProps;
+_Static_assert(sizeof(gp_CUmemPoolProps) == 88, "CUmemPoolProps size");
+
 #define CU_MEM_ACCESS_FLAGS_PROT_READWRITE 3
 #define CU_MEM_ALLOCATION_TYPE_PINNED 1
 #define CU_MEM_ALLOC_GRANULARITY_MINIMUM 0
@@ -169,6 +181,12 @@ struct gp_cuda_api {
                              size_t count);
     CUresult (*MemGetAllocationGranularity)(size_t *g, const gp_CUmemAllocationProp *prop,
                                             int option);
+    /* optional: stream-ordered pools (the nvrm backend learns where CUDA
+     * describes a pool's chunks on a scratch pool of its own) */
+    CUresult (*MemPoolCreate)(void **pool, const gp_CUmemPoolProps *props);
+    CUresult (*MemPoolDestroy)(void *pool);
+    CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *p, size_t n, void *pool, CUstream s);
+    CUresult (*MemFreeAsync)(CUdeviceptr p, CUstream s);
     /* page-locked host memory and events (optional: hostmem.c and staging.c
      * report ENOTSUP without them) */
     CUresult (*MemHostAlloc)(void **p, size_t n, unsigned flags);
@@ -267,6 +285,7 @@ typedef struct gp_cuda_ptr {
     int ipc_capable;       /* legacy cuIpcGetMemHandle works */
     int rdma_capable;      /* CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE */
     uint64_t buffer_id;    /* CU_POINTER_ATTRIBUTE_BUFFER_ID */
+    uint64_t pool;         /* CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE (pool memory) */
 } gp_cuda_ptr;
 
 /* Classifies [addr, addr+size).  Fails with:

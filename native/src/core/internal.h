@@ -133,6 +133,11 @@ GP_HIDDEN int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what);
 GP_HIDDEN void gp_ctx_leave(gp_ctx *c);
 /* staging.c: frees the context's ring (gdrpy_close, nothing in flight). */
 GP_HIDDEN void gp_stage_destroy(gp_ctx *c);
+/* staging.c: how a staged write (read = 0) or read (1) of n bytes through
+ * slots of `slot` bytes is cut: returns the number of chunks and, for j below
+ * it, chunk j's offset and length (for tests). */
+GP_HIDDEN uint64_t gp_stage_schedule(size_t n, size_t slot, int read, uint64_t j,
+                                     size_t *off, size_t *len);
 
 /* ---- helpers ---------------------------------------------------------- */
 static inline uint64_t gp_round_down(uint64_t x, uint64_t a) { return x & ~(a - 1); }

@@ -2,16 +2,24 @@
  * staging.c - copy-engine copies from/to pageable host memory through a
  * per-context ring of page-locked chunks (gdrpy_host.h).
  *
- * Pipeline.  A copy of n bytes is cut into chunks of `eff` bytes (the
- * configured chunk, smaller for messages under chunk * depth so that even
- * they overlap).  Slot k of the ring is chunk i with k = (start + i) % depth.
- *   write (h2d): wait until slot k's previous DMA is done (its event), copy
- *     chunk i into it with the CPU (split over `threads` threads), enqueue the
- *     DMA slot -> device and record slot k's event.  The CPU copy of chunk
- *     i+1 runs while the engine moves chunk i.
- *   read (d2h): enqueue the DMAs of the first `depth` chunks; then for each
- *     chunk wait for its event, copy it out with the CPU and enqueue the DMA
- *     of chunk i+depth into the slot just emptied.
+ * Pipeline.  A copy of n bytes is cut into chunks by sched_make (a write
+ * ramps up from a small first chunk to equal chunks of at most the slot
+ * size and part of the way down; a read is the mirror image, ending with a
+ * small chunk); chunk i lives
+ * in slot (start + i) % depth.  Each chunk is split into pieces that the
+ * pool's workers (and the caller, with fewer than 3 workers) claim in order
+ * (see st_job), so the CPU copies of chunk i+1 run while chunk i is moved.
+ *   write (h2d): a chunk's pieces may be copied in once its slot's previous
+ *     DMA is done (event); when all are, the caller enqueues the DMA slot ->
+ *     device and records the slot's event.
+ *   read (d2h): the caller enqueues DMAs into free slots; a chunk's pieces
+ *     may be copied out once its event has fired; when all are, the slot is
+ *     free for the DMA of a later chunk.
+ * Only the caller talks to the engine (events are polled, never waited on
+ * while there is CPU work).  Diagnostics (scripts/staging_sweep.py):
+ * GDRPY_STAGING_DRY=nodma|nocopy runs one side of the pipeline alone,
+ * GDRPY_STAGING_NT=in|out|both copies with streaming stores,
+ * GDRPY_STAGING_PPT=N sets the pieces per thread and chunk (default 2).
  * Without a stream the DMAs run on the legacy default stream of the device's
  * primary context and the call returns when everything has landed.  With a
  * stream they run on it (ordered after its earlier work); a write returns
@@ -32,6 +40,7 @@
  * pin's in-flight count (gp_copy_begin) for its whole duration.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +49,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "copy.h"
 #include "cudadrv.h"
 #include "gdrpy_host.h"
 
@@ -47,9 +57,10 @@
 #define ST_MAX_THREADS 16
 #define ST_MIN_CHUNK (64u << 10)
 #define ST_MAX_CHUNK (64u << 20)
-#define ST_SMALL_CHUNK (128u << 10) /* smallest chunk a short message is cut into */
-#define ST_MIN_PART (256u << 10)    /* smallest per-thread share of a chunk */
-#define ST_SPIN_S 200e-6            /* a worker spins this long before sleeping */
+#define ST_FIRST_MIN (32u << 10)  /* smallest first (and last) chunk of a message */
+#define ST_FIRST_MAX (256u << 10) /* largest first (and last) chunk of a message */
+#define ST_POOL_MIN (256u << 10)  /* smaller messages are copied by the caller alone */
+#define ST_SPIN_S 500e-6          /* a worker spins this long before sleeping */
 #define SIM_QUEUE 64
 
 static double now_s(void)
@@ -68,71 +79,306 @@ static inline void cpu_relax(void)
 #endif
 }
 
+/* A waiting loop's step: pause, and after a while give the CPU away (more
+ * threads than CPUs must not starve the thread that is being waited for). */
+static inline void relax_step(unsigned *i)
+{
+    if (++*i > 256) sched_yield();
+    else cpu_relax();
+}
+
+/* ---- the schedule: how a message is cut into chunks ------------------- */
+
+/* A staged copy costs the engine's time, plus what the engine waits for at
+ * the start (a write's first chunk must be copied in before its DMA), plus
+ * what the CPU does after the engine is done (a read's last chunk is copied
+ * out after its DMA), plus ~2-3 us per DMA (measured on an H100 host).  So a
+ * write's chunks ramp up F, 2F, 4F, ... (< S, the slot size) to equal middle
+ * chunks of at most S, then down again, but only to max(F, n/8): with the
+ * CPU side faster than the engine (enough threads) the end of a write needs
+ * no small chunks, and one that is not (few threads) still never waits for
+ * more than an eighth of the message at the end.  A read is the mirror
+ * image (its first DMA starts at once; its last chunk is F).  F = n/8
+ * rounded up to 4 KiB, clamped to [ST_FIRST_MIN, ST_FIRST_MAX] and to S.  A
+ * ramp step is taken only while the ramp so far, the step and as much again
+ * fit in n; every message from 1 MiB up has at least 3 chunks. */
+typedef struct st_sched {
+    size_t n, F, mid_off, mid_n, U;
+    unsigned R, nt; /* ramp-up steps; ramp-down steps (F << (R-1)) ... (F << (R-nt)) */
+    int rev;        /* read: the mirror image */
+    uint64_t m, nch;
+} st_sched;
+
+static void sched_make(st_sched *s, size_t n, size_t S, int rev)
+{
+    size_t F = gp_round_up(n / 8, 4096);
+    if (F < ST_FIRST_MIN) F = ST_FIRST_MIN;
+    if (F > ST_FIRST_MAX) F = ST_FIRST_MAX;
+    if (F > S) F = S;
+    unsigned R = 0;
+    while (R < 20 && (F << R) < S && F * (((size_t)1 << R) - 1) + 2 * (F << R) <= n) R++;
+    size_t head = F * (((size_t)1 << R) - 1);
+    /* ramp down (F << (R-1)) ... while the step is at least n/8 and fits */
+    unsigned nt = 0;
+    size_t tail = 0;
+    while (nt < R) {
+        size_t step = F << (R - 1 - nt);
+        if (step < n / 8) break;
+        if (head + tail + step > n) break;
+        tail += step;
+        nt++;
+    }
+    s->n = n;
+    s->F = F;
+    s->R = R;
+    s->nt = nt;
+    s->rev = rev;
+    s->mid_off = head;
+    s->mid_n = n - head - tail;
+    s->m = s->mid_n ? (s->mid_n + S - 1) / S : 0;
+    s->U = s->m ? gp_round_up((s->mid_n + s->m - 1) / s->m, 4096) : 0;
+    if (s->U > S) s->U = S; /* cannot happen: S is a multiple of 4096 */
+    s->nch = (uint64_t)R + s->m + nt;
+}
+
+/* Offset and length of chunk j (j < nch) in ascending order of offsets; every
+ * length is in [1, S]. */
+static void sched_chunk(const st_sched *s, uint64_t j, size_t *off, size_t *len)
+{
+    uint64_t i = s->rev ? s->nch - 1 - j : j; /* the write order's chunk */
+    size_t o, l;
+    if (i < s->R) {
+        o = s->F * (((size_t)1 << i) - 1);
+        l = s->F << i;
+    } else if (i < s->R + s->m) {
+        size_t k = (size_t)(i - s->R);
+        o = s->mid_off + k * s->U;
+        l = s->mid_n - k * s->U < s->U ? s->mid_n - k * s->U : s->U;
+    } else {
+        unsigned t = (unsigned)(i - s->R - s->m);
+        o = s->mid_off + s->mid_n + s->F * (((size_t)1 << s->R) - ((size_t)1 << (s->R - t)));
+        l = s->F << (s->R - 1 - t);
+    }
+    *off = s->rev ? s->n - o - l : o;
+    *len = l;
+}
+
+uint64_t gp_stage_schedule(size_t n, size_t slot, int read, uint64_t j, size_t *off,
+                           size_t *len)
+{
+    st_sched s;
+    sched_make(&s, n, slot, read);
+    if (j < s.nch) sched_chunk(&s, j, off, len);
+    return s.nch;
+}
+
+/* ---- one staged copy as a stream of pieces ---------------------------- */
+
+/* Chunk j lives in ring slot (start + j) % depth and is split into `ppc`
+ * pieces; piece g is piece g % ppc of chunk g / ppc.  The CPU side of a copy
+ * is the pieces, claimed in order by the caller and the pool's workers:
+ * a thread copies piece g once g < avail (its slot is free for a write, its
+ * DMA has landed for a read) and counts it in slotdone[slot].  The caller
+ * alone talks to the engine: it raises avail as slots free up or DMAs land,
+ * enqueues the DMA of a chunk whose pieces are all counted (write) and
+ * refills a slot whose pieces are all copied out (read), and copies pieces
+ * itself when it has nothing else to do.  No thread waits for another at a
+ * chunk boundary, so the copies of chunk i+1 run while chunk i's DMA is
+ * enqueued and moving. */
+typedef struct st_job {
+    int dir; /* 0: host -> ring (write), 1: ring -> host (read) */
+    char *host;
+    char *ring;
+    size_t slot_bytes;
+    unsigned depth, start, ppc;
+    int pooled;        /* the pool's workers take part */
+    int caller_copies; /* the caller copies pieces whenever it is idle */
+    unsigned *active;  /* workers inside the copy (the pool's counter) */
+    gp_copy_fn cp;     /* the CPU copy of a piece */
+    uint64_t total;    /* pieces */
+    st_sched sc;
+    char pad0[64];
+    uint64_t next; /* next piece to claim (atomic) */
+    char pad1[64];
+    uint64_t avail; /* pieces < avail may be copied (atomic) */
+    char pad2[64];
+    int abort; /* atomic */
+    char pad3[64];
+    unsigned slotdone[ST_MAX_DEPTH]; /* atomic */
+    char pad4[64];
+} st_job;
+
+static inline unsigned job_slot(const st_job *j, uint64_t ci)
+{
+    return (unsigned)((j->start + ci) % j->depth);
+}
+
+static void piece_do(st_job *j, uint64_t g)
+{
+    uint64_t ci = g / j->ppc;
+    size_t p = (size_t)(g % j->ppc);
+    size_t off, len;
+    sched_chunk(&j->sc, ci, &off, &len);
+    size_t part = gp_round_up((len + j->ppc - 1) / j->ppc, 64);
+    size_t po = p * part;
+    unsigned k = job_slot(j, ci);
+    if (po < len) {
+        size_t pl = len - po < part ? len - po : part;
+        char *slot = j->ring + (size_t)k * j->slot_bytes + po;
+        char *h = j->host + off + po;
+        if (j->dir == 0) j->cp(slot, h, pl);
+        else j->cp(h, slot, pl);
+    }
+    __atomic_add_fetch(&j->slotdone[k], 1, __ATOMIC_RELEASE);
+}
+
+static void cp_plain(void *d, const void *s, size_t n)
+{
+    memcpy(d, s, n);
+}
+
+/* GDRPY_STAGING_NT: "in" (put: into the ring), "out" (get: into the caller's
+ * memory), "both": those copies use the CPU's streaming (non-temporal) store
+ * kernel, which bypasses the caches and ends with a store fence; default:
+ * memcpy for both.  Bit 0: in, bit 1: out. */
+static unsigned nt_mask(void)
+{
+    const char *e = getenv("GDRPY_STAGING_NT");
+    if (!e || !*e) return 0;
+    if (!strcmp(e, "in")) return 1;
+    if (!strcmp(e, "out")) return 2;
+    if (!strcmp(e, "both") || !strcmp(e, "1")) return 3;
+    return 0;
+}
+
+static void cp_none(void *d, const void *s, size_t n)
+{
+    (void)d;
+    (void)s;
+    (void)n;
+}
+
+/* GDRPY_STAGING_DRY (diagnostics, never for real data): "nodma" runs the
+ * pipeline without enqueueing any DMA (the CPU side alone), "nocopy" without
+ * the CPU copies (the engine side alone, moving stale ring contents). */
+static int dry_mode(void)
+{
+    const char *e = getenv("GDRPY_STAGING_DRY");
+    if (!e || !*e) return 0;
+    if (!strcmp(e, "nodma")) return 1;
+    if (!strcmp(e, "nocopy")) return 2;
+    return 0;
+}
+
+static gp_copy_fn nt_copy(void)
+{
+    const gp_copy_kernel *k = gp_copy_auto_kernel();
+    if (!k || k->device_memory_only || !strcmp(k->name, "generic")) return cp_plain;
+    return k->to_mapping;
+}
+
+/* Worker: claims pieces until none are left (or the copy is aborted). */
+static void job_work(st_job *j)
+{
+    for (;;) {
+        uint64_t g = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (g >= j->total) return;
+        unsigned spins = 0;
+        while (g >= __atomic_load_n(&j->avail, __ATOMIC_ACQUIRE)) {
+            if (__atomic_load_n(&j->abort, __ATOMIC_ACQUIRE)) return;
+            relax_step(&spins);
+        }
+        piece_do(j, g);
+    }
+}
+
+/* Caller: copies one piece if one is free to copy now; never waits. */
+static int job_try_piece(st_job *j)
+{
+    if (!j->caller_copies && (!j->pooled || __atomic_load_n(j->active, __ATOMIC_ACQUIRE)))
+        return 0;
+    uint64_t g = __atomic_load_n(&j->next, __ATOMIC_RELAXED);
+    if (g >= j->total || g >= __atomic_load_n(&j->avail, __ATOMIC_ACQUIRE)) return 0;
+    if (!__atomic_compare_exchange_n(&j->next, &g, g + 1, 0, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED))
+        return 1; /* another thread took it: look again */
+    piece_do(j, g);
+    return 1;
+}
+
 /* ---- memcpy worker pool ------------------------------------------------ */
 
-typedef struct st_worker {
-    pthread_t th;
-    struct st_pool *pool;
-    unsigned seq;  /* jobs posted (atomic) */
-    unsigned done; /* jobs finished (atomic) */
-    char *d;
-    const char *s;
-    size_t n;
-} st_worker;
-
+/* Workers spin for `spin_s` after a copy (a copy that follows soon finds
+ * them awake: a futex wake-up costs tens of microseconds in a VM), then
+ * sleep on a condition variable.  The caller never waits for a worker to
+ * wake: it starts on the pieces itself and the workers join as they come. */
 typedef struct st_pool {
     unsigned n; /* workers (threads - 1) */
+    pthread_t th[ST_MAX_THREADS];
     pthread_mutex_t m;
     pthread_cond_t cv;
+    double spin_s;
     unsigned sleepers; /* atomic */
     int quit;          /* atomic */
-    st_worker w[ST_MAX_THREADS];
+    unsigned gen;      /* copies started (atomic) */
+    int open;          /* a copy is running: workers may join (atomic) */
+    unsigned active;   /* workers inside the copy (atomic) */
+    st_job *job;
 } st_pool;
 
 static void *worker_main(void *arg)
 {
-    st_worker *w = arg;
-    st_pool *p = w->pool;
+    st_pool *p = arg;
+    unsigned seen = 0;
     for (;;) {
-        unsigned seen = __atomic_load_n(&w->done, __ATOMIC_RELAXED);
         int got = 0;
-        double t_end = now_s() + ST_SPIN_S;
+        double t_end = now_s() + p->spin_s;
         for (unsigned i = 1;; i++) {
-            if (__atomic_load_n(&w->seq, __ATOMIC_ACQUIRE) != seen ||
+            if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen ||
                 __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) {
                 got = 1;
                 break;
             }
-            cpu_relax();
+            if (i > 256) sched_yield();
+            else cpu_relax();
             if ((i & 63) == 0 && now_s() > t_end) break;
         }
         if (!got) {
             pthread_mutex_lock(&p->m);
             __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
-            while (__atomic_load_n(&w->seq, __ATOMIC_SEQ_CST) == seen &&
+            while (__atomic_load_n(&p->gen, __ATOMIC_SEQ_CST) == seen &&
                    !__atomic_load_n(&p->quit, __ATOMIC_SEQ_CST))
                 pthread_cond_wait(&p->cv, &p->m);
             __atomic_sub_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
             pthread_mutex_unlock(&p->m);
         }
         if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) return NULL;
-        unsigned seq = __atomic_load_n(&w->seq, __ATOMIC_ACQUIRE);
-        if (w->n) memcpy(w->d, w->s, w->n);
-        __atomic_store_n(&w->done, seq, __ATOMIC_RELEASE);
+        seen = __atomic_load_n(&p->gen, __ATOMIC_SEQ_CST);
+        /* join only while the copy is open; the caller closes it and then
+         * waits for `active` to drop to 0 (both sides sequentially consistent) */
+        __atomic_add_fetch(&p->active, 1, __ATOMIC_SEQ_CST);
+        if (__atomic_load_n(&p->open, __ATOMIC_SEQ_CST)) job_work(p->job);
+        __atomic_sub_fetch(&p->active, 1, __ATOMIC_SEQ_CST);
     }
 }
 
-static int pool_start(st_pool *p, unsigned workers)
+static void pool_start(st_pool *p, unsigned workers, st_job *job)
 {
     memset(p, 0, sizeof *p);
     pthread_mutex_init(&p->m, NULL);
     pthread_cond_init(&p->cv, NULL);
-    for (unsigned i = 0; i < workers; i++) {
-        p->w[i].pool = p;
-        if (pthread_create(&p->w[i].th, NULL, worker_main, &p->w[i]) != 0) break;
+    p->job = job;
+    p->spin_s = ST_SPIN_S;
+    const char *e = getenv("GDRPY_STAGING_SPIN_US");
+    if (e && *e) {
+        double us = strtod(e, NULL);
+        if (us >= 0 && us <= 1e6) p->spin_s = us * 1e-6;
+    }
+    for (unsigned i = 0; i < workers && i < ST_MAX_THREADS; i++) {
+        if (pthread_create(&p->th[i], NULL, worker_main, p) != 0) break;
         p->n++;
     }
-    return 0; /* fewer workers than asked for only slows the copies */
+    /* fewer workers than asked for only slows the copies */
 }
 
 static void pool_stop(st_pool *p)
@@ -141,48 +387,33 @@ static void pool_stop(st_pool *p)
     __atomic_store_n(&p->quit, 1, __ATOMIC_SEQ_CST);
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->m);
-    for (unsigned i = 0; i < p->n; i++) pthread_join(p->w[i].th, NULL);
+    for (unsigned i = 0; i < p->n; i++) pthread_join(p->th[i], NULL);
     p->n = 0;
     pthread_mutex_destroy(&p->m);
     pthread_cond_destroy(&p->cv);
 }
 
-/* memcpy of n bytes split over up to `threads` threads (the caller is one). */
-static void par_memcpy(st_pool *p, unsigned threads, void *dst, const void *src, size_t n)
+/* Opens the copy described by p->job (fields set) to the workers. */
+static void pool_open(st_pool *p)
 {
-    unsigned t = threads;
-    if (t > p->n + 1) t = p->n + 1;
-    if (t > n / ST_MIN_PART) t = (unsigned)(n / ST_MIN_PART);
-    if (t <= 1) {
-        memcpy(dst, src, n);
-        return;
-    }
-    size_t part = gp_round_up((n + t - 1) / t, 4096);
-    char *d = dst;
-    const char *s = src;
-    unsigned used = 0;
-    for (unsigned i = 1; i < t; i++) {
-        size_t off = (size_t)i * part;
-        if (off >= n) break;
-        st_worker *w = &p->w[i - 1];
-        w->d = d + off;
-        w->s = s + off;
-        w->n = n - off < part ? n - off : part;
-        __atomic_add_fetch(&w->seq, 1, __ATOMIC_SEQ_CST);
-        used = i;
-    }
+    __atomic_store_n(&p->open, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&p->gen, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST)) {
         pthread_mutex_lock(&p->m);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->m);
     }
-    memcpy(d, s, n < part ? n : part);
-    for (unsigned i = 1; i <= used; i++) {
-        st_worker *w = &p->w[i - 1];
-        unsigned want = __atomic_load_n(&w->seq, __ATOMIC_RELAXED);
-        while (__atomic_load_n(&w->done, __ATOMIC_ACQUIRE) != want) cpu_relax();
-    }
 }
+
+/* Closes the copy: no worker touches the job (or the caller's memory)
+ * after this returns. */
+static void pool_close(st_pool *p)
+{
+    __atomic_store_n(&p->open, 0, __ATOMIC_SEQ_CST);
+    unsigned spins = 0;
+    while (__atomic_load_n(&p->active, __ATOMIC_SEQ_CST)) relax_step(&spins);
+}
+
 
 /* ---- sim copy-engine stand-in ----------------------------------------- */
 
@@ -272,6 +503,14 @@ static uint64_t sim_ce_mark(sim_ce *e)
     return s;
 }
 
+static int sim_ce_done(sim_ce *e, uint64_t seq)
+{
+    pthread_mutex_lock(&e->m);
+    int done = e->completed >= seq;
+    pthread_mutex_unlock(&e->m);
+    return done;
+}
+
 static void sim_ce_wait(sim_ce *e, uint64_t seq)
 {
     pthread_mutex_lock(&e->m);
@@ -303,6 +542,10 @@ typedef struct gp_stage {
     uint64_t sim_ev[ST_MAX_DEPTH];
     st_pool pool;
     int pool_on;
+    st_job job; /* the copy in progress (under op_lock) */
+    gp_copy_fn cp_in, cp_out;
+    int dry_dma;  /* GDRPY_STAGING_DRY=nodma: no DMA at all (diagnostics only) */
+    unsigned ppt; /* pieces per thread and chunk (GDRPY_STAGING_PPT, default 2) */
     int warned;
 } gp_stage;
 
@@ -360,6 +603,8 @@ static void st_pop(void)
 }
 
 static void eng_wait(gp_stage *st, unsigned k);
+static int eng_query(gp_stage *st, unsigned k);
+static int wait_all_spin(gp_stage *st, int rc);
 
 /* With op_lock held: tears the ring down (waits for its DMAs first). */
 static void ring_free(gp_stage *st)
@@ -425,7 +670,8 @@ static int ring_build(gp_stage *st, gp_ctx *c)
         int rc = gp_cuda_load(NULL, 0);
         if (rc) return rc;
         if (!gp_cu.MemHostAlloc || !gp_cu.MemFreeHost || !gp_cu.EventCreate ||
-            !gp_cu.EventDestroy || !gp_cu.EventRecord || !gp_cu.EventSynchronize)
+            !gp_cu.EventDestroy || !gp_cu.EventRecord || !gp_cu.EventSynchronize ||
+            !gp_cu.EventQuery)
             return gp_err(GDRPY_ENOTSUP, "staging: libcuda lacks host allocation or events");
         CUdevice d;
         CUresult r = gp_cu.DeviceGet(&d, c->device);
@@ -454,8 +700,17 @@ static int ring_build(gp_stage *st, gp_ctx *c)
             return gp_cuda_err(0, r, "cuEventCreate", "staging ring");
         }
     }
+    unsigned nt = nt_mask();
+    st->cp_in = nt & 1 ? nt_copy() : cp_plain;
+    st->cp_out = nt & 2 ? nt_copy() : cp_plain;
+    const char *e = getenv("GDRPY_STAGING_PPT");
+    st->ppt = e && *e ? (unsigned)strtoul(e, NULL, 10) : 2;
+    if (st->ppt < 1 || st->ppt > 16) st->ppt = 2;
+    int dry = dry_mode();
+    st->dry_dma = dry == 1;
+    if (dry == 2) st->cp_in = st->cp_out = cp_none;
     if (st->threads > 1) {
-        pool_start(&st->pool, st->threads - 1);
+        pool_start(&st->pool, st->threads - 1, &st->job);
         st->pool_on = 1;
     }
     st->ready = 1;
@@ -478,6 +733,7 @@ void gp_stage_destroy(gp_ctx *c)
 
 static int eng_copy(gp_stage *st, int dir, uint64_t dptr, void *host, size_t n, CUstream s)
 {
+    if (st->dry_dma) return 0;
     if (st->sim) {
         sim_ce_submit(st->sce, dir, dptr, host, n);
         return 0;
@@ -493,6 +749,7 @@ static int eng_copy(gp_stage *st, int dir, uint64_t dptr, void *host, size_t n, 
 
 static int eng_record(gp_stage *st, unsigned k, CUstream s)
 {
+    if (st->dry_dma) return 0;
     st->pending[k] = 1;
     if (st->sim) {
         st->sim_ev[k] = sim_ce_mark(st->sce);
@@ -511,95 +768,180 @@ static void eng_wait(gp_stage *st, unsigned k)
     st->pending[k] = 0;
 }
 
-static int eng_wait_checked(gp_stage *st, unsigned k)
-{
-    if (!st->pending[k]) return 0;
-    st->pending[k] = 0;
-    if (st->sim) {
-        sim_ce_wait(st->sce, st->sim_ev[k]);
-        return 0;
-    }
-    CUresult r = gp_cu.EventSynchronize(st->ev[k]);
-    if (r) return gp_cuda_err(0, r, "cuEventSynchronize", "staged copy");
-    return 0;
-}
-
 static void wait_all(gp_stage *st)
 {
     for (unsigned k = 0; k < st->ring_depth; k++) eng_wait(st, k);
 }
 
+/* 1: slot k has no DMA in flight; 0: it has; -code on an error (the slot is
+ * then treated as idle). */
+static int eng_query(gp_stage *st, unsigned k)
+{
+    if (!st->pending[k]) return 1;
+    if (st->sim) {
+        if (!sim_ce_done(st->sce, st->sim_ev[k])) return 0;
+    } else {
+        CUresult r = gp_cu.EventQuery(st->ev[k]);
+        if (r == CUDA_ERROR_NOT_READY) return 0;
+        if (r) {
+            st->pending[k] = 0;
+            return -gp_cuda_err(0, r, "cuEventQuery", "staged copy");
+        }
+    }
+    st->pending[k] = 0;
+    return 1;
+}
+
+/* Waits for every slot by polling (the end of a pipelined copy is a few
+ * microseconds away; a blocking wait could sleep past it).  Returns rc, or
+ * the first error seen when rc is 0; on an error it still waits for all. */
+static int wait_all_spin(gp_stage *st, int rc)
+{
+    for (unsigned k = 0; k < st->ring_depth; k++) {
+        int q;
+        unsigned spins = 0;
+        while ((q = eng_query(st, k)) == 0) relax_step(&spins);
+        if (q < 0) {
+            if (!rc) rc = -q;
+            wait_all(st);
+        }
+    }
+    return rc;
+}
+
 /* ---- the pipelines ----------------------------------------------------- */
 
-static size_t eff_chunk(const gp_stage *st, size_t n)
+static void job_setup(gp_stage *st, int dir, char *host, size_t n)
 {
-    size_t c = st->ring_chunk;
-    if (n >= c * st->ring_depth) return c;
-    size_t e = gp_round_up((n + st->ring_depth - 1) / st->ring_depth, 64u << 10);
-    if (e < ST_SMALL_CHUNK) e = ST_SMALL_CHUNK;
-    return e < c ? e : c;
+    st_job *j = &st->job;
+    j->dir = dir;
+    j->cp = dir == 0 ? st->cp_in : st->cp_out;
+    j->host = host;
+    j->ring = st->ring;
+    j->slot_bytes = st->ring_chunk;
+    j->depth = st->ring_depth;
+    j->start = st->next;
+    /* a short message is copied by the caller alone: waking workers would
+     * cost more than they save */
+    j->pooled = st->pool_on && n >= ST_POOL_MIN;
+    unsigned workers = j->pooled ? st->pool.n : 0;
+    /* with 3 workers or more the caller only drives the engine (a DMA
+     * enqueued late costs more than the caller's share of the copying), and
+     * copies only until the first worker has joined */
+    j->caller_copies = workers < 3;
+    unsigned t = workers + (j->caller_copies ? 1 : 0);
+    j->ppc = t > 1 ? st->ppt * t : 1;
+    sched_make(&j->sc, n, st->ring_chunk, dir);
+    j->total = j->sc.nch * j->ppc;
+    __atomic_store_n(&j->next, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&j->avail, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&j->abort, 0, __ATOMIC_RELAXED);
+    for (unsigned k = 0; k < ST_MAX_DEPTH; k++)
+        __atomic_store_n(&j->slotdone[k], 0, __ATOMIC_RELAXED);
+    j->active = &st->pool.active;
+    if (j->pooled) pool_open(&st->pool);
+}
+
+static void job_end(gp_stage *st, int rc)
+{
+    st_job *j = &st->job;
+    if (rc) __atomic_store_n(&j->abort, 1, __ATOMIC_SEQ_CST);
+    if (j->pooled) pool_close(&st->pool);
+    st->next = (unsigned)((st->next + j->sc.nch) % st->ring_depth);
+}
+
+/* Opens chunk `ci` to the copying threads (its slot is free / filled). */
+static void job_avail(st_job *j, uint64_t ci)
+{
+    __atomic_store_n(&j->slotdone[job_slot(j, ci)], 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&j->avail, (ci + 1) * j->ppc, __ATOMIC_RELEASE);
+}
+
+static int job_chunk_done(const st_job *j, uint64_t ci)
+{
+    return __atomic_load_n(&j->slotdone[job_slot(j, ci)], __ATOMIC_ACQUIRE) == j->ppc;
 }
 
 static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CUstream s,
                       int async)
 {
-    size_t eff = eff_chunk(st, n);
-    size_t nch = (n + eff - 1) / eff;
-    unsigned depth = st->ring_depth;
+    job_setup(st, 0, (char *)src, n);
+    st_job *j = &st->job;
+    uint64_t nch = j->sc.nch, opened = 0, submitted = 0;
+    unsigned spins = 0;
     int rc = 0;
-    for (size_t i = 0; i < nch && !rc; i++) {
-        unsigned k = (unsigned)((st->next + i) % depth);
-        rc = eng_wait_checked(st, k);
-        if (rc) break;
-        size_t off = i * eff;
-        size_t len = n - off < eff ? n - off : eff;
-        char *slot = st->ring + (size_t)k * st->ring_chunk;
-        par_memcpy(&st->pool, st->threads, slot, src + off, len);
-        rc = eng_copy(st, 0, dptr + off, slot, len, s);
-        if (!rc) rc = eng_record(st, k, s);
+    while (submitted < nch && !rc) {
+        int progress = 0;
+        /* open chunks whose slot's previous DMA has finished */
+        while (opened < nch && opened - submitted < j->depth) {
+            int q = eng_query(st, job_slot(j, opened));
+            if (q < 0) rc = -q;
+            if (q <= 0) break;
+            job_avail(j, opened++);
+            progress = 1;
+        }
+        /* enqueue the DMA of every chunk copied in, in order */
+        while (!rc && submitted < opened && job_chunk_done(j, submitted)) {
+            unsigned k = job_slot(j, submitted);
+            size_t off, len;
+            sched_chunk(&j->sc, submitted, &off, &len);
+            rc = eng_copy(st, 0, dptr + off, st->ring + (size_t)k * st->ring_chunk, len, s);
+            if (!rc) rc = eng_record(st, k, s);
+            submitted++;
+            progress = 1;
+        }
+        if (progress) spins = 0;
+        else if (!rc && !job_try_piece(j)) relax_step(&spins);
     }
-    st->next = (unsigned)((st->next + nch) % depth);
-    if (rc || !async || st->sim) wait_all(st);
+    job_end(st, rc);
+    if (rc || !async || st->sim) rc = wait_all_spin(st, rc);
     return rc;
 }
 
 static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream s)
 {
-    size_t eff = eff_chunk(st, n);
-    size_t nch = (n + eff - 1) / eff;
-    unsigned depth = st->ring_depth;
+    job_setup(st, 1, dst, n);
+    st_job *j = &st->job;
+    uint64_t nch = j->sc.nch, issued = 0, ready = 0, freed = 0;
+    unsigned spins = 0;
     int rc = 0;
-    size_t issued = 0;
-    /* prime: the first `depth` chunks */
-    for (; issued < nch && issued < depth && !rc; issued++) {
-        unsigned k = (unsigned)((st->next + issued) % depth);
-        rc = eng_wait_checked(st, k);
-        if (rc) break;
-        size_t off = issued * eff;
-        size_t len = n - off < eff ? n - off : eff;
-        rc = eng_copy(st, 1, dptr + off, st->ring + (size_t)k * st->ring_chunk, len, s);
-        if (!rc) rc = eng_record(st, k, s);
-    }
-    for (size_t i = 0; i < nch && !rc; i++) {
-        unsigned k = (unsigned)((st->next + i) % depth);
-        rc = eng_wait_checked(st, k);
-        if (rc) break;
-        size_t off = i * eff;
-        size_t len = n - off < eff ? n - off : eff;
-        char *slot = st->ring + (size_t)k * st->ring_chunk;
-        par_memcpy(&st->pool, st->threads, dst + off, slot, len);
-        if (issued < nch) {
-            size_t off2 = issued * eff;
-            size_t len2 = n - off2 < eff ? n - off2 : eff;
-            rc = eng_copy(st, 1, dptr + off2, slot, len2, s);
+    while (freed < nch && !rc) {
+        int progress = 0;
+        /* enqueue DMAs into free slots (a slot may still be busy with an
+         * earlier asynchronous write) */
+        while (issued < nch && issued - freed < j->depth) {
+            unsigned k = job_slot(j, issued);
+            int q = eng_query(st, k);
+            if (q < 0) rc = -q;
+            if (q <= 0) break;
+            size_t off, len;
+            sched_chunk(&j->sc, issued, &off, &len);
+            rc = eng_copy(st, 1, dptr + off, st->ring + (size_t)k * st->ring_chunk, len, s);
             if (!rc) rc = eng_record(st, k, s);
             issued++;
+            progress = 1;
+            if (rc) break;
         }
+        /* chunks whose DMA has landed may be copied out */
+        while (!rc && ready < issued) {
+            int q = eng_query(st, job_slot(j, ready));
+            if (q < 0) rc = -q;
+            if (q <= 0) break;
+            job_avail(j, ready++);
+            progress = 1;
+        }
+        /* chunks copied out free their slot */
+        while (!rc && freed < ready && job_chunk_done(j, freed)) {
+            freed++;
+            progress = 1;
+        }
+        if (progress) spins = 0;
+        else if (!rc && !job_try_piece(j)) relax_step(&spins);
     }
-    st->next = (unsigned)((st->next + nch) % depth);
-    wait_all(st);
-    return rc;
+    job_end(st, rc);
+    return wait_all_spin(st, rc);
 }
+
 
 /* A stream usable with the ring's events: none, the special handles, or a
  * stream of the primary context. */

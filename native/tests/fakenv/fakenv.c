@@ -14,6 +14,13 @@
  *   FAKE_FRESH_CHUNKS   the first N cuMemAlloc calls each start a new RM chunk
  *   FAKE_IPC_SKEW       bytes added to the offset word of allocations made
  *                       after fake_arm_skew() (a driver whose words lie)
+ * Route V models (CUDA's own records, which the backend learns to read):
+ * cuMemCreate without a handle type returns the address of a record whose
+ * inner block names the RM object; pools keep one record per chunk (mapping
+ * base, client, size, RM handle).  fake_arm_lie(1) makes later records name
+ * a decoy object of the same size; fake_arm_ambiguous(1) adds a second
+ * record for later chunks naming a decoy.  FAKE_POOL_LAYOUT=hop keeps a
+ * chunk's RM handle in a block its record points to.
  * Not a driver: no security, one device, no freeing of video memory.
  */
 #ifndef _GNU_SOURCE
@@ -36,7 +43,7 @@
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
 
-#define FB_SIZE (64u << 20)
+#define FB_SIZE (128u << 20)
 #define CHUNK (2u << 20)
 #define VA_LEGACY 0x7e0000000000ull
 #define VA_VMM 0x7f0000000000ull
@@ -63,7 +70,10 @@ struct alloc {
     int vmm;
     int live;
     int64_t skew;
-    int kind; /* 0 device, 1 host, 2 managed */
+    int kind;        /* 0 device, 1 host, 2 managed */
+    int htypes;      /* VMM: requested handle types */
+    uint64_t handle; /* VMM: what cuMemRetainAllocationHandle returns */
+    void *pool;      /* pool memory: its pool */
 };
 static struct alloc allocs[MAXO];
 static int nallocs;
@@ -90,6 +100,42 @@ struct dfd {
 };
 static struct dfd fds[256];
 static int nfds;
+
+/* CUDA's records (route V) */
+struct vinner {
+    uint32_t a, b;
+    uint64_t x;
+    uint32_t client, pad;
+    uint32_t hmem, flags;
+};
+struct vrec {
+    uint64_t magic, size;
+    uint32_t junk[4];
+    struct vinner *inner;
+    int obj; /* the fake's own index */
+};
+struct pphys { /* FAKE_POOL_LAYOUT=hop: the handle one pointer away */
+    uint64_t junk[3];
+    uint32_t flags, hmem;
+};
+struct prec {
+    uint64_t tag, va;
+    uint32_t client, flags;
+    uint64_t size;
+    uint32_t hmem, pad;
+    struct pphys *phys;
+};
+struct fpool {
+    uint64_t magic;
+    int htypes;
+    uint32_t junk[6];
+    struct prec *recs[16];
+    int nrec, live, chunk_obj;
+    uint64_t chunk_va, used;
+};
+static struct fpool default_pool = {0x706f6f6cull, 0, {0}, {0}, 0, 1, -1, 0, 0};
+static uint64_t pool_va_next = 0x7d0000000000ull;
+static int lie_armed, ambig_armed;
 
 static uint64_t htod_log_va[4096], htod_log_n[4096];
 static int htod_logged;
@@ -139,6 +185,8 @@ static uint8_t *host_of(uint64_t va, size_t n)
 
 /* ---- test hooks --------------------------------------------------------- */
 API void fake_arm_skew(int64_t s) { skew_armed = s; }
+API void fake_arm_lie(int on) { lie_armed = on; }
+API void fake_arm_ambiguous(int on) { ambig_armed = on; }
 API void fake_htod_reset(void)
 {
     pthread_mutex_lock(&L);
@@ -302,7 +350,7 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
         return 2;
     }
     *a = (struct alloc){VA_LEGACY + objs[legacy_chunk].fb_off + legacy_used, n, legacy_chunk,
-                        legacy_used, 0, 1, skew_armed, 0};
+                        legacy_used, 0, 1, skew_armed, 0, 0, 0, NULL};
     legacy_used += need;
     *p = a->va;
     pthread_mutex_unlock(&L);
@@ -329,17 +377,21 @@ static void attr(struct alloc *a, int at, void *out)
 {
     uint64_t v = 0;
     if (a) switch (at) {
-        case 2: v = a->kind == 1 ? 1 : 2; break; /* MEMORY_TYPE host / device */
-        case 8: v = a->kind == 2; break;         /* IS_MANAGED */
-        case 9: v = 0; break;                    /* DEVICE_ORDINAL */
-        case 10: v = !a->vmm && !a->kind; break; /* legacy IPC capable */
+        case 2: v = a->kind == 1 ? 1 : 2; break;             /* MEMORY_TYPE host / device */
+        case 8: v = a->kind == 2; break;                     /* IS_MANAGED */
+        case 9: v = 0; break;                                /* DEVICE_ORDINAL */
+        case 10: v = !a->vmm && !a->kind && !a->pool; break; /* legacy IPC capable */
         case 11: v = a->va; break;
         case 12: v = a->size; break;
         case 13: v = 1; break;
-        case 14: v = a->vmm ? 1 : 0; break;
+        case 14:
+            v = a->vmm ? (uint64_t)a->htypes : a->pool ? (uint64_t)((struct fpool *)a->pool)->htypes
+                                                       : 0;
+            break;
+        case 17: v = (uint64_t)(uintptr_t)a->pool; break;
         case 15: v = 1; break;
         case 7: v = (uint64_t)(a - allocs) + 1; break;
-        case 18: v = a->vmm ? a->size : objs[a->obj].size; break;
+        case 18: v = a->vmm ? a->size : objs[a->obj].size; break; /* pools: the chunk */
         case 19: {
             const char *m = getenv("FAKE_MAPBASE");
             v = a->vmm || (m && !strcmp(m, "alloc")) ? a->va : a->va - a->off;
@@ -373,7 +425,7 @@ API CUresult cuIpcGetMemHandle(void *h, CUdeviceptr p)
 {
     pthread_mutex_lock(&L);
     struct alloc *a = find_alloc(p);
-    if (!a || a->vmm || a->va != p) {
+    if (!a || a->vmm || a->va != p || a->pool) {
         pthread_mutex_unlock(&L);
         return 1;
     }
@@ -418,10 +470,30 @@ API CUresult cuMemCreate(uint64_t *h, size_t size, const prop_t *p, unsigned lon
 {
     pthread_mutex_lock(&L);
     int o = new_obj(size);
+    int decoy = o >= 0 && !p->requestedHandleTypes && lie_armed ? new_obj(size) : -1;
     pthread_mutex_unlock(&L);
     if (o < 0) return 2;
-    *h = (uint64_t)o + 1;
+    if (p->requestedHandleTypes) {
+        *h = (uint64_t)o + 1;
+        return 0;
+    }
+    /* no handle type: the handle is the address of CUDA's record */
+    struct vrec *r = calloc(1, sizeof *r);
+    r->inner = calloc(1, sizeof *r->inner);
+    r->magic = 0x7265636f7264ull;
+    r->size = size;
+    for (int i = 0; i < 4; i++) r->junk[i] = 0x1000u + (uint32_t)i;
+    r->inner->a = 7;
+    r->inner->x = 0x123456789ull;
+    r->inner->client = CUDA_CLIENT;
+    r->inner->hmem = objs[decoy >= 0 ? decoy : o].h;
+    r->obj = o;
+    *h = (uint64_t)(uintptr_t)r;
     return 0;
+}
+static int obj_of_handle(uint64_t h)
+{
+    return h >= 0x10000 ? ((struct vrec *)(uintptr_t)h)->obj : (int)h - 1;
 }
 API CUresult cuMemRelease(uint64_t h) { return 0; }
 API CUresult cuMemAddressReserve(CUdeviceptr *p, size_t s, size_t al, CUdeviceptr a, unsigned long long f)
@@ -441,7 +513,9 @@ API CUresult cuMemMap(CUdeviceptr va, size_t s, size_t off, uint64_t h, unsigned
         pthread_mutex_unlock(&L);
         return 2;
     }
-    *a = (struct alloc){va, s, (int)h - 1, off, 1, 1, 0, 0};
+    *a = (struct alloc){va, s, obj_of_handle(h), off, 1, 1, 0, 0, 0, 0, NULL};
+    a->htypes = h >= 0x10000 ? 0 : 1;
+    a->handle = h;
     pthread_mutex_unlock(&L);
     return 0;
 }
@@ -458,14 +532,14 @@ API CUresult cuMemRetainAllocationHandle(uint64_t *h, void *addr)
 {
     struct alloc *a = find_alloc((uint64_t)(uintptr_t)addr);
     if (!a || !a->vmm) return 1;
-    *h = (uint64_t)a->obj + 1;
+    *h = a->handle;
     return 0;
 }
 API CUresult cuMemGetAllocationPropertiesFromHandle(prop_t *p, uint64_t h)
 {
     memset(p, 0, sizeof *p);
     p->type = 1;
-    p->requestedHandleTypes = 1;
+    p->requestedHandleTypes = h >= 0x10000 ? 0 : 1;
     p->location_type = 1;
     return 0;
 }
@@ -505,7 +579,7 @@ static CUresult other_alloc(uint64_t *p, size_t n, int kind)
         }
         va = VA_LEGACY + objs[obj].fb_off;
     }
-    *na = (struct alloc){va, n, obj, 0, 0, 1, 0, kind};
+    *na = (struct alloc){va, n, obj, 0, 0, 1, 0, kind, 0, 0, NULL};
     *p = va;
     pthread_mutex_unlock(&L);
     return 0;
@@ -521,6 +595,104 @@ API CUresult cuMemFreeHost(void *p)
     return a ? 0 : 1;
 }
 API CUresult cuMemAllocManaged(CUdeviceptr *p, size_t n, unsigned f) { return other_alloc(p, n, 2); }
+
+/* ---- stream-ordered pools ---------------------------------------------- */
+#define POOL_CHUNK (4u << 20)
+API CUresult cuDeviceGetDefaultMemPool(void **pool, int dev)
+{
+    *pool = &default_pool;
+    return 0;
+}
+API CUresult cuMemPoolCreate(void **pool, const void *props)
+{
+    struct fpool *p = calloc(1, sizeof *p);
+    p->magic = 0x706f6f6cull;
+    p->htypes = props ? ((const int *)props)[1] : 0; /* CUmemPoolProps.handleTypes */
+    p->live = 1;
+    p->chunk_obj = -1;
+    *pool = p;
+    return 0;
+}
+API CUresult cuMemPoolDestroy(void *pool)
+{
+    ((struct fpool *)pool)->live = 0;
+    return 0;
+}
+static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
+{
+    struct prec *r = calloc(1, sizeof *r);
+    r->tag = 0x63686e6bull;
+    r->va = va;
+    r->client = CUDA_CLIENT;
+    r->flags = 3;
+    r->size = objs[obj].size;
+    r->hmem = objs[obj].h;
+    const char *lay = getenv("FAKE_POOL_LAYOUT");
+    if (lay && !strcmp(lay, "hop")) {
+        r->phys = calloc(1, sizeof *r->phys);
+        r->phys->junk[0] = 0x5555;
+        r->phys->hmem = r->hmem;
+        r->hmem = 0;
+    }
+    if (p->nrec < 16) p->recs[p->nrec++] = r;
+    return r;
+}
+static void prec_set_handle(struct prec *r, uint32_t h)
+{
+    if (r->phys) r->phys->hmem = h;
+    else r->hmem = h;
+}
+API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t n, void *pool, void *stream)
+{
+    struct fpool *p = pool;
+    if (!p || !p->live) return 1;
+    pthread_mutex_lock(&L);
+    uint64_t need = (n + 0xffff) & ~0xffffull;
+    if (p->chunk_obj < 0 || p->used + need > objs[p->chunk_obj].size) {
+        int o = new_obj(need > POOL_CHUNK ? need : POOL_CHUNK);
+        if (o < 0) {
+            pthread_mutex_unlock(&L);
+            return 2;
+        }
+        p->chunk_obj = o;
+        p->used = 0;
+        p->chunk_va = pool_va_next;
+        pool_va_next += objs[o].size + (2u << 20);
+        struct prec *r = new_prec(p, o, p->chunk_va);
+        if (lie_armed) {
+            int d = new_obj(objs[o].size);
+            if (d >= 0) prec_set_handle(r, objs[d].h);
+        }
+        if (ambig_armed) {
+            int d = new_obj(objs[o].size);
+            if (d >= 0) new_prec(p, d, p->chunk_va);
+        }
+    }
+    struct alloc *a = new_alloc();
+    if (!a) {
+        pthread_mutex_unlock(&L);
+        return 2;
+    }
+    *a = (struct alloc){p->chunk_va + p->used, n, p->chunk_obj, p->used, 0, 1, 0, 0, 0, 0, NULL};
+    a->pool = p;
+    p->used += need;
+    *out = a->va;
+    pthread_mutex_unlock(&L);
+    return 0;
+}
+API CUresult cuMemAllocAsync(CUdeviceptr *out, size_t n, void *stream)
+{
+    return cuMemAllocFromPoolAsync(out, n, &default_pool, stream);
+}
+API CUresult cuMemFreeAsync(CUdeviceptr p, void *stream)
+{
+    pthread_mutex_lock(&L);
+    struct alloc *a = find_alloc(p);
+    int ok = a && a->va == p && a->pool;
+    if (ok) a->live = 0;
+    pthread_mutex_unlock(&L);
+    return ok ? 0 : 1;
+}
 
 static int (*real_close)(int);
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
@@ -556,6 +728,7 @@ static struct dfd *fd_new(int fd, int kind)
 API CUresult cuMemExportToShareableHandle(void *out, uint64_t h, int type, unsigned long long f)
 {
     resolve();
+    if (h >= 0x10000) return 1; /* created without a handle type */
     int fd = memfd_create("fake-export", MFD_CLOEXEC);
     if (fd < 0) return 2;
     pthread_mutex_lock(&L);
@@ -760,6 +933,33 @@ static int rm(unsigned nr, unsigned size, uint8_t *a)
             }
             h_add(u[0], pu[2], d->export_obj);
             p[520] = 1;
+            u[7] = 0;
+        } else if (cmd == 0xd02) { /* GET_HANDLE_INFO */
+            if (psz != 16) {
+                u[7] = 0x3a;
+                return 0;
+            }
+            struct handle *h = h_find(u[0], pu[0]);
+            if (!h) {
+                u[7] = 0x33;
+                return 0;
+            }
+            uint64_t cls = h->obj >= 0 ? 0x40 : h->h == u[0] ? 0x41
+                                                             : 0x80;
+            if (pu[1] == 2) memcpy(p + 8, &cls, 8);
+            u[7] = pu[1] == 2 ? 0 : 0x1f;
+        } else if (cmd == 0x410110) { /* GET_SURFACE_INFO on hObject */
+            struct handle *h = h_find(u[0], u[1]);
+            if (psz != 16 || !h || h->obj < 0) {
+                u[7] = psz != 16 ? 0x3a : 0x33;
+                return 0;
+            }
+            uint32_t n = pu[0];
+            uint32_t *l = (uint32_t *)(uintptr_t)(*(uint64_t *)(p + 8));
+            for (uint32_t i = 0; i < n && i < 16; i++)
+                l[2 * i + 1] = l[2 * i] == 2   ? (uint32_t)objs[h->obj].size
+                               : l[2 * i] == 3 ? (uint32_t)(objs[h->obj].size >> 32)
+                                               : 0;
             u[7] = 0;
         } else {
             u[7] = 0x24;

@@ -86,6 +86,7 @@ typedef struct kind {
     int nh;
     CUmemoryPool pool;
     CUstream st;
+    CUdeviceptr extra; /* pool: an earlier allocation, so ptr sits at an offset */
 } kind;
 
 static CUresult vmm_alloc(kind *k, size_t size, int htype, int rdma, int nchunks)
@@ -120,11 +121,16 @@ static CUresult vmm_alloc(kind *k, size_t size, int htype, int rdma, int nchunks
     return CUDA_SUCCESS;
 }
 
-static CUresult pool_alloc(kind *k, size_t size, int which /*0 default,1 fd,2 none*/)
+/* which: 0 default, 1 POSIX_FD, 2 none, 3 as RMM's cuda_async_memory_resource
+ * creates its pool (no handle type, release threshold = total memory), 4 default pool
+ * with an earlier 64 KiB allocation (ptr at an offset in the chunk) */
+static CUresult pool_alloc(kind *k, size_t size, int which)
 {
     CUresult r;
     if ((r = cuStreamCreate(&k->st, CU_STREAM_NON_BLOCKING))) return r;
-    if (which == 0) {
+    int dflt = which == 0 || which == 4;
+    if (which == 4 && (r = cuMemAllocAsync(&k->extra, 64 << 10, k->st))) return r;
+    if (dflt) {
         if ((r = cuDeviceGetDefaultMemPool(&k->pool, 0))) return r;
     } else {
         CUmemPoolProps pp;
@@ -137,9 +143,16 @@ static CUresult pool_alloc(kind *k, size_t size, int which /*0 default,1 fd,2 no
             k->pool = NULL;
             return r;
         }
+        if (which == 3) {
+            size_t tot = 0; /* RMM sets the device's total memory */
+            cuDeviceTotalMem(&tot, 0);
+            cuuint64_t thr = tot ? tot : ~(cuuint64_t)0;
+            if ((r = cuMemPoolSetAttribute(k->pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr)))
+                return r;
+        }
     }
-    r = which == 0 ? cuMemAllocAsync(&k->ptr, size, k->st)
-                   : cuMemAllocFromPoolAsync(&k->ptr, size, k->pool, k->st);
+    r = dflt ? cuMemAllocAsync(&k->ptr, size, k->st)
+             : cuMemAllocFromPoolAsync(&k->ptr, size, k->pool, k->st);
     if (r) return r;
     k->size = size;
     k->type = 2;
@@ -157,6 +170,8 @@ static CUresult do_free(kind *k)
         cuMemAddressFree(k->va, k->va_size);
         break;
     case 2:
+        if (k->extra) cuMemFreeAsync(k->extra, k->st);
+        k->extra = 0;
         r = cuMemFreeAsync(k->ptr, k->st);
         if (!r) r = cuStreamSynchronize(k->st);
         break;
@@ -169,7 +184,7 @@ static CUresult do_free(kind *k)
 static void cleanup(kind *k)
 {
     if (k->type >= 0 && k->ptr) do_free(k);
-    if (k->pool && strcmp(k->name, "pool_default") != 0) cuMemPoolDestroy(k->pool);
+    if (k->pool && strncmp(k->name, "pool_default", 12) != 0) cuMemPoolDestroy(k->pool);
     if (k->st) cuStreamDestroy(k->st);
 }
 
@@ -484,8 +499,10 @@ int main(void)
         {"vmm_none", -1},
         {"vmm_fd_2chunks", 1},
         {"pool_default", -1},
+        {"pool_default_offset", -1},
         {"pool_fd", -1},
         {"pool_none", -1},
+        {"pool_rmm_like", -1},
         {"managed", 0},
     };
     printf("ROW %-22s | %-16s | %-4s | %-8s | %-8s | %-4s | %-6s | %-10s | %-4s | %s\n", "kind",
@@ -517,6 +534,8 @@ int main(void)
         else if (!strcmp(n, "pool_default")) ar = pool_alloc(&k, 1 << 20, 0);
         else if (!strcmp(n, "pool_fd")) ar = pool_alloc(&k, 1 << 20, 1);
         else if (!strcmp(n, "pool_none")) ar = pool_alloc(&k, 1 << 20, 2);
+        else if (!strcmp(n, "pool_rmm_like")) ar = pool_alloc(&k, 1 << 20, 3);
+        else if (!strcmp(n, "pool_default_offset")) ar = pool_alloc(&k, 1 << 20, 4);
         else if (!strcmp(n, "managed")) {
             ar = cuMemAllocManaged(&k.ptr, 1 << 20, CU_MEM_ATTACH_GLOBAL);
             k.size = 1 << 20;

@@ -16,8 +16,8 @@ GDRPY_LOG_LEVEL=1 "$OUTDIR/probe_kinds" >"$OUTDIR/probe_kinds.log" 2>"$OUTDIR/pr
 rc=$?
 grep -E '^FACT' "$OUTDIR/probe_kinds.log"
 echo "---- routes taken (backend debug log, $OUTDIR/probe_kinds.debug.log)"
-grep -E "nvrm: (pinned|route V \(|route V: client .* backs|pool memory)" "$OUTDIR/probe_kinds.debug.log" | tail -40
-echo "route V candidates tried: $(grep -c 'route V: dup of' "$OUTDIR/probe_kinds.debug.log"), classes seen: $(grep -oE 'is class 0x[0-9a-f]+' "$OUTDIR/probe_kinds.debug.log" | sort | uniq -c | tr '\n' ' ')"
+grep -E "nvrm: (pinned|route V|pool records learned|pool memory)|could not be learned" "$OUTDIR/probe_kinds.debug.log" | tail -40
+echo "route V learning: $(grep -c 'learning: candidate' "$OUTDIR/probe_kinds.debug.log") candidate handles refused by RM_DUP_OBJECT"
 echo "---- table ($OUTDIR/probe_kinds.log)"
 grep -vE '^FACT' "$OUTDIR/probe_kinds.log"
 exit $rc

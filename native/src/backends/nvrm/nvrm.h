@@ -10,6 +10,12 @@
  *              (ctl fd, version, GPU match, client, device), CPU mappings
  *   routes.c   route A (cuMemCreate -> POSIX fd -> import) and route C
  *              (cuMemAlloc -> IPC handle words -> RM dup) + identity check
+ *   chunk.c    route C pins by GPU page inside CUDA's chunk
+ *   route_v.c  route V per pin: VMM without a handle type, pool memory
+ *   desc.c     reading CUDA's own records of such memory (walks, places,
+ *              candidates, the exactly-one rule)
+ *   learn.c    learning where those records name the RM memory, on scratch
+ *              memory of our own, once per process and device
  *   backend.c  the gp_backend vtable: probe/open/close/pin/unpin/map/unmap
  */
 #ifndef GDRPY_NVRM_H
@@ -195,6 +201,93 @@ GP_HIDDEN int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t
  * (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE) and checks the device and
  * that the request stays inside it. */
 GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp);
+
+/* ---- desc.c, learn.c ---------------------------------------------------- */
+#define NVRM_CLASS_LOCAL_USER 0x40 /* NV01_MEMORY_LOCAL_USER: video memory */
+#define NVRM_DESC_RULES 8
+#define NVRM_MAX_CAND 32 /* candidates per lookup; a lookup that fills it is refused */
+
+/* A place in CUDA's memory: from a root address, `hops` (<= 5) pointers read at
+ * off[0..hops-1] of successive blocks, then the value at off[hops]. */
+struct nvrm_path {
+    uint8_t hops;
+    uint16_t off[6];
+};
+/* Where CUDA names the RM memory of a VMM allocation, behind the address
+ * cuMemRetainAllocationHandle returns (learned by learn.c).  Every place
+ * that named the right object on two scratch allocations is kept. */
+struct nvrm_vmm_desc {
+    int nobj, ncli;
+    struct nvrm_path obj[NVRM_DESC_RULES]; /* the RM memory handle (u32) */
+    struct nvrm_path cli[NVRM_DESC_RULES]; /* the RM client (u32); none: cli_fixed */
+    uint32_t cli_fixed;                    /* route C's client */
+};
+/* Where a pool's record of a chunk names its RM memory: byte offsets from a
+ * u64 field holding the chunk's mapping base address (learned by learn.c). */
+struct nvrm_pool_rule {
+    int hop;          /* 1: the handle is in the block a pointer at dp points to */
+    int dp;           /* that pointer (u64), when hop */
+    int dh;           /* the RM memory handle (u32); when hop, its offset in that block */
+    int dc;           /* the RM client (u32), unless cli_fixed */
+    int ds, has_size; /* the mapping size (u64), when the record holds it */
+    uint32_t cli_fixed;
+};
+struct nvrm_pool_desc {
+    int n;
+    struct nvrm_pool_rule r[NVRM_DESC_RULES];
+};
+
+/* A breadth-first walk of the memory behind a pointer (desc.c). */
+enum { NVRM_WALK_VMM_B = 192,  /* blocks behind a VMM allocation handle */
+       NVRM_WALK_VMM_L = 2,    /* pointer levels below it */
+       NVRM_WALK_POOL_B = 768, /* blocks behind a pool (its chunk records) */
+       NVRM_WALK_POOL_L = 4,
+       NVRM_WALK_L0 = 1024,
+       NVRM_WALK_BLK = 512 };
+struct nvrm_blk {
+    uint64_t addr;
+    int parent;   /* -1: the root */
+    uint16_t off; /* where the parent holds the pointer */
+    uint16_t len; /* bytes read */
+    uint8_t level;
+    uint8_t d[NVRM_WALK_L0];
+};
+/* Reads n bytes of this process at addr without faulting: 0 or -1. */
+GP_HIDDEN int nvrm_safe_read(uint64_t addr, void *buf, size_t n);
+/* Fills b[maxb] with the block at root and, breadth first, the blocks it
+ * points to, `levels` pointer levels deep; returns the count (0: root
+ * unreadable). */
+GP_HIDDEN int nvrm_walk(uint64_t root, struct nvrm_blk *b, int maxb, int levels);
+GP_HIDDEN struct nvrm_path nvrm_path_of(const struct nvrm_blk *b, int i, uint32_t pos);
+GP_HIDDEN int nvrm_path_read(uint64_t root, const struct nvrm_path *p, void *out, size_t w);
+GP_HIDDEN void nvrm_path_str(const struct nvrm_path *p, char *s, size_t n);
+GP_HIDDEN int nvrm_is_client(uint32_t x);
+/* RM class of a handle in our client (0 if unknown); physical size of a
+ * memory object in our client (0 if the driver does not say). */
+GP_HIDDEN uint32_t nvrm_class_of(struct nvrm_ctx *nc, uint32_t h);
+GP_HIDDEN uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h);
+/* CUDA's RM client as route C sees it (a 1-byte cuMemAlloc's IPC words), or 0. */
+GP_HIDDEN uint32_t nvrm_cuda_client(void);
+/* The distinct (client, object) pairs a descriptor names for one
+ * allocation; the count (pools: -1 if the pool is unreadable). */
+GP_HIDDEN int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle,
+                                       uint32_t *cli, uint32_t *obj, int max);
+GP_HIDDEN int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool,
+                                        uint64_t mbase, uint64_t msize, uint32_t *cli,
+                                        uint32_t *obj, int max);
+/* RM_DUP_OBJECT of each pair into our client; exactly one may be video
+ * memory of at least `need` bytes: 0 with *hOut (our dup, counted in n_mem),
+ * else -1 (*nalive says how many passed). */
+GP_HIDDEN int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
+                            int n, uint64_t need, uint32_t *hOut, int *nalive);
+/* The learned descriptors of `device` (learn.c: learned at the first call,
+ * on scratch memory of our own, inside a CUDA scope of the device); ENOTSUP
+ * with the reason if they could not be learned and confirmed. */
+GP_HIDDEN int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out);
+/* fdkind: the pool was created with an exportable handle type (learned
+ * separately: CUDA keeps those chunks differently). */
+GP_HIDDEN int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind,
+                             struct nvrm_pool_desc *out);
 
 /* ---- chunk.c ---------------------------------------------------------- */
 /* First address in [lo, hi) that lies in a CUDA allocation, or 0. */

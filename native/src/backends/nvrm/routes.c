@@ -329,14 +329,13 @@ int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64
         if (bad >= 0)
             return gp_err(GDRPY_EIO, "identity check failed: byte 0x%llx read through BAR1 "
                                      "is 0x%02x where cuMemcpyDtoH sees 0x%02x (stable across reads, 3 "
-                                     "tries), so the IPC handle words do not describe this allocation "
-                                     "on this driver (%s): refusing to pin",
+                                     "tries), so the RM object found for this allocation does not "
+                                     "hold its bytes on this driver (%s): refusing to pin",
                           (unsigned long long)(s + (uint64_t)bad), r1[bad], d[bad],
                           nc->version);
         stable_total += stable;
     }
-    gp_log(1, "nvrm: identity of 0x%llx+%llu: layout proven by the self-test, words checked, "
-              "%zu stable sampled bytes agree (no writes)",
+    gp_log(1, "nvrm: identity of 0x%llx+%llu: %zu stable sampled bytes agree (no writes)",
            (unsigned long long)addr,
            (unsigned long long)size, stable_total);
     return 0;

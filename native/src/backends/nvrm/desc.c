@@ -1,0 +1,286 @@
+/*
+ * desc.c - nvrm backend: reading where CUDA itself describes memory that it
+ * gives no export for (route V); learn.c learns where that is.
+ *
+ * A cuMemCreate allocation without an exportable handle type, and the
+ * physical chunks of a stream-ordered pool, are RM video-memory objects in
+ * CUDA's RM client of this process.  CUDA names them in its own memory:
+ *  - VMM: behind the opaque allocation handle (cuMemRetainAllocationHandle
+ *    returns the address of CUDA's record of the allocation);
+ *  - pools: in the pool's records of its chunks (the pool handle,
+ *    CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, is the address of CUDA's pool),
+ *    where a chunk's record holds its mapping base address next to the RM
+ *    handle of the chunk.
+ * Where exactly is undocumented; learn.c learns it once per process and
+ * device on scratch memory of its own.  This file reads it: a walk of the
+ * blocks behind a pointer (process_vm_readv: never a fault), the places a
+ * descriptor names, and the per-pin rule that exactly one of the named RM
+ * objects may be video memory of this process large enough.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "cudadrv.h"
+#include "internal.h"
+#include "nvrm.h"
+
+#define CTRL_GET_HANDLE_INFO 0xd02
+#define HANDLE_INFO_CLASSID 2
+#define CTRL_GET_SURFACE_INFO 0x410110
+#define SURFACE_INFO_PHYS_SIZE_LO 2
+#define SURFACE_INFO_PHYS_SIZE_HI 3
+#define RS_CLIENT_HANDLE_BASE_ 0xc1d00000u /* RM-generated client handles */
+
+/* ---- reading CUDA's memory without faulting ---------------------------- */
+
+/* Bytes readable at addr (up to n), or -1: process_vm_readv, else a pipe. */
+static ssize_t read_some(uint64_t addr, void *buf, size_t n)
+{
+    if (addr < 4096 || addr >= (1ull << 47)) return -1;
+    struct iovec l = {buf, n}, r = {(void *)(uintptr_t)addr, n};
+    ssize_t k = process_vm_readv(getpid(), &l, 1, &r, 1, 0);
+    if (k >= 0) return k > 0 ? k : -1;
+    if (errno == EFAULT) return -1;
+    /* process_vm_readv refused (seccomp, ENOSYS): write(2) from an unmapped
+     * address gives EFAULT, never a fault. */
+    int pfd[2];
+    if (n > 4096 || pipe(pfd) != 0) return -1;
+    ssize_t w = write(pfd[1], (const void *)(uintptr_t)addr, n);
+    ssize_t got = w > 0 ? read(pfd[0], buf, (size_t)w) : -1;
+    close(pfd[0]);
+    close(pfd[1]);
+    return got > 0 ? got : -1;
+}
+
+int nvrm_safe_read(uint64_t addr, void *buf, size_t n)
+{
+    return read_some(addr, buf, n) == (ssize_t)n ? 0 : -1;
+}
+
+/* ---- a breadth-first walk of the blocks behind a pointer --------------- */
+
+int nvrm_is_client(uint32_t x) { return (x & 0xfff00000u) == RS_CLIENT_HANDLE_BASE_; }
+
+static int plausible_ptr(uint64_t v) { return v >= 0x10000 && v < (1ull << 47) && !(v & 7); }
+
+int nvrm_walk(uint64_t root, struct nvrm_blk *b, int maxb, int levels)
+{
+    int n = 0;
+    ssize_t k = read_some(root, b[0].d, NVRM_WALK_L0);
+    if (k < 64) return 0;
+    b[0].addr = root;
+    b[0].parent = -1;
+    b[0].off = 0;
+    b[0].len = (uint16_t)(k & ~7);
+    b[0].level = 0;
+    n = 1;
+    for (int i = 0; i < n; i++) {
+        if (b[i].level >= levels) continue;
+        for (uint32_t o = 0; o + 8 <= b[i].len && n < maxb; o += 8) {
+            uint64_t v;
+            memcpy(&v, b[i].d + o, 8);
+            if (!plausible_ptr(v)) continue;
+            int seen = 0;
+            for (int j = 0; j < n && !seen; j++) seen = b[j].addr == v;
+            if (seen) continue;
+            ssize_t got = read_some(v, b[n].d, NVRM_WALK_BLK);
+            if (got < 64) continue;
+            b[n].addr = v;
+            b[n].parent = i;
+            b[n].off = (uint16_t)o;
+            b[n].len = (uint16_t)(got & ~7);
+            b[n].level = (uint8_t)(b[i].level + 1);
+            n++;
+        }
+    }
+    return n;
+}
+
+struct nvrm_path nvrm_path_of(const struct nvrm_blk *b, int i, uint32_t pos)
+{
+    struct nvrm_path p;
+    memset(&p, 0, sizeof p);
+    int chain[6], k = 0;
+    for (int x = i; x > 0 && k < 5; x = b[x].parent) chain[k++] = x;
+    p.hops = (uint8_t)k;
+    for (int j = 0; j < k; j++) p.off[j] = b[chain[k - 1 - j]].off;
+    p.off[k] = (uint16_t)pos;
+    return p;
+}
+
+int nvrm_path_read(uint64_t root, const struct nvrm_path *p, void *out, size_t w)
+{
+    uint64_t a = root;
+    for (int h = 0; h < p->hops; h++) {
+        uint64_t v;
+        if (nvrm_safe_read(a + p->off[h], &v, 8) || !plausible_ptr(v)) return -1;
+        a = v;
+    }
+    return nvrm_safe_read(a + p->off[p->hops], out, w);
+}
+
+void nvrm_path_str(const struct nvrm_path *p, char *s, size_t n)
+{
+    size_t u = (size_t)snprintf(s, n, "h");
+    for (int h = 0; h < p->hops && u < n; h++) u += (size_t)snprintf(s + u, n - u, "->[+0x%x]", p->off[h]);
+    if (u < n) snprintf(s + u, n - u, "+0x%x", p->off[p->hops]);
+}
+
+/* ---- RM helpers -------------------------------------------------------- */
+
+uint32_t nvrm_class_of(struct nvrm_ctx *nc, uint32_t h)
+{
+    struct {
+        uint32_t hObject, index;
+        uint64_t result;
+    } hi = {h, HANDLE_INFO_CLASSID, 0};
+    if (nvrm_rm_control(nc, CTRL_GET_HANDLE_INFO, &hi, sizeof hi, "GET_HANDLE_INFO"))
+        return 0;
+    return (uint32_t)hi.result;
+}
+
+uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h)
+{
+    struct {
+        uint32_t index, data;
+    } l[2] = {{SURFACE_INFO_PHYS_SIZE_LO, 0}, {SURFACE_INFO_PHYS_SIZE_HI, 0}};
+    struct {
+        uint32_t n, pad;
+        uint64_t list;
+    } prm = {2, 0, (uint64_t)(uintptr_t)l};
+    nv_os54_t a;
+    memset(&a, 0, sizeof a);
+    a.hClient = nc->hClient;
+    a.hObject = h;
+    a.cmd = CTRL_GET_SURFACE_INFO;
+    a.params = (uint64_t)(uintptr_t)&prm;
+    a.paramsSize = sizeof prm;
+    if (nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status,
+                      "GET_SURFACE_INFO"))
+        return 0;
+    return ((uint64_t)l[1].data << 32) | l[0].data;
+}
+
+uint32_t nvrm_cuda_client(void)
+{
+    if (!gp_cu.MemAlloc || !gp_cu.MemFree) return 0;
+    CUdeviceptr d = 0;
+    if (gp_cu.MemAlloc(&d, 1) != CUDA_SUCCESS) return 0;
+    uint32_t w[16];
+    uint32_t c = nvrm_ipc_words(d, w) == 0 ? w[12] : 0;
+    gp_cu.MemFree(d);
+    return c;
+}
+
+/* ---- candidates a descriptor names -------------------------------------- */
+
+static int add_pair(uint32_t *cli, uint32_t *obj, int n, int max, uint32_t c, uint32_t x)
+{
+    if (!x || !nvrm_is_client(c) || x == c) return n;
+    for (int k = 0; k < n; k++)
+        if (cli[k] == c && obj[k] == x) return n;
+    if (n < max) {
+        cli[n] = c;
+        obj[n++] = x;
+    }
+    return n;
+}
+
+int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle, uint32_t *cli,
+                             uint32_t *obj, int max)
+{
+    uint32_t cs[NVRM_DESC_RULES + 1];
+    int nc = 0, n = 0;
+    if (d->cli_fixed) cs[nc++] = d->cli_fixed;
+    for (int j = 0; j < d->ncli; j++)
+        if (nvrm_path_read(handle, &d->cli[j], &cs[nc], 4) == 0) nc++;
+    for (int i = 0; i < d->nobj; i++) {
+        uint32_t x = 0;
+        if (nvrm_path_read(handle, &d->obj[i], &x, 4)) continue;
+        for (int j = 0; j < nc; j++) n = add_pair(cli, obj, n, max, cs[j], x);
+    }
+    return n;
+}
+
+int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
+                              uint64_t msize, uint32_t *cli, uint32_t *obj, int max)
+{
+    struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
+    if (!b) return -1;
+    int nb = nvrm_walk(pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L), n = 0;
+    for (int i = 0; i < nb; i++)
+        for (uint32_t o = 0; o + 8 <= b[i].len; o += 8) {
+            uint64_t v;
+            memcpy(&v, b[i].d + o, 8);
+            if (v != mbase) continue;
+            for (int r = 0; r < d->n; r++) {
+                const struct nvrm_pool_rule *u = &d->r[r];
+                int64_t ph = (int64_t)o + u->dh, pc = (int64_t)o + u->dc, ps = (int64_t)o + u->ds;
+                if (!u->hop && (ph < 0 || ph + 4 > b[i].len)) continue;
+                if (u->hop) {
+                    int64_t pp = (int64_t)o + u->dp;
+                    if (pp < 0 || pp + 8 > b[i].len || u->dh < 0) continue;
+                }
+                if (u->has_size) {
+                    uint64_t sz;
+                    if (ps < 0 || ps + 8 > b[i].len) continue;
+                    memcpy(&sz, b[i].d + ps, 8);
+                    if (sz != msize) continue;
+                }
+                uint32_t x = 0, c = u->cli_fixed;
+                if (u->hop) {
+                    uint64_t p;
+                    memcpy(&p, b[i].d + o + u->dp, 8);
+                    if (!plausible_ptr(p) || nvrm_safe_read(p + (uint64_t)u->dh, &x, 4)) continue;
+                } else {
+                    memcpy(&x, b[i].d + ph, 4);
+                }
+                if (!c) {
+                    if (pc < 0 || pc + 4 > b[i].len) continue;
+                    memcpy(&c, b[i].d + pc, 4);
+                }
+                n = add_pair(cli, obj, n, max, c, x);
+            }
+        }
+    free(b);
+    return nb ? n : -1;
+}
+
+int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,
+                  uint64_t need, uint32_t *hOut, int *nalive)
+{
+    uint32_t keep = 0;
+    *nalive = 0;
+    if (n >= NVRM_MAX_CAND) return -1; /* the lookup may have dropped some */
+    for (int k = 0; k < n; k++) {
+        uint32_t h = 0;
+        if (nvrm_dup(nc, cli[k], obj[k], &h, "route V: an RM object CUDA's record names"))
+            continue;
+        uint64_t sz = 0;
+        int good = nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
+                   ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= need);
+        if (good) (*nalive)++;
+        if (good && !keep) {
+            keep = h;
+            continue;
+        }
+        nvrm_rm_free(nc, nc->hDevice, h, "route V: freeing a candidate");
+        nvrm_live_add(&nc->n_mem, -1);
+    }
+    if (*nalive == 1) {
+        *hOut = keep;
+        return 0;
+    }
+    if (keep) {
+        nvrm_rm_free(nc, nc->hDevice, keep, "route V: freeing an ambiguous candidate");
+        nvrm_live_add(&nc->n_mem, -1);
+    }
+    return -1;
+}

@@ -1,0 +1,212 @@
+/*
+ * test_route_v_fake.c - nvrm route V (cuMemCreate without a handle type,
+ * stream-ordered pools) against fakenv, the stand-in driver: the backend
+ * learns where CUDA's records name the RM memory on scratch memory of its
+ * own, then pins the caller's memory read-only.  Checks: round trips through
+ * the mapping, NOT ONE byte written by CUDA copies into the caller's memory
+ * while pinning, and refusals when the records lie (a decoy object) or are
+ * ambiguous (two records for one chunk).
+ *
+ *   LD_PRELOAD=build/fakenv/libcuda.so.1 LD_LIBRARY_PATH=build/fakenv build/test_route_v_fake
+ */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gdrpy.h"
+
+typedef int CUresult;
+static CUresult (*cuMemcpyHtoD)(uint64_t, const void *, size_t);
+static CUresult (*cuMemcpyDtoH)(void *, uint64_t, size_t);
+static CUresult (*cuMemCreate)(uint64_t *, size_t, const void *, unsigned long long);
+static CUresult (*cuMemAddressReserve)(uint64_t *, size_t, size_t, uint64_t, unsigned long long);
+static CUresult (*cuMemMap)(uint64_t, size_t, size_t, uint64_t, unsigned long long);
+static CUresult (*cuMemAllocAsync)(uint64_t *, size_t, void *);
+static CUresult (*cuMemPoolCreate)(void **, const void *);
+static CUresult (*cuMemAllocFromPoolAsync)(uint64_t *, size_t, void *, void *);
+static void (*fake_htod_reset)(void);
+static uint64_t (*fake_htod_into)(uint64_t, uint64_t);
+static void (*fake_arm_lie)(int);
+static void (*fake_arm_ambiguous)(int);
+
+struct prop { /* CUmemAllocationProp: pinned, device 0, no handle type */
+    int type, htypes, loc_type, loc_id;
+    void *meta;
+    unsigned char c, rdma;
+    unsigned short usage;
+    unsigned char res[4];
+};
+
+static int passed, failed;
+#define CHECK(cond, ...)                                           \
+    do {                                                           \
+        if (cond) {                                                \
+            passed++;                                              \
+        } else {                                                   \
+            failed++;                                              \
+            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            printf(__VA_ARGS__);                                   \
+            printf("\n");                                          \
+        }                                                          \
+    } while (0)
+
+static void *sym(const char *n)
+{
+    void *p = dlsym(RTLD_DEFAULT, n);
+    if (!p) {
+        printf("FAIL: %s not found: run with LD_PRELOAD=.../fakenv/libcuda.so.1\n", n);
+        exit(2);
+    }
+    return p;
+}
+
+static uint64_t vmm_alloc(size_t n)
+{
+    struct prop pr = {1, 0, 1, 0, NULL, 0, 1, 0, {0}};
+    uint64_t va = 0, h = 0;
+    if (cuMemAddressReserve(&va, n, 0, 0, 0) || cuMemCreate(&h, n, &pr, 0) ||
+        cuMemMap(va, n, 0, h, 0))
+        return 0;
+    return va;
+}
+
+static void fill(uint64_t va, size_t n, uint8_t seed)
+{
+    uint8_t *b = malloc(n);
+    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)(seed + i * 13 + (i >> 8));
+    cuMemcpyHtoD(va, b, n);
+    free(b);
+}
+
+/* Pins [va, +n), checks that the library wrote nothing into it while
+ * pinning, then a round trip both ways at `off`; returns the pin rc. */
+static int pin_roundtrip(gdrpy_ctx_t ctx, const char *what, uint64_t va, size_t n, size_t off)
+{
+    fake_htod_reset();
+    gdrpy_pin_t pin;
+    int rc = gdrpy_pin(ctx, va, n, 0, &pin);
+    uint64_t written = fake_htod_into(va, n);
+    if (rc) return rc;
+    CHECK(written == 0, "%s: %llu bytes of the caller's memory written while pinning", what,
+          (unsigned long long)written);
+    void *mp, *up;
+    CHECK(gdrpy_map(ctx, pin, &mp, &up) == 0, "%s: map: %s", what, gdrpy_last_error());
+    uint8_t d[64], got[64];
+    for (int i = 0; i < 64; i++) d[i] = (uint8_t)(0xC0 ^ i);
+    CHECK(gdrpy_write(ctx, pin, off, d, 64) == 0, "%s: write: %s", what, gdrpy_last_error());
+    CHECK(cuMemcpyDtoH(got, va + off, 64) == 0 && memcmp(got, d, 64) == 0,
+          "%s: BAR write seen by cuMemcpyDtoH", what);
+    for (int i = 0; i < 64; i++) d[i] = (uint8_t)(0x3D + 7 * i);
+    cuMemcpyHtoD(va + off + 64, d, 64);
+    CHECK(gdrpy_read(ctx, pin, off + 64, got, 64) == 0 && memcmp(got, d, 64) == 0,
+          "%s: cuMemcpyHtoD seen through BAR1", what);
+    CHECK(gdrpy_unmap(ctx, pin) == 0 && gdrpy_unpin(ctx, pin) == 0, "%s: teardown", what);
+    return 0;
+}
+
+int main(void)
+{
+    cuMemcpyHtoD = (CUresult (*)(uint64_t, const void *, size_t))sym("cuMemcpyHtoD_v2");
+    cuMemcpyDtoH = (CUresult (*)(void *, uint64_t, size_t))sym("cuMemcpyDtoH_v2");
+    cuMemCreate = (CUresult (*)(uint64_t *, size_t, const void *, unsigned long long))sym("cuMemCreate");
+    cuMemAddressReserve = (CUresult (*)(uint64_t *, size_t, size_t, uint64_t, unsigned long long))
+        sym("cuMemAddressReserve");
+    cuMemMap = (CUresult (*)(uint64_t, size_t, size_t, uint64_t, unsigned long long))sym("cuMemMap");
+    cuMemAllocAsync = (CUresult (*)(uint64_t *, size_t, void *))sym("cuMemAllocAsync");
+    cuMemPoolCreate = (CUresult (*)(void **, const void *))sym("cuMemPoolCreate");
+    cuMemAllocFromPoolAsync = (CUresult (*)(uint64_t *, size_t, void *, void *))
+        sym("cuMemAllocFromPoolAsync");
+    fake_htod_reset = (void (*)(void))sym("fake_htod_reset");
+    fake_htod_into = (uint64_t (*)(uint64_t, uint64_t))sym("fake_htod_into");
+    fake_arm_lie = (void (*)(int))sym("fake_arm_lie");
+    fake_arm_ambiguous = (void (*)(int))sym("fake_arm_ambiguous");
+    gdrpy_ctx_t ctx;
+    if (gdrpy_open(0, GDRPY_BACKEND_NVRM, &ctx)) {
+        printf("FAIL open: %s\n", gdrpy_last_error());
+        return 1;
+    }
+    const size_t C = 2u << 20;
+
+    /* VMM without a handle type: learned at the first pin */
+    uint64_t v1 = vmm_alloc(C), v2 = vmm_alloc(C);
+    CHECK(v1 && v2, "vmm alloc");
+    fill(v1, C, 1);
+    fill(v2, C, 2);
+    int rc = pin_roundtrip(ctx, "vmm", v1, C, 4096);
+    CHECK(rc == 0, "vmm pin: %s", gdrpy_last_error());
+    rc = pin_roundtrip(ctx, "vmm sub-range", v2 + 0x30000, 0x20000, 100);
+    CHECK(rc == 0, "vmm sub-range pin: %s", gdrpy_last_error());
+
+    /* default pool: first pin learns; a second allocation at an offset in
+     * the same chunk checks the offset rule */
+    uint64_t p1 = 0, p2 = 0;
+    CHECK(cuMemAllocAsync(&p1, 1u << 20, NULL) == 0 && cuMemAllocAsync(&p2, 64u << 10, NULL) == 0,
+          "pool alloc");
+    fill(p1, 1u << 20, 3);
+    fill(p2, 64u << 10, 4);
+    rc = pin_roundtrip(ctx, "default pool", p1, 1u << 20, 8192);
+    CHECK(rc == 0, "default pool pin: %s", gdrpy_last_error());
+    rc = pin_roundtrip(ctx, "default pool, 2nd allocation", p2, 64u << 10, 256);
+    CHECK(rc == 0, "default pool 2nd pin: %s", gdrpy_last_error());
+
+    /* a pool of its own (as RMM's cuda_async_memory_resource makes) */
+    void *pool = NULL;
+    uint64_t q = 0;
+    CHECK(cuMemPoolCreate(&pool, NULL) == 0 &&
+              cuMemAllocFromPoolAsync(&q, 3u << 20, pool, NULL) == 0,
+          "custom pool alloc");
+    fill(q, 3u << 20, 5);
+    rc = pin_roundtrip(ctx, "custom pool", q, 3u << 20, (2u << 20) + 8);
+    CHECK(rc == 0, "custom pool pin: %s", gdrpy_last_error());
+
+    /* a pool with a POSIX_FD handle type: learned on its own kind */
+    {
+        int props[22] = {1, 1, 1, 0}; /* CUmemPoolProps: pinned, POSIX_FD, device 0 */
+        void *fpool = NULL;
+        uint64_t fq = 0;
+        CHECK(cuMemPoolCreate(&fpool, props) == 0 &&
+                  cuMemAllocFromPoolAsync(&fq, 1u << 20, fpool, NULL) == 0,
+              "POSIX_FD pool alloc");
+        fill(fq, 1u << 20, 9);
+        rc = pin_roundtrip(ctx, "POSIX_FD pool", fq, 1u << 20, 512);
+        CHECK(rc == 0, "POSIX_FD pool pin: %s", gdrpy_last_error());
+    }
+
+    /* records that name a decoy object: the read-only identity check refuses */
+    fake_arm_lie(1);
+    uint64_t vl = vmm_alloc(C);
+    fill(vl, C, 6);
+    rc = pin_roundtrip(ctx, "vmm, lying record", vl, C, 0);
+    CHECK(rc == GDRPY_ENOTSUP && strstr(gdrpy_last_error(), "identity"),
+          "lying VMM record: rc %d: %s", rc, gdrpy_last_error());
+    void *pool2 = NULL;
+    uint64_t ql = 0;
+    cuMemPoolCreate(&pool2, NULL);
+    CHECK(cuMemAllocFromPoolAsync(&ql, 1u << 20, pool2, NULL) == 0, "pool alloc (lie)");
+    fill(ql, 1u << 20, 7);
+    rc = pin_roundtrip(ctx, "pool, lying record", ql, 1u << 20, 0);
+    CHECK(rc == GDRPY_ENOTSUP && strstr(gdrpy_last_error(), "identity"),
+          "lying pool record: rc %d: %s", rc, gdrpy_last_error());
+    fake_arm_lie(0);
+
+    /* two records for one chunk, both naming video memory: refused */
+    fake_arm_ambiguous(1);
+    void *pool3 = NULL;
+    uint64_t qa = 0;
+    cuMemPoolCreate(&pool3, NULL);
+    CHECK(cuMemAllocFromPoolAsync(&qa, 1u << 20, pool3, NULL) == 0, "pool alloc (ambiguous)");
+    fill(qa, 1u << 20, 8);
+    rc = pin_roundtrip(ctx, "pool, two records", qa, 1u << 20, 0);
+    CHECK(rc == GDRPY_ENOTSUP && strstr(gdrpy_last_error(), "exactly one"),
+          "ambiguous pool records: rc %d: %s", rc, gdrpy_last_error());
+    fake_arm_ambiguous(0);
+
+    uint64_t live = 1;
+    gdrpy_ctx_live_objects(ctx, &live);
+    CHECK(live == 0, "%llu RM objects left", (unsigned long long)live);
+    gdrpy_close(ctx);
+    printf("test_route_v_fake: %d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
