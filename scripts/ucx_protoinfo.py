@@ -21,6 +21,9 @@ Two inputs, both written by UCX 1.22 itself:
     example ``get_short gdr_copy/cuda``).  One line per file whose range holds
     one of ``--sizes``: the operation, the range, the selected protocol, its
     lane and the copies.
+
+Both skip the fast-completion and multi-send variants of an operation unless
+``--all-flavours`` is given (ucx_perftest's latency tests use neither).
 """
 
 from __future__ import annotations
@@ -75,12 +78,20 @@ def compact_table(rows: list[str]) -> list[str]:
     for row in cells[2:]:
         if row and row[0] in ("Range", "Count"):
             continue
-        rng, rest = row[0], row[1:]
-        out.append(f"    {rng:>14}  " + "  ".join(f"{c:<40}" for c in rest).rstrip())
+        if len(row) == 4:  # UCX_PROTO_INFO=used: Count first
+            out.append(f"    {row[0]:>8} {row[1]:>14}  {row[2]:<40}  {row[3]}".rstrip())
+        else:
+            rng, rest = row[0], row[1:]
+            out.append(f"    {rng:>14}  " + "  ".join(f"{c:<40}" for c in rest).rstrip())
     return out
 
 
-def cmd_tables(logs: list[str], match: str) -> int:
+# The op-attribute flavours UCX also prepares for host-memory short fast paths;
+# ucx_perftest's latency tests pass neither flag (src/tools/perf/lib/ucp_tests.cc).
+FLAVOURS = ("(fast-completion)", "(multi)", "_fast_completion_", "_multi_")
+
+
+def cmd_tables(logs: list[str], match: str, all_flavours: bool) -> int:
     seen: set[str] = set()
     for log in logs:
         try:
@@ -91,6 +102,8 @@ def cmd_tables(logs: list[str], match: str) -> int:
         for group in table_groups(text):
             lines = compact_table(group)
             if not lines or match not in lines[0]:
+                continue
+            if not all_flavours and any(f in lines[0] for f in FLAVOURS):
                 continue
             key = "\n".join(lines)
             if key in seen:
@@ -163,11 +176,13 @@ class Graph:
         return self.title, rng, text
 
 
-def cmd_dot(dirs: list[str], sizes: list[int], match: str) -> int:
+def cmd_dot(dirs: list[str], sizes: list[int], match: str, all_flavours: bool) -> int:
     lines: dict[str, tuple[int, str]] = {}
     for d in dirs:
         for f in sorted(Path(d).glob("*.dot")):
             if match not in f.name:
+                continue
+            if not all_flavours and any(fl in f.name for fl in FLAVOURS):
                 continue
             g = Graph(f)
             _title, rng, text = g.summary()
@@ -177,7 +192,7 @@ def cmd_dot(dirs: list[str], sizes: list[int], match: str) -> int:
             if sizes and not hit:
                 continue
             op = re.sub(r"_\d+[KMG]?_(\d+[KMG]?|inf)\.dot$", "", f.name)
-            op = re.sub(r"^.*?cfg_\d+_", "", op)
+            op = re.sub(r"^.*?(?=(self|intra_node|inter_node)_cfg_)", "", op)
             sz = ",".join(str(s) for s in hit)
             key = f"{op}: {text}"
             lines.setdefault(key, (rng[0], f"{op} [size {sz}]: {text}"))
@@ -194,15 +209,19 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("tables", help="compact UCX_PROTO_INFO tables from logs")
     t.add_argument("logs", nargs="+")
     t.add_argument("--match", default="cuda")
+    t.add_argument("--all-flavours", action="store_true",
+                   help="also the fast-completion and multi-send variants")
     d = sub.add_parser("dot", help="selected protocol and copies from UCX_PROTO_INFO_DIR graphs")
     d.add_argument("dirs", nargs="+")
     d.add_argument("--sizes", default="")
     d.add_argument("--match", default="cuda")
+    d.add_argument("--all-flavours", action="store_true",
+                   help="also the fast-completion and multi-send variants")
     a = ap.parse_args(argv)
     if a.cmd == "tables":
-        return cmd_tables(a.logs, a.match)
+        return cmd_tables(a.logs, a.match, a.all_flavours)
     sizes = [int(s) for s in a.sizes.split(",") if s]
-    return cmd_dot(a.dirs, sizes, a.match)
+    return cmd_dot(a.dirs, sizes, a.match, a.all_flavours)
 
 
 if __name__ == "__main__":
