@@ -10,28 +10,32 @@
 #   --work   log folder (default ${WORK:-/tmp}/ucx-perftest)
 #   --sizes  message sizes (default 1,8,64,1024,8192,65536)
 #   --tests  rows, each a ucx_perftest test with an optional +variant
-#            (default tag_lat,ucp_put_lat+am,ucp_put_lat):
+#            (default tag_lat,ucp_put_lat+am,ucp_put_lat+po,ucp_put_lat):
 #              (none)  UCX's defaults
 #              +am     UCX_PROTOS=^put/offload/zcopy,get/zcopy: puts and gets
 #                      by UCX's active-message emulation (put/am/bcopy,
 #                      get/am/bcopy), whose copies to and from GPU memory are
 #                      memory-type copies (the only place UCX uses gdr_copy)
+#              +po     UCX_PREFER_OFFLOAD=n: UCX picks between that emulation
+#                      and zero-copy by its performance model
 #              +eager  UCX_RNDV_THRESH=inf: tag messages of every size eager
-#   --iters  iterations per latency run (default 5000; bandwidth runs 1/4)
+#            (docs/ucx.md explains why ucp_put_lat needs +am or +po)
+#   --iters  iterations per latency run (default 4000; bandwidth runs 1/4)
 #   --mem    ucx_perftest -m type (default cuda; host checks the plumbing
 #            without a GPU)
 #
 # Every row and size runs a server and a client ucx_perftest on this host
 # (loopback, -m cuda: all buffers in GPU memory) twice, with gdr_copy (UCX's
 # default transports, gdr_copy served by our libgdrapi.so.2) and with
-# UCX_TLS=^gdr_copy, everything else equal.  Then one short run per row and
-# setting with UCX_PROTO_INFO=y and UCX_PROTO_INFO_DIR: the protocol tables
-# and, per measured size, the selected protocol, its lane and the transport
-# of its memory-type copies (scripts/ucx_protoinfo.py).  Printed: one table
-# (median latency usec for *_lat tests, overall MB/s otherwise, both
-# settings side by side), the perftest Final lines, the protocol lines, and a
-# check line per row.  Logs stay in the work folder.  Exit status 0 when every
-# run with gdr_copy completed.  About 2-3 minutes with the defaults.
+# UCX_TLS=^gdr_copy, everything else equal.  The runs at the first size also
+# set UCX_PROTO_INFO=y and UCX_PROTO_INFO_DIR (UCX selects protocols for all
+# sizes at the first operation, in the warm-up): the protocol tables and, per
+# measured size, the selected protocol, its lane and the transport of its
+# memory-type copies (scripts/ucx_protoinfo.py).  Printed, most important
+# last: the perftest Final lines, the protocol tables and lines, one table
+# (median latency usec for *_lat tests, overall MB/s otherwise, both settings
+# side by side) and a check line per latency row.  Logs stay in the work folder.  Exit status 0 when every
+# run with gdr_copy completed.  About 3 minutes with the defaults (H100).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,8 +43,8 @@ UCX="${UCX_PREFIX:-$here/.ext/ucx}"
 LIB="$here/native/build"
 W="${WORK:-/tmp}/ucx-perftest"
 SIZES="1,8,64,1024,8192,65536"
-TESTS="tag_lat,ucp_put_lat+am,ucp_put_lat"
-ITERS=5000
+TESTS="tag_lat,ucp_put_lat+am,ucp_put_lat+po,ucp_put_lat"
+ITERS=4000
 DEV=${GDRPY_DEVICE:-0}
 MEM=cuda
 while [ $# -gt 0 ]; do
@@ -53,7 +57,7 @@ while [ $# -gt 0 ]; do
         --iters) ITERS=$2; shift 2 ;;
         --device) DEV=$2; shift 2 ;;
         --mem) MEM=$2; shift 2 ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
         *) echo "ucx_perftest.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -79,8 +83,9 @@ grep -q "Transport: gdr_copy" "$W/ucx_info.log" || echo "WARNING: ucx_info lists
 variant_env() {  # the environment of a row's +variant
     case "$1" in
         *+am) echo "UCX_PROTOS=^put/offload/zcopy,get/zcopy" ;;
+        *+po) echo "UCX_PREFER_OFFLOAD=n" ;;
         *+eager) echo "UCX_RNDV_THRESH=inf" ;;
-        *+*) die "unknown variant in $1 (am, eager)" ;;
+        *+*) die "unknown variant in $1 (am, po, eager)" ;;
         *) echo "" ;;
     esac
 }
@@ -123,7 +128,9 @@ for row in "${rows[@]}"; do
         case "$t" in *bw|ucp_get|ucp_put_bw) n=$((ITERS / 4)) ;; esac
         [ "$s" -ge 65536 ] && n=$((n / 4))
         for mode in gdr nogdr; do
-            line=$(run_pair "${row}_${s}_${mode}" "$venv $(mode_env $mode)" "$t" "$s" "$n" $((n / 10 + 10)))
+            info=""
+            [ "$s" = "${sizes[0]}" ] && info="UCX_PROTO_INFO=y UCX_PROTO_INFO_DIR=$W/dot/${row}_${mode}.%p"
+            line=$(run_pair "${row}_${s}_${mode}" "$venv $(mode_env $mode) $info" "$t" "$s" "$n" $((n / 10 + 10)))
             if [ "$line" = FAIL ]; then
                 [ $mode = gdr ] && rc=1
                 res[$row,$s,$mode]=FAIL
@@ -135,26 +142,6 @@ for row in "${rows[@]}"; do
                 *) res[$row,$s,$mode]=$(echo "$line" | awk '{printf "%.0f", $7}') ;;
             esac
         done
-    done
-    # protocol selection (all sizes are selected at once, so one short run per setting)
-    for mode in gdr nogdr; do
-        run_pair "${row}_protoinfo_${mode}" \
-            "$venv $(mode_env $mode) UCX_PROTO_INFO=y UCX_PROTO_INFO_DIR=$W/dot/${row}_${mode}.%p" \
-            "$t" 8 200 20 >/dev/null || true
-    done
-done
-
-ver=$("$UCX/bin/ucx_info" -v 2>/dev/null | grep -m1 -oE 'version: [0-9.]+' | cut -d' ' -f2)
-gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
-echo "== UCX $ver ucx_perftest -m $MEM, server and client on one host (loopback)${gpu:+, $gpu}; libgdrapi.so.2 from $LIB; $(( $(date +%s) - T0 )) s"
-echo "   gdr_copy: UCX's default transports; ^gdr_copy: UCX_TLS=^gdr_copy; rows +am: $(variant_env x+am)"
-printf '%-16s %8s %12s %12s %8s %6s\n' row size gdr_copy "^gdr_copy" "^gdr/gdr" unit
-for row in "${rows[@]}"; do
-    unit="MB/s"; case "${row%%+*}" in *lat) unit="usec";; esac
-    for s in "${sizes[@]}"; do
-        a=${res[$row,$s,gdr]:-?} b=${res[$row,$s,nogdr]:-?}
-        r=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.1fx", b / a; else print "-" }')
-        printf '%-16s %8s %12s %12s %8s %6s\n' "$row" "$s" "$a" "$b" "$r" "$unit"
     done
 done
 
@@ -169,6 +156,12 @@ for row in "${rows[@]}"; do
     done
 done
 
+echo "== UCX_PROTO_INFO=y tables for $MEM memory (client, gdr_copy enabled)"
+for row in "${rows[@]}"; do
+    echo "-- $row"
+    $INFO tables "$W/${row}_${sizes[0]}_gdr.client.log" --match "$MEM" 2>&1 | cut -c1-200
+done
+
 echo "== protocol per size: selected protocol | lane | memory-type copies and their transport (UCX_PROTO_INFO_DIR graphs, both processes)"
 for row in "${rows[@]}"; do
     for mode in gdr nogdr; do
@@ -178,10 +171,18 @@ for row in "${rows[@]}"; do
             | tee "$W/${row}_${mode}.proto.txt"
     done
 done
-echo "== UCX_PROTO_INFO=y tables for $MEM memory (client, gdr_copy enabled)"
+ver=$("$UCX/bin/ucx_info" -v 2>/dev/null | grep -m1 -oE 'version: [0-9.]+' | cut -d' ' -f2)
+gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+echo "== UCX $ver ucx_perftest -m $MEM, server and client on one host (loopback)${gpu:+, $gpu}; libgdrapi.so.2 from $LIB; $(( $(date +%s) - T0 )) s"
+echo "   gdr_copy: UCX's default transports; ^gdr_copy: UCX_TLS=^gdr_copy; +am: $(variant_env x+am); +po: $(variant_env x+po); +eager: $(variant_env x+eager)"
+printf '%-16s %8s %12s %12s %8s %6s\n' row size gdr_copy "^gdr_copy" "^gdr/gdr" unit
 for row in "${rows[@]}"; do
-    echo "-- $row"
-    $INFO tables "$W/${row}_protoinfo_gdr.client.log" --match "$MEM" 2>&1 | cut -c1-200
+    unit="MB/s"; case "${row%%+*}" in *lat) unit="usec";; esac
+    for s in "${sizes[@]}"; do
+        a=${res[$row,$s,gdr]:-?} b=${res[$row,$s,nogdr]:-?}
+        r=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a+0 > 0 && b+0 > 0) printf "%.1fx", b / a; else print "-" }')
+        printf '%-16s %8s %12s %12s %8s %6s\n' "$row" "$s" "$a" "$b" "$r" "$unit"
+    done
 done
 
 echo "== check: latency with gdr_copy < with ^gdr_copy at every size <= 1 KiB; gdr_copy named in the <= 1 KiB protocol lines"

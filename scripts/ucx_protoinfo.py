@@ -164,7 +164,8 @@ class Graph:
                 lanes.append(f"{name} {desc}")
             elif name in ("local copy", "remote copy"):
                 via = [f"{self.nodes[c][0]} {self.nodes[c][1]}"
-                       for c in self.children.get(nid, []) if c in self.nodes]
+                       for c in self.children.get(nid, [])
+                       if c in self.nodes and self.nodes[c][0] in UCT_OPS]
                 copies.append(f"{name} {desc}" + (f" via {', '.join(via)}" if via else ""))
         lanes = [x for x in lanes if not any(x in c for c in copies)]
         rng = parse_range(selected)

@@ -38,6 +38,8 @@ def _graph(copy_tl: str, proto: str = "egr/single/bcopy", rng: str = "1..1197") 
         _node(3, "am_bcopy", "sysv/memory", lit=True),
         "\tnode2 -> node4 [style=bold];",
         _node(4, "local copy", "cuda to host", lit=True),
+        "\tnode4 -> node9 [style=bold];",
+        _node(9, "mem reg", lit=True),  # registration cost: not a transport
         "\tnode4 -> node5 [style=bold];",
         _node(5, "get_short", copy_tl, lit=True),
         "\tnode2 -> node6 [style=bold];",
