@@ -65,7 +65,7 @@ die() { echo "ucx_perftest.sh: $*" >&2; exit 1; }
 [ -x "$UCX/bin/ucx_perftest" ] || die "no $UCX/bin/ucx_perftest: run scripts/ucx_build.sh (CPU machine) and carry .ext/ucx (or set UCX_PREFIX)"
 [ -f "$LIB/libgdrapi.so.2" ] || die "no libgdrapi.so.2 in $LIB (make -C native lib)"
 UCX=$(cd "$UCX" && pwd); LIB=$(cd "$LIB" && pwd)
-mkdir -p "$W"; W=$(cd "$W" && pwd); rm -rf "$W"/*.log "$W"/dot; mkdir -p "$W/dot"
+mkdir -p "$W"; W=$(cd "$W" && pwd); rm -rf "$W"/*.log "$W"/*.txt "$W"/dot; mkdir -p "$W/dot"
 export LD_LIBRARY_PATH="$LIB:$UCX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$DEV}
 export UCX_WARN_UNUSED_ENV_VARS=n
@@ -131,6 +131,7 @@ for row in "${rows[@]}"; do
             info=""
             [ "$s" = "${sizes[0]}" ] && info="UCX_PROTO_INFO=y UCX_PROTO_INFO_DIR=$W/dot/${row}_${mode}.%p"
             line=$(run_pair "${row}_${s}_${mode}" "$venv $(mode_env $mode) $info" "$t" "$s" "$n" $((n / 10 + 10)))
+            echo "$(date +%T) $row $s $mode: $line" >> "$W/progress.log"
             if [ "$line" = FAIL ]; then
                 [ $mode = gdr ] && rc=1
                 res[$row,$s,$mode]=FAIL
