@@ -20,7 +20,7 @@
 #                      and zero-copy by its performance model
 #              +eager  UCX_RNDV_THRESH=inf: tag messages of every size eager
 #            (docs/ucx.md explains why ucp_put_lat needs +am or +po)
-#   --iters  iterations per latency run (default 4000; bandwidth runs 1/4)
+#   --iters  iterations per latency run (default 3000; bandwidth runs 1/4)
 #   --mem    ucx_perftest -m type (default cuda; host checks the plumbing
 #            without a GPU)
 #
@@ -44,7 +44,7 @@ LIB="$here/native/build"
 W="${WORK:-/tmp}/ucx-perftest"
 SIZES="1,8,64,1024,8192,65536"
 TESTS="tag_lat,ucp_put_lat+am,ucp_put_lat+po,ucp_put_lat"
-ITERS=4000
+ITERS=3000
 DEV=${GDRPY_DEVICE:-0}
 MEM=cuda
 while [ $# -gt 0 ]; do
