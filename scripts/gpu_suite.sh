@@ -32,7 +32,7 @@
 #   gdrcopy   GDRCopy's own tests on libgdrapi.so.2 (needs .ext/gdrcopy: see
 #             scripts/gdrcopy_tests.sh)
 #   ucx       ucx_perftest with and without gdr_copy (needs .ext/ucx from
-#             scripts/ucx_build.sh)
+#             scripts/ucx_build.sh, or UCX_PREFIX=<that folder>): about 3 min
 #   asv       records an asv run of the benchmarks in asv_bench/ (all only
 #             includes it when asv or its wheels in .whl/ are there)
 #
@@ -100,8 +100,8 @@ fi
 if want gdrcopy && [ -d .ext/gdrcopy ]; then
     step gdrcopy_tests 560 scripts/gdrcopy_tests.sh .ext/gdrcopy --work "$WORK/gdrcopy" --timeout 240
 fi
-if want ucx && [ -x .ext/ucx/bin/ucx_perftest ]; then
-    step ucx_perftest 560 scripts/ucx_perftest.sh --work "$WORK/ucx"
+if want ucx && [ -x "${UCX_PREFIX:-.ext/ucx}/bin/ucx_perftest" ]; then
+    step ucx_perftest 400 scripts/ucx_perftest.sh --work "$WORK/ucx"
 fi
 
 if want bench; then
