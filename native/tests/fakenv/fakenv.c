@@ -51,6 +51,18 @@ typedef uint64_t CUdeviceptr;
 #define MAXO 256
 
 static pthread_mutex_t L = PTHREAD_MUTEX_INITIALIZER;
+
+/* Records the fake hands out as handles (VMM records, pools) stay alive after
+ * release/destroy, as a driver's may, so that a stale handle is still readable by
+ * the route under test; they are listed here so LeakSanitizer sees them as held. */
+static void *kept[4096];
+static int nkept;
+static void *keep(void *p)
+{
+    int i = __atomic_fetch_add(&nkept, 1, __ATOMIC_RELAXED);
+    if (i < (int)(sizeof kept / sizeof kept[0])) kept[i] = p;
+    return p;
+}
 static int fb_fd = -1;
 static uint8_t *fb;
 static uint64_t fb_used;
@@ -478,7 +490,7 @@ API CUresult cuMemCreate(uint64_t *h, size_t size, const prop_t *p, unsigned lon
         return 0;
     }
     /* no handle type: the handle is the address of CUDA's record */
-    struct vrec *r = calloc(1, sizeof *r);
+    struct vrec *r = keep(calloc(1, sizeof *r));
     r->inner = calloc(1, sizeof *r->inner);
     r->magic = 0x7265636f7264ull;
     r->size = size;
@@ -605,7 +617,7 @@ API CUresult cuDeviceGetDefaultMemPool(void **pool, int dev)
 }
 API CUresult cuMemPoolCreate(void **pool, const void *props)
 {
-    struct fpool *p = calloc(1, sizeof *p);
+    struct fpool *p = keep(calloc(1, sizeof *p));
     p->magic = 0x706f6f6cull;
     p->htypes = props ? ((const int *)props)[1] : 0; /* CUmemPoolProps.handleTypes */
     p->live = 1;
