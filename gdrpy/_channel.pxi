@@ -4,6 +4,7 @@
 
 from libc.stdint cimport int64_t as _i64, uint32_t as _u32
 from libc.stdlib cimport malloc as _malloc, free as _free
+from cpython.float cimport PyFloat_CheckExact, PyFloat_AS_DOUBLE
 
 cdef extern from "gdrpy_channel.h" nogil:
     ctypedef struct gdrpy_chan_t:
@@ -22,6 +23,7 @@ cdef extern from "gdrpy_channel.h" nogil:
         uint64_t comp
         _u32 nslots, slot_stride, slot_size
         _u32 comp_nslots, comp_stride, comp_size
+        _u32 flags
     ctypedef struct gdrpy_chan_msg_t:
         const void *buf
         _u32 len
@@ -44,6 +46,7 @@ cdef extern from "gdrpy_channel.h" nogil:
         GDRPY_EPIPE
         GDRPY_CHAN_DRAIN
         GDRPY_CHAN_ABORT
+        GDRPY_CHAN_PLAIN
     int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
     int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_t *cfg,
                           gdrpy_chan_t **out)
@@ -96,6 +99,11 @@ _orphaned = []
 
 cdef _i64 _timeout_ns(object timeout) except? -2:
     """None: forever (-1); seconds (float or int, >= 0) -> ns."""
+    cdef double v
+    if PyFloat_CheckExact(timeout):     # the common case, no Python-level work
+        v = PyFloat_AS_DOUBLE(timeout)
+        if 0.0 <= v <= 1e9:
+            return <_i64>(v * 1e9)
     if timeout is None:
         return -1
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -169,6 +177,7 @@ cdef class Channel:
     cdef readonly _u32 comp_size
     cdef readonly _u32 last_tag
     cdef readonly _u32 last_len
+    cdef readonly bint plain
     cdef object __weakref__
 
     def __cinit__(self):
@@ -176,7 +185,7 @@ cdef class Channel:
         self._stopped = False
 
     def __init__(self, Context ctx not None, nslots=64, slot_size=64, comp_size=16,
-                 comp_nslots=0, buffer=None):
+                 comp_nslots=0, buffer=None, plain=False):
         ctx._ready()
         if self._c != NULL:
             raise InvalidArgumentError("Channel.__init__ called twice", _errno.EINVAL)
@@ -185,7 +194,7 @@ cdef class Channel:
         cfg.slot_size = <_u32>min(_index(slot_size, "slot_size"), 0xFFFFFFFF)
         cfg.comp_nslots = <_u32>min(_index(comp_nslots, "comp_nslots"), 0xFFFFFFFF)
         cfg.comp_size = <_u32>min(_index(comp_size, "comp_size"), 0xFFFFFFFF)
-        cfg.flags = 0
+        cfg.flags = GDRPY_CHAN_PLAIN if plain else 0
         cfg.reserved = 0
         cdef size_t need = 0
         _check(gdrpy_chan_device_bytes(&cfg, &need))
@@ -219,16 +228,17 @@ cdef class Channel:
         self.slot_size = d.slot_size
         self.comp_nslots = d.comp_nslots
         self.comp_size = d.comp_size
+        self.plain = (d.flags & GDRPY_CHAN_PLAIN) != 0
 
     @staticmethod
-    def device_bytes(nslots=64, slot_size=64, comp_size=16, comp_nslots=0):
-        """Bytes of GPU memory a channel of this shape needs."""
+    def device_bytes(nslots=64, slot_size=64, comp_size=16, comp_nslots=0, plain=False):
+        """Bytes of GPU memory a channel of this shape (and slot format) needs."""
         cdef gdrpy_chan_config_t cfg
         cfg.nslots = <_u32>min(_index(nslots, "nslots"), 0xFFFFFFFF)
         cfg.slot_size = <_u32>min(_index(slot_size, "slot_size"), 0xFFFFFFFF)
         cfg.comp_nslots = <_u32>min(_index(comp_nslots, "comp_nslots"), 0xFFFFFFFF)
         cfg.comp_size = <_u32>min(_index(comp_size, "comp_size"), 0xFFFFFFFF)
-        cfg.flags = 0
+        cfg.flags = GDRPY_CHAN_PLAIN if plain else 0
         cfg.reserved = 0
         cdef size_t need = 0
         _check(gdrpy_chan_device_bytes(&cfg, &need))

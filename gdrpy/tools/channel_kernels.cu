@@ -86,60 +86,31 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
     return bad;
 }
 
-/* One message, whole warp, latency path: lane k loads payload word k (when
- * it is inside the slot) together with the header - both loads in flight
- * at once, instead of header first and payload after - and the checksum of
- * the first `len` bytes is reduced across the warp.  Longer messages than
- * 128 bytes take warp_checksum(). */
-__device__ __forceinline__ void one_message(const gdrpy_chan_desc_t &d, u64 i, u32 *len_out,
-                                            u32 *tag_out, u32 *csum_out,
-                                            const volatile unsigned char **msg_out)
-{
-    const unsigned lane = threadIdx.x & 31u;
-    const volatile unsigned char *slot = gdrpy_chan_slot(d, i);
-    const volatile unsigned char *msg = slot + GDRPY_CHAN_HDR;
-    /* word `lane` if it lies inside the slot (slot_stride - 16 bytes, a
-     * multiple of 16, >= slot_size): then every word of a len <= 128
-     * message is loaded */
-    u32 w = 0;
-    if (lane * 4u + 4u <= d.slot_stride - GDRPY_CHAN_HDR) w = ((const volatile u32 *)msg)[lane];
-    u64 h = *(const volatile u64 *)(slot + 8);
-    u32 len = (u32)h < d.slot_size ? (u32)h : d.slot_size;
-    u32 c = 0;
-    if (len <= 128u) {
-        u32 i0 = lane << 2;
-#pragma unroll
-        for (u32 b = 0; b < 4; ++b)
-            if (i0 + b < len) c += ((w >> (8 * b)) & 0xffu) * (((i0 + b) & 255u) + 1u);
-        for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
-    } else {
-        c = warp_checksum(msg, len);
-    }
-    *len_out = len;
-    *tag_out = (u32)(h >> 32);
-    *csum_out = c;
-    *msg_out = msg;
-}
-
 /* The serving loop of both kernels.  check: verify every payload and tag;
  * `errors` (2 u64 in page-locked host memory, written by lane 0 only):
  * [0] mismatching messages, [1] first such index + 1.  complete: answer
- * every message. */
+ * every message.  Both slot formats (gdrpy_channel.cuh): each round lane k
+ * takes message head + k (LL: its words in registers, one load latency);
+ * small messages are handled one per lane, in parallel; a long one (plain
+ * area, global memory) by the whole warp. */
 __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, bool check,
                                       bool complete, volatile u64 *errors)
 {
     const unsigned full = 0xffffffffu;
     const unsigned lane = threadIdx.x & 31u;
-    u64 head = 0, comp_head = 0, credit = 0, t_idle = 0, nerr = 0;
+    const bool ll = gdrpy_chan_is_ll(d);
+    u64 head = 0, comp_head = 0, credit = 0, t_idle = 0, nerr = 0, published = 0;
     unsigned spins = 0, rounds = 0;
+    gdrpy_chan_in_t in;
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     u32 status = GDRPY_CHAN_ST_STOPPED;
     for (;;) {
-        unsigned n = gdrpy_chan_poll_warp(d, head);
+        unsigned n = gdrpy_chan_poll_warp_in(d, head, &in);
         if (n == 0) {
             u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
             if (stop) { status = stop; break; }
+            if (ll && spins == 64u && lane == 0) gdrpy_chan_consume_lazy(d, head, &published, true);
             continue;
         }
         spins = 0;
@@ -150,25 +121,19 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             ok = __shfl_sync(full, ok, 0);
             if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
         }
-        /* Several small messages: one per lane, in parallel.  One message:
-         * the whole warp on the latency path.  Big ones: the whole warp
-         * walks each message. */
-        u32 mylen = 0, mytag = 0;
-        const volatile unsigned char *mymsg = nullptr;
-        bool small = false;
-        if (n > 1) {
-            if (lane < n) mymsg = gdrpy_chan_msg(d, head + lane, &mylen, &mytag);
-            small = __all_sync(full, lane >= n || mylen <= SMALL_MSG);
-        }
-        if (n > 1 && small) {
+        /* messages this lane can do alone: LL ones (payload in its local
+         * memory) and short plain-area ones */
+        bool small = __all_sync(full, lane >= n || in.len <= SMALL_MSG ||
+                                          in.len <= GDRPY_CHAN_LL_MAX);
+        if (small) {
             bool bad = false;
             if (lane < n) {
                 u64 i = head + lane;
-                bad = check && (lane_pattern_errors(mymsg, mylen, i) || mytag != (u32)i);
+                bad = check && (lane_pattern_errors(in.payload, in.len, i) || in.tag != (u32)i);
                 if (complete) {
-                    gdrpy_answer a = {i + 1, lane_checksum(mymsg, mylen), mylen};
+                    gdrpy_answer a = {i + 1, lane_checksum(in.payload, in.len), in.len};
                     gdrpy_chan_comp_fill(d, comp_head + lane, (const unsigned char *)&a,
-                                         (u32)sizeof a, mytag);
+                                         (u32)sizeof a, in.tag);
                 }
             }
             unsigned badmask = __ballot_sync(full, bad);
@@ -179,19 +144,26 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             }
         } else {
             for (unsigned m = 0; m < n; ++m) {
-                u32 len, tag, c = 0;
-                const volatile unsigned char *msg;
-                if (complete) {
-                    one_message(d, head + m, &len, &tag, &c, &msg);
-                } else {
-                    msg = gdrpy_chan_msg(d, head + m, &len, &tag);
-                }
-                if (check) {
-                    u32 bad = warp_pattern_errors(msg, len, head + m);
-                    if (lane == 0 && (bad || tag != (u32)(head + m))) {
-                        if (nerr++ == 0) errors[1] = head + m + 1;
-                        errors[0] = nerr;
+                u32 len = __shfl_sync(full, in.len, m);
+                u32 tag = __shfl_sync(full, in.tag, m);
+                bool alone = len <= GDRPY_CHAN_LL_MAX && ll;   /* payload in lane m */
+                u32 c = 0, bad = 0;
+                if (alone) {
+                    if (lane == m) {
+                        c = lane_checksum(in.payload, len);
+                        bad = check ? lane_pattern_errors(in.payload, len, head + m) : 0u;
                     }
+                    c = __shfl_sync(full, c, m);
+                    bad = __shfl_sync(full, bad, m);
+                } else {
+                    const volatile unsigned char *msg = (const volatile unsigned char *)
+                        __shfl_sync(full, (unsigned long long)in.payload, m);
+                    c = warp_checksum(msg, len);
+                    if (check) bad = warp_pattern_errors(msg, len, head + m);
+                }
+                if (check && lane == 0 && (bad || tag != (u32)(head + m))) {
+                    if (nerr++ == 0) errors[1] = head + m + 1;
+                    errors[0] = nerr;
                 }
                 if (complete && lane == 0) {
                     gdrpy_answer a = {head + m + 1, c, len};
@@ -203,7 +175,9 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         __syncwarp();
         u32 mode = 0;
         if (lane == 0) {
-            if (complete) {
+            if (ll) {
+                gdrpy_chan_consume_lazy(d, head + n, &published, false);
+            } else if (complete) {
                 gdrpy_chan_comp_publish_n(d, comp_head, n);
                 gdrpy_chan_consume_after_publish(d, head + n);
             } else {
@@ -246,16 +220,19 @@ extern "C" __global__ void gdrpy_chan_echo(gdrpy_chan_desc_t d, u64 idle_ns)
     if (threadIdx.x >= 32) return;
     const unsigned full = 0xffffffffu;
     const unsigned lane = threadIdx.x & 31u;
-    u64 head = 0, credit = 0, t_idle = 0;
+    const bool ll = gdrpy_chan_is_ll(d);
+    u64 head = 0, credit = 0, t_idle = 0, published = 0;
     unsigned spins = 0, rounds = 0;
+    gdrpy_chan_in_t in;
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     u32 status = GDRPY_CHAN_ST_STOPPED;
     for (;;) {
-        unsigned n = gdrpy_chan_poll_warp(d, head);
+        unsigned n = gdrpy_chan_poll_warp_in(d, head, &in);
         if (n == 0) {
             u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
             if (stop) { status = stop; break; }
+            if (ll && spins == 64u && lane == 0) gdrpy_chan_consume_lazy(d, head, &published, true);
             continue;
         }
         spins = 0;
@@ -265,21 +242,34 @@ extern "C" __global__ void gdrpy_chan_echo(gdrpy_chan_desc_t d, u64 idle_ns)
         ok = __shfl_sync(full, ok, 0);
         if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
         for (unsigned m = 0; m < n; ++m) {
-            u32 len, tag;
-            const volatile unsigned char *msg = gdrpy_chan_msg(d, head + m, &len, &tag);
+            u32 len = __shfl_sync(full, in.len, m);
+            u32 tag = __shfl_sync(full, in.tag, m);
             if (len > d.comp_size) len = d.comp_size;
-            volatile unsigned char *c = gdrpy_chan_comp_slot(d, head + m);
+            if (ll && len <= GDRPY_CHAN_LL_MAX) {
+                /* the payload is in lane m's registers/local memory */
+                if (lane == m)
+                    gdrpy_chan_comp_fill(d, head + m, (const unsigned char *)in.buf, len, tag);
+                continue;
+            }
+            const volatile unsigned char *msg = (const volatile unsigned char *)
+                __shfl_sync(full, (unsigned long long)in.payload, m);
+            volatile unsigned char *c = gdrpy_chan_comp_payload(d, head + m);
             u32 nw = len >> 2;
             for (u32 k = lane; k < nw; k += 32)
-                ((volatile u32 *)(c + GDRPY_CHAN_HDR))[k] = ((const volatile u32 *)msg)[k];
-            for (u32 k = (nw << 2) + lane; k < len; k += 32) c[GDRPY_CHAN_HDR + k] = msg[k];
-            if (lane == 0) *(volatile u64 *)(c + 8) = (u64)len | ((u64)tag << 32);
+                ((volatile u32 *)c)[k] = ((const volatile u32 *)msg)[k];
+            for (u32 k = (nw << 2) + lane; k < len; k += 32) c[k] = msg[k];
+            __syncwarp();
+            if (lane == 0) gdrpy_chan_comp_header(d, head + m, len, tag);
         }
         __syncwarp();
         u32 mode = 0;
         if (lane == 0) {
-            gdrpy_chan_comp_publish_n(d, head, n);
-            gdrpy_chan_consume_after_publish(d, head + n);
+            if (ll) {
+                gdrpy_chan_consume_lazy(d, head + n, &published, false);
+            } else {
+                gdrpy_chan_comp_publish_n(d, head, n);
+                gdrpy_chan_consume_after_publish(d, head + n);
+            }
             if ((++rounds & 15u) == 0) mode = gdrpy_chan_shutdown_mode(d);
         }
         head += n;

@@ -17,8 +17,33 @@
  *           });
  *   }
  *
- * Memory-ordering argument
- * ------------------------
+ * Slot formats (gdrpy_channel.h): LL (the default) and PLAIN
+ * ----------------------------------------------------------
+ * LL: every 8-byte word of a slot carries the message's 32-bit sequence
+ * number f = (u32)(i + 1) in its low half: word 0 {f, tag}, word 1 {f, len},
+ * word 2+k {f, payload bytes 4k..4k+3}.  Messages (and completions) of at
+ * most GDRPY_CHAN_LL_MAX bytes are LL words only; the reader loads the words
+ * with relaxed (volatile, ld.relaxed.sys) loads and takes the message when
+ * every word it needs carries f.  No ordering between locations is needed:
+ * an aligned 8-byte store - the CPU's through BAR1, the GPU's into mapped
+ * host memory - is one single-copy-atomic access, so a word that carries f
+ * carries its data.  That is why the LL poll is a plain load (no acquire,
+ * no fence) and the LL completion is plain stores (no fence): the two
+ * system-scope barriers that dominated the PLAIN round trip are gone.
+ * Longer payloads use the slot's plain area, published with a release:
+ * host payload, sfence, words 1 and 0 (the kernel confirms word 0 with
+ * ld.acquire.sys before it reads the payload); kernel payload,
+ * __threadfence_system(), words 1 and 0 (x86 loads are ordered).
+ * Slot reuse needs the consumer's loads of a slot to be done before the
+ * producer overwrites it: the kernel publishes its consumed count with a
+ * st.release.sys - lazily on LL channels (gdrpy_chan_consume_lazy: every
+ * nslots/2 messages, and when idle), the host reads it with an acquire.
+ * gdrpy_chan_take()/gdrpy_chan_poll_warp_in() and gdrpy_chan_comp_fill()
+ * implement both formats; gdrpy_chan_ready()/gdrpy_chan_msg() read PLAIN
+ * rings only.
+ *
+ * Memory-ordering argument (PLAIN)
+ * --------------------------------
  * host -> GPU.  The CPU writes a message's payload and len/tag, executes
  * sfence, then writes the slot's 64-bit sequence word (seq = index + 1) with
  * one aligned store.  Write-combined stores separated by sfence leave the
@@ -71,6 +96,8 @@
 #define GDRPY_CHAN_ST_RUNNING 1u
 #define GDRPY_CHAN_ST_STOPPED 2u
 #define GDRPY_CHAN_ST_TIMEOUT 3u
+#define GDRPY_CHAN_PLAIN 1u
+#define GDRPY_CHAN_LL_MAX 64u
 
 typedef unsigned long long gdrpy_u64;
 typedef unsigned int gdrpy_u32;
@@ -82,7 +109,8 @@ typedef struct gdrpy_chan_desc {
     gdrpy_u64 comp;
     gdrpy_u32 nslots, slot_stride, slot_size;
     gdrpy_u32 comp_nslots, comp_stride, comp_size;
-    gdrpy_u32 reserved[2];
+    gdrpy_u32 flags; /* GDRPY_CHAN_PLAIN or 0 (LL) */
+    gdrpy_u32 reserved;
 } gdrpy_chan_desc_t;
 
 /* ---- system-scope loads and stores ------------------------------------ */
@@ -139,15 +167,116 @@ __device__ __forceinline__ unsigned char *gdrpy_chan_comp_slot(const gdrpy_chan_
     return (unsigned char *)(d.comp + (j & (d.comp_nslots - 1)) * (gdrpy_u64)d.comp_stride);
 }
 
+/* ---- LL helpers --------------------------------------------------------- */
+__device__ __forceinline__ bool gdrpy_chan_is_ll(const gdrpy_chan_desc_t &d)
+{
+    return !(d.flags & GDRPY_CHAN_PLAIN);
+}
+
+/* LL data words and the plain area's offset of a slot of `size` bytes
+ * (gdrpy_chan_slot_layout() in gdrpy_channel.h). */
+__device__ __forceinline__ gdrpy_u32 gdrpy_chan_ll_words(gdrpy_u32 size)
+{
+    return ((size < GDRPY_CHAN_LL_MAX ? size : GDRPY_CHAN_LL_MAX) + 3u) / 4u;
+}
+
+__device__ __forceinline__ gdrpy_u32 gdrpy_chan_plain_off(const gdrpy_chan_desc_t &d,
+                                                          gdrpy_u32 size)
+{
+    if (d.flags & GDRPY_CHAN_PLAIN) return GDRPY_CHAN_HDR;
+    return (8u * (2u + gdrpy_chan_ll_words(size)) + 15u) & ~15u;
+}
+
+__device__ __forceinline__ void gdrpy_ld_relaxed_v2(const void *p, gdrpy_u64 *a, gdrpy_u64 *b)
+{
+    asm volatile("ld.volatile.global.v2.u64 {%0, %1}, [%2];" : "=l"(*a), "=l"(*b) : "l"(p)
+                 : "memory");
+}
+
+__device__ __forceinline__ void gdrpy_st_relaxed_u64(void *p, gdrpy_u64 v)
+{
+    *(volatile gdrpy_u64 *)p = v;
+}
+
+__device__ __forceinline__ gdrpy_u64 gdrpy_llword(gdrpy_u32 f, gdrpy_u32 data)
+{
+    return (gdrpy_u64)f | ((gdrpy_u64)data << 32);
+}
+
+/* A message as a consumer took it: `payload` points at `buf` (LL: the
+ * payload unpacked from its words, in this thread's local memory) or at the
+ * slot's plain area (a long message, or a PLAIN ring: global memory). */
+typedef struct gdrpy_chan_in {
+    const volatile unsigned char *payload;
+    gdrpy_u32 len, tag;
+    gdrpy_u32 buf[GDRPY_CHAN_LL_MAX / 4];
+} gdrpy_chan_in_t;
+
+__device__ __forceinline__ const volatile unsigned char *gdrpy_chan_msg(
+    const gdrpy_chan_desc_t &d, gdrpy_u64 i, gdrpy_u32 *len, gdrpy_u32 *tag);
+
+/* One thread: true when message i is complete; `in` describes it.  LL: the
+ * slot's first four words come in one 16-byte pair of loads (header + 8
+ * payload bytes), the rest only when the message is longer; a long message
+ * is confirmed with ld.acquire.sys of word 0.  PLAIN: gdrpy_chan_ready(). */
+__device__ __forceinline__ bool gdrpy_chan_take(const gdrpy_chan_desc_t &d, gdrpy_u64 i,
+                                                gdrpy_chan_in_t *in)
+{
+    if (d.flags & GDRPY_CHAN_PLAIN) {
+        if (gdrpy_ld_acquire_sys_u64(gdrpy_chan_slot(d, i)) != i + 1) return false;
+        in->payload = gdrpy_chan_msg(d, i, &in->len, &in->tag);
+        return true;
+    }
+    const unsigned char *s = gdrpy_chan_slot(d, i);
+    const gdrpy_u32 f = (gdrpy_u32)(i + 1);
+    gdrpy_u64 w0, w1, w2, w3;
+    gdrpy_ld_relaxed_v2(s, &w0, &w1);
+    gdrpy_ld_relaxed_v2(s + 16, &w2, &w3);
+    if ((gdrpy_u32)w0 != f || (gdrpy_u32)w1 != f) return false;
+    gdrpy_u32 len = (gdrpy_u32)(w1 >> 32);
+    if (len > d.slot_size) len = d.slot_size;
+    in->tag = (gdrpy_u32)(w0 >> 32);
+    in->len = len;
+    if (len > GDRPY_CHAN_LL_MAX) {
+        if ((gdrpy_u32)gdrpy_ld_acquire_sys_u64(s) != f) return false;
+        in->payload = s + gdrpy_chan_plain_off(d, d.slot_size);
+        return true;
+    }
+    const gdrpy_u32 nw = (len + 3u) / 4u;
+    if (nw > 0) {
+        if ((gdrpy_u32)w2 != f) return false;
+        in->buf[0] = (gdrpy_u32)(w2 >> 32);
+    }
+    if (nw > 1) {
+        if ((gdrpy_u32)w3 != f) return false;
+        in->buf[1] = (gdrpy_u32)(w3 >> 32);
+    }
+    for (gdrpy_u32 k = 2; k < nw; k += 2) {
+        gdrpy_u64 a, b;
+        gdrpy_ld_relaxed_v2(s + 16 + 8 * k, &a, &b); /* within the slot: LL words are even */
+        if ((gdrpy_u32)a != f || (k + 1 < nw && (gdrpy_u32)b != f)) return false;
+        in->buf[k] = (gdrpy_u32)(a >> 32);
+        if (k + 1 < nw) in->buf[k + 1] = (gdrpy_u32)(b >> 32);
+    }
+    in->payload = (const volatile unsigned char *)in->buf;
+    return true;
+}
+
 /* ---- consumer side (host -> GPU) -------------------------------------- */
-/* 1 when message i is complete (acquire: its payload is visible after). */
+/* PLAIN rings: 1 when message i is complete (acquire: its payload is
+ * visible after). */
 __device__ __forceinline__ bool gdrpy_chan_ready(const gdrpy_chan_desc_t &d, gdrpy_u64 i)
 {
+    if (!(d.flags & GDRPY_CHAN_PLAIN)) { /* LL: every word it needs is there */
+        gdrpy_chan_in_t in;
+        return gdrpy_chan_take(d, i, &in);
+    }
     return gdrpy_ld_acquire_sys_u64(gdrpy_chan_slot(d, i)) == i + 1;
 }
 
-/* Message i's payload (call after gdrpy_chan_ready(d, i) returned true):
- * read it through this volatile pointer (never from a stale L1 line). */
+/* PLAIN rings: message i's payload (call after gdrpy_chan_ready(d, i)
+ * returned true): read it through this volatile pointer (never from a stale
+ * L1 line).  LL rings: use gdrpy_chan_take() / gdrpy_chan_poll_warp_in(). */
 __device__ __forceinline__ const volatile unsigned char *gdrpy_chan_msg(
     const gdrpy_chan_desc_t &d, gdrpy_u64 i, gdrpy_u32 *len, gdrpy_u32 *tag)
 {
@@ -192,14 +321,69 @@ __device__ __forceinline__ bool gdrpy_chan_comp_wait(const gdrpy_chan_desc_t &d,
     }
 }
 
-/* Writes completion j's header and payload (no sequence word yet).  Plain
- * volatile stores into host memory; `len` bytes of `src` (<= comp_size). */
+/* LL: stores completion j's header words (after its payload is in the
+ * plain area: one system-scope fence first).  PLAIN: stores len/tag (the
+ * sequence word comes with gdrpy_chan_comp_publish*). */
+__device__ __forceinline__ void gdrpy_chan_comp_header(const gdrpy_chan_desc_t &d, gdrpy_u64 j,
+                                                       gdrpy_u32 len, gdrpy_u32 tag)
+{
+    unsigned char *s = gdrpy_chan_comp_slot(d, j);
+    if (len > d.comp_size) len = d.comp_size;
+    if (d.flags & GDRPY_CHAN_PLAIN) {
+        *(volatile gdrpy_u64 *)(s + 8) = (gdrpy_u64)len | ((gdrpy_u64)tag << 32);
+        return;
+    }
+    const gdrpy_u32 f = (gdrpy_u32)(j + 1);
+    if ((j & 0x7fffffffull) < d.comp_nslots) /* the lap that rewrites every LL word */
+        for (gdrpy_u32 k = 0; k < gdrpy_chan_ll_words(d.comp_size); ++k)
+            gdrpy_st_relaxed_u64(s + 16 + 8 * k, gdrpy_llword(f, 0));
+    __threadfence_system();
+    gdrpy_st_relaxed_u64(s + 8, gdrpy_llword(f, len));
+    gdrpy_st_relaxed_u64(s, gdrpy_llword(f, tag));
+}
+
+/* Where a completion payload written directly (not through comp_fill) goes:
+ * PLAIN, or LL completions longer than GDRPY_CHAN_LL_MAX; then
+ * gdrpy_chan_comp_header(). */
+__device__ __forceinline__ unsigned char *gdrpy_chan_comp_payload(const gdrpy_chan_desc_t &d,
+                                                                  gdrpy_u64 j)
+{
+    return gdrpy_chan_comp_slot(d, j) + gdrpy_chan_plain_off(d, d.comp_size);
+}
+
+/* Writes completion j: `len` bytes of `src` (<= comp_size) and its tag.
+ * LL: complete when it returns - LL words (plain stores, no fence; every
+ * (2^31 / comp_nslots)-th lap all of the slot's words), or for a long
+ * payload the plain area, a system-scope fence, the header words.  PLAIN:
+ * header and payload, the sequence word is still to be published
+ * (gdrpy_chan_comp_publish / _n). */
 __device__ __forceinline__ void gdrpy_chan_comp_fill(const gdrpy_chan_desc_t &d, gdrpy_u64 j,
                                                      const unsigned char *src, gdrpy_u32 len,
                                                      gdrpy_u32 tag)
 {
     volatile unsigned char *s = gdrpy_chan_comp_slot(d, j);
     if (len > d.comp_size) len = d.comp_size;
+    if (!(d.flags & GDRPY_CHAN_PLAIN)) {
+        const gdrpy_u32 f = (gdrpy_u32)(j + 1);
+        gdrpy_u32 words = (j & 0x7fffffffull) < d.comp_nslots ? gdrpy_chan_ll_words(d.comp_size) : 0u;
+        if (len <= GDRPY_CHAN_LL_MAX) {
+            const gdrpy_u32 nw = (len + 3u) / 4u;
+            if (words < nw) words = nw;
+            for (gdrpy_u32 k = 0; k < words; ++k) {
+                gdrpy_u32 v = 0;
+                for (gdrpy_u32 b = 0; b < 4u; ++b)
+                    if (4u * k + b < len) v |= (gdrpy_u32)src[4u * k + b] << (8u * b);
+                gdrpy_st_relaxed_u64((void *)(s + 16 + 8 * k), gdrpy_llword(f, v));
+            }
+            gdrpy_st_relaxed_u64((void *)(s + 8), gdrpy_llword(f, len));
+            gdrpy_st_relaxed_u64((void *)s, gdrpy_llword(f, tag));
+            return;
+        }
+        volatile unsigned char *p = gdrpy_chan_comp_payload(d, j);
+        for (gdrpy_u32 k = 0; k < len; ++k) p[k] = src[k];
+        gdrpy_chan_comp_header(d, j, len, tag);
+        return;
+    }
     /* len and tag in one 8-byte store; the payload in 8-byte stores where
      * the source allows (each store is one PCIe write) */
     *(volatile gdrpy_u64 *)(s + 8) = (gdrpy_u64)len | ((gdrpy_u64)tag << 32);
@@ -217,6 +401,7 @@ __device__ __forceinline__ void gdrpy_chan_comp_fill(const gdrpy_chan_desc_t &d,
  * word (everything this thread wrote before is visible to the host first). */
 __device__ __forceinline__ void gdrpy_chan_comp_publish(const gdrpy_chan_desc_t &d, gdrpy_u64 j)
 {
+    if (!(d.flags & GDRPY_CHAN_PLAIN)) return; /* LL: comp_fill completed it */
     gdrpy_st_release_sys_u64(gdrpy_chan_comp_slot(d, j), j + 1);
 }
 
@@ -269,6 +454,22 @@ __device__ __forceinline__ unsigned gdrpy_chan_poll_warp(const gdrpy_chan_desc_t
     return mask == full ? 32u : (unsigned)(__ffs(~mask) - 1);
 }
 
+/* All 32 lanes of one warp, both formats: the number n of consecutive
+ * complete messages from `head` (0..min(nslots, 32)); lane k < n has
+ * message head + k in *in (gdrpy_chan_take).  A long (plain-area) message's
+ * payload may be read by any lane after the call (the taking lane's acquire
+ * load, then the warp barrier of the ballot). */
+__device__ __forceinline__ unsigned gdrpy_chan_poll_warp_in(const gdrpy_chan_desc_t &d,
+                                                            gdrpy_u64 head, gdrpy_chan_in_t *in)
+{
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned window = d.nslots < 32u ? d.nslots : 32u;
+    bool ready = lane < window && gdrpy_chan_take(d, head + lane, in);
+    unsigned mask = __ballot_sync(full, ready);
+    return mask == full ? 32u : (unsigned)(__ffs(~mask) - 1);
+}
+
 /* Lane 0 only: publishes completions [first, first + n) whose headers and
  * payloads any lane of the warp has written (the caller __syncwarp()s
  * first).  One completion: a system-scope release store of its sequence
@@ -278,6 +479,7 @@ __device__ __forceinline__ unsigned gdrpy_chan_poll_warp(const gdrpy_chan_desc_t
 __device__ __forceinline__ void gdrpy_chan_comp_publish_n(const gdrpy_chan_desc_t &d,
                                                           gdrpy_u64 first, unsigned n)
 {
+    if (!(d.flags & GDRPY_CHAN_PLAIN)) return; /* LL: comp_fill completed them */
     if (n == 1) {
         gdrpy_st_release_sys_u64(gdrpy_chan_comp_slot(d, first), first + 1);
         return;
@@ -293,7 +495,28 @@ __device__ __forceinline__ void gdrpy_chan_comp_publish_n(const gdrpy_chan_desc_
 __device__ __forceinline__ void gdrpy_chan_consume_after_publish(const gdrpy_chan_desc_t &d,
                                                                  gdrpy_u64 n)
 {
+    if (!(d.flags & GDRPY_CHAN_PLAIN)) { /* LL completions are no release */
+        gdrpy_chan_consume(d, n);
+        return;
+    }
     *(volatile gdrpy_u64 *)(d.host_ctrl + GDRPY_CHAN_HOST_CONSUMED) = n;
+}
+
+/* LL kernels (one thread): publish the consumed count `head` with a
+ * system-scope release only every nslots/2 messages, or when `idle` (the
+ * caller's poll has found nothing for a while) - one release per
+ * nslots/2 messages instead of one per message; the host can always have
+ * nslots/2 messages in flight without waiting for it.  *published: the
+ * count last published (start at 0). */
+__device__ __forceinline__ void gdrpy_chan_consume_lazy(const gdrpy_chan_desc_t &d,
+                                                        gdrpy_u64 head, gdrpy_u64 *published,
+                                                        bool idle)
+{
+    const gdrpy_u64 every = d.nslots > 1u ? d.nslots / 2u : 1u;
+    if (head != *published && (idle || head - *published >= every)) {
+        gdrpy_chan_consume(d, head);
+        *published = head;
+    }
 }
 
 /* Idle handling shared by serving loops (all lanes): 0 = keep polling,
@@ -347,27 +570,27 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
 {
     const unsigned lane = threadIdx.x & 31u;
     const unsigned full = 0xffffffffu;
-    gdrpy_u64 head = 0, comp_head = 0, credit = 0, t_idle = 0;
+    const bool ll = gdrpy_chan_is_ll(d);
+    gdrpy_u64 head = 0, comp_head = 0, credit = 0, t_idle = 0, published = 0;
     unsigned spins = 0, rounds = 0;
     unsigned char out[GDRPY_CHAN_MAX_COMP];
+    gdrpy_chan_in_t in;
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     gdrpy_u32 status = GDRPY_CHAN_ST_STOPPED;
     for (;;) {
-        unsigned n = gdrpy_chan_poll_warp(d, head);
+        unsigned n = gdrpy_chan_poll_warp_in(d, head, &in);
         if (n == 0) {
             gdrpy_u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
             if (stop) { status = stop; break; }
+            if (ll && spins == 64u && lane == 0) gdrpy_chan_consume_lazy(d, head, &published, true);
             continue;
         }
         spins = 0;
         t_idle = 0;
         int clen = -1;
-        gdrpy_u32 tag = 0;
         if (lane < n) {
-            gdrpy_u32 len;
-            const volatile unsigned char *msg = gdrpy_chan_msg(d, head + lane, &len, &tag);
-            clen = handler(head + lane, msg, len, tag, out);
+            clen = handler(head + lane, in.payload, in.len, in.tag, out);
             if (clen > (int)d.comp_size) clen = (int)d.comp_size;
             if (clen > GDRPY_CHAN_MAX_COMP) clen = GDRPY_CHAN_MAX_COMP;
         }
@@ -381,7 +604,7 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
             if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
             if (clen >= 0)
                 gdrpy_chan_comp_fill(d, comp_head + __popc(cmask & ((1u << lane) - 1u)), out,
-                                     (gdrpy_u32)clen, tag);
+                                     (gdrpy_u32)clen, in.tag);
             __syncwarp();
             if (lane == 0) gdrpy_chan_comp_publish_n(d, comp_head, ncomp);
             comp_head += ncomp;
@@ -390,7 +613,8 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
         __syncwarp();
         gdrpy_u32 mode = 0;
         if (lane == 0) {
-            if (ncomp) gdrpy_chan_consume_after_publish(d, head);
+            if (ll) gdrpy_chan_consume_lazy(d, head, &published, false);
+            else if (ncomp) gdrpy_chan_consume_after_publish(d, head);
             else gdrpy_chan_consume(d, head);
             if ((++rounds & 15u) == 0) mode = gdrpy_chan_shutdown_mode(d);
         }
