@@ -87,6 +87,7 @@
 #define GDRPY_CHAN_DEV_SENT 8u
 #define GDRPY_CHAN_DEV_COMP_READ 64u
 #define GDRPY_CHAN_HOST_CONSUMED 0u
+#define GDRPY_CHAN_HOST_SMID 16u
 #define GDRPY_CHAN_HOST_STATUS 64u
 #define GDRPY_CHAN_HOST_FINAL 72u
 #define GDRPY_CHAN_RUN 0u
@@ -198,6 +199,13 @@ __device__ __forceinline__ void gdrpy_st_relaxed_u64(void *p, gdrpy_u64 v)
     *(volatile gdrpy_u64 *)p = v;
 }
 
+/* p 16-byte aligned; each 8-byte element is one single-copy-atomic store */
+__device__ __forceinline__ void gdrpy_st_relaxed_v2(void *p, gdrpy_u64 a, gdrpy_u64 b)
+{
+    asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b)
+                 : "memory");
+}
+
 __device__ __forceinline__ gdrpy_u64 gdrpy_llword(gdrpy_u32 f, gdrpy_u32 data)
 {
     return (gdrpy_u64)f | ((gdrpy_u64)data << 32);
@@ -243,21 +251,23 @@ __device__ __forceinline__ bool gdrpy_chan_take(const gdrpy_chan_desc_t &d, gdrp
         return true;
     }
     const gdrpy_u32 nw = (len + 3u) / 4u;
-    if (nw > 0) {
-        if ((gdrpy_u32)w2 != f) return false;
-        in->buf[0] = (gdrpy_u32)(w2 >> 32);
-    }
-    if (nw > 1) {
-        if ((gdrpy_u32)w3 != f) return false;
-        in->buf[1] = (gdrpy_u32)(w3 >> 32);
-    }
-    for (gdrpy_u32 k = 2; k < nw; k += 2) {
-        gdrpy_u64 a, b;
-        gdrpy_ld_relaxed_v2(s + 16 + 8 * k, &a, &b); /* within the slot: LL words are even */
-        if ((gdrpy_u32)a != f || (k + 1 < nw && (gdrpy_u32)b != f)) return false;
-        in->buf[k] = (gdrpy_u32)(a >> 32);
-        if (k + 1 < nw) in->buf[k + 1] = (gdrpy_u32)(b >> 32);
-    }
+    gdrpy_u64 w[GDRPY_CHAN_LL_MAX / 4];
+    w[0] = w2;
+    w[1] = w3;
+    /* the rest of a longer message: every load issued before any is
+     * looked at (one more load latency, not one per pair); 16-byte pairs
+     * stay inside the slot (the plain area starts 16-byte aligned) */
+#pragma unroll
+    for (gdrpy_u32 k = 2; k < GDRPY_CHAN_LL_MAX / 4; k += 2)
+        if (k < nw) gdrpy_ld_relaxed_v2(s + 16 + 8 * k, &w[k], &w[k + 1]);
+    bool ok = true;
+#pragma unroll
+    for (gdrpy_u32 k = 0; k < GDRPY_CHAN_LL_MAX / 4; ++k)
+        if (k < nw) {
+            ok &= (gdrpy_u32)w[k] == f;
+            in->buf[k] = (gdrpy_u32)(w[k] >> 32);
+        }
+    if (!ok) return false;
     in->payload = (const volatile unsigned char *)in->buf;
     return true;
 }
@@ -369,14 +379,16 @@ __device__ __forceinline__ void gdrpy_chan_comp_fill(const gdrpy_chan_desc_t &d,
         if (len <= GDRPY_CHAN_LL_MAX) {
             const gdrpy_u32 nw = (len + 3u) / 4u;
             if (words < nw) words = nw;
-            for (gdrpy_u32 k = 0; k < words; ++k) {
-                gdrpy_u32 v = 0;
-                for (gdrpy_u32 b = 0; b < 4u; ++b)
-                    if (4u * k + b < len) v |= (gdrpy_u32)src[4u * k + b] << (8u * b);
-                gdrpy_st_relaxed_u64((void *)(s + 16 + 8 * k), gdrpy_llword(f, v));
+            /* 16-byte stores (each 8-byte half single-copy atomic; one PCIe
+             * write each), data words first, the header pair last */
+            for (gdrpy_u32 k = 0; k < words; k += 2) {
+                gdrpy_u32 v[2] = {0, 0};
+                for (gdrpy_u32 b = 0; b < 8u; ++b)
+                    if (4u * k + b < len) v[b >> 2] |= (gdrpy_u32)src[4u * k + b] << (8u * (b & 3u));
+                gdrpy_st_relaxed_v2((void *)(s + 16 + 8 * k), gdrpy_llword(f, v[0]),
+                                    gdrpy_llword(f, v[1]));
             }
-            gdrpy_st_relaxed_u64((void *)(s + 8), gdrpy_llword(f, len));
-            gdrpy_st_relaxed_u64((void *)s, gdrpy_llword(f, tag));
+            gdrpy_st_relaxed_v2((void *)s, gdrpy_llword(f, tag), gdrpy_llword(f, len));
             return;
         }
         volatile unsigned char *p = gdrpy_chan_comp_payload(d, j);
@@ -420,6 +432,9 @@ __device__ __forceinline__ bool gdrpy_chan_complete(const gdrpy_chan_desc_t &d, 
 /* ---- lifecycle -------------------------------------------------------- */
 __device__ __forceinline__ void gdrpy_chan_attach(const gdrpy_chan_desc_t &d)
 {
+    gdrpy_u32 sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    *(volatile gdrpy_u32 *)(d.host_ctrl + GDRPY_CHAN_HOST_SMID) = sm;
     *(volatile gdrpy_u32 *)(d.host_ctrl + GDRPY_CHAN_HOST_STATUS) = GDRPY_CHAN_ST_RUNNING;
     __threadfence_system();
 }

@@ -64,6 +64,7 @@
  *    [128]  message slot 0, then every slot_stride bytes
  *  host block (page-locked, allocated by the channel):
  *    [0]    u64 messages consumed by the kernel (slot credit for the host)
+ *    [16]   u32 the SM the kernel attached from (diagnostics)
  *    [64]   u32 kernel status (GDRPY_CHAN_ST_*)
  *    [72]   u64 messages consumed when the kernel stopped
  *    [128]  completion slot 0, then every comp_stride bytes
@@ -103,6 +104,7 @@ extern "C" {
 #define GDRPY_CHAN_DEV_COMP_READ 64u /* u64 */
 #define GDRPY_CHAN_HOST_CTRL 128u    /* host block before completion slot 0 */
 #define GDRPY_CHAN_HOST_CONSUMED 0u  /* u64 */
+#define GDRPY_CHAN_HOST_SMID 16u     /* u32: the SM the kernel attached from (diagnostics) */
 #define GDRPY_CHAN_HOST_STATUS 64u   /* u32 */
 #define GDRPY_CHAN_HOST_FINAL 72u    /* u64 */
 
