@@ -5,6 +5,7 @@
 from libc.stdint cimport int64_t as _i64, uint32_t as _u32
 from libc.stdlib cimport malloc as _malloc, free as _free
 from cpython.float cimport PyFloat_CheckExact, PyFloat_AS_DOUBLE
+from cpython.bytearray cimport PyByteArray_CheckExact, PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 
 cdef extern from "gdrpy_channel.h" nogil:
     ctypedef struct gdrpy_chan_t:
@@ -87,6 +88,9 @@ cdef extern from "gdrpy_channel.h" nogil:
 # releasing and re-taking the GIL would add to it); longer waits go on
 # without the GIL.
 DEF SPIN_WITH_GIL_NS = 50000
+# send_many of up to this many messages describes them on the stack (no
+# allocation per call).
+DEF STACK_MSGS = 64
 
 _ST_NAMES = {0: "none", 1: "running", 2: "stopped", 3: "timeout"}
 
@@ -347,6 +351,8 @@ cdef class Channel:
         cdef Py_buffer whole
         cdef Py_buffer *views = NULL
         cdef gdrpy_chan_msg_t *msgs = NULL
+        cdef gdrpy_chan_msg_t stack_msgs[STACK_MSGS]
+        cdef Py_buffer stack_views[STACK_MSGS]
         cdef Py_ssize_t n = 0, i, row = 0, got = 0
         cdef bint have_whole = False
         cdef int rc = 0
@@ -372,13 +378,18 @@ cdef class Channel:
                 raise InvalidArgumentError(f"{len(tags)} tags for {n} messages", _errno.EINVAL)
             if n == 0:
                 return 0
-            msgs = <gdrpy_chan_msg_t *>_malloc(n * sizeof(gdrpy_chan_msg_t))
-            if msgs == NULL:
-                raise MemoryError()
-            if not have_whole:
-                views = <Py_buffer *>_malloc(n * sizeof(Py_buffer))
-                if views == NULL:
+            if n <= STACK_MSGS:
+                msgs = stack_msgs
+                if not have_whole:
+                    views = stack_views
+            else:
+                msgs = <gdrpy_chan_msg_t *>_malloc(n * sizeof(gdrpy_chan_msg_t))
+                if msgs == NULL:
                     raise MemoryError()
+                if not have_whole:
+                    views = <Py_buffer *>_malloc(n * sizeof(Py_buffer))
+                    if views == NULL:
+                        raise MemoryError()
             for i in range(n):
                 if have_whole:
                     msgs[i].buf = <char *>whole.buf + i * row
@@ -401,8 +412,9 @@ cdef class Channel:
             if views != NULL:
                 for i in range(got):
                     PyBuffer_Release(&views[i])
-                _free(views)
-            if msgs != NULL:
+                if views != stack_views:
+                    _free(views)
+            if msgs != NULL and msgs != stack_msgs:
                 _free(msgs)
             if have_whole:
                 PyBuffer_Release(&whole)
@@ -442,6 +454,22 @@ cdef class Channel:
         self._ready()
         cdef Py_buffer view
         cdef _i64 t = _timeout_ns(timeout)
+        cdef _i64 first
+        cdef _u32 ln = 0, tg = 0
+        cdef int rc
+        if PyByteArray_CheckExact(out):
+            # the common case without a buffer export: the GIL is held
+            # throughout (nobody can resize it); a longer wait goes on below
+            first = SPIN_WITH_GIL_NS if (t < 0 or t > SPIN_WITH_GIL_NS) else t
+            rc = gdrpy_chan_recv(self._c, PyByteArray_AS_STRING(out),
+                                 <size_t>PyByteArray_GET_SIZE(out), &ln, &tg, first)
+            if rc == 0:
+                self.last_len = ln
+                self.last_tag = tg
+                return ln
+            if not (rc == GDRPY_ETIMEDOUT and (t < 0 or t > first)):
+                _chan_check(rc)
+            t = t - first if t > 0 else t
         _get_out_buffer(out, &view, 0)
         try:
             _chan_check(self._recv_wait(view.buf, <size_t>view.len, t))

@@ -138,7 +138,7 @@ class Server:
     frees the channel; a kernel that does not stop keeps its memory."""
 
     def __init__(self, ctx, max_size: int, nslots: int = 256, idle_timeout_s: float = 30.0,
-                 rt=None, module=None):
+                 rt=None, module=None, plain: bool = False):
         import gdrpy
         self.ctx = ctx
         self.sim = ctx.is_sim
@@ -146,7 +146,7 @@ class Server:
         self.stream = None
         self.handle = None
         self.ch: gdrpy.Channel | None = gdrpy.Channel(ctx, nslots=nslots, slot_size=max_size,
-                                                     comp_size=16)
+                                                     comp_size=16, plain=plain)
         try:
             if self.sim:
                 self.handle = self.ch._sim_consumer(check=False, complete=True,
@@ -159,6 +159,7 @@ class Server:
                 launch(rt, module.function("gdrpy_pp_serve"), (1,), (32,), self.params,
                        self.stream, what="cuLaunchKernel(gdrpy_pp_serve)")
             self.ch.wait_attached(timeout=20.0)
+            self.sm = -1 if self.sim else int.from_bytes(self.ch.host_block()[16:20], "little")
         except BaseException:
             self.close()
             raise
@@ -252,14 +253,14 @@ def chanpp_path() -> str | None:
 
 
 def c_roundtrips(ctx, sizes, iters: int, warmup: int, batch: int, tick: int, image: bytes | None,
-                 cpu: int | None, timeout_s: float) -> dict:
+                 cpu: int | None, timeout_s: float, alloc: str = "vmm", plain: bool = False) -> dict:
     tool = chanpp_path()
     if tool is None:
         return {"error": "gdrpy_chanpp not found (build it with `make -C native tools`)"}
     sz = [tick] + [s for s in sizes if s != tick]
     cmd = [tool, "--device", str(ctx.device), "--sizes", ",".join(map(str, sz)),
            "--iters", str(iters), "--warmup", str(warmup), "--batch", str(batch),
-           "--timeout", str(timeout_s)]
+           "--timeout", str(timeout_s), "--alloc", alloc] + (["--plain"] if plain else [])
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     with tempfile.TemporaryDirectory(prefix="gdrpy-pp-") as tmp:
@@ -281,7 +282,8 @@ def c_roundtrips(ctx, sizes, iters: int, warmup: int, batch: int, tick: int, ima
         line = line.strip()
         if line.startswith("{"):
             rows.append(json.loads(line))
-    res = {"command": " ".join(cmd), "rows": rows}
+    res = {"command": " ".join(cmd), "rows": [r for r in rows if r.get("path") != "info"]}
+    res.update(next((r for r in rows if r.get("path") == "info"), {}))
     if p.returncode != 0:
         res["error"] = f"gdrpy_chanpp exited {p.returncode}: {p.stderr.strip()[-500:]}"
     return res
@@ -362,7 +364,8 @@ def baseline(ctx, rt, module, size: int, iters: int, warmup: int, rng) -> np.nda
 def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
         host_timeout_s: float = 5.0, seed: int = 1234, log=print, with_baseline: bool = True,
         with_c: bool = True, batch: int = BATCH, tick: int = TICK_SIZE,
-        near_gpu: bool = True, cpu: int | None = None) -> dict:
+        near_gpu: bool = True, cpu: int | None = None, plain: bool = False,
+        c_alloc: str = "vmm") -> dict:
     """Everything for every size on an open context; returns the result dict."""
     from ..numa import device_locality, pin_thread_near_gpu
     rng = np.random.default_rng(seed)
@@ -372,6 +375,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
                  "device": ctx.device, "gpu": "none (sim)" if sim else info.get("gpu_name"),
                  "driver": info.get("driver_version"), "iters": iters, "warmup": warmup,
                  "sizes": list(sizes), "batch": batch, "tick": tick,
+                 "format": "plain" if plain else "ll",
                  "consumer": SIM_LABEL if sim else "persistent GPU kernel gdrpy_pp_serve (NVRTC)",
                  "results": [], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     res["locality"] = device_locality(ctx)
@@ -388,7 +392,8 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
             res.update(arch=module.arch, module=module.kind, nvrtc=nvrtc_version(),
                        compile_s=round(time.perf_counter() - t0, 3))
         srv = Server(ctx, max(max(sizes), tick), idle_timeout_s=kernel_timeout_s, rt=rt,
-                     module=module)
+                     module=module, plain=plain)
+        res["python_sm"] = srv.sm
         try:
             for s in sizes:
                 res["results"].append({"size": s, "path": "python", "stats_us": summarize(
@@ -403,7 +408,8 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
             srv.close()
         if with_c:
             c = c_roundtrips(ctx, sizes, iters, warmup, batch, tick,
-                             module.image if module else None, res.get("cpu"), host_timeout_s)
+                             module.image if module else None, res.get("cpu"), host_timeout_s,
+                             alloc=c_alloc, plain=plain)
             res["c_tool"] = {k: v for k, v in c.items() if k != "rows"}
             for row in c.get("rows", []):
                 if row["path"] == "c":
@@ -500,7 +506,11 @@ def format_report(res: dict) -> str:
         lines.append(f"  GPU NUMA node {loc.get('numa_node')}, nearby CPUs "
                      f"{loc.get('local_cpulist') or '?'}; measuring thread on CPU "
                      f"{res.get('cpu', 'any')}")
-    lines.append(f"  consumer: {res['consumer']}")
+    lines.append(f"  consumer: {res['consumer']}; slot format {res.get('format', 'll').upper()}")
+    if not sim:
+        ct = res.get("c_tool", {})
+        lines.append(f"  kernel SM: python run {res.get('python_sm')}, C run {ct.get('sm', '?')}; "
+                     f"rings: python gdrpy.memory.alloc (cuMemCreate), C {ct.get('alloc', '?')}")
     lines.append("  python: Channel.send + Channel.recv_into; c: gdrpy_chan_send + "
                  "gdrpy_chan_recv (gdrpy_chanpp);")
     lines.append("  cuMemcpy: cuMemcpyHtoDAsync + cuLaunchKernel + cuMemcpyDtoHAsync + "
@@ -595,6 +605,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
          help="the kernel stops after this many idle seconds (default 30)")
     _add(parser, "--timeout", type=float, default=5.0,
          help="the C tool waits at most this long for one answer (default 5 s)")
+    _add(parser, "--plain", action="store_true",
+         help="channels with GDRPY_CHAN_PLAIN slots (default: LL, see docs/channel.md)")
+    _add(parser, "--c-alloc", choices=("vmm", "cumemalloc"), default="vmm",
+         help="the C tool's ring memory (default vmm: cuMemCreate, as the Python run's)")
+    _add(parser, "--variant-alloc", choices=("cumemalloc", "vmm", "both"), default="both",
+         help="with --variants: ring memory of the variants (default both, side by side)")
     _add(parser, "--variants", action="store_true",
          help="instead: the channel protocol's variants side by side (gdrpy.tools.chanvar)")
     _add(parser, "--variant-only", default=None, metavar="A,B",
@@ -640,7 +656,8 @@ def _main(args) -> int:
                   with_c=not getattr(args, "no_c", False), batch=batch,
                   tick=getattr(args, "tick_size", TICK_SIZE),
                   near_gpu=not getattr(args, "no_near_gpu", False),
-                  cpu=getattr(args, "cpu", None))
+                  cpu=getattr(args, "cpu", None), plain=getattr(args, "plain", False),
+                  c_alloc=getattr(args, "c_alloc", "vmm"))
     if json_to == "-":
         print(json.dumps(res, indent=2))
     else:
@@ -676,7 +693,8 @@ def _variants(args, iters: int) -> int:
         return run_variants(ctx, tool, iters=iters, rounds=getattr(args, "rounds", 5),
                             warmup=500 if warmup is None else warmup, cpu=cpu,
                             only=getattr(args, "variant_only", None),
-                            timeout_s=min(getattr(args, "timeout", 5.0), 1.0))
+                            timeout_s=min(getattr(args, "timeout", 5.0), 1.0),
+                            alloc=getattr(args, "variant_alloc", "both"))
 
 
 def _standalone(argv=None) -> int:
