@@ -305,6 +305,9 @@ __device__ __forceinline__ void gdrpy_chan_consume(const gdrpy_chan_desc_t &d, g
 
 __device__ __forceinline__ gdrpy_u32 gdrpy_chan_shutdown_mode(const gdrpy_chan_desc_t &d)
 {
+    /* a relaxed look first (the word is 0 nearly always), the acquire load
+     * - which orders the later read of the sent count - only when set */
+    if (*(const volatile gdrpy_u32 *)(d.dev_ctrl + GDRPY_CHAN_DEV_SHUTDOWN) == 0) return 0;
     return gdrpy_ld_acquire_sys_u32((const void *)(d.dev_ctrl + GDRPY_CHAN_DEV_SHUTDOWN));
 }
 
@@ -474,12 +477,16 @@ __device__ __forceinline__ unsigned gdrpy_chan_poll_warp(const gdrpy_chan_desc_t
  * message head + k in *in (gdrpy_chan_take).  A long (plain-area) message's
  * payload may be read by any lane after the call (the taking lane's acquire
  * load, then the warp barrier of the ballot). */
+#ifndef GDRPY_CHAN_POLL_LANES
+#define GDRPY_CHAN_POLL_LANES 32u /* lanes that poll (1: lane 0 alone, no batches) */
+#endif
 __device__ __forceinline__ unsigned gdrpy_chan_poll_warp_in(const gdrpy_chan_desc_t &d,
                                                             gdrpy_u64 head, gdrpy_chan_in_t *in)
 {
     const unsigned full = 0xffffffffu;
     const unsigned lane = threadIdx.x & 31u;
-    const unsigned window = d.nslots < 32u ? d.nslots : 32u;
+    const unsigned lanes = GDRPY_CHAN_POLL_LANES;
+    const unsigned window = d.nslots < lanes ? d.nslots : lanes;
     bool ready = lane < window && gdrpy_chan_take(d, head + lane, in);
     unsigned mask = __ballot_sync(full, ready);
     return mask == full ? 32u : (unsigned)(__ffs(~mask) - 1);
@@ -535,7 +542,7 @@ __device__ __forceinline__ void gdrpy_chan_consume_lazy(const gdrpy_chan_desc_t 
 }
 
 /* Idle handling shared by serving loops (all lanes): 0 = keep polling,
- * else the status to stop with.  Looks at the shutdown word every 16th call
+ * else the status to stop with.  Looks at the shutdown word every 64th call
  * and at the clock every 256th; `*t_idle` is lane 0's start of idleness. */
 __device__ __forceinline__ gdrpy_u32 gdrpy_chan_idle_warp(const gdrpy_chan_desc_t &d,
                                                          gdrpy_u64 head, gdrpy_u64 idle_ns,
@@ -546,7 +553,7 @@ __device__ __forceinline__ gdrpy_u32 gdrpy_chan_idle_warp(const gdrpy_chan_desc_
     gdrpy_u32 stop = 0;
     ++*spins;
     if (lane == 0) {
-        if ((*spins & 15u) == 0) {
+        if ((*spins & 63u) == 0) {
             gdrpy_u32 mode = gdrpy_chan_shutdown_mode(d);
             if (mode == GDRPY_CHAN_ABORT || (mode == GDRPY_CHAN_DRAIN && head >= gdrpy_chan_sent(d)))
                 stop = GDRPY_CHAN_ST_STOPPED;

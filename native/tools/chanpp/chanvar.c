@@ -51,7 +51,8 @@ typedef struct {
     int sfence2, pause, hcredit;           /* host side */
     int model;                             /* 1: correct by the memory models */
     const char *what;
-    int library; /* the real thing: gdrpy_chan_* + gdrpy_pp_serve (2: PLAIN slots) */
+    int library; /* the real thing: gdrpy_chan_* + gdrpy_pp_serve (2: PLAIN slots;
+                  * 3: compiled with -DGDRPY_CHAN_POLL_LANES=1) */
 } variant_t;
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
@@ -62,6 +63,8 @@ static const variant_t VARIANTS[] = {
      "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped (LL)", 1},
     {"library-plain", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "the same channel with GDRPY_CHAN_PLAIN slots (acquire poll, release completions)", 2},
+    {"library-poll1", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library (LL), but lane 0 alone polls (GDRPY_CHAN_POLL_LANES=1: no batches)", 3},
     {"floor-flag", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
      "pplat flag-only: host flag store+sfence; thread 0 volatile poll, volatile answer", 0},
     {"floor-data", 2, 0, 4, 0, 4, 0, 1, 0, 0, 0,
@@ -104,7 +107,7 @@ static const variant_t VARIANTS[] = {
 static void defines(const variant_t *v, char *out, size_t n)
 {
     if (v->library) {
-        snprintf(out, n, "@channel_kernels.cu");
+        snprintf(out, n, "@channel_kernels.cu%s", v->library == 3 ? " -DGDRPY_CHAN_POLL_LANES=1" : "");
         return;
     }
     snprintf(out, n, "-DVAR_FLOOR=%d -DVAR_WARP=%d -DVAR_POLL=%d -DVAR_MSG=%d -DVAR_PUB=%d "
