@@ -139,11 +139,15 @@ cdef class Channel:
     """A host<->GPU message channel (``gdrpy_channel.h``).
 
     ``Channel(ctx, nslots=64, slot_size=64, comp_size=16, comp_nslots=0,
-    buffer=None)``: a ring of ``nslots`` (power of two) message slots of
-    ``slot_size`` payload bytes in GPU memory (``buffer``, pinned and mapped
-    here; by default a new :func:`gdrpy.memory.alloc` buffer of
+    buffer=None, plain=False)``: a ring of ``nslots`` (power of two) message
+    slots of ``slot_size`` payload bytes in GPU memory (``buffer``, pinned and
+    mapped here; by default a new :func:`gdrpy.memory.alloc` buffer of
     ``device_bytes`` bytes), and a ring of ``comp_nslots`` (0: ``nslots``)
-    completions of ``comp_size`` bytes in page-locked host memory.
+    completions of ``comp_size`` bytes in page-locked host memory.  Slot
+    format: LL (default: every 8-byte word carries the sequence number, no
+    fences between payload and flag on either side) or ``plain=True``
+    (sequence word written last; for kernels that read slots in place with
+    ``gdrpy_chan_msg``); see docs/channel.md.
 
     * ``send(payload, tag=0, timeout=1.0)``: one call = payload stores,
       sfence, sequence-word store.  ``timeout`` 0: raise ChannelFullError at

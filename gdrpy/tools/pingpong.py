@@ -253,7 +253,8 @@ def chanpp_path() -> str | None:
 
 
 def c_roundtrips(ctx, sizes, iters: int, warmup: int, batch: int, tick: int, image: bytes | None,
-                 cpu: int | None, timeout_s: float, alloc: str = "vmm", plain: bool = False) -> dict:
+                 cpu: int | None, timeout_s: float, alloc: str = "vmm",
+                 plain: bool = False) -> dict:
     tool = chanpp_path()
     if tool is None:
         return {"error": "gdrpy_chanpp not found (build it with `make -C native tools`)"}

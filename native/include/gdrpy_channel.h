@@ -211,7 +211,9 @@ GDRPY_API void *gdrpy_chan_host_block(const gdrpy_chan_t *chan);
 GDRPY_API int gdrpy_chan_send(gdrpy_chan_t *chan, const void *buf, size_t len,
                               uint32_t tag, int64_t timeout_ns);
 /* All `n` messages or none: waits for n free slots (n <= nslots), stores every
- * header + payload, ONE sfence, then the n sequence words, sfence. */
+ * message (LL: every word; PLAIN: header + payload), ONE sfence (LL messages
+ * are then complete; plain-area / PLAIN ones get their sequence words and
+ * one more sfence). */
 GDRPY_API int gdrpy_chan_send_batch(gdrpy_chan_t *chan, const gdrpy_chan_msg_t *msgs,
                                     size_t n, int64_t timeout_ns);
 /* The next completion: copies min(len, cap) payload bytes to buf (may be
