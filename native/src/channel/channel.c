@@ -351,16 +351,38 @@ static inline void ll_store_data(char *s, uint32_t f, const unsigned char *p, si
 
 /* Message i of an LL channel, without the fence.  Returns 1 when it is a
  * plain-area message whose header words are still to be stored (after a
- * fence) by ll_put_header(). */
+ * fence) by ll_put_header().  A short message is built in whole 64-byte
+ * lines (unused words: {f, 0}; the slot is ours until the kernel has
+ * consumed it) and stored line by line: a write-combining buffer that is
+ * full leaves the core as one 64-byte PCIe write, so the kernel's first
+ * look usually finds every word there (a partly filled buffer may leave as
+ * several smaller writes in any order). */
 static inline int ll_put(gdrpy_chan_t *c, uint64_t i, const void *buf, size_t len, uint32_t tag)
 {
     char *s = c->ring + (size_t)(i & c->mask) * c->stride;
     uint32_t f = (uint32_t)(i + 1);
     int refresh = ll_refresh(i, c->mask + 1);
     if (len <= GDRPY_CHAN_LL_MAX) {
-        ll_store_data(s, f, buf, len, refresh ? c->llw : (uint32_t)((len + 3) / 4));
-        gp_wc_store_u64(s + 8, llword(f, (uint32_t)len));
-        gp_wc_store_u64(s, llword(f, tag));
+        /* at most 2 + 16 words = 144 bytes -> 3 lines */
+        uint64_t w[24] __attribute__((aligned(64)));
+        uint32_t words = refresh ? c->llw : (uint32_t)((len + 3) / 4);
+        uint32_t nb = (8 * (2 + words) + 63) & ~63u; /* <= stride (gdrpy_chan_slot_layout) */
+        const unsigned char *p = buf;
+        w[0] = llword(f, tag);
+        w[1] = llword(f, (uint32_t)len);
+        uint32_t k = 0;
+        for (; (size_t)(k + 1) * 4 <= len; k++) {
+            uint32_t d;
+            memcpy(&d, p + 4 * k, 4);
+            w[2 + k] = llword(f, d);
+        }
+        if ((size_t)k * 4 < len) {
+            uint32_t d = 0;
+            memcpy(&d, p + 4 * k, len - (size_t)k * 4);
+            w[2 + k++] = llword(f, d);
+        }
+        for (k += 2; k < nb / 8; k++) w[k] = llword(f, 0);
+        gp_wc_store_nofence(s, w, nb);
         return 0;
     }
     if (refresh) ll_store_data(s, f, NULL, 0, c->llw);
