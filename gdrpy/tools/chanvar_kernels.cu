@@ -202,6 +202,7 @@ extern "C" __global__ void gdrpy_chanvar(u64 dev_p, u64 host_p, u64 start, u64 i
         u32 sm;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
         *(volatile u32 *)(host + 32) = sm;    /* the SM this round runs on */
+        __threadfence_system();
         *(volatile u32 *)(host + 8) = 1u;
         __threadfence_system();
     }

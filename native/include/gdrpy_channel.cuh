@@ -438,6 +438,7 @@ __device__ __forceinline__ void gdrpy_chan_attach(const gdrpy_chan_desc_t &d)
     gdrpy_u32 sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     *(volatile gdrpy_u32 *)(d.host_ctrl + GDRPY_CHAN_HOST_SMID) = sm;
+    __threadfence_system(); /* the SM before the status (once per kernel) */
     *(volatile gdrpy_u32 *)(d.host_ctrl + GDRPY_CHAN_HOST_STATUS) = GDRPY_CHAN_ST_RUNNING;
     __threadfence_system();
 }
