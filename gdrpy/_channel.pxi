@@ -543,6 +543,14 @@ cdef class Channel:
                          128 + <Py_ssize_t>d.comp_nslots * d.comp_stride)
 
     @property
+    def kernel_sm(self):
+        """The SM the kernel attached from (gdrpy_chan_attach writes it; 0
+        before a kernel attached, and for CPU stand-ins)."""
+        self._ready()
+        cdef const char *h = <const char *>gdrpy_chan_host_block(self._c)
+        return (<const volatile _u32 *>(h + 16))[0]
+
+    @property
     def consumed(self):
         """Messages the consumer has reported consumed (one load)."""
         self._ready()

@@ -19,7 +19,10 @@
  * auto).  --plain: the channel uses GDRPY_CHAN_PLAIN slots (default LL).
  *
  * Output: one JSON object per line:
+ *   {"path":"info", ...}   alloc, slot format, the kernel's SM, the timer and its cost
  *   {"path":"c","size":4,"n":...,"min_us":...,"median_us":...,"p99_us":...,...}
+ *   {"path":"c-avg10","size":4,...}   blocks of 10 round trips timed together
+ *        (per round trip; GDRCopy pplat's method: one timer pair per block)
  *   {"path":"c-batch","size":...,"batch":32,...}   (send_batch of 32 + recv of 32)
  * Exit status 0, or 1 with a message on stderr.
  */
@@ -34,6 +37,7 @@
 #include <time.h>
 
 #include "chanpp/cuvmm.h"
+#include "chanpp/ptimer.h"
 #include "gdrpy.h"
 #include "gdrpy_channel.h"
 
@@ -194,6 +198,7 @@ int main(int argc, char **argv)
         CPU_SET(cpu, &set);
         if (sched_setaffinity(0, sizeof set, &set) != 0) die("sched_setaffinity(cpu %d) failed: %s", cpu, strerror(errno));
     }
+    pt_init();
     size_t sizes[32];
     int nsizes = 0;
     size_t maxsize = 16;
@@ -271,9 +276,11 @@ int main(int argc, char **argv)
         cucheck(cu.LaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, st, params, NULL), "cuLaunchKernel");
     }
     gcheck(gdrpy_chan_wait_attached(ch, 10000000000LL), "wait for the kernel to attach");
-    printf("{\"path\": \"info\", \"alloc\": \"%s\", \"format\": \"%s\", \"sm\": %d}\n",
+    printf("{\"path\": \"info\", \"alloc\": \"%s\", \"format\": \"%s\", \"sm\": %d, ",
            sim ? "sim" : alloc_kind, plain ? "plain" : "ll",
            sim ? -1 : (int)*(volatile uint32_t *)((char *)gdrpy_chan_host_block(ch) + GDRPY_CHAN_HOST_SMID));
+    pt_json(stdout);
+    printf("}\n");
 
     unsigned char *msg = malloc(maxsize * (size_t)batch);
     /* samples: `iters` per size, and the batch run takes max(iters / 4, 100) */
@@ -288,10 +295,10 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < s; k++) msg[k] = (unsigned char)(k * 7 + s);
         uint32_t want = gdrpy_chan_checksum(msg, s);
         for (int i = 0; i < warmup + iters; i++) {
-            int64_t t0 = now_ns();
+            uint64_t t0 = pt_now();
             rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
             if (!rc) rc = gdrpy_chan_recv(ch, &ans[0], sizeof ans[0], NULL, NULL, tmo);
-            int64_t t1 = now_ns();
+            uint64_t t1 = pt_now();
             if (rc) {
                 fprintf(stderr, "gdrpy_chanpp: %s\n", gdrpy_last_error());
                 break;
@@ -305,9 +312,32 @@ int main(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            if (i >= warmup) t[i - warmup] = t1 - t0;
+            if (i >= warmup) t[i - warmup] = pt_ns(t1 - t0);
         }
         if (!rc) report("c", s, 1, t, (size_t)iters);
+        /* the same, timed in blocks of 10 (one timer pair per block) */
+        const int nblk = iters / 10 > 10 ? iters / 10 : 10;
+        for (int b = 0; b < nblk && !rc; b++) {
+            uint64_t t0 = pt_now();
+            for (int k = 0; k < 10 && !rc; k++) {
+                rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
+                if (!rc) rc = gdrpy_chan_recv(ch, &ans[k], sizeof ans[0], NULL, NULL, tmo);
+            }
+            uint64_t t1 = pt_now();
+            if (rc) {
+                fprintf(stderr, "gdrpy_chanpp: %s\n", gdrpy_last_error());
+                break;
+            }
+            for (int k = 0; k < 10; k++)
+                if (ans[k].seq != seq + 1 + (uint64_t)k || ans[k].csum != want || ans[k].len != s) {
+                    fprintf(stderr, "gdrpy_chanpp: wrong answer to message %llu (%zu B, block)\n",
+                            (unsigned long long)(seq + 1 + (uint64_t)k), s);
+                    rc = 1;
+                }
+            seq += 10;
+            t[b] = pt_ns(t1 - t0) / 10;
+        }
+        if (!rc) report("c-avg10", s, 10, t, (size_t)nblk);
     }
     /* batch of `batch` ticks of the smallest size vs. one tick */
     if (!rc) {
@@ -320,12 +350,12 @@ int main(int argc, char **argv)
         }
         const int bi = batch_iters;
         for (int i = 0; i < warmup + bi && !rc; i++) {
-            int64_t t0 = now_ns();
+            uint64_t t0 = pt_now();
             rc = gdrpy_chan_send_batch(ch, bm, (size_t)batch, tmo);
             size_t got = 0;
             if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], NULL, NULL, (size_t)batch,
                                                (size_t)batch, tmo, &got);
-            int64_t t1 = now_ns();
+            uint64_t t1 = pt_now();
             if (rc) {
                 fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
                 break;
@@ -338,7 +368,7 @@ int main(int argc, char **argv)
                     break;
                 }
             seq += (uint64_t)batch;
-            if (i >= warmup) t[i - warmup] = t1 - t0;
+            if (i >= warmup) t[i - warmup] = pt_ns(t1 - t0);
         }
         if (!rc) report("c-batch", s, batch, t, (size_t)bi);
     }

@@ -91,30 +91,44 @@ static inline int stopped(uint32_t st)
     return st == GDRPY_CHAN_ST_STOPPED || st == GDRPY_CHAN_ST_TIMEOUT;
 }
 
-/* A waiting loop's clock: checks the deadline every 64 spins. */
+/* A waiting loop's clock.  A round trip's wait must not read the clock:
+ * on a VM clock_gettime() may be a system call costing a good part of a
+ * microsecond, which would land on the round trip (or delay seeing the
+ * word change).  So the deadline is only computed after GP_WAIT_FREE_SPINS
+ * spins (microseconds), then checked every 64 spins; a wait therefore lasts
+ * up to that much longer than asked.  Timeouts under GP_WAIT_EAGER_NS start
+ * the clock at once (exact). */
+#define GP_WAIT_FREE_SPINS 4096u
+#define GP_WAIT_EAGER_NS 20000
 typedef struct {
-    int64_t deadline; /* < 0: none */
+    int64_t timeout;  /* < 0: none */
+    int64_t deadline; /* 0: not started */
     unsigned spins;
 } gp_wait;
 
 static inline void wait_init(gp_wait *w, int64_t timeout_ns)
 {
     w->spins = 0;
-    w->deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
+    w->timeout = timeout_ns;
+    w->deadline = timeout_ns >= 0 && timeout_ns < GP_WAIT_EAGER_NS ? now_ns() + timeout_ns : 0;
 }
 
-/* 1 when the time is up (checked every 64 calls).  The first 16384 spins
- * (some tens of microseconds: every round trip) poll back to back - PAUSE
- * costs up to ~140 cycles on recent Intel cores, all of it added to the
- * latency of seeing the word change - later ones pause, and after about a
- * million (milliseconds) each yields the CPU (an oversubscribed host, a CPU
- * stand-in consumer that needs the core). */
+/* 1 when the time is up.  The first 16384 spins (some tens of
+ * microseconds: every round trip) poll back to back - PAUSE costs up to
+ * ~140 cycles on recent Intel cores, all of it added to the latency of
+ * seeing the word change - later ones pause, and after about a million
+ * (milliseconds) each yields the CPU (an oversubscribed host, a CPU stand-in
+ * consumer that needs the core). */
 static inline int wait_expired(gp_wait *w)
 {
-    if (w->spins >= (1u << 20)) sched_yield(); /* ~ms of spinning: an oversubscribed host */
-    else if (w->spins >= 16384) cpu_relax();
-    if ((++w->spins & 63u) != 0 || w->deadline < 0) return 0;
-    return now_ns() >= w->deadline;
+    unsigned n = ++w->spins;
+    if (n < GP_WAIT_FREE_SPINS && w->deadline == 0) return 0;
+    if (n >= (1u << 20)) sched_yield(); /* ~ms of spinning: an oversubscribed host */
+    else if (n >= 16384) cpu_relax();
+    if ((n & 63u) != 0 || w->timeout < 0) return 0;
+    int64_t t = now_ns();
+    if (w->deadline == 0) w->deadline = t + w->timeout;
+    return t >= w->deadline;
 }
 
 /* ---- configuration ---------------------------------------------------- */
