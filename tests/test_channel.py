@@ -222,10 +222,10 @@ def test_bad_arguments(sctx):
             ch.send(12345)
         assert len(ch.desc) == 64
     assert gdrpy.Channel.device_bytes(4, 16, plain=True) == 128 + 4 * 64
-    # LL: 2 header words + 4 data words = 48 B -> a 64-byte slot; 200 B: 16
-    # LL data words (144 B) + a 200-byte plain area -> 384
+    # LL: 2 header words + 4 data words = 48 B -> a 64-byte slot; 200 B: 18
+    # LL words (144 B, to the next 64-byte line: 192) + a 200-byte plain area -> 448
     assert gdrpy.Channel.device_bytes(4, 16) == 128 + 4 * 64
-    assert gdrpy.Channel.device_bytes(4, 200) == 128 + 4 * 384
+    assert gdrpy.Channel.device_bytes(4, 200) == 128 + 4 * 448
 
 
 def test_put_many_checks_every_range_first(sctx):

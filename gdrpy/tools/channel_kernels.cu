@@ -22,12 +22,40 @@ struct gdrpy_answer {
     u32 len;
 };
 
+/* sum over the 4 bytes of v (payload bytes i0..i0+3, those below len) of
+ * byte * ((index & 255) + 1) */
+__device__ __forceinline__ u32 bytes_checksum(u32 v, u32 i0, u32 len)
+{
+    u32 c = 0;
+#pragma unroll
+    for (u32 b = 0; b < 4; ++b)
+        if (i0 + b < len) c += ((v >> (8 * b)) & 0xffu) * (((i0 + b) & 255u) + 1u);
+    return c;
+}
+
 /* The checksum of a message, computed by the whole warp (every lane gets
  * it).  Payloads start 16-byte aligned (slot stride 64, header 16). */
 __device__ __forceinline__ u32 warp_checksum(const volatile unsigned char *p, u32 len)
 {
     const unsigned lane = threadIdx.x & 31u;
     u32 c = 0;
+    if ((((unsigned long long)p) & 15u) == 0) {
+        /* 16-byte volatile loads, four in flight per lane (a plain area
+         * starts on a 64-byte line) */
+        const u32 n16 = len >> 4;
+#pragma unroll 4
+        for (u32 q = lane; q < n16; q += 32) {
+            u32 a, b, e, g;
+            asm volatile("ld.volatile.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(a), "=r"(b), "=r"(e), "=r"(g) : "l"(p + 16ull * q) : "memory");
+            const u32 i0 = q << 4;
+            c += bytes_checksum(a, i0, len) + bytes_checksum(b, i0 + 4, len) +
+                 bytes_checksum(e, i0 + 8, len) + bytes_checksum(g, i0 + 12, len);
+        }
+        for (u32 i = (n16 << 4) + lane; i < len; i += 32) c += (u32)p[i] * ((i & 255u) + 1u);
+        for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+        return c;
+    }
     u32 nw = len >> 2;
     const volatile u32 *w = (const volatile u32 *)p;
     for (u32 k = lane; k < nw; k += 32) {
@@ -68,6 +96,52 @@ __device__ __forceinline__ u32 lane_pattern_errors(const volatile unsigned char 
         bad += p[k] != want;
     }
     return bad;
+}
+
+/* The same from a taken message's words (gdrpy_chan_in_t.buf, registers:
+ * constant indices only). */
+__device__ __forceinline__ u32 words_checksum(const u32 (&w)[GDRPY_CHAN_LL_MAX / 4], u32 len)
+{
+    u32 c = 0;
+#pragma unroll
+    for (u32 k = 0; k < GDRPY_CHAN_LL_MAX / 4; ++k)
+        if (4 * k < len) c += bytes_checksum(w[k], 4 * k, len);
+    return c;
+}
+
+__device__ __forceinline__ u32 words_pattern_errors(const u32 (&w)[GDRPY_CHAN_LL_MAX / 4], u32 len,
+                                                    u64 i)
+{
+    u32 bad = 0;
+#pragma unroll
+    for (u32 k = 0; k < GDRPY_CHAN_LL_MAX; ++k)
+        if (k < len) {
+            unsigned char got = (unsigned char)(w[k / 4] >> (8 * (k & 3)));
+            unsigned char want = k < 8 ? (unsigned char)(i >> (8 * k))
+                                       : (unsigned char)((i * 131ull + k) & 0xffu);
+            bad += got != want;
+        }
+    return bad;
+}
+
+/* Checksum and pattern errors of a taken message, by its lane alone. */
+__device__ __forceinline__ u32 in_checksum(const gdrpy_chan_in_t &in)
+{
+    return in.plain ? lane_checksum(in.plain, in.len) : words_checksum(in.buf, in.len);
+}
+
+__device__ __forceinline__ u32 in_pattern_errors(const gdrpy_chan_in_t &in, u64 i)
+{
+    return in.plain ? lane_pattern_errors(in.plain, in.len, i)
+                    : words_pattern_errors(in.buf, in.len, i);
+}
+
+/* The answer {u64 seq, u32 csum, u32 len} as the 4 words of a completion. */
+__device__ __forceinline__ void answer(const gdrpy_chan_desc_t &d, u64 j, u64 i, u32 csum,
+                                       u32 len, u32 tag)
+{
+    const u32 w[4] = {(u32)(i + 1), (u32)((i + 1) >> 32), csum, len};
+    gdrpy_chan_comp_fill_words(d, j, w, 16u, tag);
 }
 
 /* Check pattern of message i (gdrpy_chan_pattern): bytes 0..7 = i (little
@@ -123,18 +197,13 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         }
         /* messages this lane can do alone: LL ones (payload in its local
          * memory) and short plain-area ones */
-        bool small = __all_sync(full, lane >= n || in.len <= SMALL_MSG ||
-                                          in.len <= GDRPY_CHAN_LL_MAX);
+        bool small = __all_sync(full, lane >= n || in.len <= SMALL_MSG || !in.plain);
         if (small) {
             bool bad = false;
             if (lane < n) {
                 u64 i = head + lane;
-                bad = check && (lane_pattern_errors(in.payload, in.len, i) || in.tag != (u32)i);
-                if (complete) {
-                    gdrpy_answer a = {i + 1, lane_checksum(in.payload, in.len), in.len};
-                    gdrpy_chan_comp_fill(d, comp_head + lane, (const unsigned char *)&a,
-                                         (u32)sizeof a, in.tag);
-                }
+                if (complete) answer(d, comp_head + lane, i, in_checksum(in), in.len, in.tag);
+                bad = check && (in_pattern_errors(in, i) || in.tag != (u32)i);
             }
             unsigned badmask = __ballot_sync(full, bad);
             if (lane == 0 && badmask) {
@@ -146,18 +215,17 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             for (unsigned m = 0; m < n; ++m) {
                 u32 len = __shfl_sync(full, in.len, m);
                 u32 tag = __shfl_sync(full, in.tag, m);
-                bool alone = len <= GDRPY_CHAN_LL_MAX && ll;   /* payload in lane m */
+                const volatile unsigned char *msg = (const volatile unsigned char *)
+                    __shfl_sync(full, (unsigned long long)in.plain, m);
                 u32 c = 0, bad = 0;
-                if (alone) {
+                if (!msg) {                     /* the payload is lane m's */
                     if (lane == m) {
-                        c = lane_checksum(in.payload, len);
-                        bad = check ? lane_pattern_errors(in.payload, len, head + m) : 0u;
+                        c = in_checksum(in);
+                        bad = check ? in_pattern_errors(in, head + m) : 0u;
                     }
                     c = __shfl_sync(full, c, m);
                     bad = __shfl_sync(full, bad, m);
                 } else {
-                    const volatile unsigned char *msg = (const volatile unsigned char *)
-                        __shfl_sync(full, (unsigned long long)in.payload, m);
                     c = warp_checksum(msg, len);
                     if (check) bad = warp_pattern_errors(msg, len, head + m);
                 }
@@ -165,11 +233,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
                     if (nerr++ == 0) errors[1] = head + m + 1;
                     errors[0] = nerr;
                 }
-                if (complete && lane == 0) {
-                    gdrpy_answer a = {head + m + 1, c, len};
-                    gdrpy_chan_comp_fill(d, comp_head + m, (const unsigned char *)&a,
-                                         (u32)sizeof a, tag);
-                }
+                if (complete && lane == 0) answer(d, comp_head + m, head + m, c, len, tag);
             }
         }
         __syncwarp();
@@ -245,14 +309,13 @@ extern "C" __global__ void gdrpy_chan_echo(gdrpy_chan_desc_t d, u64 idle_ns)
             u32 len = __shfl_sync(full, in.len, m);
             u32 tag = __shfl_sync(full, in.tag, m);
             if (len > d.comp_size) len = d.comp_size;
-            if (ll && len <= GDRPY_CHAN_LL_MAX) {
-                /* the payload is in lane m's registers/local memory */
-                if (lane == m)
-                    gdrpy_chan_comp_fill(d, head + m, (const unsigned char *)in.buf, len, tag);
+            const volatile unsigned char *msg = (const volatile unsigned char *)
+                __shfl_sync(full, (unsigned long long)in.plain, m);
+            if (!msg) {
+                /* the payload is lane m's (registers) */
+                if (lane == m) gdrpy_chan_comp_fill_words(d, head + m, in.buf, len, tag);
                 continue;
             }
-            const volatile unsigned char *msg = (const volatile unsigned char *)
-                __shfl_sync(full, (unsigned long long)in.payload, m);
             volatile unsigned char *c = gdrpy_chan_comp_payload(d, head + m);
             u32 nw = len >> 2;
             for (u32 k = lane; k < nw; k += 32)

@@ -185,7 +185,7 @@ __device__ __forceinline__ gdrpy_u32 gdrpy_chan_plain_off(const gdrpy_chan_desc_
                                                           gdrpy_u32 size)
 {
     if (d.flags & GDRPY_CHAN_PLAIN) return GDRPY_CHAN_HDR;
-    return (8u * (2u + gdrpy_chan_ll_words(size)) + 15u) & ~15u;
+    return (8u * (2u + gdrpy_chan_ll_words(size)) + 63u) & ~63u;
 }
 
 __device__ __forceinline__ void gdrpy_ld_relaxed_v2(const void *p, gdrpy_u64 *a, gdrpy_u64 *b)
@@ -211,28 +211,50 @@ __device__ __forceinline__ gdrpy_u64 gdrpy_llword(gdrpy_u32 f, gdrpy_u32 data)
     return (gdrpy_u64)f | ((gdrpy_u64)data << 32);
 }
 
-/* A message as a consumer took it: `payload` points at `buf` (LL: the
- * payload unpacked from its words, in this thread's local memory) or at the
- * slot's plain area (a long message, or a PLAIN ring: global memory). */
+/* A message as a consumer took it.  plain == NULL: the payload is in `buf`
+ * (little-endian 4-byte words: an LL message, or a PLAIN one of at most 16
+ * bytes) - thread-private, in registers when the caller indexes it with
+ * constants (read it as words, not through a pointer: taking its address
+ * puts it in local memory).  plain != NULL: the payload in place in global
+ * memory (a long LL message's plain area, a PLAIN slot): read it through
+ * that volatile pointer (never from a stale L1 line). */
 typedef struct gdrpy_chan_in {
-    const volatile unsigned char *payload;
+    const volatile unsigned char *plain;
     gdrpy_u32 len, tag;
     gdrpy_u32 buf[GDRPY_CHAN_LL_MAX / 4];
 } gdrpy_chan_in_t;
+
+/* The payload as one pointer either way (puts `buf` in local memory). */
+__device__ __forceinline__ const volatile unsigned char *gdrpy_chan_in_payload(
+    const gdrpy_chan_in_t *in)
+{
+    return in->plain ? in->plain : (const volatile unsigned char *)in->buf;
+}
 
 __device__ __forceinline__ const volatile unsigned char *gdrpy_chan_msg(
     const gdrpy_chan_desc_t &d, gdrpy_u64 i, gdrpy_u32 *len, gdrpy_u32 *tag);
 
 /* One thread: true when message i is complete; `in` describes it.  LL: the
- * slot's first four words come in one 16-byte pair of loads (header + 8
- * payload bytes), the rest only when the message is longer; a long message
- * is confirmed with ld.acquire.sys of word 0.  PLAIN: gdrpy_chan_ready(). */
+ * slot's first four words come in two 16-byte loads (header + 8 payload
+ * bytes), the rest only when the message is longer; a long message is
+ * confirmed with ld.acquire.sys of word 0.  PLAIN: the sequence word with
+ * ld.acquire.sys, then len/tag and the first 16 payload bytes together. */
 __device__ __forceinline__ bool gdrpy_chan_take(const gdrpy_chan_desc_t &d, gdrpy_u64 i,
                                                 gdrpy_chan_in_t *in)
 {
     if (d.flags & GDRPY_CHAN_PLAIN) {
-        if (gdrpy_ld_acquire_sys_u64(gdrpy_chan_slot(d, i)) != i + 1) return false;
-        in->payload = gdrpy_chan_msg(d, i, &in->len, &in->tag);
+        const unsigned char *ps = gdrpy_chan_slot(d, i);
+        if (gdrpy_ld_acquire_sys_u64(ps) != i + 1) return false;
+        gdrpy_u64 h = *(const volatile gdrpy_u64 *)(ps + 8), p0, p1;
+        gdrpy_ld_relaxed_v2(ps + 16, &p0, &p1); /* inside the slot: its stride is >= 64 */
+        gdrpy_u32 pl = (gdrpy_u32)h;
+        in->len = pl < d.slot_size ? pl : d.slot_size;
+        in->tag = (gdrpy_u32)(h >> 32);
+        in->buf[0] = (gdrpy_u32)p0;
+        in->buf[1] = (gdrpy_u32)(p0 >> 32);
+        in->buf[2] = (gdrpy_u32)p1;
+        in->buf[3] = (gdrpy_u32)(p1 >> 32);
+        in->plain = in->len <= 16u ? nullptr : ps + GDRPY_CHAN_HDR;
         return true;
     }
     const unsigned char *s = gdrpy_chan_slot(d, i);
@@ -247,7 +269,7 @@ __device__ __forceinline__ bool gdrpy_chan_take(const gdrpy_chan_desc_t &d, gdrp
     in->len = len;
     if (len > GDRPY_CHAN_LL_MAX) {
         if ((gdrpy_u32)gdrpy_ld_acquire_sys_u64(s) != f) return false;
-        in->payload = s + gdrpy_chan_plain_off(d, d.slot_size);
+        in->plain = s + gdrpy_chan_plain_off(d, d.slot_size);
         return true;
     }
     const gdrpy_u32 nw = (len + 3u) / 4u;
@@ -268,7 +290,7 @@ __device__ __forceinline__ bool gdrpy_chan_take(const gdrpy_chan_desc_t &d, gdrp
             in->buf[k] = (gdrpy_u32)(w[k] >> 32);
         }
     if (!ok) return false;
-    in->payload = (const volatile unsigned char *)in->buf;
+    in->plain = nullptr;
     return true;
 }
 
@@ -410,6 +432,55 @@ __device__ __forceinline__ void gdrpy_chan_comp_fill(const gdrpy_chan_desc_t &d,
         for (; k + 4 <= len; k += 4)
             *(volatile gdrpy_u32 *)(s + GDRPY_CHAN_HDR + k) = *(const gdrpy_u32 *)(src + k);
     for (; k < len; ++k) s[GDRPY_CHAN_HDR + k] = src[k];
+}
+
+/* gdrpy_chan_comp_fill() from N 4-byte words held in registers (index them
+ * with constants only: no local memory): `len` (<= 4*N <= GDRPY_CHAN_LL_MAX)
+ * bytes of w, little-endian.  LL: 16-byte stores of word pairs, the header
+ * pair last; complete when it returns.  PLAIN: header and payload, the
+ * sequence word still to be published. */
+template <int N>
+__device__ __forceinline__ void gdrpy_chan_comp_fill_words(const gdrpy_chan_desc_t &d,
+                                                           gdrpy_u64 j, const gdrpy_u32 (&w)[N],
+                                                           gdrpy_u32 len, gdrpy_u32 tag)
+{
+    static_assert(N >= 1 && 4 * N <= (int)GDRPY_CHAN_LL_MAX, "at most LL_MAX bytes");
+    unsigned char *s = gdrpy_chan_comp_slot(d, j);
+    if (len > d.comp_size) len = d.comp_size;
+    if (len > 4u * N) len = 4u * N;
+    const gdrpy_u32 nw = (len + 3u) / 4u;
+    if (d.flags & GDRPY_CHAN_PLAIN) {
+        *(volatile gdrpy_u64 *)(s + 8) = (gdrpy_u64)len | ((gdrpy_u64)tag << 32);
+#pragma unroll
+        for (int k = 0; k < N; ++k)
+            if ((gdrpy_u32)k < nw) {
+                gdrpy_u32 v = w[k];
+                if (4u * k + 4u > len) v &= 0xffffffffu >> (8u * (4u * k + 4u - len));
+                if (4u * k + 4u <= d.comp_size) {
+                    *(volatile gdrpy_u32 *)(s + GDRPY_CHAN_HDR + 4 * k) = v;
+                } else {
+                    for (gdrpy_u32 b = 0; 4u * k + b < len; ++b)
+                        *(volatile unsigned char *)(s + GDRPY_CHAN_HDR + 4 * k + b) =
+                            (unsigned char)(v >> (8u * b));
+                }
+            }
+        return;
+    }
+    const gdrpy_u32 f = (gdrpy_u32)(j + 1);
+#pragma unroll
+    for (int k = 0; k < N; k += 2)
+        if ((gdrpy_u32)k < nw) {
+            gdrpy_u32 a = w[k], b = 0;
+            if (k + 1 < N && (gdrpy_u32)(k + 1) < nw) b = w[k + 1];
+            if (4u * k + 4u > len) a &= 0xffffffffu >> (8u * (4u * k + 4u - len));
+            if (k + 1 < N && 4u * k + 8u > len && (gdrpy_u32)(k + 1) < nw)
+                b &= 0xffffffffu >> (8u * (4u * k + 8u - len));
+            gdrpy_st_relaxed_v2(s + 16 + 8 * k, gdrpy_llword(f, a), gdrpy_llword(f, b));
+        }
+    if ((j & 0x7fffffffull) < d.comp_nslots) /* the lap that rewrites every LL word */
+        for (gdrpy_u32 k = (nw + 1u) & ~1u; k < gdrpy_chan_ll_words(d.comp_size); ++k)
+            gdrpy_st_relaxed_u64(s + 16 + 8 * k, gdrpy_llword(f, 0));
+    gdrpy_st_relaxed_v2(s, gdrpy_llword(f, tag), gdrpy_llword(f, len));
 }
 
 /* Publishes completion j: a system-scope release store of its sequence
@@ -613,7 +684,7 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
         t_idle = 0;
         int clen = -1;
         if (lane < n) {
-            clen = handler(head + lane, in.payload, in.len, in.tag, out);
+            clen = handler(head + lane, gdrpy_chan_in_payload(&in), in.len, in.tag, out);
             if (clen > (int)d.comp_size) clen = (int)d.comp_size;
             if (clen > GDRPY_CHAN_MAX_COMP) clen = GDRPY_CHAN_MAX_COMP;
         }

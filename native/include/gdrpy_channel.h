@@ -161,7 +161,7 @@ static inline void gdrpy_chan_slot_layout(uint32_t flags, uint32_t size, uint32_
         return;
     }
     uint32_t w = ((size < GDRPY_CHAN_LL_MAX ? size : GDRPY_CHAN_LL_MAX) + 3) / 4;
-    uint32_t off = (8 * (2 + w) + 15) & ~15u;
+    uint32_t off = (8 * (2 + w) + 63) & ~63u; /* the plain area starts on a 64-byte line */
     *ll_words = w;
     *plain_off = off;
     *stride = (uint32_t)((off + (size > GDRPY_CHAN_LL_MAX ? (uint64_t)size : 0) + 63) & ~63ull);
