@@ -238,8 +238,8 @@ typedef struct {
     double round_med[64];
     int round_sm[64]; /* the SM the round's kernel ran on (-1: unknown) */
     int nrounds;
-    int vmm;          /* memory from cuMemCreate (gpuDirectRDMACapable), not cuMemAlloc */
-    int cur_sm;       /* this round's */
+    int vmm;    /* memory from cuMemCreate (gpuDirectRDMACapable), not cuMemAlloc */
+    int cur_sm; /* this round's */
     char name[48];
     uint64_t host_bad; /* answers with a wrong checksum/seq */
     uint64_t kern_bad; /* messages the kernel found stale */
