@@ -144,6 +144,61 @@ __device__ __forceinline__ void answer(const gdrpy_chan_desc_t &d, u64 j, u64 i,
     gdrpy_chan_comp_fill_words(d, j, w, 16u, tag);
 }
 
+/* LL channels, all 32 lanes: the answers to messages head..head+n-1 (lane
+ * k < n holds message head + k's checksum, len and tag) written as whole
+ * 64-byte lines - the completion's 6 LL words and 2 pad words {f, 0} - four
+ * lanes per line, eight lines per store instruction.  One store instruction
+ * per line instead of three per completion: the host's polled line is
+ * written once (a partial write to a line the CPU holds costs the I/O hub a
+ * read-modify-write, and the CPU a refetch per write).  Every slot is at
+ * least 64 bytes; words beyond the completion's LL area are padding or
+ * longer completions' LL words, written with the current f (harmless).  The
+ * caller uses answer() instead on a refresh lap when the LL area is longer
+ * than the line (comp_size > 24). */
+__device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, u64 comp_head, u64 head,
+                                             unsigned n, u32 csum, u32 len, u32 tag)
+{
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    const u32 clen = d.comp_size < 16u ? d.comp_size : 16u;   /* the answer's bytes */
+    for (unsigned base = 0; base < n; base += 8) {
+        const unsigned m = base + (lane >> 2);                  /* completion of this lane */
+        const unsigned src = m < n ? m : 0u;
+        const u32 c_m = __shfl_sync(full, csum, src);
+        const u32 len_m = __shfl_sync(full, len, src);
+        const u32 tag_m = __shfl_sync(full, tag, src);
+        if (m < n) {
+            const u64 j = comp_head + m, i1 = head + m + 1;
+            const u32 f = (u32)(j + 1);
+            const unsigned pair = lane & 3u;
+            u32 a = 0, b = 0;
+            if (pair == 0) {
+                a = tag_m;
+                b = clen;
+            } else if (pair < 3) {
+                /* data words 2*(pair-1) and 2*(pair-1)+1 of {u64 seq, u32 csum, u32 len} */
+                const u32 k0 = 2u * (pair - 1u);
+                a = pair == 1 ? (u32)i1 : c_m;
+                b = pair == 1 ? (u32)(i1 >> 32) : len_m;
+                if (4u * k0 >= clen) a = 0;
+                else if (4u * k0 + 4u > clen) a &= 0xffffffffu >> (8u * (4u * k0 + 4u - clen));
+                if (4u * k0 + 4u >= clen) b = 0;
+                else if (4u * k0 + 8u > clen) b &= 0xffffffffu >> (8u * (4u * k0 + 8u - clen));
+            }
+            unsigned char *line = gdrpy_chan_comp_slot(d, j);
+            gdrpy_st_relaxed_v2(line + 16u * pair, gdrpy_llword(f, a), gdrpy_llword(f, b));
+        }
+    }
+}
+
+/* 1 when a completion in [j, j + n) is on a lap that rewrites every LL
+ * word (see gdrpy_chan_comp_fill) - n <= 32, far below any nslots' laps of
+ * 2^31 messages, so the two ends cover the range. */
+__device__ __forceinline__ bool refresh_lap(const gdrpy_chan_desc_t &d, u64 j, unsigned n)
+{
+    return (j & 0x7fffffffull) < d.comp_nslots || ((j + n - 1) & 0x7fffffffull) < d.comp_nslots;
+}
+
 /* Check pattern of message i (gdrpy_chan_pattern): bytes 0..7 = i (little
  * endian), byte k >= 8 = (i * 131 + k) & 0xff.  Returns the number of
  * mismatching bytes seen by this lane (whole warp walks the payload). */
@@ -200,9 +255,16 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         bool small = __all_sync(full, lane >= n || in.len <= SMALL_MSG || !in.plain);
         if (small) {
             bool bad = false;
+            u32 c = 0;
+            if (lane < n && complete) c = in_checksum(in);
+            if (complete) {
+                if (ll && (d.comp_size <= 24u || !refresh_lap(d, comp_head, n)))
+                    answer_lines(d, comp_head, head, n, c, in.len, in.tag);   /* all lanes */
+                else if (lane < n)
+                    answer(d, comp_head + lane, head + lane, c, in.len, in.tag);
+            }
             if (lane < n) {
                 u64 i = head + lane;
-                if (complete) answer(d, comp_head + lane, i, in_checksum(in), in.len, in.tag);
                 bad = check && (in_pattern_errors(in, i) || in.tag != (u32)i);
             }
             unsigned badmask = __ballot_sync(full, bad);
