@@ -4,6 +4,8 @@
 
 from libc.stdint cimport int64_t as _i64, uint32_t as _u32
 from libc.stdlib cimport malloc as _malloc, free as _free
+from cpython.float cimport PyFloat_CheckExact, PyFloat_AS_DOUBLE
+from cpython.bytearray cimport PyByteArray_CheckExact, PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 
 cdef extern from "gdrpy_channel.h" nogil:
     ctypedef struct gdrpy_chan_t:
@@ -22,6 +24,7 @@ cdef extern from "gdrpy_channel.h" nogil:
         uint64_t comp
         _u32 nslots, slot_stride, slot_size
         _u32 comp_nslots, comp_stride, comp_size
+        _u32 flags
     ctypedef struct gdrpy_chan_msg_t:
         const void *buf
         _u32 len
@@ -44,6 +47,7 @@ cdef extern from "gdrpy_channel.h" nogil:
         GDRPY_EPIPE
         GDRPY_CHAN_DRAIN
         GDRPY_CHAN_ABORT
+        GDRPY_CHAN_PLAIN
     int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
     int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_t *cfg,
                           gdrpy_chan_t **out)
@@ -84,6 +88,9 @@ cdef extern from "gdrpy_channel.h" nogil:
 # releasing and re-taking the GIL would add to it); longer waits go on
 # without the GIL.
 DEF SPIN_WITH_GIL_NS = 50000
+# send_many of up to this many messages describes them on the stack (no
+# allocation per call).
+DEF STACK_MSGS = 64
 
 _ST_NAMES = {0: "none", 1: "running", 2: "stopped", 3: "timeout"}
 
@@ -96,6 +103,11 @@ _orphaned = []
 
 cdef _i64 _timeout_ns(object timeout) except? -2:
     """None: forever (-1); seconds (float or int, >= 0) -> ns."""
+    cdef double v
+    if PyFloat_CheckExact(timeout):     # the common case, no Python-level work
+        v = PyFloat_AS_DOUBLE(timeout)
+        if 0.0 <= v <= 1e9:
+            return <_i64>(v * 1e9)
     if timeout is None:
         return -1
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -127,11 +139,15 @@ cdef class Channel:
     """A host<->GPU message channel (``gdrpy_channel.h``).
 
     ``Channel(ctx, nslots=64, slot_size=64, comp_size=16, comp_nslots=0,
-    buffer=None)``: a ring of ``nslots`` (power of two) message slots of
-    ``slot_size`` payload bytes in GPU memory (``buffer``, pinned and mapped
-    here; by default a new :func:`gdrpy.memory.alloc` buffer of
+    buffer=None, plain=False)``: a ring of ``nslots`` (power of two) message
+    slots of ``slot_size`` payload bytes in GPU memory (``buffer``, pinned and
+    mapped here; by default a new :func:`gdrpy.memory.alloc` buffer of
     ``device_bytes`` bytes), and a ring of ``comp_nslots`` (0: ``nslots``)
-    completions of ``comp_size`` bytes in page-locked host memory.
+    completions of ``comp_size`` bytes in page-locked host memory.  Slot
+    format: LL (default: every 8-byte word carries the sequence number, no
+    fences between payload and flag on either side) or ``plain=True``
+    (sequence word written last; for kernels that read slots in place with
+    ``gdrpy_chan_msg``); see docs/channel.md.
 
     * ``send(payload, tag=0, timeout=1.0)``: one call = payload stores,
       sfence, sequence-word store.  ``timeout`` 0: raise ChannelFullError at
@@ -169,6 +185,7 @@ cdef class Channel:
     cdef readonly _u32 comp_size
     cdef readonly _u32 last_tag
     cdef readonly _u32 last_len
+    cdef readonly bint plain
     cdef object __weakref__
 
     def __cinit__(self):
@@ -176,7 +193,7 @@ cdef class Channel:
         self._stopped = False
 
     def __init__(self, Context ctx not None, nslots=64, slot_size=64, comp_size=16,
-                 comp_nslots=0, buffer=None):
+                 comp_nslots=0, buffer=None, plain=False):
         ctx._ready()
         if self._c != NULL:
             raise InvalidArgumentError("Channel.__init__ called twice", _errno.EINVAL)
@@ -185,7 +202,7 @@ cdef class Channel:
         cfg.slot_size = <_u32>min(_index(slot_size, "slot_size"), 0xFFFFFFFF)
         cfg.comp_nslots = <_u32>min(_index(comp_nslots, "comp_nslots"), 0xFFFFFFFF)
         cfg.comp_size = <_u32>min(_index(comp_size, "comp_size"), 0xFFFFFFFF)
-        cfg.flags = 0
+        cfg.flags = GDRPY_CHAN_PLAIN if plain else 0
         cfg.reserved = 0
         cdef size_t need = 0
         _check(gdrpy_chan_device_bytes(&cfg, &need))
@@ -219,16 +236,17 @@ cdef class Channel:
         self.slot_size = d.slot_size
         self.comp_nslots = d.comp_nslots
         self.comp_size = d.comp_size
+        self.plain = (d.flags & GDRPY_CHAN_PLAIN) != 0
 
     @staticmethod
-    def device_bytes(nslots=64, slot_size=64, comp_size=16, comp_nslots=0):
-        """Bytes of GPU memory a channel of this shape needs."""
+    def device_bytes(nslots=64, slot_size=64, comp_size=16, comp_nslots=0, plain=False):
+        """Bytes of GPU memory a channel of this shape (and slot format) needs."""
         cdef gdrpy_chan_config_t cfg
         cfg.nslots = <_u32>min(_index(nslots, "nslots"), 0xFFFFFFFF)
         cfg.slot_size = <_u32>min(_index(slot_size, "slot_size"), 0xFFFFFFFF)
         cfg.comp_nslots = <_u32>min(_index(comp_nslots, "comp_nslots"), 0xFFFFFFFF)
         cfg.comp_size = <_u32>min(_index(comp_size, "comp_size"), 0xFFFFFFFF)
-        cfg.flags = 0
+        cfg.flags = GDRPY_CHAN_PLAIN if plain else 0
         cfg.reserved = 0
         cdef size_t need = 0
         _check(gdrpy_chan_device_bytes(&cfg, &need))
@@ -337,6 +355,8 @@ cdef class Channel:
         cdef Py_buffer whole
         cdef Py_buffer *views = NULL
         cdef gdrpy_chan_msg_t *msgs = NULL
+        cdef gdrpy_chan_msg_t stack_msgs[STACK_MSGS]
+        cdef Py_buffer stack_views[STACK_MSGS]
         cdef Py_ssize_t n = 0, i, row = 0, got = 0
         cdef bint have_whole = False
         cdef int rc = 0
@@ -362,13 +382,18 @@ cdef class Channel:
                 raise InvalidArgumentError(f"{len(tags)} tags for {n} messages", _errno.EINVAL)
             if n == 0:
                 return 0
-            msgs = <gdrpy_chan_msg_t *>_malloc(n * sizeof(gdrpy_chan_msg_t))
-            if msgs == NULL:
-                raise MemoryError()
-            if not have_whole:
-                views = <Py_buffer *>_malloc(n * sizeof(Py_buffer))
-                if views == NULL:
+            if n <= STACK_MSGS:
+                msgs = stack_msgs
+                if not have_whole:
+                    views = stack_views
+            else:
+                msgs = <gdrpy_chan_msg_t *>_malloc(n * sizeof(gdrpy_chan_msg_t))
+                if msgs == NULL:
                     raise MemoryError()
+                if not have_whole:
+                    views = <Py_buffer *>_malloc(n * sizeof(Py_buffer))
+                    if views == NULL:
+                        raise MemoryError()
             for i in range(n):
                 if have_whole:
                     msgs[i].buf = <char *>whole.buf + i * row
@@ -391,8 +416,9 @@ cdef class Channel:
             if views != NULL:
                 for i in range(got):
                     PyBuffer_Release(&views[i])
-                _free(views)
-            if msgs != NULL:
+                if views != stack_views:
+                    _free(views)
+            if msgs != NULL and msgs != stack_msgs:
                 _free(msgs)
             if have_whole:
                 PyBuffer_Release(&whole)
@@ -432,6 +458,22 @@ cdef class Channel:
         self._ready()
         cdef Py_buffer view
         cdef _i64 t = _timeout_ns(timeout)
+        cdef _i64 first
+        cdef _u32 ln = 0, tg = 0
+        cdef int rc
+        if PyByteArray_CheckExact(out):
+            # the common case without a buffer export: the GIL is held
+            # throughout (nobody can resize it); a longer wait goes on below
+            first = SPIN_WITH_GIL_NS if (t < 0 or t > SPIN_WITH_GIL_NS) else t
+            rc = gdrpy_chan_recv(self._c, PyByteArray_AS_STRING(out),
+                                 <size_t>PyByteArray_GET_SIZE(out), &ln, &tg, first)
+            if rc == 0:
+                self.last_len = ln
+                self.last_tag = tg
+                return ln
+            if not (rc == GDRPY_ETIMEDOUT and (t < 0 or t > first)):
+                _chan_check(rc)
+            t = t - first if t > 0 else t
         _get_out_buffer(out, &view, 0)
         try:
             _chan_check(self._recv_wait(view.buf, <size_t>view.len, t))
@@ -499,6 +541,14 @@ cdef class Channel:
         gdrpy_chan_get_desc(self._c, &d)
         return host_view(self, <uintptr_t>gdrpy_chan_host_block(self._c),
                          128 + <Py_ssize_t>d.comp_nslots * d.comp_stride)
+
+    @property
+    def kernel_sm(self):
+        """The SM the kernel attached from (gdrpy_chan_attach writes it; 0
+        before a kernel attached, and for CPU stand-ins)."""
+        self._ready()
+        cdef const char *h = <const char *>gdrpy_chan_host_block(self._c)
+        return (<const volatile _u32 *>(h + 16))[0]
 
     @property
     def consumed(self):

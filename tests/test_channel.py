@@ -53,8 +53,10 @@ def test_pattern_and_checksum_match_the_c_helpers():
         assert chan_checksum(r) == int(checksums(r[None, :])[0])
 
 
-def test_send_recv_roundtrip_answers_each_message(sctx):
-    with gdrpy.Channel(sctx, nslots=16, slot_size=64, comp_size=16) as ch:
+@pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
+def test_send_recv_roundtrip_answers_each_message(sctx, plain):
+    with gdrpy.Channel(sctx, nslots=16, slot_size=64, comp_size=16, plain=plain) as ch:
+        assert ch.plain == plain
         h = ch._sim_consumer(check=True, complete=True)
         for i in range(100):
             payload = chan_pattern(i, 1 + i % 64)
@@ -68,11 +70,12 @@ def test_send_recv_roundtrip_answers_each_message(sctx):
         assert ch._sim_join(h) == (100, 0, 2**64 - 1)
 
 
-def test_ordering_200k_messages_batched_and_checked(sctx):
+@pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
+def test_ordering_200k_messages_batched_and_checked(sctx, plain):
     """send_many (one fence per batch of 32) under a checking consumer; every
     completion checked on the host; nothing torn, lost or reordered."""
     n, size, batch = 200_000, 48, 32
-    with gdrpy.Channel(sctx, nslots=64, slot_size=size, comp_size=16) as ch:
+    with gdrpy.Channel(sctx, nslots=64, slot_size=size, comp_size=16, plain=plain) as ch:
         h = ch._sim_consumer(check=True, complete=True)
         out = np.zeros(batch, dtype=COMP)
         bad = 0
@@ -87,6 +90,28 @@ def test_ordering_200k_messages_batched_and_checked(sctx):
         consumed, errors, first_bad = ch._sim_join(h)
         assert (errors, bad) == (0, 0), f"consumer errors {errors} (first {first_bad}), host {bad}"
         assert consumed == n and st["final_consumed"] == n and st["dropped"] == 0
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
+def test_echo_long_and_short_payloads_both_directions(sctx, plain):
+    """The sim consumer echoes each message: 1..200 bytes (LL words up to 64
+    bytes, the slot's plain area beyond), singles and a mixed batch; ring
+    laps wrap many times."""
+    size = 200
+    with gdrpy.Channel(sctx, nslots=8, slot_size=size, comp_size=size, plain=plain) as ch:
+        h = ch._sim_consumer(check=False, complete=False, echo=True)
+        rng = np.random.default_rng(3)
+        for i in range(400):
+            msg = rng.integers(0, 256, 1 + (i * 37) % size, dtype=np.uint8).tobytes()
+            ch.send(msg, tag=i)
+            assert ch.recv(timeout=5) == msg and ch.last_tag == i, i
+        msgs = [rng.integers(0, 256, 1 + (j * 61) % size, dtype=np.uint8).tobytes()
+                for j in range(8)]
+        ch.send_many(msgs, tags=list(range(8)))
+        for j in range(8):
+            assert ch.recv(timeout=5) == msgs[j] and ch.last_tag == j
+        ch.shutdown()
+        assert ch._sim_join(h)[:2] == (408, 0)
 
 
 def test_send_many_accepts_a_list_of_buffers(sctx):
@@ -196,7 +221,11 @@ def test_bad_arguments(sctx):
         with pytest.raises(TypeError):
             ch.send(12345)
         assert len(ch.desc) == 64
+    assert gdrpy.Channel.device_bytes(4, 16, plain=True) == 128 + 4 * 64
+    # LL: 2 header words + 4 data words = 48 B -> a 64-byte slot; 200 B: 18
+    # LL words (144 B, to the next 64-byte line: 192) + a 200-byte plain area -> 448
     assert gdrpy.Channel.device_bytes(4, 16) == 128 + 4 * 64
+    assert gdrpy.Channel.device_bytes(4, 200) == 128 + 4 * 448
 
 
 def test_put_many_checks_every_range_first(sctx):

@@ -104,11 +104,13 @@ class Kernel:
             self.err_mem.close()
 
 
-def test_gpu_ordering_1e6_messages_checked_by_the_kernel_and_the_host(gctx, rt, module):
+@pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
+def test_gpu_ordering_1e6_messages_checked_by_the_kernel_and_the_host(gctx, rt, module, plain):
     """10^6 messages (batches of 32 with varying lengths, then single sends):
-    the kernel checks every payload and tag, the host every answer."""
-    n_batched, n_single, batch, size = 960_000, 40_000, 32, 64
-    with gdrpy.Channel(gctx, nslots=256, slot_size=size, comp_size=16) as ch:
+    the kernel checks every payload and tag, the host every answer.  Lengths
+    1..96: on LL channels both LL messages (<= 64 B) and plain-area ones."""
+    n_batched, n_single, batch, size = 960_000, 40_000, 32, 96
+    with gdrpy.Channel(gctx, nslots=256, slot_size=size, comp_size=16, plain=plain) as ch:
         k = Kernel(rt, module, ch)
         ch.wait_attached(timeout=20)
         out = np.zeros(batch, dtype=ANSWER)
@@ -204,10 +206,11 @@ def test_gpu_kernel_watchdog_and_closed_waits(gctx, rt, module):
             ch.recv(timeout=None)
 
 
-def test_gpu_header_serve_warp_template(gctx, rt):
+@pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
+def test_gpu_header_serve_warp_template(gctx, rt, plain):
     mod = rt.compile(SERVE_WARP_SRC, "serve_warp_test.cu")
     try:
-        with gdrpy.Channel(gctx, nslots=64, slot_size=16, comp_size=8) as ch:
+        with gdrpy.Channel(gctx, nslots=64, slot_size=16, comp_size=8, plain=plain) as ch:
             k = Kernel(rt, mod, ch, name="echo")
             ch.wait_attached(timeout=20)
             for i in range(500):
@@ -226,6 +229,34 @@ def test_gpu_header_serve_warp_template(gctx, rt):
         assert st["final_consumed"] == 532 and st["status"] == "stopped"
     finally:
         mod.close()
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
+def test_gpu_echo_kernel_long_and_short_payloads(gctx, rt, module, plain):
+    """gdrpy_chan_echo (the MPI eager example's kernel): every payload comes
+    back byte for byte, 1..300 bytes (LL words up to 64 B, the plain area
+    beyond, both directions), single sends and batches."""
+    size = 300
+    with gdrpy.Channel(gctx, nslots=64, slot_size=size, comp_size=size, plain=plain) as ch:
+        k = Kernel(rt, module, ch, name="gdrpy_chan_echo")
+        ch.wait_attached(timeout=20)
+        rng = np.random.default_rng(7)
+        for i in range(600):
+            ln = 1 + (i * 37) % size
+            msg = rng.integers(0, 256, ln, dtype=np.uint8).tobytes()
+            ch.send(msg, tag=i, timeout=10)
+            got = ch.recv(timeout=10)
+            assert got == msg and ch.last_tag == i, (i, ln, got[:16], msg[:16])
+        msgs = [rng.integers(0, 256, 1 + (j * 61) % size, dtype=np.uint8).tobytes()
+                for j in range(32)]
+        ch.send_many(msgs, tags=list(range(32)), timeout=10)
+        for j in range(32):
+            assert ch.recv(timeout=10) == msgs[j] and ch.last_tag == j, j
+        st = ch.shutdown(timeout=20)
+        assert k.wait()
+        k.stream.close()
+        k.err_mem.close()
+    assert st["final_consumed"] == 632 and st["status"] == "stopped", st
 
 
 def test_gpu_put_many_lands_in_device_memory(gctx):

@@ -211,8 +211,9 @@ class Ring:
             raise RuntimeError(L.feed_last_error().decode())
         cpu_dev = self.sim and handler == "c"       # sim memory of libfeedcore's own copy
         if path == "gdrpy" and handler == "py":
+            # PLAIN slots: the consumer kernel reads ticks in place (gdrpy_chan_msg)
             self.chan = gdrpy.Channel(env.ctx, nslots=nslots, slot_size=TICK, comp_size=0,
-                                      comp_nslots=2)
+                                      comp_nslots=2, plain=True)
             self.desc = self.chan.desc
         else:
             if cpu_dev:

@@ -1033,7 +1033,7 @@ feed_cchan_t *feed_cchan_open(int device, const char *backend, uint64_t dptr, ui
 {
     feed_cchan_t *c = calloc(1, sizeof *c);
     void *mp, *up;
-    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE, .comp_nslots = 2, .comp_size = 0};
+    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE, .comp_nslots = 2, .comp_size = 0, .flags = GDRPY_CHAN_PLAIN};
     const char *what = "calloc";
     if (!c) goto fail;
     what = "gdrpy_open";
@@ -1055,7 +1055,7 @@ fail:
 
 uint64_t feed_chan_device_bytes(uint32_t nslots)
 {
-    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE, .comp_nslots = 2, .comp_size = 0};
+    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE, .comp_nslots = 2, .comp_size = 0, .flags = GDRPY_CHAN_PLAIN};
     size_t n = 0;
     if (gdrpy_chan_device_bytes(&cfg, &n)) {
         snprintf(feed_err, sizeof feed_err, "gdrpy_chan_device_bytes: %s", gdrpy_last_error());

@@ -50,7 +50,7 @@ def compile_variants(device: int, variants, outdir: str, log=print) -> dict[str,
     errors: dict[str, str] = {}
     for name, macros, _order, _what in variants:
         if macros and macros[0].startswith("@"):   # a shipped kernel file, e.g. the library's
-            fname, macros = macros[0][1:], [f"-I{d}" for d in include_dirs()]
+            fname, macros = macros[0][1:], [f"-I{d}" for d in include_dirs()] + macros[1:]
         else:
             fname = KERNEL_FILE
         src_path = os.path.join(here, fname)
@@ -72,11 +72,11 @@ def compile_variants(device: int, variants, outdir: str, log=print) -> dict[str,
 
 def run_variants(ctx, tool: str, iters: int = 20000, rounds: int = 5, warmup: int = 500,
                  cpu: int | None = None, only: str | None = None, timeout_s: float = 1.0,
-                 log=print) -> int:
+                 log=print, alloc: str = "cumemalloc") -> int:
     """Compiles (GPU) and runs every variant; the tool's table goes to stdout.
     Returns the tool's exit status (0: every variant ran and passed)."""
     cmd = [tool, "--variants", "--device", str(ctx.device), "--iters", str(iters), "--rounds",
-           str(rounds), "--warmup", str(warmup), "--timeout", str(timeout_s)]
+           str(rounds), "--warmup", str(warmup), "--timeout", str(timeout_s), "--alloc", alloc]
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     if only:

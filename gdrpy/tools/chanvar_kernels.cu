@@ -13,7 +13,7 @@
  *           VAR_MSG=1: word 0 = seq32 | data << 32 (one 8-byte store)
  *   host (cuMemHostAlloc DEVICEMAP; the kernel writes it):
  *     +0 u64 consumed, +8 u32 status (1 running, 2 stopped, 3 idle timeout),
- *     +16 u64 bad messages, +24 u64 first bad index + 1,
+ *     +16 u64 bad messages, +24 u64 first bad index + 1, +32 u32 the kernel's SM,
  *     +64 floor flag / +72 floor data
  *     +128 completions: 64 slots of 64 B {u64 seq, u32 csum, u32 bad}
  *           VAR_PUB=3 (LL): {u32 seq32, u32 csum}, {u32 seq32, u32 bad}
@@ -199,6 +199,10 @@ extern "C" __global__ void gdrpy_chanvar(u64 dev_p, u64 host_p, u64 start, u64 i
     if (lane != 0) return;
 #endif
     if (lane == 0) {
+        u32 sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        *(volatile u32 *)(host + 32) = sm;    /* the SM this round runs on */
+        __threadfence_system();
         *(volatile u32 *)(host + 8) = 1u;
         __threadfence_system();
     }

@@ -40,6 +40,15 @@ import numpy as np
 
 from .._sizes import format_size, parse_size
 from .._sizes import parse_sizes as _parse_sizes
+from .pingpong_report import (
+    SIM_LABEL,
+    _c_stats,
+    format_report,
+    plot,
+    stats_header,
+    stats_row,
+    summary,
+)
 from .stats import summarize as _summarize
 
 __all__ = [
@@ -57,7 +66,6 @@ __all__ = [
     "summarize",
 ]
 
-SIM_LABEL = "SIM: CPU thread stands in for the GPU kernel"
 ANSWER = np.dtype([("seq", "<u8"), ("csum", "<u4"), ("len", "<u4")])
 MAX_SIZE = 1 << 20
 DEFAULT_SIZES = "4,64,1K,4K"
@@ -65,7 +73,6 @@ DEFAULT_ITERS = 10000
 QUICK_ITERS = 1000
 BATCH = 32
 TICK_SIZE = 32
-TARGETS = {"python_us": 2.6, "c_us": 1.6, "batch_ratio": 2.0}
 
 
 # ---------------------------------------------------------------------------
@@ -95,28 +102,6 @@ def summarize(samples_ns) -> dict:
     return _summarize(samples_ns, scale=1e3)
 
 
-_STATS_COLS = ("median", "p90", "p99", "p99.9", "max")
-
-
-def stats_header(first="") -> str:
-    return f"{first:<30s}" + "".join(f" {c:>9s}" for c in _STATS_COLS)
-
-
-def stats_row(label: str, st: dict) -> str:
-    """One table row; every cell starts with a space, so columns never run
-    together."""
-    if not st.get("n"):
-        return f"{label:<30s}   (no samples)"
-    return f"{label:<30s}" + "".join(f" {st[c]:9.2f}" for c in _STATS_COLS)
-
-
-def _c_stats(row: dict) -> dict:
-    """The C tool's JSON row -> summarize()'s keys."""
-    return {"median": row["median_us"], "p90": row["p90_us"], "p99": row["p99_us"],
-            "p99.9": row["p99.9_us"], "max": row["max_us"], "min": row["min_us"],
-            "mean": row["mean_us"], "n": row["n"]}
-
-
 # ---------------------------------------------------------------------------
 # The kernels and the server (a channel + its consumer)
 
@@ -138,7 +123,7 @@ class Server:
     frees the channel; a kernel that does not stop keeps its memory."""
 
     def __init__(self, ctx, max_size: int, nslots: int = 256, idle_timeout_s: float = 30.0,
-                 rt=None, module=None):
+                 rt=None, module=None, plain: bool = False):
         import gdrpy
         self.ctx = ctx
         self.sim = ctx.is_sim
@@ -146,7 +131,7 @@ class Server:
         self.stream = None
         self.handle = None
         self.ch: gdrpy.Channel | None = gdrpy.Channel(ctx, nslots=nslots, slot_size=max_size,
-                                                     comp_size=16)
+                                                     comp_size=16, plain=plain)
         try:
             if self.sim:
                 self.handle = self.ch._sim_consumer(check=False, complete=True,
@@ -159,6 +144,7 @@ class Server:
                 launch(rt, module.function("gdrpy_pp_serve"), (1,), (32,), self.params,
                        self.stream, what="cuLaunchKernel(gdrpy_pp_serve)")
             self.ch.wait_attached(timeout=20.0)
+            self.sm = -1 if self.sim else self.ch.kernel_sm
         except BaseException:
             self.close()
             raise
@@ -203,6 +189,47 @@ def py_roundtrips(ch, size: int, iters: int, warmup: int, rng) -> np.ndarray:
         if i >= warmup:
             out[i - warmup] = t1 - t0
     return out
+
+
+def py_blocks(ch, size: int, nblocks: int, rng, block: int = 10) -> np.ndarray:
+    """Python send + recv_into, timed in blocks of ``block`` round trips (one
+    timer pair per block: GDRCopy pplat's method, the timer's own cost
+    spread over the block); ns per round trip, one value per block.  Every
+    answer is checked after its block."""
+    rows = rng.integers(0, 256, size=(block, size), dtype=np.uint8)
+    expect = [int(c) for c in checksums(rows)]
+    pls = [r.tobytes() for r in rows]
+    answers = [bytearray(16) for _ in range(block)]
+    views = [np.frombuffer(a, dtype=ANSWER) for a in answers]
+    out = np.empty(nblocks, dtype=np.int64)
+    pc = time.perf_counter_ns
+    send, recv_into = ch.send, ch.recv_into
+    seq = ch.stats()["received"]
+    ks = range(block)
+    for b in range(nblocks):
+        t0 = pc()
+        for k in ks:
+            send(pls[k])
+            recv_into(answers[k])
+        t1 = pc()
+        for k in ks:
+            seq += 1
+            if int(views[k]["seq"][0]) != seq or int(views[k]["csum"][0]) != expect[k]:
+                raise RuntimeError(f"wrong answer to message {seq} ({size} B, block)")
+        out[b] = (t1 - t0) // block
+    return out
+
+
+def timer_cost_ns() -> float:
+    """What one time.perf_counter_ns() costs here (median of 1000 x 100)."""
+    pc = time.perf_counter_ns
+    best = []
+    for _ in range(1000):
+        t0 = pc()
+        for _ in range(100):
+            pc()
+        best.append((pc() - t0) / 101)
+    return float(np.median(best))
 
 
 def py_batch(ch, size: int, batch: int, iters: int, warmup: int) -> tuple:
@@ -252,14 +279,15 @@ def chanpp_path() -> str | None:
 
 
 def c_roundtrips(ctx, sizes, iters: int, warmup: int, batch: int, tick: int, image: bytes | None,
-                 cpu: int | None, timeout_s: float) -> dict:
+                 cpu: int | None, timeout_s: float, alloc: str = "vmm",
+                 plain: bool = False) -> dict:
     tool = chanpp_path()
     if tool is None:
         return {"error": "gdrpy_chanpp not found (build it with `make -C native tools`)"}
     sz = [tick] + [s for s in sizes if s != tick]
     cmd = [tool, "--device", str(ctx.device), "--sizes", ",".join(map(str, sz)),
            "--iters", str(iters), "--warmup", str(warmup), "--batch", str(batch),
-           "--timeout", str(timeout_s)]
+           "--timeout", str(timeout_s), "--alloc", alloc] + (["--plain"] if plain else [])
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     with tempfile.TemporaryDirectory(prefix="gdrpy-pp-") as tmp:
@@ -281,7 +309,8 @@ def c_roundtrips(ctx, sizes, iters: int, warmup: int, batch: int, tick: int, ima
         line = line.strip()
         if line.startswith("{"):
             rows.append(json.loads(line))
-    res = {"command": " ".join(cmd), "rows": rows}
+    res = {"command": " ".join(cmd), "rows": [r for r in rows if r.get("path") != "info"]}
+    res.update(next((r for r in rows if r.get("path") == "info"), {}))
     if p.returncode != 0:
         res["error"] = f"gdrpy_chanpp exited {p.returncode}: {p.stderr.strip()[-500:]}"
     return res
@@ -362,7 +391,8 @@ def baseline(ctx, rt, module, size: int, iters: int, warmup: int, rng) -> np.nda
 def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
         host_timeout_s: float = 5.0, seed: int = 1234, log=print, with_baseline: bool = True,
         with_c: bool = True, batch: int = BATCH, tick: int = TICK_SIZE,
-        near_gpu: bool = True, cpu: int | None = None) -> dict:
+        near_gpu: bool = True, cpu: int | None = None, plain: bool = False,
+        c_alloc: str = "vmm") -> dict:
     """Everything for every size on an open context; returns the result dict."""
     from ..numa import device_locality, pin_thread_near_gpu
     rng = np.random.default_rng(seed)
@@ -372,6 +402,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
                  "device": ctx.device, "gpu": "none (sim)" if sim else info.get("gpu_name"),
                  "driver": info.get("driver_version"), "iters": iters, "warmup": warmup,
                  "sizes": list(sizes), "batch": batch, "tick": tick,
+                 "format": "plain" if plain else "ll",
                  "consumer": SIM_LABEL if sim else "persistent GPU kernel gdrpy_pp_serve (NVRTC)",
                  "results": [], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     res["locality"] = device_locality(ctx)
@@ -388,11 +419,15 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
             res.update(arch=module.arch, module=module.kind, nvrtc=nvrtc_version(),
                        compile_s=round(time.perf_counter() - t0, 3))
         srv = Server(ctx, max(max(sizes), tick), idle_timeout_s=kernel_timeout_s, rt=rt,
-                     module=module)
+                     module=module, plain=plain)
+        res["python_sm"] = srv.sm
         try:
+            res["python_timer_ns"] = round(timer_cost_ns(), 1)
             for s in sizes:
                 res["results"].append({"size": s, "path": "python", "stats_us": summarize(
                     py_roundtrips(srv.ch, s, iters, warmup, rng))})
+                res["results"].append({"size": s, "path": "python-avg10", "stats_us": summarize(
+                    py_blocks(srv.ch, s, max(10, iters // 10), rng))})
             bi = max(100, iters // 4)
             one, many = py_batch(srv.ch, tick, batch, bi, max(10, warmup // 4))
             res["results"].append({"size": tick, "path": "python-tick",
@@ -403,7 +438,8 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
             srv.close()
         if with_c:
             c = c_roundtrips(ctx, sizes, iters, warmup, batch, tick,
-                             module.image if module else None, res.get("cpu"), host_timeout_s)
+                             module.image if module else None, res.get("cpu"), host_timeout_s,
+                             alloc=c_alloc, plain=plain)
             res["c_tool"] = {k: v for k, v in c.items() if k != "rows"}
             for row in c.get("rows", []):
                 if row["path"] == "c":
@@ -413,6 +449,9 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
                     if row["size"] in sizes:
                         res["results"].append({"size": row["size"], "path": "c",
                                                "stats_us": _c_stats(row)})
+                elif row["path"] == "c-avg10" and row["size"] in sizes:
+                    res["results"].append({"size": row["size"], "path": "c-avg10",
+                                           "stats_us": _c_stats(row)})
                 elif row["path"] == "c-batch":
                     res["results"].append({"size": row["size"], "path": f"c-batch{batch}",
                                            "stats_us": _c_stats(row)})
@@ -426,137 +465,6 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
         os.sched_setaffinity(0, old_aff)
     res["summary"] = summary(res)
     return res
-
-
-def _get(res: dict, path: str, size: int) -> dict | None:
-    for r in res["results"]:
-        if r["path"] == path and r["size"] == size:
-            return r["stats_us"]
-    return None
-
-
-def summary(res: dict) -> dict:
-    """The issue's numbers: Python / C round trip of the smallest size,
-    batch-of-N vs one-tick ratios."""
-    s0 = min(res["sizes"])
-    out: dict = {"size": s0}
-    py, c = _get(res, "python", s0), _get(res, "c", s0)
-    if py:
-        out["python_median_us"], out["python_p99_us"] = py["median"], py["p99"]
-    if c:
-        out["c_median_us"], out["c_p99_us"] = c["median"], c["p99"]
-    b = res["batch"]
-    for lang in ("python", "c"):
-        one = _get(res, f"{lang}-tick", res["tick"])
-        many = _get(res, f"{lang}-batch{b}", res["tick"])
-        if one and many:
-            out[f"{lang}_tick_median_us"] = one["median"]
-            out[f"{lang}_batch_median_us"] = many["median"]
-            out[f"{lang}_batch_ratio"] = many["median"] / max(one["median"], 1e-9)
-    return out
-
-
-def summary_lines(res: dict) -> list[str]:
-    sm = res["summary"]
-    tag = " [SIM: not GPU numbers]" if res["sim"] else ""
-    s0 = fmt_size(sm["size"])
-    lines = [f"SUMMARY{tag}"]
-
-    def verdict(v, lim, less=False):
-        ok = v < lim if less else v <= lim
-        return f"{'meets' if ok else 'MISSES'} the target {'<' if less else '<='} {lim:g}"
-
-    if "python_median_us" in sm:
-        lines.append(f"  Python channel round trip {s0}: median {sm['python_median_us']:.2f} us, "
-                     f"p99 {sm['python_p99_us']:.2f} us "
-                     f"({verdict(sm['python_median_us'], TARGETS['python_us'])} us)")
-    if "c_median_us" in sm:
-        lines.append(f"  C channel round trip {s0}:      median {sm['c_median_us']:.2f} us, "
-                     f"p99 {sm['c_p99_us']:.2f} us "
-                     f"({verdict(sm['c_median_us'], TARGETS['c_us'])} us)")
-    for lang in ("python", "c"):
-        if f"{lang}_batch_ratio" in sm:
-            lines.append(f"  batch of {res['batch']} ticks ({fmt_size(res['tick'])}) vs one tick, "
-                         f"{lang}: {sm[f'{lang}_batch_median_us']:.2f} / "
-                         f"{sm[f'{lang}_tick_median_us']:.2f} us = "
-                         f"{sm[f'{lang}_batch_ratio']:.2f}x "
-                         f"({verdict(sm[f'{lang}_batch_ratio'], TARGETS['batch_ratio'], True)}x)")
-    return lines
-
-
-def format_report(res: dict) -> str:
-    sim = res["sim"]
-    lines = []
-    if sim:
-        lines.append(f"*** {SIM_LABEL} (backend sim: these numbers time CPU threads, not "
-                     "PCIe) ***")
-    gpu = res["gpu"] if sim else f"{res['gpu']}, driver {res['driver']}"
-    lines.append(f"gdrpy pingpong: device {res['device']} ({gpu}), backend {res['backend']}, "
-                 f"{res['iters']} round trips per size (+{res['warmup']} warm-up)")
-    loc = res.get("locality") or {}
-    if not sim:
-        lines.append(f"  kernels: NVRTC {res.get('nvrtc', '?')} {res.get('module')} for "
-                     f"{res.get('arch')} (compiled in {res.get('compile_s', 0):.2f} s)")
-        lines.append(f"  GPU NUMA node {loc.get('numa_node')}, nearby CPUs "
-                     f"{loc.get('local_cpulist') or '?'}; measuring thread on CPU "
-                     f"{res.get('cpu', 'any')}")
-    lines.append(f"  consumer: {res['consumer']}")
-    lines.append("  python: Channel.send + Channel.recv_into; c: gdrpy_chan_send + "
-                 "gdrpy_chan_recv (gdrpy_chanpp);")
-    lines.append("  cuMemcpy: cuMemcpyHtoDAsync + cuLaunchKernel + cuMemcpyDtoHAsync + "
-                 "cuStreamSynchronize" + (" (SIM: memcpy + C checksum)" if sim else ""))
-    if res.get("c_tool", {}).get("error"):
-        lines.append(f"  C tool: {res['c_tool']['error']}")
-    lines.append(stats_header("round trip (us)"))
-    order = ["python", "c", "cuMemcpy"]
-    for s in res["sizes"]:
-        for p in order:
-            st = _get(res, p, s)
-            if st:
-                lines.append(stats_row(f"{fmt_size(s):>8s}  {p}", st))
-    b = res["batch"]
-    for p in ("python-tick", f"python-batch{b}", "c-tick", f"c-batch{b}"):
-        st = _get(res, p, res["tick"])
-        if st:
-            lines.append(stats_row(f"{fmt_size(res['tick']):>8s}  {p}", st))
-    lines.extend(summary_lines(res))
-    if sim:
-        lines.append(f"*** {SIM_LABEL} ***")
-    return "\n".join(lines)
-
-
-def plot(res: dict, path: str) -> None:
-    """Median round trip per size and path (bars: min..p99), log scale."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        raise RuntimeError(f"--plot needs matplotlib ({e}): pip install matplotlib") from None
-    sizes = res["sizes"]
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    xs = np.arange(len(sizes))
-    paths = (("python", "tab:blue"), ("c", "tab:green"), ("cuMemcpy", "tab:orange"))
-    for k, (name, color) in enumerate(paths):
-        got = {s: _get(res, name, s) for s in sizes}
-        st = {s: v for s, v in got.items() if v}
-        if len(st) != len(sizes):
-            continue
-        med = [st[s]["median"] for s in sizes]
-        lo = [st[s]["median"] - st[s]["min"] for s in sizes]
-        hi = [st[s]["p99"] - st[s]["median"] for s in sizes]
-        ax.errorbar(xs + (k - 1) * 0.2, med, yerr=[lo, hi], fmt="o", capsize=4, color=color,
-                    label=f"{name} (median, min..p99)")
-    ax.set_xticks(xs, [fmt_size(s) for s in sizes])
-    ax.set_yscale("log")
-    ax.set_ylabel("round trip (us)")
-    ax.set_title("gdrpy pingpong through gdrpy.Channel" +
-                 (f" - {SIM_LABEL}" if res["sim"] else f" - {res['gpu']}"), fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 # ---------------------------------------------------------------------------
@@ -595,6 +503,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
          help="the kernel stops after this many idle seconds (default 30)")
     _add(parser, "--timeout", type=float, default=5.0,
          help="the C tool waits at most this long for one answer (default 5 s)")
+    _add(parser, "--plain", action="store_true",
+         help="channels with GDRPY_CHAN_PLAIN slots (default: LL, see docs/channel.md)")
+    _add(parser, "--c-alloc", choices=("vmm", "cumemalloc"), default="vmm",
+         help="the C tool's ring memory (default vmm: cuMemCreate, as the Python run's)")
+    _add(parser, "--variant-alloc", choices=("cumemalloc", "vmm", "both"), default="both",
+         help="with --variants: ring memory of the variants (default both, side by side)")
     _add(parser, "--variants", action="store_true",
          help="instead: the channel protocol's variants side by side (gdrpy.tools.chanvar)")
     _add(parser, "--variant-only", default=None, metavar="A,B",
@@ -640,7 +554,8 @@ def _main(args) -> int:
                   with_c=not getattr(args, "no_c", False), batch=batch,
                   tick=getattr(args, "tick_size", TICK_SIZE),
                   near_gpu=not getattr(args, "no_near_gpu", False),
-                  cpu=getattr(args, "cpu", None))
+                  cpu=getattr(args, "cpu", None), plain=getattr(args, "plain", False),
+                  c_alloc=getattr(args, "c_alloc", "vmm"))
     if json_to == "-":
         print(json.dumps(res, indent=2))
     else:
@@ -676,7 +591,8 @@ def _variants(args, iters: int) -> int:
         return run_variants(ctx, tool, iters=iters, rounds=getattr(args, "rounds", 5),
                             warmup=500 if warmup is None else warmup, cpu=cpu,
                             only=getattr(args, "variant_only", None),
-                            timeout_s=min(getattr(args, "timeout", 5.0), 1.0))
+                            timeout_s=min(getattr(args, "timeout", 5.0), 1.0),
+                            alloc=getattr(args, "variant_alloc", "both"))
 
 
 def _standalone(argv=None) -> int:

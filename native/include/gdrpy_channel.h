@@ -6,26 +6,44 @@
  * Model
  * -----
  *  host -> GPU: a single-producer ring of `nslots` fixed-size slots in pinned
- *  + mapped GPU memory (the caller's pin, written through BAR1).  Slot k of
- *  lap L carries message i = L*nslots + k; its header is
+ *  + mapped GPU memory (the caller's pin, written through BAR1); slot k of
+ *  lap L carries message i = L*nslots + k.  GPU -> host: a completion ring of
+ *  `comp_nslots` slots in page-locked host memory mapped into the device
+ *  (cuMemHostAlloc DEVICEMAP).  Both rings use the same slot format, chosen
+ *  per channel by gdrpy_chan_config_t.flags:
+ *
+ *  LL (the default, flags 0) - every 8-byte word of a slot carries the
+ *  message's 32-bit sequence number f = (u32)(i + 1) in its low half, so a
+ *  reader validates each word on its own and needs no ordering between
+ *  words (NCCL's "LL" protocol):
+ *      word 0  {f, tag}
+ *      word 1  {f, len}
+ *      word 2+k {f, payload bytes 4k..4k+3}    k < ceil(min(size, LL_MAX)/4)
+ *  A message of len <= GDRPY_CHAN_LL_MAX bytes is all LL words: the writer
+ *  stores them in any order and fences once (host: one sfence to push the
+ *  write-combining buffer out); the reader polls the words with plain
+ *  (relaxed / volatile) loads and takes the message when every word it needs
+ *  carries f - an aligned 8-byte store is one single-copy-atomic access
+ *  (one PCIe write), so a word that carries f carries its data with it.
+ *  Longer messages go to the slot's plain area (after the LL words, see
+ *  gdrpy_chan_slot_layout): payload, a release (host: sfence; GPU: a
+ *  system-scope fence), then words 1 and 0; the reader confirms word 0 with
+ *  an acquire load before it reads the payload.  Stale words of earlier laps
+ *  carry older sequence numbers; every (2^31 / nslots)-th lap the writer
+ *  rewrites all of a slot's LL words, so no word is older than 2^31
+ *  messages and a 32-bit sequence never matches a stale word.
+ *
+ *  PLAIN (GDRPY_CHAN_PLAIN, the format of gdrpy 0.x) - header
  *      u64 seq  (= i + 1 once the message is complete; written LAST)
- *      u32 len  (payload bytes, <= slot_size)
- *      u32 tag  (free for the user)
- *  followed by `slot_size` payload bytes.  gdrpy_chan_send() stores header
- *  len/tag and the payload, executes one store fence (sfence), then stores
- *  seq (and fences again, so the write-combining buffer leaves the core at
- *  once instead of whenever it is evicted).  A consumer that sees seq == i+1
- *  with an acquire load sees the whole message: x86 WC stores separated by
- *  sfence reach the device in order, and PCIe posted writes to the same
- *  device are not reordered with each other.
+ *      u32 len, u32 tag
+ *  then `slot_size` payload bytes.  Host: len/tag and payload, sfence, seq,
+ *  sfence; the kernel polls seq with ld.acquire.sys.  Completions: payload
+ *  and len/tag, then a system-scope release of seq.  Kernels that read the
+ *  ring with gdrpy_chan_ready()/gdrpy_chan_msg() need this format.
  *
- *  GPU -> host: a completion ring of `comp_nslots` slots of the same header
- *  layout + `comp_size` payload bytes, in page-locked host memory mapped
- *  into the device (cuMemHostAlloc DEVICEMAP); the kernel writes payload,
- *  __threadfence_system(), then seq.  gdrpy_chan_recv() spins on the seq.
- *
- *  Flow control: the kernel publishes (in host memory) how many messages it
- *  has consumed; send() never overwrites an unconsumed slot: with
+ *  Flow control: the kernel publishes (in host memory, with a release store)
+ *  how many messages it has consumed - LL kernels lazily (every nslots/2 and
+ *  when idle); send() never overwrites an unconsumed slot: with
  *  timeout_ns == 0 it returns GDRPY_EAGAIN when the ring is full, otherwise
  *  it waits up to timeout_ns (< 0: forever) and returns GDRPY_ETIMEDOUT.
  *  The host publishes (through the mapping, lazily: every comp_nslots/2
@@ -46,10 +64,12 @@
  *    [128]  message slot 0, then every slot_stride bytes
  *  host block (page-locked, allocated by the channel):
  *    [0]    u64 messages consumed by the kernel (slot credit for the host)
+ *    [16]   u32 the SM the kernel attached from (diagnostics)
  *    [64]   u32 kernel status (GDRPY_CHAN_ST_*)
  *    [72]   u64 messages consumed when the kernel stopped
  *    [128]  completion slot 0, then every comp_stride bytes
- *  slot_stride = round_up(16 + slot_size, 64), comp_stride likewise.
+ *  PLAIN: slot_stride = round_up(16 + slot_size, 64), comp_stride likewise.
+ *  LL: see gdrpy_chan_slot_layout().
  *
  * Threads: one producer thread (send*, shutdown) and one consumer thread
  * (recv*) may use a channel concurrently; several producers (or several
@@ -84,6 +104,7 @@ extern "C" {
 #define GDRPY_CHAN_DEV_COMP_READ 64u /* u64 */
 #define GDRPY_CHAN_HOST_CTRL 128u    /* host block before completion slot 0 */
 #define GDRPY_CHAN_HOST_CONSUMED 0u  /* u64 */
+#define GDRPY_CHAN_HOST_SMID 16u     /* u32: the SM the kernel attached from (diagnostics) */
 #define GDRPY_CHAN_HOST_STATUS 64u   /* u32 */
 #define GDRPY_CHAN_HOST_FINAL 72u    /* u64 */
 
@@ -97,6 +118,11 @@ extern "C" {
 #define GDRPY_CHAN_ST_TIMEOUT 3u /* the kernel's own watchdog fired */
 
 #define GDRPY_CHAN_MAX_SLOTS (1u << 20)
+
+/* gdrpy_chan_config_t.flags */
+#define GDRPY_CHAN_PLAIN 1u /* the PLAIN slot format (default: LL) */
+/* LL: messages up to this many bytes are all LL words */
+#define GDRPY_CHAN_LL_MAX 64u
 #define GDRPY_CHAN_MAX_SLOT_SIZE (1u << 20)
 
 typedef struct gdrpy_chan gdrpy_chan_t; /* opaque */
@@ -106,7 +132,7 @@ typedef struct gdrpy_chan_config {
     uint32_t slot_size;   /* payload bytes per message, 1..2^20 */
     uint32_t comp_nslots; /* completion slots: power of two; 0 = nslots */
     uint32_t comp_size;   /* payload bytes per completion, 0..2^20 */
-    uint32_t flags;       /* 0 (reserved) */
+    uint32_t flags;       /* 0 (LL) or GDRPY_CHAN_PLAIN */
     uint32_t reserved;
 } gdrpy_chan_config_t;
 
@@ -118,8 +144,28 @@ typedef struct gdrpy_chan_desc {
     uint64_t comp;      /* device address of completion slot 0 */
     uint32_t nslots, slot_stride, slot_size;
     uint32_t comp_nslots, comp_stride, comp_size;
-    uint32_t reserved[2];
+    uint32_t flags; /* the config's flags (GDRPY_CHAN_PLAIN) */
+    uint32_t reserved;
 } gdrpy_chan_desc_t;
+
+/* Where things are in one slot of `size` payload bytes (LL and PLAIN):
+ * ll_words = LL data words (0 for PLAIN), plain_off = where a payload that
+ * is not LL starts (PLAIN: 16), stride = the slot's size. */
+static inline void gdrpy_chan_slot_layout(uint32_t flags, uint32_t size, uint32_t *ll_words,
+                                          uint32_t *plain_off, uint32_t *stride)
+{
+    if (flags & GDRPY_CHAN_PLAIN) {
+        *ll_words = 0;
+        *plain_off = 16;
+        *stride = (uint32_t)((16ull + size + 63) & ~63ull);
+        return;
+    }
+    uint32_t w = ((size < GDRPY_CHAN_LL_MAX ? size : GDRPY_CHAN_LL_MAX) + 3) / 4;
+    uint32_t off = (8 * (2 + w) + 63) & ~63u; /* the plain area starts on a 64-byte line */
+    *ll_words = w;
+    *plain_off = off;
+    *stride = (uint32_t)((off + (size > GDRPY_CHAN_LL_MAX ? (uint64_t)size : 0) + 63) & ~63ull);
+}
 
 /* One message of a batch. */
 typedef struct gdrpy_chan_msg {
@@ -165,7 +211,9 @@ GDRPY_API void *gdrpy_chan_host_block(const gdrpy_chan_t *chan);
 GDRPY_API int gdrpy_chan_send(gdrpy_chan_t *chan, const void *buf, size_t len,
                               uint32_t tag, int64_t timeout_ns);
 /* All `n` messages or none: waits for n free slots (n <= nslots), stores every
- * header + payload, ONE sfence, then the n sequence words, sfence. */
+ * message (LL: every word; PLAIN: header + payload), ONE sfence (LL messages
+ * are then complete; plain-area / PLAIN ones get their sequence words and
+ * one more sfence). */
 GDRPY_API int gdrpy_chan_send_batch(gdrpy_chan_t *chan, const gdrpy_chan_msg_t *msgs,
                                     size_t n, int64_t timeout_ns);
 /* The next completion: copies min(len, cap) payload bytes to buf (may be

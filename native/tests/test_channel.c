@@ -24,10 +24,14 @@ typedef struct {
     gdrpy_chan_t *ch;
 } env_t;
 
+/* The slot format the channel tests run with (main runs them with LL, the
+ * default, and again with GDRPY_CHAN_PLAIN). */
+static uint32_t g_flags;
+
 static int env_open(env_t *e, uint32_t nslots, uint32_t slot, uint32_t comp_n, uint32_t comp_sz)
 {
     memset(e, 0, sizeof *e);
-    gdrpy_chan_config_t cfg = {nslots, slot, comp_n, comp_sz, 0, 0};
+    gdrpy_chan_config_t cfg = {nslots, slot, comp_n, comp_sz, g_flags, 0};
     size_t need = 0;
     if (gdrpy_chan_device_bytes(&cfg, &need)) return 1;
     if (gdrpy_open(0, GDRPY_BACKEND_SIM, &e->ctx)) return 1;
@@ -265,7 +269,13 @@ static int bad_arguments_are_rejected(void)
     cfg.comp_nslots = 6;
     CHECK(gdrpy_chan_device_bytes(&cfg, &n) == GDRPY_EINVAL);
     cfg.comp_nslots = 0;
+    /* LL (default): 2 header words + 16 data words = 144 B, plain area none -> 192 */
+    CHECK(gdrpy_chan_device_bytes(&cfg, &n) == 0 && n == 128 + 4 * 192);
+    cfg.flags = GDRPY_CHAN_PLAIN; /* 16 B header + 64 B payload -> 128 */
     CHECK(gdrpy_chan_device_bytes(&cfg, &n) == 0 && n == 128 + 4 * 128);
+    cfg.flags = 2; /* undefined flag */
+    CHECK(gdrpy_chan_device_bytes(&cfg, &n) == GDRPY_EINVAL);
+    cfg.flags = 0;
     env_t e;
     CHECK(env_open(&e, 4, 64, 0, 16) == 0);
     unsigned char m[65] = {0};
@@ -327,13 +337,17 @@ int main(void)
 {
     RUN(bad_arguments_are_rejected);
     RUN(writev_checks_every_range_first);
-    RUN(ring_full_eagain_then_timeout_then_progress);
-    RUN(shutdown_drain_consumes_messages_in_flight);
-    RUN(shutdown_abort_counts_dropped);
-    RUN(shutdown_times_out_when_consumer_never_stops);
-    RUN(kernel_watchdog_stop_makes_waits_fail_fast);
-    RUN(batch_of_32_one_fence_all_checked);
-    RUN(ordering_1e6_messages_checked_both_ways);
+    for (int plain = 0; plain < 2; plain++) {
+        g_flags = plain ? GDRPY_CHAN_PLAIN : 0;
+        printf("-- slot format %s\n", plain ? "PLAIN" : "LL (default)");
+        RUN(ring_full_eagain_then_timeout_then_progress);
+        RUN(shutdown_drain_consumes_messages_in_flight);
+        RUN(shutdown_abort_counts_dropped);
+        RUN(shutdown_times_out_when_consumer_never_stops);
+        RUN(kernel_watchdog_stop_makes_waits_fail_fast);
+        RUN(batch_of_32_one_fence_all_checked);
+        RUN(ordering_1e6_messages_checked_both_ways);
+    }
     printf("test_channel: %d passed, %d failed\n", passed, failed);
     return failed != 0;
 }

@@ -4,6 +4,7 @@
  *
  *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
+ *                [--alloc cumemalloc|vmm] [--plain]
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
  *   gdrpy_chanpp --variants ... (protocol variants side by side: tools/chanpp/chanvar.c)
  *
@@ -12,11 +13,16 @@
  *     extern "C" __global__ void NAME(gdrpy_chan_desc_t d, unsigned long long idle_ns)
  * and answer message i with one completion {u64 i+1, u32 checksum, u32 len}
  * (gdrpy_chan_checksum) - as the sim consumer does.  Every answer is checked.
- * libcuda is loaded with dlopen; the ring lives in cuMemAlloc memory pinned
- * and mapped by libgdrpy (backend auto).
+ * libcuda is loaded with dlopen; the ring lives in cuMemAlloc memory (--alloc
+ * vmm: cuMemCreate with gpuDirectRDMACapable, as gdrpy.memory.alloc and
+ * GDRCopy's pplat -a cuMemCreate) pinned and mapped by libgdrpy (backend
+ * auto).  --plain: the channel uses GDRPY_CHAN_PLAIN slots (default LL).
  *
  * Output: one JSON object per line:
+ *   {"path":"info", ...}   alloc, slot format, the kernel's SM, the timer and its cost
  *   {"path":"c","size":4,"n":...,"min_us":...,"median_us":...,"p99_us":...,...}
+ *   {"path":"c-avg10","size":4,...}   blocks of 10 round trips timed together
+ *        (per round trip; GDRCopy pplat's method: one timer pair per block)
  *   {"path":"c-batch","size":...,"batch":32,...}   (send_batch of 32 + recv of 32)
  * Exit status 0, or 1 with a message on stderr.
  */
@@ -30,6 +36,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "chanpp/cuvmm.h"
+#include "chanpp/ptimer.h"
 #include "gdrpy.h"
 #include "gdrpy_channel.h"
 
@@ -151,13 +159,18 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--variants") || !strcmp(argv[i], "--list-variants"))
             return chanvar_main(argc, argv);
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
-    int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0;
+    int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0;
+    const char *alloc_kind = "cumemalloc";
     double timeout_s = 5.0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--sim")) {
             sim = 1;
+            continue;
+        }
+        if (!strcmp(a, "--plain")) {
+            plain = 1;
             continue;
         }
         if (!v) die("option %s needs a value", a);
@@ -170,10 +183,13 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--batch")) batch = atoi(v);
         else if (!strcmp(a, "--cpu")) cpu = atoi(v);
         else if (!strcmp(a, "--timeout")) timeout_s = atof(v);
+        else if (!strcmp(a, "--alloc")) alloc_kind = v;
         else die("unknown option %s", a);
         i++;
     }
     if (iters <= 0) die("--iters must be positive");
+    int vmm = !strcmp(alloc_kind, "vmm");
+    if (!vmm && strcmp(alloc_kind, "cumemalloc")) die("--alloc must be cumemalloc or vmm");
     if (warmup < 0) warmup = iters / 10 > 10 ? iters / 10 : 10;
     if (!sim && !cubin) die("--cubin FILE is required (or --sim)");
     if (cpu >= 0) {
@@ -182,6 +198,7 @@ int main(int argc, char **argv)
         CPU_SET(cpu, &set);
         if (sched_setaffinity(0, sizeof set, &set) != 0) die("sched_setaffinity(cpu %d) failed: %s", cpu, strerror(errno));
     }
+    pt_init();
     size_t sizes[32];
     int nsizes = 0;
     size_t maxsize = 16;
@@ -197,7 +214,7 @@ int main(int argc, char **argv)
     int64_t tmo = (int64_t)(timeout_s * 1e9);
 
     /* ring: 256 slots of maxsize (>= batch) */
-    gdrpy_chan_config_t cfg = {256, (uint32_t)maxsize, 0, 16, 0, 0};
+    gdrpy_chan_config_t cfg = {256, (uint32_t)maxsize, 0, 16, plain ? GDRPY_CHAN_PLAIN : 0, 0};
     while (cfg.nslots < (uint32_t)batch * 2) cfg.nslots *= 2;
     size_t need;
     gcheck(gdrpy_chan_device_bytes(&cfg, &need), "chan_device_bytes");
@@ -232,8 +249,13 @@ int main(int argc, char **argv)
         free(img);
         cucheck(cu.ModuleGetFunction(&fn, mod, kname), "cuModuleGetFunction");
         cucheck(cu.StreamCreate(&st, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
-        cucheck(cu.MemAlloc(&raw, alloc), "cuMemAlloc");
-        dptr = (raw + GDRPY_GPU_PAGE_SIZE - 1) & ~(uint64_t)(GDRPY_GPU_PAGE_SIZE - 1);
+        if (vmm) {
+            int r = cuvmm_alloc(dev, need, &dptr);
+            if (r) die("cuMemCreate (gpuDirectRDMACapable) allocation failed (%d)", r);
+        } else {
+            cucheck(cu.MemAlloc(&raw, alloc), "cuMemAlloc");
+            dptr = (raw + GDRPY_GPU_PAGE_SIZE - 1) & ~(uint64_t)(GDRPY_GPU_PAGE_SIZE - 1);
+        }
         gcheck(gdrpy_open(device, GDRPY_BACKEND_AUTO, &ctx), "open");
     }
     gdrpy_pin_t pin;
@@ -254,6 +276,11 @@ int main(int argc, char **argv)
         cucheck(cu.LaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, st, params, NULL), "cuLaunchKernel");
     }
     gcheck(gdrpy_chan_wait_attached(ch, 10000000000LL), "wait for the kernel to attach");
+    printf("{\"path\": \"info\", \"alloc\": \"%s\", \"format\": \"%s\", \"sm\": %d, ",
+           sim ? "sim" : alloc_kind, plain ? "plain" : "ll",
+           sim ? -1 : (int)*(volatile uint32_t *)((char *)gdrpy_chan_host_block(ch) + GDRPY_CHAN_HOST_SMID));
+    pt_json(stdout);
+    printf("}\n");
 
     unsigned char *msg = malloc(maxsize * (size_t)batch);
     /* samples: `iters` per size, and the batch run takes max(iters / 4, 100) */
@@ -268,10 +295,10 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < s; k++) msg[k] = (unsigned char)(k * 7 + s);
         uint32_t want = gdrpy_chan_checksum(msg, s);
         for (int i = 0; i < warmup + iters; i++) {
-            int64_t t0 = now_ns();
+            uint64_t t0 = pt_now();
             rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
             if (!rc) rc = gdrpy_chan_recv(ch, &ans[0], sizeof ans[0], NULL, NULL, tmo);
-            int64_t t1 = now_ns();
+            uint64_t t1 = pt_now();
             if (rc) {
                 fprintf(stderr, "gdrpy_chanpp: %s\n", gdrpy_last_error());
                 break;
@@ -285,9 +312,32 @@ int main(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            if (i >= warmup) t[i - warmup] = t1 - t0;
+            if (i >= warmup) t[i - warmup] = pt_ns(t1 - t0);
         }
         if (!rc) report("c", s, 1, t, (size_t)iters);
+        /* the same, timed in blocks of 10 (one timer pair per block) */
+        const int nblk = iters / 10 > 10 ? iters / 10 : 10;
+        for (int b = 0; b < nblk && !rc; b++) {
+            uint64_t t0 = pt_now();
+            for (int k = 0; k < 10 && !rc; k++) {
+                rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
+                if (!rc) rc = gdrpy_chan_recv(ch, &ans[k], sizeof ans[0], NULL, NULL, tmo);
+            }
+            uint64_t t1 = pt_now();
+            if (rc) {
+                fprintf(stderr, "gdrpy_chanpp: %s\n", gdrpy_last_error());
+                break;
+            }
+            for (int k = 0; k < 10; k++)
+                if (ans[k].seq != seq + 1 + (uint64_t)k || ans[k].csum != want || ans[k].len != s) {
+                    fprintf(stderr, "gdrpy_chanpp: wrong answer to message %llu (%zu B, block)\n",
+                            (unsigned long long)(seq + 1 + (uint64_t)k), s);
+                    rc = 1;
+                }
+            seq += 10;
+            t[b] = pt_ns(t1 - t0) / 10;
+        }
+        if (!rc) report("c-avg10", s, 10, t, (size_t)nblk);
     }
     /* batch of `batch` ticks of the smallest size vs. one tick */
     if (!rc) {
@@ -300,12 +350,12 @@ int main(int argc, char **argv)
         }
         const int bi = batch_iters;
         for (int i = 0; i < warmup + bi && !rc; i++) {
-            int64_t t0 = now_ns();
+            uint64_t t0 = pt_now();
             rc = gdrpy_chan_send_batch(ch, bm, (size_t)batch, tmo);
             size_t got = 0;
             if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], NULL, NULL, (size_t)batch,
                                                (size_t)batch, tmo, &got);
-            int64_t t1 = now_ns();
+            uint64_t t1 = pt_now();
             if (rc) {
                 fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
                 break;
@@ -318,7 +368,7 @@ int main(int argc, char **argv)
                     break;
                 }
             seq += (uint64_t)batch;
-            if (i >= warmup) t[i - warmup] = t1 - t0;
+            if (i >= warmup) t[i - warmup] = pt_ns(t1 - t0);
         }
         if (!rc) report("c-batch", s, batch, t, (size_t)bi);
     }
@@ -339,7 +389,7 @@ int main(int argc, char **argv)
     gdrpy_close(ctx);
     if (sim) gdrpy_sim_free(dptr);
     else {
-        cu.MemFree(raw);
+        if (raw) cu.MemFree(raw); /* vmm memory: freed at exit */
         cu.StreamDestroy(st);
         cu.ModuleUnload(mod);
     }

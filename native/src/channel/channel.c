@@ -38,12 +38,16 @@ struct gdrpy_chan {
     uint64_t full_waits;
     uint32_t mask, stride, slot_size;
     uint32_t shutdown; /* mode requested, 0 = none */
+    uint32_t ll;       /* 1: LL slot format (gdrpy_channel.h) */
+    uint32_t llw;      /* LL data words per slot */
+    uint32_t poff;     /* offset of the plain payload in a slot */
     /* ---- consumer (recv*) ---- */
     char *comp __attribute__((aligned(64))); /* CPU address of completion slot 0 */
     uint64_t rhead;                          /* completions read */
     uint64_t published;                      /* rhead last published to the device */
     uint32_t cmask, cstride, csize, half;
-    char *dev_c; /* = dev (consumer's copy) */
+    uint32_t cll, cpoff; /* = ll; completions' plain payload offset */
+    char *dev_c;         /* = dev (consumer's copy) */
     const volatile uint32_t *status_c;
     /* ---- cold ---- */
     gdrpy_ctx_t ctx __attribute__((aligned(64)));
@@ -87,30 +91,44 @@ static inline int stopped(uint32_t st)
     return st == GDRPY_CHAN_ST_STOPPED || st == GDRPY_CHAN_ST_TIMEOUT;
 }
 
-/* A waiting loop's clock: checks the deadline every 64 spins. */
+/* A waiting loop's clock.  A round trip's wait must not read the clock:
+ * on a VM clock_gettime() may be a system call costing a good part of a
+ * microsecond, which would land on the round trip (or delay seeing the
+ * word change).  So the deadline is only computed after GP_WAIT_FREE_SPINS
+ * spins (microseconds), then checked every 64 spins; a wait therefore lasts
+ * up to that much longer than asked.  Timeouts under GP_WAIT_EAGER_NS start
+ * the clock at once (exact). */
+#define GP_WAIT_FREE_SPINS 4096u
+#define GP_WAIT_EAGER_NS 20000
 typedef struct {
-    int64_t deadline; /* < 0: none */
+    int64_t timeout;  /* < 0: none */
+    int64_t deadline; /* 0: not started */
     unsigned spins;
 } gp_wait;
 
 static inline void wait_init(gp_wait *w, int64_t timeout_ns)
 {
     w->spins = 0;
-    w->deadline = timeout_ns < 0 ? -1 : now_ns() + timeout_ns;
+    w->timeout = timeout_ns;
+    w->deadline = timeout_ns >= 0 && timeout_ns < GP_WAIT_EAGER_NS ? now_ns() + timeout_ns : 0;
 }
 
-/* 1 when the time is up (checked every 64 calls).  The first 16384 spins
- * (some tens of microseconds: every round trip) poll back to back - PAUSE
- * costs up to ~140 cycles on recent Intel cores, all of it added to the
- * latency of seeing the word change - later ones pause, and after about a
- * million (milliseconds) each yields the CPU (an oversubscribed host, a CPU
- * stand-in consumer that needs the core). */
+/* 1 when the time is up.  The first 16384 spins (some tens of
+ * microseconds: every round trip) poll back to back - PAUSE costs up to
+ * ~140 cycles on recent Intel cores, all of it added to the latency of
+ * seeing the word change - later ones pause, and after about a million
+ * (milliseconds) each yields the CPU (an oversubscribed host, a CPU stand-in
+ * consumer that needs the core). */
 static inline int wait_expired(gp_wait *w)
 {
-    if (w->spins >= (1u << 20)) sched_yield(); /* ~ms of spinning: an oversubscribed host */
-    else if (w->spins >= 16384) cpu_relax();
-    if ((++w->spins & 63u) != 0 || w->deadline < 0) return 0;
-    return now_ns() >= w->deadline;
+    unsigned n = ++w->spins;
+    if (n < GP_WAIT_FREE_SPINS && w->deadline == 0) return 0;
+    if (n >= (1u << 20)) sched_yield(); /* ~ms of spinning: an oversubscribed host */
+    else if (n >= 16384) cpu_relax();
+    if ((n & 63u) != 0 || w->timeout < 0) return 0;
+    int64_t t = now_ns();
+    if (w->deadline == 0) w->deadline = t + w->timeout;
+    return t >= w->deadline;
 }
 
 /* ---- configuration ---------------------------------------------------- */
@@ -131,14 +149,18 @@ static int check_config(const gdrpy_chan_config_t *cfg, const char *what)
     if (cfg->comp_size > GDRPY_CHAN_MAX_SLOT_SIZE)
         return gp_err(GDRPY_EINVAL, "%s: comp_size %u must be at most %u", what, cfg->comp_size,
                       GDRPY_CHAN_MAX_SLOT_SIZE);
-    if (cfg->flags || cfg->reserved)
-        return gp_err(GDRPY_EINVAL, "%s: flags/reserved must be 0", what);
+    if ((cfg->flags & ~GDRPY_CHAN_PLAIN) || cfg->reserved)
+        return gp_err(GDRPY_EINVAL, "%s: flags 0x%x: only GDRPY_CHAN_PLAIN (0x1) is defined; "
+                                    "reserved must be 0",
+                      what, cfg->flags);
     return 0;
 }
 
-static inline uint32_t stride_of(uint32_t payload)
+static inline uint32_t stride_of(uint32_t flags, uint32_t payload)
 {
-    return (uint32_t)gp_round_up(GDRPY_CHAN_HDR + (uint64_t)payload, GDRPY_CHAN_ALIGN);
+    uint32_t w, off, stride;
+    gdrpy_chan_slot_layout(flags, payload, &w, &off, &stride);
+    return stride;
 }
 
 int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
@@ -147,7 +169,7 @@ int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
     *out = 0;
     int rc = check_config(cfg, "chan_device_bytes");
     if (rc) return rc;
-    *out = GDRPY_CHAN_DEV_CTRL + (size_t)cfg->nslots * stride_of(cfg->slot_size);
+    *out = GDRPY_CHAN_DEV_CTRL + (size_t)cfg->nslots * stride_of(cfg->flags, cfg->slot_size);
     return 0;
 }
 
@@ -187,7 +209,8 @@ int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_
     c->cfg = *cfg;
     uint32_t cn = cfg->comp_nslots ? cfg->comp_nslots : cfg->nslots;
     c->cfg.comp_nslots = cn;
-    uint32_t cstride = stride_of(cfg->comp_size);
+    uint32_t cllw, cpoff, cstride;
+    gdrpy_chan_slot_layout(cfg->flags, cfg->comp_size, &cllw, &cpoff, &cstride);
     rc = gp_hostmem_alloc(device, is_real, GDRPY_CHAN_HOST_CTRL + (size_t)cn * cstride, &c->hm);
     if (rc) {
         gp_err_prefix(rc, "chan_create: completion ring");
@@ -203,7 +226,10 @@ int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_
     c->consumed = (const volatile uint64_t *)(c->host + GDRPY_CHAN_HOST_CONSUMED);
     c->status = (const volatile uint32_t *)(c->host + GDRPY_CHAN_HOST_STATUS);
     c->mask = cfg->nslots - 1;
-    c->stride = stride_of(cfg->slot_size);
+    gdrpy_chan_slot_layout(cfg->flags, cfg->slot_size, &c->llw, &c->poff, &c->stride);
+    c->ll = !(cfg->flags & GDRPY_CHAN_PLAIN);
+    c->cll = c->ll;
+    c->cpoff = cpoff;
     c->slot_size = cfg->slot_size;
     c->comp = c->host + GDRPY_CHAN_HOST_CTRL;
     c->cmask = cn - 1;
@@ -222,6 +248,7 @@ int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_
     c->desc.comp_nslots = cn;
     c->desc.comp_stride = cstride;
     c->desc.comp_size = cfg->comp_size;
+    c->desc.flags = cfg->flags;
     /* Zero the device block (old sequence words must not look current). */
     gp_wc_zero(c->dev, need);
     gp_wc_fence();
@@ -306,6 +333,85 @@ static inline void put_payload(char *dst, const void *src, size_t len)
         gp_wc_store_nofence(dst, src, len);
 }
 
+/* ---- LL words (gdrpy_channel.h) ---- */
+static inline uint64_t llword(uint32_t f, uint32_t data) { return (uint64_t)f | (uint64_t)data << 32; }
+
+/* 1 when message/completion i's LL words must all be rewritten this lap (no
+ * word of a slot gets older than 2^31 messages). */
+static inline int ll_refresh(uint64_t i, uint32_t nslots)
+{
+    return (i & 0x7fffffffull) < nslots;
+}
+
+/* Stores LL words 2.. of a slot: `len` payload bytes, padded with zero data
+ * up to `words` words (>= ceil(len / 4)).  Aligned 8-byte stores only. */
+static inline void ll_store_data(char *s, uint32_t f, const unsigned char *p, size_t len,
+                                 uint32_t words)
+{
+    uint32_t k = 0;
+    for (; (size_t)(k + 1) * 4 <= len; k++) {
+        uint32_t d;
+        memcpy(&d, p + 4 * k, 4);
+        gp_wc_store_u64(s + 16 + 8 * k, llword(f, d));
+    }
+    if ((size_t)k * 4 < len) {
+        uint32_t d = 0;
+        memcpy(&d, p + 4 * k, len - (size_t)k * 4);
+        gp_wc_store_u64(s + 16 + 8 * k, llword(f, d));
+        k++;
+    }
+    for (; k < words; k++) gp_wc_store_u64(s + 16 + 8 * k, llword(f, 0));
+}
+
+/* Message i of an LL channel, without the fence.  Returns 1 when it is a
+ * plain-area message whose header words are still to be stored (after a
+ * fence) by ll_put_header().  A short message is built in whole 64-byte
+ * lines (unused words: {f, 0}; the slot is ours until the kernel has
+ * consumed it) and stored line by line: a write-combining buffer that is
+ * full leaves the core as one 64-byte PCIe write, so the kernel's first
+ * look usually finds every word there (a partly filled buffer may leave as
+ * several smaller writes in any order). */
+static inline int ll_put(gdrpy_chan_t *c, uint64_t i, const void *buf, size_t len, uint32_t tag)
+{
+    char *s = c->ring + (size_t)(i & c->mask) * c->stride;
+    uint32_t f = (uint32_t)(i + 1);
+    int refresh = ll_refresh(i, c->mask + 1);
+    if (len <= GDRPY_CHAN_LL_MAX) {
+        /* at most 2 + 16 words = 144 bytes -> 3 lines */
+        uint64_t w[24] __attribute__((aligned(64)));
+        uint32_t words = refresh ? c->llw : (uint32_t)((len + 3) / 4);
+        uint32_t nb = (8 * (2 + words) + 63) & ~63u; /* <= stride (gdrpy_chan_slot_layout) */
+        const unsigned char *p = buf;
+        w[0] = llword(f, tag);
+        w[1] = llword(f, (uint32_t)len);
+        uint32_t k = 0;
+        for (; (size_t)(k + 1) * 4 <= len; k++) {
+            uint32_t d;
+            memcpy(&d, p + 4 * k, 4);
+            w[2 + k] = llword(f, d);
+        }
+        if ((size_t)k * 4 < len) {
+            uint32_t d = 0;
+            memcpy(&d, p + 4 * k, len - (size_t)k * 4);
+            w[2 + k++] = llword(f, d);
+        }
+        for (k += 2; k < nb / 8; k++) w[k] = llword(f, 0);
+        gp_wc_store_nofence(s, w, nb);
+        return 0;
+    }
+    if (refresh) ll_store_data(s, f, NULL, 0, c->llw);
+    put_payload(s + c->poff, buf, len);
+    return 1;
+}
+
+static inline void ll_put_header(gdrpy_chan_t *c, uint64_t i, size_t len, uint32_t tag)
+{
+    char *s = c->ring + (size_t)(i & c->mask) * c->stride;
+    uint32_t f = (uint32_t)(i + 1);
+    gp_wc_store_u64(s + 8, llword(f, (uint32_t)len));
+    gp_wc_store_u64(s, llword(f, tag));
+}
+
 int gdrpy_chan_send(gdrpy_chan_t *c, const void *buf, size_t len, uint32_t tag,
                     int64_t timeout_ns)
 {
@@ -320,6 +426,16 @@ int gdrpy_chan_send(gdrpy_chan_t *c, const void *buf, size_t len, uint32_t tag,
     if (__builtin_expect(i - c->credit > c->mask, 0)) {
         int rc = wait_credit(c, i, timeout_ns, "chan_send");
         if (rc) return rc;
+    }
+    if (__builtin_expect(c->ll, 1)) {
+        /* LL: every word carries the sequence; one fence pushes them out */
+        if (ll_put(c, i, buf, len, tag)) {
+            gp_wc_fence(); /* plain payload before the header words */
+            ll_put_header(c, i, len, tag);
+        }
+        gp_wc_fence();
+        c->head = i + 1;
+        return 0;
     }
     char *s = c->ring + (size_t)(i & c->mask) * c->stride;
     gp_wc_store_u64(s + 8, (uint64_t)len | ((uint64_t)tag << 32));
@@ -355,6 +471,18 @@ int gdrpy_chan_send_batch(gdrpy_chan_t *c, const gdrpy_chan_msg_t *m, size_t n,
         int rc = wait_credit(c, last, timeout_ns, "chan_send_batch");
         if (rc) return rc;
     }
+    if (c->ll) {
+        int plain = 0;
+        for (size_t k = 0; k < n; k++) plain |= ll_put(c, i + k, m[k].buf, m[k].len, m[k].tag);
+        if (plain) {
+            gp_wc_fence(); /* plain payloads before their header words */
+            for (size_t k = 0; k < n; k++)
+                if (m[k].len > GDRPY_CHAN_LL_MAX) ll_put_header(c, i + k, m[k].len, m[k].tag);
+        }
+        gp_wc_fence();
+        c->head = i + n;
+        return 0;
+    }
     for (size_t k = 0; k < n; k++) {
         char *s = c->ring + (size_t)((i + k) & c->mask) * c->stride;
         gp_wc_store_u64(s + 8, (uint64_t)m[k].len | ((uint64_t)m[k].tag << 32));
@@ -370,44 +498,14 @@ int gdrpy_chan_send_batch(gdrpy_chan_t *c, const gdrpy_chan_msg_t *m, size_t n,
 
 /* ---- receive ---------------------------------------------------------- */
 
-static inline int comp_ready(const gdrpy_chan_t *c, uint64_t j)
+/* PLAIN: completion j is there (acquire on its sequence word). */
+static inline int comp_ready_plain(const gdrpy_chan_t *c, uint64_t j)
 {
     return ld_acq64((const volatile uint64_t *)(c->comp + (size_t)(j & c->cmask) * c->cstride)) == j + 1;
 }
 
-static inline void publish_read(gdrpy_chan_t *c)
-{
-    if (c->rhead - c->published >= c->half) {
-        gp_wc_store_u64(c->dev_c + GDRPY_CHAN_DEV_COMP_READ, c->rhead);
-        gp_wc_fence();
-        c->published = c->rhead;
-    }
-}
-
-/* Waits until completion j is there. */
-static int wait_comp(gdrpy_chan_t *c, uint64_t j, int64_t timeout_ns, const char *what)
-{
-    if (timeout_ns == 0)
-        return gp_err(GDRPY_EAGAIN, "%s: no completion yet", what);
-    gp_wait w;
-    wait_init(&w, timeout_ns);
-    for (;;) {
-        if (comp_ready(c, j)) return 0;
-        if ((w.spins & 63u) == 63u && stopped(ld_acq32(c->status_c))) {
-            if (comp_ready(c, j)) return 0;
-            return gp_err(GDRPY_EPIPE, "%s: the kernel has stopped (status %u) and completion "
-                                       "%llu will not come",
-                          what, ld_acq32(c->status_c),
-                          (unsigned long long)j);
-        }
-        if (wait_expired(&w))
-            return gp_err(GDRPY_ETIMEDOUT, "%s: no completion within %.6f s (%llu received)",
-                          what, timeout_ns * 1e-9, (unsigned long long)c->rhead);
-    }
-}
-
-static inline void take(gdrpy_chan_t *c, uint64_t j, void *buf, size_t cap, uint32_t *len_out,
-                        uint32_t *tag_out)
+static inline void take_plain(gdrpy_chan_t *c, uint64_t j, void *buf, size_t cap,
+                              uint32_t *len_out, uint32_t *tag_out)
 {
     const char *s = c->comp + (size_t)(j & c->cmask) * c->cstride;
     uint64_t h = *(const volatile uint64_t *)(s + 8);
@@ -419,17 +517,91 @@ static inline void take(gdrpy_chan_t *c, uint64_t j, void *buf, size_t cap, uint
     if (tag_out) *tag_out = (uint32_t)(h >> 32);
 }
 
+/* LL: takes completion j if every word it needs carries its sequence
+ * number (copying min(len, cap) payload bytes to buf); 0 if not (yet). */
+static inline int take_ll(gdrpy_chan_t *c, uint64_t j, void *buf, size_t cap, uint32_t *len_out,
+                          uint32_t *tag_out)
+{
+    const char *s = c->comp + (size_t)(j & c->cmask) * c->cstride;
+    uint32_t f = (uint32_t)(j + 1);
+    uint64_t w0 = ld_acq64((const volatile uint64_t *)s);
+    if ((uint32_t)w0 != f) return 0;
+    uint64_t w1 = ld_acq64((const volatile uint64_t *)(s + 8));
+    if ((uint32_t)w1 != f) return 0;
+    uint32_t len = (uint32_t)(w1 >> 32);
+    if (len > c->csize) len = c->csize;
+    size_t n = len < cap ? len : cap;
+    if (len <= GDRPY_CHAN_LL_MAX) {
+        uint32_t d[GDRPY_CHAN_LL_MAX / 4];
+        uint32_t nw = (len + 3) / 4;
+        for (uint32_t k = 0; k < nw; k++) {
+            uint64_t w = ld_acq64((const volatile uint64_t *)(s + 16 + 8 * k));
+            if ((uint32_t)w != f) return 0;
+            d[k] = (uint32_t)(w >> 32);
+        }
+        if (n) memcpy(buf, d, n);
+    } else if (n) {
+        /* a plain-area completion: its header words were stored after a
+         * system-scope fence; the acquire loads above order these after */
+        memcpy(buf, s + c->cpoff, n);
+    }
+    if (len_out) *len_out = len;
+    if (tag_out) *tag_out = (uint32_t)(w0 >> 32);
+    return 1;
+}
+
+/* 1 when completion j was taken (see take_ll; PLAIN: when it is there). */
+static inline int try_take(gdrpy_chan_t *c, uint64_t j, void *buf, size_t cap, uint32_t *len_out,
+                           uint32_t *tag_out)
+{
+    if (__builtin_expect(c->cll, 1)) return take_ll(c, j, buf, cap, len_out, tag_out);
+    if (!comp_ready_plain(c, j)) return 0;
+    take_plain(c, j, buf, cap, len_out, tag_out);
+    return 1;
+}
+
+static inline void publish_read(gdrpy_chan_t *c)
+{
+    if (c->rhead - c->published >= c->half) {
+        gp_wc_store_u64(c->dev_c + GDRPY_CHAN_DEV_COMP_READ, c->rhead);
+        gp_wc_fence();
+        c->published = c->rhead;
+    }
+}
+
+/* Waits until completion j is there and takes it (try_take). */
+static int wait_take(gdrpy_chan_t *c, uint64_t j, void *buf, size_t cap, uint32_t *len_out,
+                     uint32_t *tag_out, int64_t timeout_ns, const char *what)
+{
+    if (timeout_ns == 0)
+        return gp_err(GDRPY_EAGAIN, "%s: no completion yet", what);
+    gp_wait w;
+    wait_init(&w, timeout_ns);
+    for (;;) {
+        if (try_take(c, j, buf, cap, len_out, tag_out)) return 0;
+        if ((w.spins & 63u) == 63u && stopped(ld_acq32(c->status_c))) {
+            if (try_take(c, j, buf, cap, len_out, tag_out)) return 0;
+            return gp_err(GDRPY_EPIPE, "%s: the kernel has stopped (status %u) and completion "
+                                       "%llu will not come",
+                          what, ld_acq32(c->status_c),
+                          (unsigned long long)j);
+        }
+        if (wait_expired(&w))
+            return gp_err(GDRPY_ETIMEDOUT, "%s: no completion within %.6f s (%llu received)",
+                          what, timeout_ns * 1e-9, (unsigned long long)c->rhead);
+    }
+}
+
 int gdrpy_chan_recv(gdrpy_chan_t *c, void *buf, size_t cap, uint32_t *len_out,
                     uint32_t *tag_out, int64_t timeout_ns)
 {
     if (__builtin_expect(!c, 0)) return gp_err(GDRPY_EINVAL, "chan_recv: channel is NULL");
     if (__builtin_expect(cap && !buf, 0)) return gp_err(GDRPY_EINVAL, "chan_recv: buffer is NULL");
     uint64_t j = c->rhead;
-    if (!comp_ready(c, j)) {
-        int rc = wait_comp(c, j, timeout_ns, "chan_recv");
+    if (!try_take(c, j, buf, cap, len_out, tag_out)) {
+        int rc = wait_take(c, j, buf, cap, len_out, tag_out, timeout_ns, "chan_recv");
         if (rc) return rc;
     }
-    take(c, j, buf, cap, len_out, tag_out);
     c->rhead = j + 1;
     publish_read(c);
     return 0;
@@ -449,20 +621,22 @@ int gdrpy_chan_recv_many(gdrpy_chan_t *c, void *buf, size_t stride, uint32_t *le
     if (max > (size_t)c->cmask + 1) max = (size_t)c->cmask + 1;
     uint64_t j = c->rhead;
     size_t avail = 0;
-    while (avail < max && comp_ready(c, j + avail)) avail++;
+#define TAKE_ARGS(k) buf ? (char *)buf + (k) * stride : NULL, buf ? stride : 0, \
+                     lens ? &lens[k] : NULL, tags ? &tags[k] : NULL
+    while (avail < max && try_take(c, j + avail, TAKE_ARGS(avail))) avail++;
     if (avail < min) {
-        if (timeout_ns == 0)
+        if (timeout_ns == 0) {
+            /* nothing taken: the completions stay (rhead unchanged) */
             return gp_err(GDRPY_EAGAIN, "chan_recv_many: %zu of %zu completions there", avail, min);
+        }
         while (avail < min) {
-            int rc = wait_comp(c, j + avail, timeout_ns, "chan_recv_many");
+            int rc = wait_take(c, j + avail, TAKE_ARGS(avail), timeout_ns, "chan_recv_many");
             if (rc) return rc; /* nothing taken: the completions stay */
             avail++;
         }
-        while (avail < max && comp_ready(c, j + avail)) avail++;
+        while (avail < max && try_take(c, j + avail, TAKE_ARGS(avail))) avail++;
     }
-    for (size_t k = 0; k < avail; k++)
-        take(c, j + k, buf ? (char *)buf + k * stride : NULL, buf ? stride : 0,
-             lens ? &lens[k] : NULL, tags ? &tags[k] : NULL);
+#undef TAKE_ARGS
     c->rhead = j + avail;
     publish_read(c);
     *got = avail;
@@ -579,6 +753,67 @@ static void sleep_ns(int64_t ns)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
+/* LL message i in slot s (a CPU reading the ring as the kernel does): 1 when
+ * every word it needs carries its sequence number; *pl = the payload
+ * (unpacked into buf, or the slot's plain area after an acquire load). */
+static int sim_ll_take(const char *s, uint64_t i, const gdrpy_chan_desc_t *d, unsigned char *buf,
+                       uint32_t *len, uint32_t *tag, const unsigned char **pl)
+{
+    uint32_t f = (uint32_t)(i + 1);
+    uint64_t w0 = __atomic_load_n((const uint64_t *)s, __ATOMIC_RELAXED);
+    uint64_t w1 = __atomic_load_n((const uint64_t *)(s + 8), __ATOMIC_RELAXED);
+    if ((uint32_t)w0 != f || (uint32_t)w1 != f) return 0;
+    uint32_t n = (uint32_t)(w1 >> 32);
+    if (n <= GDRPY_CHAN_LL_MAX) {
+        for (uint32_t k = 0; k < (n + 3) / 4; k++) {
+            uint64_t w = __atomic_load_n((const uint64_t *)(s + 16 + 8 * k), __ATOMIC_RELAXED);
+            if ((uint32_t)w != f) return 0;
+            uint32_t v = (uint32_t)(w >> 32);
+            memcpy(buf + 4 * k, &v, n - 4 * k < 4 ? n - 4 * k : 4);
+        }
+        *pl = buf;
+    } else {
+        /* plain area: confirm word 0 with an acquire load (the host's
+         * sfence between payload and header words is the release) */
+        if ((uint32_t)__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != f) return 0;
+        uint32_t w, off, stride;
+        gdrpy_chan_slot_layout(d->flags, d->slot_size, &w, &off, &stride);
+        *pl = (const unsigned char *)s + off;
+    }
+    *len = n;
+    *tag = (uint32_t)(w0 >> 32);
+    return 1;
+}
+
+/* Writes LL completion j: words in any order (each carries the sequence);
+ * a payload longer than LL_MAX goes to the plain area, then a release, then
+ * the header words. */
+static void sim_ll_complete(char *cs, uint64_t j, const gdrpy_chan_desc_t *d, const void *src,
+                            uint32_t len, uint32_t tag)
+{
+    uint32_t f = (uint32_t)(j + 1), llw, off, stride;
+    gdrpy_chan_slot_layout(d->flags, d->comp_size, &llw, &off, &stride);
+    uint32_t words = ll_refresh(j, d->comp_nslots) ? llw : 0;
+    const unsigned char *p = src;
+    if (len <= GDRPY_CHAN_LL_MAX) {
+        uint32_t nw = (len + 3) / 4;
+        if (words < nw) words = nw;
+        for (uint32_t k = 0; k < words; k++) {
+            uint32_t v = 0;
+            if (4 * k < len) memcpy(&v, p + 4 * k, len - 4 * k < 4 ? len - 4 * k : 4);
+            __atomic_store_n((uint64_t *)(cs + 16 + 8 * k), llword(f, v), __ATOMIC_RELAXED);
+        }
+        __atomic_store_n((uint64_t *)(cs + 8), llword(f, len), __ATOMIC_RELAXED);
+        __atomic_store_n((uint64_t *)cs, llword(f, tag), __ATOMIC_RELAXED);
+        return;
+    }
+    for (uint32_t k = 0; k < words; k++)
+        __atomic_store_n((uint64_t *)(cs + 16 + 8 * k), llword(f, 0), __ATOMIC_RELAXED);
+    memcpy(cs + off, src, len);
+    __atomic_store_n((uint64_t *)(cs + 8), llword(f, len), __ATOMIC_RELEASE);
+    __atomic_store_n((uint64_t *)cs, llword(f, tag), __ATOMIC_RELEASE);
+}
+
 static void *sim_consumer_main(void *arg)
 {
     struct gdrpy_chan_sim_consumer *sc = arg;
@@ -593,6 +828,8 @@ static void *sim_consumer_main(void *arg)
     char *comp = host + GDRPY_CHAN_HOST_CTRL;
     uint64_t *consumed_p = (uint64_t *)(host + GDRPY_CHAN_HOST_CONSUMED);
     unsigned char *expect = malloc(d->slot_size ? d->slot_size : 1);
+    unsigned char llbuf[GDRPY_CHAN_LL_MAX];
+    const int ll = !(d->flags & GDRPY_CHAN_PLAIN);
     uint64_t head = 0, comp_head = 0, credit = 0;
     uint32_t status = GDRPY_CHAN_ST_STOPPED;
     if (sc->delay_ns > 0) sleep_ns(sc->delay_ns);
@@ -605,11 +842,17 @@ static void *sim_consumer_main(void *arg)
          * once per batch: the contract is "at the next check"). */
         if (__atomic_load_n((const uint32_t *)mode_p, __ATOMIC_ACQUIRE) == GDRPY_CHAN_ABORT)
             break;
-        if (__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) == head + 1) {
-            uint64_t h = *(const volatile uint64_t *)(s + 8);
-            uint32_t len = (uint32_t)h, tag = (uint32_t)(h >> 32);
+        uint32_t len = 0, tag = 0;
+        const unsigned char *pl = NULL;
+        if (ll ? sim_ll_take(s, head, d, llbuf, &len, &tag, &pl)
+               : __atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) == head + 1) {
+            if (!ll) {
+                uint64_t h = *(const volatile uint64_t *)(s + 8);
+                len = (uint32_t)h;
+                tag = (uint32_t)(h >> 32);
+                pl = (const unsigned char *)s + GDRPY_CHAN_HDR;
+            }
             if (len > d->slot_size) len = d->slot_size;
-            const unsigned char *pl = (const unsigned char *)s + GDRPY_CHAN_HDR;
             if (sc->flags & GDRPY_CHAN_SIM_CHECK) {
                 gdrpy_chan_pattern(head, expect, len);
                 if (tag != (uint32_t)head || (expect && memcmp(expect, pl, len) != 0)) {
@@ -642,9 +885,13 @@ static void *sim_consumer_main(void *arg)
                     rl = d->comp_size < sizeof r ? d->comp_size : (uint32_t)sizeof r;
                 }
                 char *cs = comp + (size_t)(comp_head & (d->comp_nslots - 1)) * d->comp_stride;
-                *(volatile uint64_t *)(cs + 8) = (uint64_t)rl | ((uint64_t)tag << 32);
-                memcpy(cs + GDRPY_CHAN_HDR, src, rl);
-                __atomic_store_n((uint64_t *)cs, comp_head + 1, __ATOMIC_RELEASE);
+                if (ll) {
+                    sim_ll_complete(cs, comp_head, d, src, rl, tag);
+                } else {
+                    *(volatile uint64_t *)(cs + 8) = (uint64_t)rl | ((uint64_t)tag << 32);
+                    memcpy(cs + GDRPY_CHAN_HDR, src, rl);
+                    __atomic_store_n((uint64_t *)cs, comp_head + 1, __ATOMIC_RELEASE);
+                }
                 comp_head++;
             }
             head++;

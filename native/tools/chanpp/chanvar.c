@@ -10,6 +10,12 @@
  *   gdrpy_chanpp --list-variants                  name<TAB>-D macros, one a line
  *   gdrpy_chanpp --variants --cubin-dir DIR [--only a,b] [--iters 20000]
  *                [--rounds 5] [--warmup 500] [--cpu N] [--device N] [--timeout S]
+ *                [--alloc cumemalloc|vmm|both]
+ *       --alloc: where the rings live: cuMemAlloc (default), cuMemCreate with
+ *       gpuDirectRDMACapable (as GDRCopy's pplat -a cuMemCreate; rows NAME@vmm),
+ *       or both side by side.  Every row also lists the SM its kernel ran on
+ *       in each round ("sm:median"), since the persistent kernel's placement
+ *       relative to the polled memory is one source of round-to-round spread.
  *   gdrpy_chanpp --variants --sim [--sim-corrupt a,b]   a CPU thread stands in for the
  *                kernel (--sim-corrupt: it answers every 997th message of those
  *                variants from a stale payload, to show that the checks fail)
@@ -32,6 +38,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cuvmm.h"
+#include "ptimer.h"
 #include "gdrpy.h"
 #include "gdrpy_channel.h"
 
@@ -44,7 +52,8 @@ typedef struct {
     int sfence2, pause, hcredit;           /* host side */
     int model;                             /* 1: correct by the memory models */
     const char *what;
-    int library; /* the real thing: gdrpy_chan_* + gdrpy_pp_serve */
+    int library; /* the real thing: gdrpy_chan_* + gdrpy_pp_serve (2: PLAIN slots;
+                  * 3: compiled with -DGDRPY_CHAN_POLL_LANES=1) */
 } variant_t;
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
@@ -52,7 +61,11 @@ typedef struct {
  * see docs/channel.md "Variants" for the argument of each row. */
 static const variant_t VARIANTS[] = {
     {"library", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped", 1},
+     "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped (LL)", 1},
+    {"library-plain", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "the same channel with GDRPY_CHAN_PLAIN slots (acquire poll, release completions)", 2},
+    {"library-poll1", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library (LL), but lane 0 alone polls (GDRPY_CHAN_POLL_LANES=1: no batches)", 3},
     {"floor-flag", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
      "pplat flag-only: host flag store+sfence; thread 0 volatile poll, volatile answer", 0},
     {"floor-data", 2, 0, 4, 0, 4, 0, 1, 0, 0, 0,
@@ -95,7 +108,7 @@ static const variant_t VARIANTS[] = {
 static void defines(const variant_t *v, char *out, size_t n)
 {
     if (v->library) {
-        snprintf(out, n, "@channel_kernels.cu");
+        snprintf(out, n, "@channel_kernels.cu%s", v->library == 3 ? " -DGDRPY_CHAN_POLL_LANES=1" : "");
         return;
     }
     snprintf(out, n, "-DVAR_FLOOR=%d -DVAR_WARP=%d -DVAR_POLL=%d -DVAR_MSG=%d -DVAR_PUB=%d "
@@ -223,7 +236,11 @@ typedef struct {
     int64_t *t;      /* samples */
     size_t nt;
     double round_med[64];
+    int round_sm[64]; /* the SM the round's kernel ran on (-1: unknown) */
     int nrounds;
+    int vmm;    /* memory from cuMemCreate (gpuDirectRDMACapable), not cuMemAlloc */
+    int cur_sm; /* this round's */
+    char name[48];
     uint64_t host_bad; /* answers with a wrong checksum/seq */
     uint64_t kern_bad; /* messages the kernel found stale */
     char state[160];   /* "" = fine, else why it stopped */
@@ -239,11 +256,13 @@ typedef struct {
 } vstate_t;
 
 static const gdrpy_chan_config_t LIB_CFG = {64, 16, 0, 16, 0, 0};
+static const gdrpy_chan_config_t LIB_CFG_PLAIN = {64, 16, 0, 16, GDRPY_CHAN_PLAIN, 0};
 
 static int lib_start(vstate_t *s, int sim, int64_t tmo_ns)
 {
     s->lseq = 0;
-    int rc = gdrpy_chan_create(s->ctx, s->pin, &LIB_CFG, &s->ch);
+    int rc = gdrpy_chan_create(s->ctx, s->pin, s->v->library == 2 ? &LIB_CFG_PLAIN : &LIB_CFG,
+                               &s->ch);
     if (rc) {
         snprintf(s->state, sizeof s->state, "chan_create: %.120s", gdrpy_last_error());
         return -1;
@@ -269,6 +288,7 @@ static int lib_start(vstate_t *s, int sim, int64_t tmo_ns)
         snprintf(s->state, sizeof s->state, "NOATTACH: %.120s", gdrpy_last_error());
         return -1;
     }
+    s->cur_sm = sim ? -1 : (int)ld32((const char *)gdrpy_chan_host_block(s->ch) + GDRPY_CHAN_HOST_SMID);
     return 0;
 }
 
@@ -279,10 +299,10 @@ static int lib_roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
         uint64_t seq;
         uint32_t csum, len;
     } ans;
-    int64_t t0 = cv_now();
+    uint64_t t0 = pt_now();
     int rc = gdrpy_chan_send(s->ch, &data, 4, (uint32_t)s->next, tmo_ns);
     if (!rc) rc = gdrpy_chan_recv(s->ch, &ans, sizeof ans, NULL, NULL, tmo_ns);
-    int64_t t1 = cv_now();
+    uint64_t t1 = pt_now();
     if (rc) {
         snprintf(s->state, sizeof s->state, "TIMEOUT/ERROR: %.120s", gdrpy_last_error());
         return -1;
@@ -291,7 +311,7 @@ static int lib_roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
     if (ans.seq != s->lseq || ans.len != 4 || ans.csum != gdrpy_chan_checksum(&data, 4))
         s->host_bad++;
     s->next++;
-    *dt = t1 - t0;
+    *dt = pt_ns(t1 - t0);
     return 0;
 }
 
@@ -409,7 +429,7 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
     const variant_t *v = s->v;
     uint64_t i = s->next, seq = i + 1;
     char *dev = s->dev, *host = s->host;
-    int64_t t0 = cv_now();
+    uint64_t t0 = pt_now(); /* the timeouts' clock starts only after 1024 spins */
     /* send */
     if (v->floor) {
         if (v->floor == 2) {
@@ -420,11 +440,12 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
         cv_sfence();
     } else {
         if (v->cons && i - s->credit >= CV_NSLOTS) { /* slot reuse: wait for the release */
-            int64_t end = t0 + tmo_ns;
+            int64_t end = 0;
             for (unsigned n = 0;; n++) {
                 s->credit = ld64(host);
                 if (i - s->credit < CV_NSLOTS) break;
-                if ((n & 1023u) == 0 && cv_now() > end) {
+                if ((n & 1023u) == 1023u && !end) end = cv_now() + tmo_ns;
+                else if ((n & 1023u) == 1023u && cv_now() > end) {
                     snprintf(s->state, sizeof s->state, "TIMEOUT waiting for consumed (msg %llu)",
                              (unsigned long long)i);
                     return -1;
@@ -445,7 +466,7 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
     }
     /* receive */
     const char *c = v->floor ? host + 64 : host + CV_COMP + (i & (CV_NSLOTS - 1)) * 64u;
-    int64_t end = t0 + tmo_ns;
+    int64_t end = 0;
     uint32_t cs, bad = 0;
     for (unsigned n = 0;; n++) {
         int ok;
@@ -455,7 +476,8 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
         else ok = ld64(c) == seq;
         if (ok) break;
         if (v->pause) cv_pause();
-        if ((n & 1023u) == 1023u && cv_now() > end) {
+        if ((n & 1023u) == 1023u && !end) end = cv_now() + tmo_ns;
+        else if ((n & 1023u) == 1023u && cv_now() > end) {
             snprintf(s->state, sizeof s->state, "TIMEOUT: no answer to message %llu",
                      (unsigned long long)i);
             return -1;
@@ -475,10 +497,10 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
         st64(dev + 64, seq); /* stands for the library's completion-count store */
         cv_sfence();
     }
-    int64_t t1 = cv_now();
+    uint64_t t1 = pt_now();
     if (cs != cv_csum(i) || bad) s->host_bad++;
     s->next = i + 1;
-    *dt = t1 - t0;
+    *dt = pt_ns(t1 - t0);
     return 0;
 }
 
@@ -512,6 +534,7 @@ static int start_kernel(vstate_t *s, int sim, int64_t tmo_ns)
         }
         if (sim) sched_yield();
     }
+    s->cur_sm = sim ? -1 : (int)ld32(s->host + 32);
     return 0;
 }
 
@@ -578,7 +601,7 @@ static void *read_file(const char *path)
 
 int chanvar_main(int argc, char **argv)
 {
-    const char *dir = NULL, *only = NULL, *corrupt = NULL;
+    const char *dir = NULL, *only = NULL, *corrupt = NULL, *alloc = "cumemalloc";
     int device = 0, iters = 20000, rounds = 5, warmup = 500, cpu = -1, sim = 0, list = 0;
     double timeout_s = 1.0;
     for (int i = 1; i < argc; i++) {
@@ -598,6 +621,7 @@ int chanvar_main(int argc, char **argv)
         }
         if (!strcmp(a, "--cubin-dir")) dir = val;
         else if (!strcmp(a, "--only")) only = val;
+        else if (!strcmp(a, "--alloc")) alloc = val;
         else if (!strcmp(a, "--sim-corrupt")) corrupt = val;
         else if (!strcmp(a, "--device")) device = atoi(val);
         else if (!strcmp(a, "--iters")) iters = atoi(val);
@@ -624,6 +648,14 @@ int chanvar_main(int argc, char **argv)
         fprintf(stderr, "chanvar: need --iters >= 1, 1 <= --rounds <= 64, --warmup >= 0\n");
         return 2;
     }
+    int kinds[2], nk = 0;
+    if (!strcmp(alloc, "cumemalloc")) kinds[nk++] = 0;
+    else if (!strcmp(alloc, "vmm")) kinds[nk++] = 1;
+    else if (!strcmp(alloc, "both")) kinds[nk++] = 0, kinds[nk++] = 1;
+    else {
+        fprintf(stderr, "chanvar: --alloc must be cumemalloc, vmm or both\n");
+        return 2;
+    }
     if (!sim && !dir) {
         fprintf(stderr, "chanvar: --cubin-dir DIR is required (or --sim)\n");
         return 2;
@@ -637,24 +669,27 @@ int chanvar_main(int argc, char **argv)
                     strerror(errno));
     }
     int64_t tmo = (int64_t)(timeout_s * 1e9);
+    pt_init();
     int per_round = (iters + rounds - 1) / rounds;
+    const int NR = NV * nk; /* rows: every variant on every kind of memory */
     size_t total = ((size_t)NV * CV_REGION + GDRPY_GPU_PAGE_SIZE - 1) &
                    ~(size_t)(GDRPY_GPU_PAGE_SIZE - 1);
-    vstate_t *vs = calloc((size_t)NV, sizeof *vs);
-    char *devbase = NULL, *hostbase = NULL;
-    uint64_t dev_gpu = 0, host_gpu = 0;
+    size_t htotal = (size_t)NR * CV_REGION;
+    vstate_t *vs = calloc((size_t)NR, sizeof *vs);
+    char *devbase[2] = {NULL, NULL}, *hostbase = NULL;
+    uint64_t dev_gpu[2] = {0, 0}, host_gpu = 0;
     char err[512];
     gdrpy_ctx_t ctx = 0;
-    gdrpy_pin_t pin = 0;
+    gdrpy_pin_t pin[2] = {0, 0};
     if (sim) {
-        devbase = aligned_alloc(4096, total);
-        hostbase = aligned_alloc(4096, total);
-        if (!devbase || !hostbase) {
+        hostbase = aligned_alloc(4096, htotal);
+        for (int q = 0; q < nk; q++) devbase[q] = aligned_alloc(4096, total);
+        if (!hostbase || !devbase[0] || (nk > 1 && !devbase[1])) {
             fprintf(stderr, "chanvar: out of memory\n");
             return 1;
         }
-        memset(devbase, 0, total);
-        memset(hostbase, 0, total);
+        for (int q = 0; q < nk; q++) memset(devbase[q], 0, total);
+        memset(hostbase, 0, htotal);
         if (gdrpy_open(device, GDRPY_BACKEND_SIM, &ctx)) {
             fprintf(stderr, "chanvar: gdrpy_open(sim): %s\n", gdrpy_last_error());
             return 1;
@@ -666,37 +701,57 @@ int chanvar_main(int argc, char **argv)
         }
         int dv;
         void *cctx;
-        CUdeviceptr raw, hp_gpu;
+        CUdeviceptr hp_gpu;
         void *hp;
         if (cv_cu.Init(0) || cv_cu.DeviceGet(&dv, device) || cv_cu.PrimaryCtxRetain(&cctx, dv) ||
-            cv_cu.CtxSetCurrent(cctx) || cv_cu.MemAlloc(&raw, total + GDRPY_GPU_PAGE_SIZE) ||
-            cv_cu.HostAlloc(&hp, total, 0x1 | 0x2 /* PORTABLE | DEVICEMAP */) ||
+            cv_cu.CtxSetCurrent(cctx) ||
+            cv_cu.HostAlloc(&hp, htotal, 0x1 | 0x2 /* PORTABLE | DEVICEMAP */) ||
             cv_cu.HostGetDevicePointer(&hp_gpu, hp, 0)) {
             fprintf(stderr, "chanvar: CUDA setup failed\n");
             return 1;
         }
-        dev_gpu = (raw + GDRPY_GPU_PAGE_SIZE - 1) & ~(uint64_t)(GDRPY_GPU_PAGE_SIZE - 1);
         hostbase = hp;
         host_gpu = hp_gpu;
-        memset(hostbase, 0, total);
-        void *mp, *up;
-        if (gdrpy_open(device, GDRPY_BACKEND_AUTO, &ctx) ||
-            gdrpy_pin(ctx, dev_gpu, total, 0, &pin) || gdrpy_map(ctx, pin, &mp, &up)) {
-            fprintf(stderr, "chanvar: gdrpy pin/map failed: %s\n", gdrpy_last_error());
+        memset(hostbase, 0, htotal);
+        if (gdrpy_open(device, GDRPY_BACKEND_AUTO, &ctx)) {
+            fprintf(stderr, "chanvar: gdrpy_open: %s\n", gdrpy_last_error());
             return 1;
         }
-        devbase = up;
-        for (size_t k = 0; k < total; k += 8) st64(devbase + k, 0);
+        for (int q = 0; q < nk; q++) {
+            CUdeviceptr raw;
+            int r;
+            if (kinds[q]) {
+                r = cuvmm_alloc(dv, total, &dev_gpu[q]);
+            } else {
+                r = cv_cu.MemAlloc(&raw, total + GDRPY_GPU_PAGE_SIZE);
+                dev_gpu[q] = (raw + GDRPY_GPU_PAGE_SIZE - 1) & ~(uint64_t)(GDRPY_GPU_PAGE_SIZE - 1);
+            }
+            void *mp, *up;
+            if (r) {
+                fprintf(stderr, "chanvar: %s failed (%d)\n", kinds[q] ? "cuMemCreate" : "cuMemAlloc",
+                        r);
+                return 1;
+            }
+            if (gdrpy_pin(ctx, dev_gpu[q], total, 0, &pin[q]) || gdrpy_map(ctx, pin[q], &mp, &up)) {
+                fprintf(stderr, "chanvar: gdrpy pin/map failed: %s\n", gdrpy_last_error());
+                return 1;
+            }
+            devbase[q] = up;
+            for (size_t k = 0; k < total; k += 8) st64(devbase[q] + k, 0);
+        }
         cv_sfence();
     }
     int nrun = 0;
-    for (int k = 0; k < NV; k++) {
-        vstate_t *s = &vs[k];
+    for (int row = 0; row < NR; row++) {
+        int k = row % NV, q = row / NV;
+        vstate_t *s = &vs[row];
         s->v = &VARIANTS[k];
-        s->dev = devbase + (size_t)k * CV_REGION;
-        s->host = hostbase + (size_t)k * CV_REGION;
-        s->dev_gpu = dev_gpu + (uint64_t)k * CV_REGION;
-        s->host_gpu = host_gpu + (uint64_t)k * CV_REGION;
+        s->vmm = kinds[q];
+        snprintf(s->name, sizeof s->name, "%s%s", s->v->name, s->vmm ? "@vmm" : "");
+        s->dev = devbase[q] + (size_t)k * CV_REGION;
+        s->host = hostbase + (size_t)row * CV_REGION;
+        s->dev_gpu = dev_gpu[q] + (uint64_t)k * CV_REGION;
+        s->host_gpu = host_gpu + (uint64_t)row * CV_REGION;
         s->t = malloc(sizeof(int64_t) * (size_t)per_round * (size_t)rounds);
         s->corrupt = sim && corrupt && in_list(corrupt, s->v->name);
         if (!in_list(only, s->v->name)) {
@@ -709,14 +764,19 @@ int chanvar_main(int argc, char **argv)
             uint64_t d = 0;
             CUdeviceptr raw = 0;
             s->ctx = ctx;
-            gdrpy_chan_device_bytes(&LIB_CFG, &need);
+            gdrpy_chan_device_bytes(s->v->library == 2 ? &LIB_CFG_PLAIN : &LIB_CFG, &need);
             need = (need + GDRPY_GPU_PAGE_SIZE - 1) & ~(size_t)(GDRPY_GPU_PAGE_SIZE - 1);
-            if (sim ? gdrpy_sim_alloc(need, &d) != 0
-                    : cv_cu.MemAlloc(&raw, need + GDRPY_GPU_PAGE_SIZE) != 0) {
+            int bad;
+            if (sim) bad = gdrpy_sim_alloc(need, &d) != 0;
+            else if (s->vmm) bad = cuvmm_alloc(device, need, &d) != 0;
+            else {
+                bad = cv_cu.MemAlloc(&raw, need + GDRPY_GPU_PAGE_SIZE) != 0;
+                d = (raw + GDRPY_GPU_PAGE_SIZE - 1) & ~(uint64_t)(GDRPY_GPU_PAGE_SIZE - 1);
+            }
+            if (bad) {
                 snprintf(s->state, sizeof s->state, "cannot allocate the channel's memory");
                 continue;
             }
-            if (!sim) d = (raw + GDRPY_GPU_PAGE_SIZE - 1) & ~(uint64_t)(GDRPY_GPU_PAGE_SIZE - 1);
             void *mp, *up;
             if (gdrpy_pin(ctx, d, need, 0, &s->pin) || gdrpy_map(ctx, s->pin, &mp, &up)) {
                 snprintf(s->state, sizeof s->state, "pin/map: %.120s", gdrpy_last_error());
@@ -746,7 +806,7 @@ int chanvar_main(int argc, char **argv)
     }
     int64_t t_start = cv_now();
     for (int r = 0; r < rounds; r++) {
-        for (int k = 0; k < NV; k++) {
+        for (int k = 0; k < NR; k++) {
             vstate_t *s = &vs[k];
             if (s->state[0]) continue;
             if (start_kernel(s, sim, tmo)) {
@@ -769,6 +829,7 @@ int chanvar_main(int argc, char **argv)
                 int64_t *tmp = malloc(sizeof(int64_t) * n);
                 memcpy(tmp, s->t + first, sizeof(int64_t) * n);
                 qsort(tmp, n, sizeof *tmp, cmp_i64);
+                s->round_sm[s->nrounds] = s->cur_sm;
                 s->round_med[s->nrounds++] = tmp[n / 2] / 1000.0;
                 free(tmp);
             }
@@ -780,9 +841,12 @@ int chanvar_main(int argc, char **argv)
     printf("\nVARIANTS: 4-byte round trips, %d per variant in %d interleaved rounds (%.1f s), %s"
            "; microseconds\n",
            per_round * rounds, rounds, secs, sim ? "sim (a CPU thread is the kernel)" : "GPU");
+    printf("timer: {");
+    pt_json(stdout);
+    printf("} (one read per sample)\n");
     printf("%-18s %8s %8s %8s %15s  %-28s %-9s %s\n", "variant", "median", "p99", "min",
            "round medians", "check", "order", "what");
-    for (int k = 0; k < NV; k++) {
+    for (int k = 0; k < NR; k++) {
         vstate_t *s = &vs[k];
         if (!in_list(only, s->v->name)) continue;
         char check[160];
@@ -794,10 +858,10 @@ int chanvar_main(int argc, char **argv)
         if (strcmp(check, "PASS")) allok = 0;
         const char *order = s->v->model ? "model" : "empirical";
         if (s->nt == 0) {
-            printf("%-18s %8s %8s %8s %15s  %-28s %-9s %s\n", s->v->name, "-", "-", "-", "-",
+            printf("%-18s %8s %8s %8s %15s  %-28s %-9s %s\n", s->name, "-", "-", "-", "-",
                    check, order, s->v->what);
             printf("{\"variant\": \"%s\", \"n\": 0, \"check\": \"%s\", \"order\": \"%s\"}\n",
-                   s->v->name, check, order);
+                   s->name, check, order);
             continue;
         }
         qsort(s->t, s->nt, sizeof *s->t, cmp_i64);
@@ -811,27 +875,33 @@ int chanvar_main(int argc, char **argv)
         }
         char rm[48];
         snprintf(rm, sizeof rm, "%.2f..%.2f", s->nrounds ? lo : 0, hi);
-        printf("%-18s %8.3f %8.3f %8.3f %15s  %-28s %-9s %s\n", s->v->name, med, p99, mn, rm,
+        printf("%-18s %8.3f %8.3f %8.3f %15s  %-28s %-9s %s\n", s->name, med, p99, mn, rm,
                check, order, s->v->what);
+        char sms[64 * 12] = "";
+        for (int r = 0, o = 0; r < s->nrounds && o < (int)sizeof sms - 12; r++)
+            o += snprintf(sms + o, sizeof sms - (size_t)o, "%s%d:%.2f", r ? " " : "",
+                          s->round_sm[r], s->round_med[r]);
+        if (!sim) printf("%-18s   rounds (sm:median us): %s\n", "", sms);
         printf("{\"variant\": \"%s\", \"n\": %zu, \"median_us\": %.3f, \"p99_us\": %.3f, "
                "\"min_us\": %.3f, \"check\": \"%s\", \"order\": \"%s\"}\n",
-               s->v->name, s->nt, med, p99, mn, check, order);
+               s->name, s->nt, med, p99, mn, check, order);
     }
     printf("SUMMARY chanperf: %d variants, %s\n", nrun,
            allok ? "all passed their checks" : "SOME FAILED (see check column)");
     fflush(stdout);
     int hung = 0;
-    for (int k = 0; k < NV; k++) hung |= !strncmp(vs[k].state, "HANG", 4);
+    for (int k = 0; k < NR; k++) hung |= !strncmp(vs[k].state, "HANG", 4);
     if (!hung) {
-        for (int k = 0; k < NV; k++)
+        for (int k = 0; k < NR; k++)
             if (vs[k].v && vs[k].v->library && vs[k].pin && !vs[k].ch) {
                 gdrpy_unmap(ctx, vs[k].pin);
                 gdrpy_unpin(ctx, vs[k].pin);
             }
-        if (!sim) {
-            gdrpy_unmap(ctx, pin);
-            gdrpy_unpin(ctx, pin);
-        }
+        if (!sim)
+            for (int q = 0; q < nk; q++) {
+                gdrpy_unmap(ctx, pin[q]);
+                gdrpy_unpin(ctx, pin[q]);
+            }
         gdrpy_close(ctx);
     }
     if (hung) {
