@@ -64,8 +64,13 @@ step() {  # step NAME TIMEOUT CMD...: runs CMD, logs to $WORK/NAME.log, records 
     local name=$1 t=$2; shift 2
     echo "=== $name: $*" | tee -a "$WORK/steps.log"
     local t0=$SECONDS
-    timeout "$t" "$@" > "$WORK/$name.log" 2>&1
+    # its own session, so that what a step leaves behind (a test's subprocess, a
+    # persistent kernel's host) is killed with it and cannot skew the next step
+    setsid timeout -k 10 "$t" "$@" > "$WORK/$name.log" 2>&1 &
+    local pid=$!
+    wait "$pid"
     local rc=$?
+    kill -KILL -- "-$pid" 2>/dev/null
     echo "=== $name: rc=$rc in $((SECONDS - t0)) s" | tee -a "$WORK/steps.log"
     tail -n 25 "$WORK/$name.log"
     [ $rc -ne 0 ] && status=1
