@@ -9,20 +9,8 @@
 #include <string.h>
 
 #include "../src/backends/nvrm/nvrm.h"
+#include "tally.h"
 
-static int passed, failed;
-
-#define CHECK(cond, ...)                                           \
-    do {                                                           \
-        if (cond) {                                                \
-            passed++;                                              \
-        } else {                                                   \
-            failed++;                                              \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            printf(__VA_ARGS__);                                   \
-            printf("\n");                                          \
-        }                                                          \
-    } while (0)
 
 static const char *pick(const char *version, const char *force, int *newer)
 {

@@ -14,9 +14,10 @@
 #include <string.h>
 
 #include "gdrpy.h"
+#include "../tally.h"
+#include "fake_client.h"
 
 #define PAGE 65536ull
-typedef int CUresult;
 static CUresult (*cuMemAlloc)(uint64_t *, size_t);
 static CUresult (*cuMemcpyHtoD)(uint64_t, const void *, size_t);
 static CUresult (*cuMemcpyDtoH)(void *, uint64_t, size_t);
@@ -24,37 +25,6 @@ static CUresult (*cuMemCreate)(uint64_t *, size_t, const void *, unsigned long l
 static CUresult (*cuMemAddressReserve)(uint64_t *, size_t, size_t, uint64_t, unsigned long long);
 static CUresult (*cuMemMap)(uint64_t, size_t, size_t, uint64_t, unsigned long long);
 
-/* CUmemAllocationProp (32 bytes): pinned, device 0, POSIX_FD */
-struct prop {
-    int type, htypes, loc_type, loc_id;
-    void *meta;
-    unsigned char c, rdma;
-    unsigned short usage;
-    unsigned char res[4];
-};
-
-static int passed, failed;
-#define CHECK(cond, ...)                                           \
-    do {                                                           \
-        if (cond) {                                                \
-            passed++;                                              \
-        } else {                                                   \
-            failed++;                                              \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            printf(__VA_ARGS__);                                   \
-            printf("\n");                                          \
-        }                                                          \
-    } while (0)
-
-static void *sym(const char *n)
-{
-    void *p = dlsym(RTLD_DEFAULT, n);
-    if (!p) {
-        printf("FAIL: %s not found: run with LD_PRELOAD=.../fakenv/libcuda.so.1\n", n);
-        exit(2);
-    }
-    return p;
-}
 
 int main(void)
 {
@@ -135,7 +105,7 @@ int main(void)
     /* two cuMemCreate chunks mapped side by side: one pin across the seam */
     {
         const size_t C = 2u << 20;
-        struct prop pr = {1, 1, 1, 0, NULL, 0, 1, 0, {0}};
+        struct cu_mem_prop pr = {1, 1, 1, 0, NULL, 0, 1, 0, {0}};
         uint64_t va = 0, h0 = 0, h1 = 0;
         CHECK(cuMemAddressReserve(&va, 2 * C, 0, 0, 0) == 0, "reserve");
         CHECK(cuMemCreate(&h0, C, &pr, 0) == 0 && cuMemCreate(&h1, C, &pr, 0) == 0, "create");

@@ -17,8 +17,9 @@
 #include <string.h>
 
 #include "gdrpy.h"
+#include "../tally.h"
+#include "fake_client.h"
 
-typedef int CUresult;
 static CUresult (*cuMemAlloc)(uint64_t *, size_t);
 static CUresult (*cuMemFree)(uint64_t);
 static CUresult (*cuMemcpyHtoD)(uint64_t, const void *, size_t);
@@ -28,28 +29,6 @@ static void (*fake_htod_reset)(void);
 static uint64_t (*fake_htod_into)(uint64_t, uint64_t);
 static void *(*fake_host_ptr)(uint64_t);
 
-static int passed, failed;
-#define CHECK(cond, ...)                                           \
-    do {                                                           \
-        if (cond) {                                                \
-            passed++;                                              \
-        } else {                                                   \
-            failed++;                                              \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            printf(__VA_ARGS__);                                   \
-            printf("\n");                                          \
-        }                                                          \
-    } while (0)
-
-static void *sym(const char *n)
-{
-    void *p = dlsym(RTLD_DEFAULT, n);
-    if (!p) {
-        printf("FAIL: %s not found: run with LD_PRELOAD=.../fakenv/libcuda.so.1\n", n);
-        exit(2);
-    }
-    return p;
-}
 
 static char report[16384];
 

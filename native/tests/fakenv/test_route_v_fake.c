@@ -16,8 +16,9 @@
 #include <string.h>
 
 #include "gdrpy.h"
+#include "../tally.h"
+#include "fake_client.h"
 
-typedef int CUresult;
 static CUresult (*cuMemcpyHtoD)(uint64_t, const void *, size_t);
 static CUresult (*cuMemcpyDtoH)(void *, uint64_t, size_t);
 static CUresult (*cuMemCreate)(uint64_t *, size_t, const void *, unsigned long long);
@@ -31,40 +32,10 @@ static uint64_t (*fake_htod_into)(uint64_t, uint64_t);
 static void (*fake_arm_lie)(int);
 static void (*fake_arm_ambiguous)(int);
 
-struct prop { /* CUmemAllocationProp: pinned, device 0, no handle type */
-    int type, htypes, loc_type, loc_id;
-    void *meta;
-    unsigned char c, rdma;
-    unsigned short usage;
-    unsigned char res[4];
-};
-
-static int passed, failed;
-#define CHECK(cond, ...)                                           \
-    do {                                                           \
-        if (cond) {                                                \
-            passed++;                                              \
-        } else {                                                   \
-            failed++;                                              \
-            printf("FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
-            printf(__VA_ARGS__);                                   \
-            printf("\n");                                          \
-        }                                                          \
-    } while (0)
-
-static void *sym(const char *n)
-{
-    void *p = dlsym(RTLD_DEFAULT, n);
-    if (!p) {
-        printf("FAIL: %s not found: run with LD_PRELOAD=.../fakenv/libcuda.so.1\n", n);
-        exit(2);
-    }
-    return p;
-}
 
 static uint64_t vmm_alloc(size_t n)
 {
-    struct prop pr = {1, 0, 1, 0, NULL, 0, 1, 0, {0}};
+    struct cu_mem_prop pr = {1, 0, 1, 0, NULL, 0, 1, 0, {0}};
     uint64_t va = 0, h = 0;
     if (cuMemAddressReserve(&va, n, 0, 0, 0) || cuMemCreate(&h, n, &pr, 0) ||
         cuMemMap(va, n, 0, h, 0))
