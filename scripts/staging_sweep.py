@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 import numpy as np
@@ -26,16 +24,7 @@ import numpy as np
 import gdrpy
 from gdrpy import _core
 from gdrpy._sizes import parse_size
-
-
-def _median_s(op: Callable[[], object], reps: int) -> float:
-    op()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        op()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+from gdrpy.staging import _timer as _median_s  # median seconds after one warm-up
 
 
 def _list(text: str, conv: Callable[[str], int]) -> list[int]:
