@@ -16,6 +16,19 @@ $SUDO apt-get install -y -qq --no-install-recommends qemu-user-static make \
 W=$(mktemp -d /tmp/gdrpy-cross.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 
+# qtest ARCH QEMU SYSROOT TEST: one C test under emulation on sim; its last
+# line when it passes, its whole output (and how it ended) when it does not
+qtest() {
+    local log="$W/$1-$4.log" rc=0
+    GDRPY_BACKEND=sim "$2" -L "$3" "$W/$1/$4" > "$log" 2>&1 || rc=$?
+    if [ "$rc" -ne 0 ]; then
+        echo "$1: $4 under $2 ended with status $rc; its output:"
+        cat "$log"
+        exit 1
+    fi
+    tail -n 1 "$log"
+}
+
 declare -A QEMU=([powerpc64le]=qemu-ppc64le-static [riscv64]=qemu-riscv64-static)
 declare -A FENCE=([powerpc64le]='sync' [riscv64]='fence')
 for arch in powerpc64le riscv64; do
@@ -30,10 +43,9 @@ for arch in powerpc64le riscv64; do
     sysroot=/usr/$arch-linux-gnu
     [ "$arch" = powerpc64le ] && sysroot=/usr/powerpc64le-linux-gnu
     "${QEMU[$arch]}" -L "$sysroot" "$W/$arch/test_copy" | grep -E "^test_copy|generic|skip"
-    "${QEMU[$arch]}" -L "$sysroot" "$W/$arch/test_copy_align" | tail -n 1
-    GDRPY_BACKEND=sim "${QEMU[$arch]}" -L "$sysroot" "$W/$arch/test_channel" | tail -n 1
-    GDRPY_BACKEND=sim "${QEMU[$arch]}" -L "$sysroot" "$W/$arch/test_core" | tail -n 1
-    GDRPY_BACKEND=sim "${QEMU[$arch]}" -L "$sysroot" "$W/$arch/test_gdrapi" | tail -n 1
+    for t in test_copy_align test_channel test_core test_gdrapi; do
+        qtest "$arch" "${QEMU[$arch]}" "$sysroot" "$t"
+    done
 done
 
 echo "--- an architecture without fences stops the build with a clear message"
