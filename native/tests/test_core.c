@@ -277,19 +277,19 @@ static int many_cycles_leak_no_fds(void)
 struct racer {
     gdrpy_ctx_t c;
     gdrpy_pin_t p;
-    volatile int stop;
+    int stop; /* both set and read with __atomic (the main thread and racers) */
     int bad;
-    volatile long n;
+    long n;
 };
 
 static void *racer_main(void *arg)
 {
     struct racer *r = arg;
     static unsigned char data[PAGE];
-    while (!r->stop) {
+    while (!__atomic_load_n(&r->stop, __ATOMIC_ACQUIRE)) {
         int rc = gdrpy_write(r->c, r->p, 0, data, sizeof data);
         if (rc == 0) {
-            r->n++;
+            __atomic_fetch_add(&r->n, 1, __ATOMIC_RELAXED);
             continue;
         }
         /* the pin or context went away under us: a clear error, never a fault */
@@ -329,7 +329,7 @@ static int teardown_waits_for_copies_in_other_threads(void)
                 rc = gdrpy_close(c);
             }
             CHECK(rc == 0); /* the bounded wait was long enough */
-            for (int i = 0; i < 4; i++) r[i].stop = 1;
+            for (int i = 0; i < 4; i++) __atomic_store_n(&r[i].stop, 1, __ATOMIC_RELEASE);
             for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
             for (int i = 0; i < 4; i++) CHECK(r[i].bad == 0);
             if (what != 2) CHECK(gdrpy_close(c) == 0);
@@ -356,7 +356,7 @@ static int open_close_never_wait_on_other_contexts_copies(void)
     }
     for (int w = 0; w < 10000; w++) { /* every copier is running (<= 10 s) */
         int all = 1;
-        for (int i = 0; i < 8; i++) all &= r[i].n > 0;
+        for (int i = 0; i < 8; i++) all &= __atomic_load_n(&r[i].n, __ATOMIC_RELAXED) > 0;
         if (all) break;
         usleep(1000);
     }
@@ -368,7 +368,7 @@ static int open_close_never_wait_on_other_contexts_copies(void)
         CHECK(o);
         CHECK(gdrpy_close(o) == 0);
     }
-    for (int i = 0; i < 8; i++) r[i].stop = 1;
+    for (int i = 0; i < 8; i++) __atomic_store_n(&r[i].stop, 1, __ATOMIC_RELEASE);
     for (int i = 0; i < 8; i++) pthread_join(th[i], NULL);
     for (int i = 0; i < 8; i++) CHECK(r[i].bad == 0 && r[i].n > 0);
     CHECK(gdrpy_close(c) == 0);
