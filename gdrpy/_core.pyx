@@ -81,6 +81,14 @@ cdef int _check(int rc) except -1:
     return 0
 
 
+cdef int _stream_wait(gdrpy_ctx_t ch, void *s) except -1:
+    """Wait (GIL released) until stream ``s`` has reached this point."""
+    cdef int rc
+    with nogil:
+        rc = gdrpy_stream_synchronize(ch, s)
+    return _check(rc)
+
+
 cdef extern from "Python.h":
     # The same C API functions as cpython.*'s, declared without Cython's
     # exception checks for the hot paths below, which test the result
@@ -1239,7 +1247,7 @@ cdef class Transfer:
         cdef Py_buffer view
         cdef const char *p
         cdef bint held = False
-        cdef int adv = 0, rc, kind = 0
+        cdef int adv = 0, kind = 0
         cdef double t0 = 0
         if stream is not None:
             s = _stream_ptr(stream)
@@ -1262,9 +1270,7 @@ cdef class Transfer:
                 # Stores straight from the buffer acquired above (held until
                 # the copy is done: one export per put, not two).
                 if stream is not None:
-                    with nogil:
-                        rc = gdrpy_stream_synchronize(self._pin._ctx._h, s)
-                    _check(rc)
+                    _stream_wait(self._pin._ctx._h, s)
                 self._m._ready()   # the export / the wait may have run Python code
                 self._m._store(self._m._ptr + off, p, n)
             else:
@@ -1292,7 +1298,7 @@ cdef class Transfer:
         cdef Py_ssize_t n
         cdef Py_buffer view
         cdef bint held = False
-        cdef int adv = 0, rc, kind = 0
+        cdef int adv = 0, kind = 0
         cdef double t0 = 0
         if stream is not None:
             s = _stream_ptr(stream)
@@ -1319,9 +1325,7 @@ cdef class Transfer:
                 t0 = _now()
             if adv & ADVISE_MAPPING:
                 if stream is not None:
-                    with nogil:
-                        rc = gdrpy_stream_synchronize(self._pin._ctx._h, s)
-                    _check(rc)
+                    _stream_wait(self._pin._ctx._h, s)
                 if held:
                     # Loads straight into the buffer acquired above.
                     self._m._ready()
