@@ -16,40 +16,36 @@ static int n_pass, n_fail, n_skip;
 static int t_failed;
 static const char *t_skip;
 
-#define CHECK(c)                                                                      \
-    do {                                                                              \
-        if (!(c)) {                                                                   \
-            fprintf(stderr, "    %s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); \
-            t_failed = 1;                                                             \
-        }                                                                             \
+/* eq_failed(): reports a failed a == b and marks the running case failed. */
+static int eq_failed(const char *file, int line, const char *ea, const char *eb, long long va,
+                     long long vb)
+{
+    if (va == vb) return 0;
+    fprintf(stderr, "    %s:%d: %s == %s failed: %lld != %lld\n", file, line, ea, eb, va, vb);
+    t_failed = 1;
+    return 1;
+}
+static int cond_failed(const char *file, int line, const char *what, const char *ec, int ok)
+{
+    if (ok) return 0;
+    fprintf(stderr, "    %s:%d: %s(%s) failed\n", file, line, what, ec);
+    t_failed = 1;
+    return 1;
+}
+
+#define CHECK(c) ((void)cond_failed(__FILE__, __LINE__, "CHECK", #c, !!(c)))
+#define CHECK_EQ(a, b) \
+    ((void)eq_failed(__FILE__, __LINE__, #a, #b, (long long)(a), (long long)(b)))
+/* Stop the case when a precondition fails. */
+#define REQUIRE(c)                                                 \
+    do {                                                           \
+        if (cond_failed(__FILE__, __LINE__, "REQUIRE", #c, !!(c))) \
+            return;                                                \
     } while (0)
-#define CHECK_EQ(a, b)                                                              \
-    do {                                                                            \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                       \
-        if (va_ != vb_) {                                                           \
-            fprintf(stderr, "    %s:%d: %s == %s failed: %lld != %lld\n", __FILE__, \
-                    __LINE__, #a, #b, va_, vb_);                                    \
-            t_failed = 1;                                                           \
-        }                                                                           \
-    } while (0)
-/* Stops the case when a precondition fails. */
-#define REQUIRE_EQ(a, b)                                                            \
-    do {                                                                            \
-        long long va_ = (long long)(a), vb_ = (long long)(b);                       \
-        if (va_ != vb_) {                                                           \
-            fprintf(stderr, "    %s:%d: %s == %s failed: %lld != %lld\n", __FILE__, \
-                    __LINE__, #a, #b, va_, vb_);                                    \
-            t_failed = 1;                                                           \
-            return;                                                                 \
-        }                                                                           \
-    } while (0)
-#define REQUIRE(c)                                                                      \
-    do {                                                                                \
-        if (!(c)) {                                                                     \
-            fprintf(stderr, "    %s:%d: REQUIRE(%s) failed\n", __FILE__, __LINE__, #c); \
-            t_failed = 1;                                                               \
-            return;                                                                     \
-        }                                                                               \
+#define REQUIRE_EQ(a, b)                                                           \
+    do {                                                                           \
+        if (eq_failed(__FILE__, __LINE__, #a, #b, (long long)(a), (long long)(b))) \
+            return;                                                                \
     } while (0)
 #define SKIP(why)       \
     do {                \
