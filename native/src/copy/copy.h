@@ -106,50 +106,36 @@ typedef uint32_t gp_u32u __attribute__((aligned(1), may_alias));
 typedef uint64_t gp_u64u __attribute__((aligned(1), may_alias));
 typedef uint64_t gp_u64a __attribute__((may_alias)); /* 8-byte aligned */
 
-/* 1 <= n <= 15, dst in the mapping: two overlapping stores of the largest
- * power of two <= n (one store for n == 1).  For n == 8 this is two loads
- * and two stores to the same address, no loop.  Unaligned: only for
- * mappings that allow it (GP_MAPPING_UNALIGNED_OK, x86 WC memory). */
-GP_INLINE void gp_put_lt16(char *d, const char *s, size_t n)
+/* 1 <= n <= 15: two overlapping accesses of the largest power of two <= n
+ * (one for n == 1), loop-free; for n == 8 two loads and two stores to the
+ * same address.  Writes exactly [d, d+n).  `to_map` (a constant at every
+ * call) makes the stores volatile, for a dst in the mapping; unaligned, so
+ * only for mappings that allow it (GP_MAPPING_UNALIGNED_OK, x86 WC memory).
+ * Plain (to_map 0), the read kernels copy the wanted bytes out of a bounce
+ * buffer with it. */
+#define GP_ST(T, p, v, to_map) \
+    ((to_map) ? (void)(*(volatile T *)(p) = (v)) : (void)(*(T *)(p) = (v)))
+GP_INLINE void gp_lt16(char *d, const char *s, size_t n, int to_map)
 {
     if (n >= 8) {
         uint64_t a = *(const gp_u64u *)s, b = *(const gp_u64u *)(s + n - 8);
-        *(volatile gp_u64u *)d = a;
-        *(volatile gp_u64u *)(d + n - 8) = b;
+        GP_ST(gp_u64u, d, a, to_map);
+        GP_ST(gp_u64u, d + n - 8, b, to_map);
     } else if (n >= 4) {
         uint32_t a = *(const gp_u32u *)s, b = *(const gp_u32u *)(s + n - 4);
-        *(volatile gp_u32u *)d = a;
-        *(volatile gp_u32u *)(d + n - 4) = b;
+        GP_ST(gp_u32u, d, a, to_map);
+        GP_ST(gp_u32u, d + n - 4, b, to_map);
     } else if (n >= 2) {
         uint16_t a = *(const gp_u16u *)s, b = *(const gp_u16u *)(s + n - 2);
-        *(volatile gp_u16u *)d = a;
-        *(volatile gp_u16u *)(d + n - 2) = b;
+        GP_ST(gp_u16u, d, a, to_map);
+        GP_ST(gp_u16u, d + n - 2, b, to_map);
     } else {
-        *(volatile uint8_t *)d = *(const uint8_t *)s;
+        GP_ST(uint8_t, d, *(const uint8_t *)s, to_map);
     }
 }
-
-/* 1 <= n <= 15, neither side in the mapping (the read kernels copy the
- * wanted bytes out of a bounce buffer with it): two overlapping accesses of
- * the largest power of two <= n, loop-free.  Writes exactly [d, d+n). */
-GP_INLINE void gp_mov_lt16(char *d, const char *s, size_t n)
-{
-    if (n >= 8) {
-        uint64_t a = *(const gp_u64u *)s, b = *(const gp_u64u *)(s + n - 8);
-        *(gp_u64u *)d = a;
-        *(gp_u64u *)(d + n - 8) = b;
-    } else if (n >= 4) {
-        uint32_t a = *(const gp_u32u *)s, b = *(const gp_u32u *)(s + n - 4);
-        *(gp_u32u *)d = a;
-        *(gp_u32u *)(d + n - 4) = b;
-    } else if (n >= 2) {
-        uint16_t a = *(const gp_u16u *)s, b = *(const gp_u16u *)(s + n - 2);
-        *(gp_u16u *)d = a;
-        *(gp_u16u *)(d + n - 2) = b;
-    } else {
-        *(uint8_t *)d = *(const uint8_t *)s;
-    }
-}
+#undef GP_ST
+#define gp_put_lt16(d, s, n) gp_lt16((d), (s), (n), 1)
+#define gp_mov_lt16(d, s, n) gp_lt16((d), (s), (n), 0)
 
 /* n >= 0 bytes to the mapping with naturally aligned scalar stores only
  * (1, 2, 4 and 8 bytes), each byte written once, in address order: up to

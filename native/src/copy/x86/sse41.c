@@ -11,11 +11,13 @@
 
 #include "copy.h"
 
-/* 1 <= n <= 64, loop-free: first and last 16 (n < 32) or 32 bytes. */
-GP_INLINE void sse41_put_le64(char *d, const char *s, size_t n)
+/* 1 <= n <= 64, loop-free: first and last 16 (n < 32) or 32 bytes; writes
+ * exactly [d, d+n).  `to_map` as in gp_lt16: into the mapping (put) or out
+ * of a bounce buffer (mov). */
+GP_INLINE void sse41_le64(char *d, const char *s, size_t n, int to_map)
 {
     if (n < 16) {
-        gp_put_lt16(d, s, n);
+        gp_lt16(d, s, n, to_map);
     } else if (n < 32) {
         __m128i a = _mm_loadu_si128((const __m128i *)s);
         __m128i b = _mm_loadu_si128((const __m128i *)(s + n - 16));
@@ -32,29 +34,8 @@ GP_INLINE void sse41_put_le64(char *d, const char *s, size_t n)
         _mm_storeu_si128((__m128i *)(d + n - 16), e);
     }
 }
-
-/* Same shape as sse41_put_le64, plain on both sides: copies the wanted bytes
- * out of a bounce buffer.  Writes exactly [d, d+n). */
-GP_INLINE void sse41_mov_le64(char *d, const char *s, size_t n)
-{
-    if (n < 16) {
-        gp_mov_lt16(d, s, n);
-    } else if (n < 32) {
-        __m128i a = _mm_loadu_si128((const __m128i *)s);
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + n - 16));
-        _mm_storeu_si128((__m128i *)d, a);
-        _mm_storeu_si128((__m128i *)(d + n - 16), b);
-    } else {
-        __m128i a = _mm_loadu_si128((const __m128i *)s);
-        __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
-        __m128i c = _mm_loadu_si128((const __m128i *)(s + n - 32));
-        __m128i e = _mm_loadu_si128((const __m128i *)(s + n - 16));
-        _mm_storeu_si128((__m128i *)d, a);
-        _mm_storeu_si128((__m128i *)(d + 16), b);
-        _mm_storeu_si128((__m128i *)(d + n - 32), c);
-        _mm_storeu_si128((__m128i *)(d + n - 16), e);
-    }
-}
+#define sse41_put_le64(d, s, n) sse41_le64((d), (s), (n), 1)
+#define sse41_mov_le64(d, s, n) sse41_le64((d), (s), (n), 0)
 
 /* One aligned line of the mapping into a bounce buffer: all four MOVNTDQA
  * before any of their data is used (the first allocates the streaming-load

@@ -22,12 +22,14 @@ GP_HIDDEN int gp_cpu_ok_movdir64b(void); /* MOVDIR64B + AVX2 */
 #ifdef GP_COPY_KERNEL_TU
 #ifdef __AVX2__
 #include <immintrin.h>
-/* 1 <= n <= 64, dst in the mapping, with XMM/YMM registers only (no ZMM
- * even in the AVX-512 kernel: small writes are the latency path, which
+/* 1 <= n <= 64 with XMM/YMM registers only, loop-free (first and last 16
+ * or 32 bytes), writes exactly [d, d+n); `to_map` as in gp_lt16: a dst in
+ * the mapping (put) or a copy out of a gp_line64 bounce buffer (mov).  No
+ * ZMM even in the AVX-512 kernel: small writes are the latency path, which
  * costs only some tens of ns, and the first 512-bit instruction after an
  * idle period can run at reduced throughput while the upper vector lanes
- * power up). */
-GP_INLINE void gp_put_le64_avx2(char *d, const char *s, size_t n)
+ * power up. */
+GP_INLINE void gp_le64_avx2(char *d, const char *s, size_t n, int to_map)
 {
     if (n >= 16) {
         if (n >= 32) {
@@ -42,30 +44,11 @@ GP_INLINE void gp_put_le64_avx2(char *d, const char *s, size_t n)
             _mm_storeu_si128((__m128i *)(d + n - 16), b);
         }
     } else {
-        gp_put_lt16(d, s, n);
+        gp_lt16(d, s, n, to_map);
     }
 }
-
-/* 1 <= n <= 64, neither side in the mapping (copies the wanted bytes out of
- * a gp_line64 bounce buffer): XMM/YMM, loop-free, writes exactly [d, d+n). */
-GP_INLINE void gp_mov_le64_avx2(char *d, const char *s, size_t n)
-{
-    if (n >= 16) {
-        if (n >= 32) {
-            __m256i a = _mm256_loadu_si256((const __m256i *)s);
-            __m256i b = _mm256_loadu_si256((const __m256i *)(s + n - 32));
-            _mm256_storeu_si256((__m256i *)d, a);
-            _mm256_storeu_si256((__m256i *)(d + n - 32), b);
-        } else {
-            __m128i a = _mm_loadu_si128((const __m128i *)s);
-            __m128i b = _mm_loadu_si128((const __m128i *)(s + n - 16));
-            _mm_storeu_si128((__m128i *)d, a);
-            _mm_storeu_si128((__m128i *)(d + n - 16), b);
-        }
-    } else {
-        gp_mov_lt16(d, s, n);
-    }
-}
+#define gp_put_le64_avx2(d, s, n) gp_le64_avx2((d), (s), (n), 1)
+#define gp_mov_le64_avx2(d, s, n) gp_le64_avx2((d), (s), (n), 0)
 
 /* One aligned line of the mapping into a bounce buffer: two VMOVNTDQA back
  * to back (the second is served by the streaming-load buffer the first
