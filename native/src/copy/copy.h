@@ -192,6 +192,44 @@ typedef union {
     uint64_t w[8];
 } __attribute__((aligned(64))) gp_line64;
 
+/* The body every vector read kernel shares, as a function definition
+ * (QUAL: static, or GP_INLINE for a body more than one kernel calls).  Only
+ * the aligned 64-byte lines covering [src, src+n) are read, each once: a
+ * partial first or last line lands whole in a gp_line64 (LINE_GET(buf,
+ * line)) and its wanted bytes are copied out (MOV_LE64(d, s, n), 1 <= n <=
+ * 64); both partial lines are read first, so that their reads are in flight
+ * together (and with the interior's); whole lines go straight to dst
+ * (LINES(d, p, pe) copies [p, pe), a multiple of 64 bytes, and returns the
+ * new d). */
+#define GP_DEFINE_FROM_MAPPING(QUAL, name, LINE_GET, MOV_LE64, LINES)                   \
+    QUAL void name(void *dst, const void *src, size_t n)                                \
+    {                                                                                   \
+        if (!n)                                                                         \
+            return;                                                                     \
+        char *d = dst;                                                                  \
+        size_t off = (size_t)((uintptr_t)src & 63); /* src within its line */           \
+        const char *p = (const char *)src - off;    /* first line */                    \
+        gp_line64 head, tail;                                                           \
+        if (off + n <= 64) { /* one line */                                             \
+            LINE_GET(&head, p);                                                         \
+            MOV_LE64(d, (const char *)head.b + off, n);                                 \
+            return;                                                                     \
+        }                                                                               \
+        size_t tn = (size_t)(((uintptr_t)src + n) & 63); /* wanted of a partial last */ \
+        const char *pe = (const char *)src + n - tn;     /* end of the whole lines */   \
+        if (off)                                                                        \
+            LINE_GET(&head, p);                                                         \
+        if (tn)                                                                         \
+            LINE_GET(&tail, pe);                                                        \
+        if (off) {                                                                      \
+            MOV_LE64(d, (const char *)head.b + off, 64 - off);                          \
+            d += 64 - off, p += 64;                                                     \
+        }                                                                               \
+        d = LINES(d, p, pe);                                                            \
+        if (tn)                                                                         \
+            MOV_LE64(d, (const char *)tail.b, tn);                                      \
+    }
+
 
 #endif /* GP_COPY_KERNEL_TU */
 

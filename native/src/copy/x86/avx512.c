@@ -59,33 +59,10 @@ GP_INLINE void avx512_line_get(gp_line64 *buf, const char *line)
     _mm512_store_si512((void *)buf->b, _mm512_stream_load_si512((void *)(uintptr_t)line));
 }
 
-/* Reads only the aligned lines covering [src, src+n), each once. */
-static void avx512_from_mapping(void *dst, const void *src, size_t n)
+/* Whole lines [p, pe) to d, two 512-bit streaming loads per iteration;
+ * returns the new d. */
+GP_INLINE char *avx512_lines(char *d, const char *p, const char *pe)
 {
-    if (!n)
-        return;
-    char *d = dst;
-    size_t off = (size_t)((uintptr_t)src & 63); /* src within its line */
-    const char *p = (const char *)src - off;    /* first line */
-    gp_line64 head, tail;
-    if (off + n <= 64) { /* one line */
-        avx512_line_get(&head, p);
-        gp_mov_le64_avx2(d, (const char *)head.b + off, n);
-        return;
-    }
-    size_t tn = (size_t)(((uintptr_t)src + n) & 63); /* bytes wanted of a partial last line */
-    const char *pe = (const char *)src + n - tn;     /* end of the whole lines */
-    /* The partial first and last lines first, so that their reads are in
-     * flight together (and with the interior's). */
-    if (off)
-        avx512_line_get(&head, p);
-    if (tn)
-        avx512_line_get(&tail, pe);
-    if (off) {
-        gp_mov_le64_avx2(d, (const char *)head.b + off, 64 - off);
-        d += 64 - off, p += 64;
-    }
-    /* Whole lines straight to dst, two per iteration. */
     for (; pe - p >= 128; p += 128, d += 128) {
         __m512i a = _mm512_stream_load_si512((void *)(uintptr_t)p);
         __m512i b = _mm512_stream_load_si512((void *)(uintptr_t)(p + 64));
@@ -96,9 +73,11 @@ static void avx512_from_mapping(void *dst, const void *src, size_t n)
         _mm512_storeu_si512((void *)d, _mm512_stream_load_si512((void *)(uintptr_t)p));
         d += 64;
     }
-    if (tn)
-        gp_mov_le64_avx2(d, (const char *)tail.b, tn);
+    return d;
 }
+
+GP_DEFINE_FROM_MAPPING(static, avx512_from_mapping, avx512_line_get, gp_mov_le64_avx2,
+                       avx512_lines)
 
 const gp_copy_kernel gp_copy_avx512 = {
     .name = "avx512",

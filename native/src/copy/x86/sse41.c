@@ -87,33 +87,9 @@ static void sse41_to_mapping(void *dst, const void *src, size_t n)
     _mm_sfence();
 }
 
-/* Reads only the aligned lines covering [src, src+n), each once. */
-static void sse41_from_mapping(void *dst, const void *src, size_t n)
+/* Whole lines [p, pe) to d, four MOVNTDQA per line; returns the new d. */
+GP_INLINE char *sse41_lines(char *d, const char *p, const char *pe)
 {
-    if (!n)
-        return;
-    char *d = dst;
-    size_t off = (size_t)((uintptr_t)src & 63); /* src within its line */
-    const char *p = (const char *)src - off;    /* first line */
-    gp_line64 head, tail;
-    if (off + n <= 64) { /* one line */
-        sse41_line_get(&head, p);
-        sse41_mov_le64(d, (const char *)head.b + off, n);
-        return;
-    }
-    size_t tn = (size_t)(((uintptr_t)src + n) & 63); /* bytes wanted of a partial last line */
-    const char *pe = (const char *)src + n - tn;     /* end of the whole lines */
-    /* The partial first and last lines first, so that their reads are in
-     * flight together (and with the interior's). */
-    if (off)
-        sse41_line_get(&head, p);
-    if (tn)
-        sse41_line_get(&tail, pe);
-    if (off) {
-        sse41_mov_le64(d, (const char *)head.b + off, 64 - off);
-        d += 64 - off, p += 64;
-    }
-    /* Whole lines straight to dst. */
     for (; p != pe; p += 64, d += 64) {
         __m128i *q = (__m128i *)(uintptr_t)p;
         __m128i a = _mm_stream_load_si128(q);
@@ -125,9 +101,10 @@ static void sse41_from_mapping(void *dst, const void *src, size_t n)
         _mm_storeu_si128((__m128i *)(d + 32), c);
         _mm_storeu_si128((__m128i *)(d + 48), e);
     }
-    if (tn)
-        sse41_mov_le64(d, (const char *)tail.b, tn);
+    return d;
 }
+
+GP_DEFINE_FROM_MAPPING(static, sse41_from_mapping, sse41_line_get, sse41_mov_le64, sse41_lines)
 
 const gp_copy_kernel gp_copy_sse41 = {
     .name = "sse41",

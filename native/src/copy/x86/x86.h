@@ -62,36 +62,10 @@ GP_INLINE void gp_line_get_avx2(gp_line64 *buf, const char *line)
     _mm256_store_si256((__m256i *)(buf->b + 32), b);
 }
 
-/* from_mapping with AVX2 streaming loads (shared by the avx2 and movdir64b
- * kernels: MOVDIR64B is a store-only instruction).  Reads only the aligned
- * lines covering [src, src+n), each once (see the contract at the top). */
-GP_INLINE void gp_from_mapping_avx2(void *dst, const void *src, size_t n)
+/* Whole lines [p, pe) to d with AVX2 streaming loads, two lines per
+ * iteration, each line's two loads back to back; returns the new d. */
+GP_INLINE char *gp_lines_avx2(char *d, const char *p, const char *pe)
 {
-    if (!n)
-        return;
-    char *d = dst;
-    size_t off = (size_t)((uintptr_t)src & 63); /* src within its line */
-    const char *p = (const char *)src - off;    /* first line */
-    gp_line64 head, tail;
-    if (off + n <= 64) { /* one line */
-        gp_line_get_avx2(&head, p);
-        gp_mov_le64_avx2(d, (const char *)head.b + off, n);
-        return;
-    }
-    size_t tn = (size_t)(((uintptr_t)src + n) & 63); /* bytes wanted of a partial last line */
-    const char *pe = (const char *)src + n - tn;     /* end of the whole lines */
-    /* The partial first and last lines first, so that their reads are in
-     * flight together (and with the interior's). */
-    if (off)
-        gp_line_get_avx2(&head, p);
-    if (tn)
-        gp_line_get_avx2(&tail, pe);
-    if (off) {
-        gp_mov_le64_avx2(d, (const char *)head.b + off, 64 - off);
-        d += 64 - off, p += 64;
-    }
-    /* Whole lines straight to dst, two per iteration; each line's two
-     * loads back to back. */
     for (; pe - p >= 128; p += 128, d += 128) {
         __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)p);
         __m256i b = _mm256_stream_load_si256((__m256i *)(uintptr_t)(p + 32));
@@ -109,9 +83,13 @@ GP_INLINE void gp_from_mapping_avx2(void *dst, const void *src, size_t n)
         _mm256_storeu_si256((__m256i *)(d + 32), b);
         d += 64;
     }
-    if (tn)
-        gp_mov_le64_avx2(d, (const char *)tail.b, tn);
+    return d;
 }
+
+/* from_mapping with AVX2 streaming loads (shared by the avx2 and movdir64b
+ * kernels: MOVDIR64B is a store-only instruction). */
+GP_DEFINE_FROM_MAPPING(GP_INLINE, gp_from_mapping_avx2, gp_line_get_avx2, gp_mov_le64_avx2,
+                       gp_lines_avx2)
 #endif /* __AVX2__ */
 #endif /* GP_COPY_KERNEL_TU */
 
