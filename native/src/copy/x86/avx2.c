@@ -10,26 +10,10 @@
 
 #include "copy.h"
 
-static void avx2_to_mapping(void *dst, const void *src, size_t n)
+/* n (a multiple of 64) bytes of whole lines: two per iteration, each
+ * line's two halves stored back to back, lines in address order. */
+GP_INLINE void avx2_put_lines(char *d, const char *s, size_t n)
 {
-    char *d = dst;
-    const char *s = src;
-    if (n <= 64) {
-        if (n) {
-            gp_put_le64_avx2(d, s, n);
-            _mm_sfence();
-        }
-        return;
-    }
-    /* Head: plain stores up to the next 64-byte boundary of dst, so every
-     * non-temporal line below is one full, aligned WC burst. */
-    size_t head = (size_t)(-(uintptr_t)d & 63);
-    if (head) {
-        gp_put_le64_avx2(d, s, head);
-        d += head, s += head, n -= head;
-    }
-    /* Two lines per iteration; each line's two halves are stored back to
-     * back, lines in address order. */
     for (; n >= 128; n -= 128, d += 128, s += 128) {
         __m256i a = _mm256_loadu_si256((const __m256i *)s);
         __m256i b = _mm256_loadu_si256((const __m256i *)(s + 32));
@@ -40,17 +24,15 @@ static void avx2_to_mapping(void *dst, const void *src, size_t n)
         _mm256_stream_si256((__m256i *)(d + 64), c);
         _mm256_stream_si256((__m256i *)(d + 96), e);
     }
-    if (n >= 64) {
+    if (n) {
         __m256i a = _mm256_loadu_si256((const __m256i *)s);
         __m256i b = _mm256_loadu_si256((const __m256i *)(s + 32));
         _mm256_stream_si256((__m256i *)d, a);
         _mm256_stream_si256((__m256i *)(d + 32), b);
-        n -= 64, d += 64, s += 64;
     }
-    if (n)
-        gp_put_le64_avx2(d, s, n);
-    _mm_sfence();
 }
+
+GP_DEFINE_TO_MAPPING(avx2_to_mapping, gp_put_le64_avx2, avx2_put_lines)
 
 static void avx2_from_mapping(void *dst, const void *src, size_t n)
 {

@@ -20,36 +20,21 @@
 
 #include "copy.h"
 
-static void avx512_to_mapping(void *dst, const void *src, size_t n)
+/* n (a multiple of 64) bytes of whole lines, one 64-byte VMOVNTDQ each,
+ * two per iteration. */
+GP_INLINE void avx512_put_lines(char *d, const char *s, size_t n)
 {
-    char *d = dst;
-    const char *s = src;
-    if (n <= 64) {
-        if (n) {
-            gp_put_le64_avx2(d, s, n);
-            _mm_sfence();
-        }
-        return;
-    }
-    size_t head = (size_t)(-(uintptr_t)d & 63);
-    if (head) {
-        gp_put_le64_avx2(d, s, head);
-        d += head, s += head, n -= head;
-    }
     for (; n >= 128; n -= 128, d += 128, s += 128) {
         __m512i a = _mm512_loadu_si512((const void *)s);
         __m512i b = _mm512_loadu_si512((const void *)(s + 64));
         _mm512_stream_si512((void *)d, a);
         _mm512_stream_si512((void *)(d + 64), b);
     }
-    if (n >= 64) {
-        _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
-        n -= 64, d += 64, s += 64;
-    }
     if (n)
-        gp_put_le64_avx2(d, s, n);
-    _mm_sfence();
+        _mm512_stream_si512((void *)d, _mm512_loadu_si512((const void *)s));
 }
+
+GP_DEFINE_TO_MAPPING(avx512_to_mapping, gp_put_le64_avx2, avx512_put_lines)
 
 /* One aligned line of the mapping into a bounce buffer: one VMOVNTDQA, one
  * aligned store to the stack.  The intrinsic takes a non-const pointer; it
@@ -61,7 +46,7 @@ GP_INLINE void avx512_line_get(gp_line64 *buf, const char *line)
 
 /* Whole lines [p, pe) to d, two 512-bit streaming loads per iteration;
  * returns the new d. */
-GP_INLINE char *avx512_lines(char *d, const char *p, const char *pe)
+GP_INLINE char *avx512_get_lines(char *d, const char *p, const char *pe)
 {
     for (; pe - p >= 128; p += 128, d += 128) {
         __m512i a = _mm512_stream_load_si512((void *)(uintptr_t)p);
@@ -77,7 +62,7 @@ GP_INLINE char *avx512_lines(char *d, const char *p, const char *pe)
 }
 
 GP_DEFINE_FROM_MAPPING(static, avx512_from_mapping, avx512_line_get, gp_mov_le64_avx2,
-                       avx512_lines)
+                       avx512_get_lines)
 
 const gp_copy_kernel gp_copy_avx512 = {
     .name = "avx512",

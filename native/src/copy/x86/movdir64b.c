@@ -13,37 +13,21 @@
 
 #include "copy.h"
 
-static void movdir64b_to_mapping(void *dst, const void *src, size_t n)
+/* n (a multiple of 64) bytes of whole lines, one MOVDIR64B each (it reads
+ * its 64-byte source with no alignment requirement and writes the aligned
+ * destination line); direct stores are weakly ordered like WC stores, so
+ * the SFENCE at the end orders them. */
+GP_INLINE void movdir64b_put_lines(char *d, const char *s, size_t n)
 {
-    char *d = dst;
-    const char *s = src;
-    if (n <= 64) {
-        if (n) {
-            gp_put_le64_avx2(d, s, n);
-            _mm_sfence();
-        }
-        return;
-    }
-    size_t head = (size_t)(-(uintptr_t)d & 63);
-    if (head) {
-        gp_put_le64_avx2(d, s, head);
-        d += head, s += head, n -= head;
-    }
-    /* MOVDIR64B reads its 64-byte source with no alignment requirement and
-     * writes the aligned destination line. */
     for (; n >= 128; n -= 128, d += 128, s += 128) {
         _movdir64b(d, s);
         _movdir64b(d + 64, s + 64);
     }
-    if (n >= 64) {
-        _movdir64b(d, s);
-        n -= 64, d += 64, s += 64;
-    }
     if (n)
-        gp_put_le64_avx2(d, s, n);
-    /* Direct stores are weakly ordered like WC stores: SFENCE orders them. */
-    _mm_sfence();
+        _movdir64b(d, s);
 }
+
+GP_DEFINE_TO_MAPPING(movdir64b_to_mapping, gp_put_le64_avx2, movdir64b_put_lines)
 
 static void movdir64b_from_mapping(void *dst, const void *src, size_t n)
 {

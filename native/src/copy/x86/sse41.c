@@ -54,24 +54,9 @@ GP_INLINE void sse41_line_get(gp_line64 *buf, const char *line)
     _mm_store_si128((__m128i *)(buf->b + 48), e);
 }
 
-static void sse41_to_mapping(void *dst, const void *src, size_t n)
+/* n (a multiple of 64) bytes of whole lines, four MOVNTDQ per line. */
+GP_INLINE void sse41_put_lines(char *d, const char *s, size_t n)
 {
-    char *d = dst;
-    const char *s = src;
-    if (n <= 64) {
-        if (n) {
-            sse41_put_le64(d, s, n);
-            _mm_sfence();
-        }
-        return;
-    }
-    /* Head: plain stores up to the next 64-byte boundary of dst, so every
-     * non-temporal line below is one full, aligned WC burst. */
-    size_t head = (size_t)(-(uintptr_t)d & 63);
-    if (head) {
-        sse41_put_le64(d, s, head);
-        d += head, s += head, n -= head;
-    }
     for (; n >= 64; n -= 64, d += 64, s += 64) {
         __m128i a = _mm_loadu_si128((const __m128i *)s);
         __m128i b = _mm_loadu_si128((const __m128i *)(s + 16));
@@ -82,13 +67,12 @@ static void sse41_to_mapping(void *dst, const void *src, size_t n)
         _mm_stream_si128((__m128i *)(d + 32), c);
         _mm_stream_si128((__m128i *)(d + 48), e);
     }
-    if (n)
-        sse41_put_le64(d, s, n);
-    _mm_sfence();
 }
 
+GP_DEFINE_TO_MAPPING(sse41_to_mapping, sse41_put_le64, sse41_put_lines)
+
 /* Whole lines [p, pe) to d, four MOVNTDQA per line; returns the new d. */
-GP_INLINE char *sse41_lines(char *d, const char *p, const char *pe)
+GP_INLINE char *sse41_get_lines(char *d, const char *p, const char *pe)
 {
     for (; p != pe; p += 64, d += 64) {
         __m128i *q = (__m128i *)(uintptr_t)p;
@@ -104,7 +88,7 @@ GP_INLINE char *sse41_lines(char *d, const char *p, const char *pe)
     return d;
 }
 
-GP_DEFINE_FROM_MAPPING(static, sse41_from_mapping, sse41_line_get, sse41_mov_le64, sse41_lines)
+GP_DEFINE_FROM_MAPPING(static, sse41_from_mapping, sse41_line_get, sse41_mov_le64, sse41_get_lines)
 
 const gp_copy_kernel gp_copy_sse41 = {
     .name = "sse41",

@@ -20,6 +20,38 @@ GP_HIDDEN int gp_cpu_ok_avx512(void);    /* AVX-512F + BW, ZMM state on */
 GP_HIDDEN int gp_cpu_ok_movdir64b(void); /* MOVDIR64B + AVX2 */
 
 #ifdef GP_COPY_KERNEL_TU
+/* The body every x86 write kernel shares, as a function definition: up to
+ * 64 bytes with plain stores, loop-free (PUT_LE64(d, s, n)); longer copies
+ * take plain stores up to the next 64-byte boundary of dst (so every line
+ * of the bulk is one full, aligned WC burst), whole lines by the kernel's
+ * bulk loop (LINES(d, s, n), n a multiple of 64, lines in address order),
+ * then the tail with plain stores; one SFENCE at the end orders the
+ * non-temporal (or direct) stores before whatever the caller stores next. */
+#define GP_DEFINE_TO_MAPPING(name, PUT_LE64, LINES)        \
+    static void name(void *dst, const void *src, size_t n) \
+    {                                                      \
+        char *d = dst;                                     \
+        const char *s = src;                               \
+        if (n <= 64) {                                     \
+            if (n) {                                       \
+                PUT_LE64(d, s, n);                         \
+                _mm_sfence();                              \
+            }                                              \
+            return;                                        \
+        }                                                  \
+        size_t head = (size_t)(-(uintptr_t)d & 63);        \
+        if (head) {                                        \
+            PUT_LE64(d, s, head);                          \
+            d += head, s += head, n -= head;               \
+        }                                                  \
+        size_t body = n & ~(size_t)63;                     \
+        LINES(d, s, body);                                 \
+        d += body, s += body, n -= body;                   \
+        if (n)                                             \
+            PUT_LE64(d, s, n);                             \
+        _mm_sfence();                                      \
+    }
+
 #ifdef __AVX2__
 #include <immintrin.h>
 /* 1 <= n <= 64 with XMM/YMM registers only, loop-free (first and last 16
@@ -64,7 +96,7 @@ GP_INLINE void gp_line_get_avx2(gp_line64 *buf, const char *line)
 
 /* Whole lines [p, pe) to d with AVX2 streaming loads, two lines per
  * iteration, each line's two loads back to back; returns the new d. */
-GP_INLINE char *gp_lines_avx2(char *d, const char *p, const char *pe)
+GP_INLINE char *gp_get_lines_avx2(char *d, const char *p, const char *pe)
 {
     for (; pe - p >= 128; p += 128, d += 128) {
         __m256i a = _mm256_stream_load_si256((__m256i *)(uintptr_t)p);
@@ -89,7 +121,7 @@ GP_INLINE char *gp_lines_avx2(char *d, const char *p, const char *pe)
 /* from_mapping with AVX2 streaming loads (shared by the avx2 and movdir64b
  * kernels: MOVDIR64B is a store-only instruction). */
 GP_DEFINE_FROM_MAPPING(GP_INLINE, gp_from_mapping_avx2, gp_line_get_avx2, gp_mov_le64_avx2,
-                       gp_lines_avx2)
+                       gp_get_lines_avx2)
 #endif /* __AVX2__ */
 #endif /* GP_COPY_KERNEL_TU */
 
