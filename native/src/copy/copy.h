@@ -71,16 +71,21 @@ GP_HIDDEN const gp_copy_kernel *gp_copy_auto_kernel(void);
 /* ---- the target's kernel set (x86/cpu.c, arm/cpu.c; dispatch.c holds the
  * generic-only set of the other architectures) --------------------------- */
 /* This target's kernels in preference order, generic last. */
-GP_HIDDEN const gp_copy_kernel *const *gp_arch_kernel_list(size_t *count);
+GP_HIDDEN extern const gp_copy_kernel *const gp_arch_kernels[];
+GP_HIDDEN extern const size_t gp_arch_nkernels;
 /* What "auto" picks on this CPU (never NULL; only kernels whose cpu_ok()
  * says yes). */
 GP_HIDDEN const gp_copy_kernel *gp_arch_auto_kernel(void);
 /* "auto, <name>, ..." for messages. */
 GP_HIDDEN extern const char gp_arch_known_names[];
-/* One line per kernel this target knows of that cannot run here, was not
- * compiled, or that auto never picks, with the reason ("ls64: ...\n");
- * "" when there is nothing to say.  Static storage, filled once. */
-GP_HIDDEN const char *gp_arch_kernel_notes(void);
+/* Says, with gp_copy_note(), one line per kernel this target knows of that
+ * cannot run here, was not compiled, or that auto never picks, with the
+ * reason ("ls64: ...\n"); nothing when there is nothing to say.  Called
+ * once, by gdrpy_copy_isa_notes(). */
+GP_HIDDEN void gp_arch_fill_notes(void);
+/* Appends one printf-formatted note to gdrpy_copy_isa_notes()'s text
+ * (dispatch.c; truncated at 512 bytes). */
+GP_HIDDEN void gp_copy_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* ======================================================================= */
 #ifdef GP_COPY_KERNEL_TU

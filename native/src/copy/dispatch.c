@@ -61,6 +61,7 @@
  */
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,17 +73,13 @@
 /* ---- kernel set of architectures without their own kernels ------------ */
 #if !defined(__x86_64__) && !defined(__i386__) && !defined(__aarch64__)
 /* fence.h has stopped the build already where it knows no fences. */
-static const gp_copy_kernel *const g_generic_only[] = {&gp_copy_generic};
+const gp_copy_kernel *const gp_arch_kernels[] = {&gp_copy_generic};
+const size_t gp_arch_nkernels = 1;
 const char gp_arch_known_names[] = "auto, generic";
-const gp_copy_kernel *const *gp_arch_kernel_list(size_t *count)
-{
-    *count = 1;
-    return g_generic_only;
-}
 const gp_copy_kernel *gp_arch_auto_kernel(void) { return &gp_copy_generic; }
-const char *gp_arch_kernel_notes(void)
+void gp_arch_fill_notes(void)
 {
-    return "generic: the only kernel for this architecture (" GP_ARCH_NAME ")\n";
+    gp_copy_note("generic: the only kernel for this architecture (" GP_ARCH_NAME ")\n");
 }
 #endif
 
@@ -91,22 +88,18 @@ const char *gp_arch_kernel_notes(void)
 
 const gp_copy_kernel *const *gp_copy_kernel_list(size_t *count)
 {
-    size_t n;
-    const gp_copy_kernel *const *k = gp_arch_kernel_list(&n);
     if (count)
-        *count = n;
-    return k;
+        *count = gp_arch_nkernels;
+    return gp_arch_kernels;
 }
 
 const gp_copy_kernel *gp_copy_kernel_by_name(const char *name)
 {
     if (!name)
         return NULL;
-    size_t n;
-    const gp_copy_kernel *const *k = gp_arch_kernel_list(&n);
-    for (size_t i = 0; i < n; i++)
-        if (strcasecmp(name, k[i]->name) == 0)
-            return k[i];
+    for (size_t i = 0; i < gp_arch_nkernels; i++)
+        if (strcasecmp(name, gp_arch_kernels[i]->name) == 0)
+            return gp_arch_kernels[i];
     return NULL;
 }
 
@@ -140,13 +133,12 @@ static void copy_init(void)
 {
     size_t len = 0;
     g_available[0] = '\0';
-    size_t nk;
-    const gp_copy_kernel *const *ks = gp_arch_kernel_list(&nk);
-    for (size_t i = 0; i < nk; i++) {
-        if (!ks[i]->cpu_ok())
+    for (size_t i = 0; i < gp_arch_nkernels; i++) {
+        const gp_copy_kernel *ki = gp_arch_kernels[i];
+        if (!ki->cpu_ok())
             continue;
         int w = snprintf(g_available + len, sizeof g_available - len, "%s%s",
-                         len ? "," : "", ks[i]->name);
+                         len ? "," : "", ki->name);
         if (w > 0 && (size_t)w < sizeof g_available - len)
             len += (size_t)w;
     }
@@ -212,9 +204,25 @@ const char *gdrpy_copy_isa_available(void)
     return g_available;
 }
 
+/* ---- notes: why a kernel is not available or not picked ----------------- */
+static char g_notes[512];
+static size_t g_notes_len;
+static pthread_once_t g_notes_once = PTHREAD_ONCE_INIT;
+
+void gp_copy_note(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int w = vsnprintf(g_notes + g_notes_len, sizeof g_notes - g_notes_len, fmt, ap);
+    va_end(ap);
+    if (w > 0 && (size_t)w < sizeof g_notes - g_notes_len)
+        g_notes_len += (size_t)w;
+}
+
 const char *gdrpy_copy_isa_notes(void)
 {
-    return gp_arch_kernel_notes();
+    pthread_once(&g_notes_once, gp_arch_fill_notes);
+    return g_notes;
 }
 
 int gdrpy_set_copy_isa(const char *name)

@@ -54,13 +54,14 @@ int gp_cpu_ok_ls64(void)
 }
 
 /* ---- kernel set ------------------------------------------------------- */
-static const gp_copy_kernel *const g_kernels[] = {
+const gp_copy_kernel *const gp_arch_kernels[] = {
     &gp_copy_neon,
 #ifdef GP_HAVE_LS64
     &gp_copy_ls64,
 #endif
     &gp_copy_generic,
 };
+const size_t gp_arch_nkernels = sizeof gp_arch_kernels / sizeof gp_arch_kernels[0];
 
 #ifdef GP_HAVE_LS64
 const char gp_arch_known_names[] = "auto, neon, ls64, generic";
@@ -68,11 +69,6 @@ const char gp_arch_known_names[] = "auto, neon, ls64, generic";
 const char gp_arch_known_names[] = "auto, neon, generic";
 #endif
 
-const gp_copy_kernel *const *gp_arch_kernel_list(size_t *count)
-{
-    *count = sizeof g_kernels / sizeof g_kernels[0];
-    return g_kernels;
-}
 
 const gp_copy_kernel *gp_arch_auto_kernel(void)
 {
@@ -81,40 +77,23 @@ const gp_copy_kernel *gp_arch_auto_kernel(void)
     return &gp_copy_generic;
 }
 
-static char g_notes[512];
-static pthread_once_t g_notes_once = PTHREAD_ONCE_INIT;
-
-static void notes_fill(void)
+void gp_arch_fill_notes(void)
 {
     pthread_once(&g_cpu_once, cpu_probe);
-    size_t len = 0;
-#define NOTE(...)                                                            \
-    do {                                                                     \
-        int w_ = snprintf(g_notes + len, sizeof g_notes - len, __VA_ARGS__); \
-        if (w_ > 0 && (size_t)w_ < sizeof g_notes - len)                     \
-            len += (size_t)w_;                                               \
-    } while (0)
     if (!g_cpu.asimd)
-        NOTE("neon: the CPU does not report ASIMD (HWCAP_ASIMD in AT_HWCAP)\n");
+        gp_copy_note("neon: the CPU does not report ASIMD (HWCAP_ASIMD in AT_HWCAP)\n");
 #ifdef GP_HAVE_LS64
     if (!g_cpu.ls64)
-        NOTE("ls64: compiled in, but the kernel does not report LS64 for this CPU "
-             "(HWCAP3_LS64 in AT_HWCAP3: a CPU without FEAT_LS64, or a kernel too old "
-             "to report it)\n");
+        gp_copy_note("ls64: compiled in, but the kernel does not report LS64 for this CPU "
+                     "(HWCAP3_LS64 in AT_HWCAP3: a CPU without FEAT_LS64, or a kernel too old "
+                     "to report it)\n");
     else
-        NOTE("ls64: selectable (GDRPY_COPY_ISA=ls64), never chosen by auto: LD64B/ST64B "
-             "fault on ordinary cacheable memory (sim backend, host buffers); BAR1 "
-             "mappings only, unmeasured\n");
+        gp_copy_note("ls64: selectable (GDRPY_COPY_ISA=ls64), never chosen by auto: LD64B/ST64B "
+                     "fault on ordinary cacheable memory (sim backend, host buffers); BAR1 "
+                     "mappings only, unmeasured\n");
 #else
-    NOTE("ls64: not compiled in: the compiler could not build LD64B/ST64B "
-         "(-march=armv8.7-a+ls64 with arm_acle.h's __arm_ld64b/__arm_st64b; GCC >= 12 "
-         "or a recent Clang can)\n");
+    gp_copy_note("ls64: not compiled in: the compiler could not build LD64B/ST64B "
+                 "(-march=armv8.7-a+ls64 with arm_acle.h's __arm_ld64b/__arm_st64b; GCC >= 12 "
+                 "or a recent Clang can)\n");
 #endif
-#undef NOTE
-}
-
-const char *gp_arch_kernel_notes(void)
-{
-    pthread_once(&g_notes_once, notes_fill);
-    return g_notes;
 }

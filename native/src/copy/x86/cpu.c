@@ -80,21 +80,17 @@ int gp_cpu_ok_movdir64b(void)
 
 /* ---- kernel set ------------------------------------------------------- */
 /* Preference order (see the top of dispatch.c). */
-static const gp_copy_kernel *const g_kernels[] = {
+const gp_copy_kernel *const gp_arch_kernels[] = {
     &gp_copy_avx512,
     &gp_copy_avx2,
     &gp_copy_movdir64b,
     &gp_copy_sse41,
     &gp_copy_generic,
 };
+const size_t gp_arch_nkernels = sizeof gp_arch_kernels / sizeof gp_arch_kernels[0];
 
 const char gp_arch_known_names[] = "auto, avx512, avx2, movdir64b, sse41, generic";
 
-const gp_copy_kernel *const *gp_arch_kernel_list(size_t *count)
-{
-    *count = sizeof g_kernels / sizeof g_kernels[0];
-    return g_kernels;
-}
 
 const gp_copy_kernel *gp_arch_auto_kernel(void)
 {
@@ -108,36 +104,19 @@ const gp_copy_kernel *gp_arch_auto_kernel(void)
     return &gp_copy_generic;
 }
 
-static char g_notes[512];
-static pthread_once_t g_notes_once = PTHREAD_ONCE_INIT;
-
-static void notes_fill(void)
+void gp_arch_fill_notes(void)
 {
     pthread_once(&g_cpu_once, cpu_probe);
-    size_t len = 0;
-#define NOTE(...)                                                            \
-    do {                                                                     \
-        int w_ = snprintf(g_notes + len, sizeof g_notes - len, __VA_ARGS__); \
-        if (w_ > 0 && (size_t)w_ < sizeof g_notes - len)                     \
-            len += (size_t)w_;                                               \
-    } while (0)
     if (!g_cpu.avx512)
-        NOTE("avx512: this CPU lacks AVX-512F/BW (or the OS has not enabled ZMM state)\n");
+        gp_copy_note("avx512: this CPU lacks AVX-512F/BW (or the OS has not enabled ZMM state)\n");
     else if (g_cpu.avx512_downclocks)
-        NOTE("avx512: not chosen by auto: this CPU lowers its clock for 512-bit instructions\n");
+        gp_copy_note("avx512: not chosen by auto: this CPU lowers its clock for 512-bit instructions\n");
     if (!g_cpu.avx2)
-        NOTE("avx2: this CPU lacks AVX2 (or the OS has not enabled YMM state)\n");
+        gp_copy_note("avx2: this CPU lacks AVX2 (or the OS has not enabled YMM state)\n");
     if (!g_cpu.movdir64b)
-        NOTE("movdir64b: this CPU lacks MOVDIR64B\n");
+        gp_copy_note("movdir64b: this CPU lacks MOVDIR64B\n");
     else
-        NOTE("movdir64b: selectable, never chosen by auto (its BAR1 bandwidth is unmeasured)\n");
+        gp_copy_note("movdir64b: selectable, never chosen by auto (its BAR1 bandwidth is unmeasured)\n");
     if (!g_cpu.sse41)
-        NOTE("sse41: this CPU lacks SSE4.1\n");
-#undef NOTE
-}
-
-const char *gp_arch_kernel_notes(void)
-{
-    pthread_once(&g_notes_once, notes_fill);
-    return g_notes;
+        gp_copy_note("sse41: this CPU lacks SSE4.1\n");
 }
