@@ -192,8 +192,7 @@ class Rank:
             self.hbuf = self.host.array(np.uint8)
         self.hmv = memoryview(self.hbuf)
         self.ch = self.ch_stream = self.ch_module = self.ch_sim = None
-        if a.channel:
-            self._start_channel(dev)
+        self.dev = dev
         # Calibrate (first use on a GPU host) one rank at a time: two ranks on
         # one GPU must not time copies against each other.
         self.t = None
@@ -202,9 +201,13 @@ class Rank:
                 self.t = self.m.transfer()
             comm.barrier()
 
-    def _start_channel(self, dev):
-        """A channel whose persistent kernel echoes every message back."""
+    def start_channel(self):
+        """A channel whose persistent kernel echoes every message back.  Started
+        after the other columns are measured: two ranks on one GPU are two CUDA
+        contexts, which the GPU time-slices, so while their persistent kernels
+        run every cuMemcpy (calibration, the staged column) waits for a slice."""
         import gdrpy
+        dev = self.dev
         lim = self.a.eager_limit
         self.ch = gdrpy.Channel(self.ctx, nslots=64, slot_size=lim, comp_size=lim)
         if self.sim:
@@ -356,33 +359,25 @@ def rank_main(comm, a) -> int:
               "gpu": r.ctx.info.get("gpu_name"), "thresholds": r.t.thresholds()}
         peer = comm.exchange(me)
         ranks = [me, peer] if comm.rank == 0 else [peer, me]
-        rows = []
         if comm.rank == 0:
             print_header(comm, a, r, ranks)
-        for n in sizes_from(a):
-            large = n > a.large_from
-            iters = a.iters_large if large else a.iters
-            skip = a.skip_large if large else a.skip
-            row = {"size": n}
-            methods = ("gdrpy", "staged") + (("channel",) if a.channel and n <= a.eager_limit
-                                             else ())
-            for method in methods:
-                err = r.validate(method, n)
-                if err:
-                    if comm.rank == 0:
-                        print(f"mpi_eager: DATA CHECK FAILED, {method} path, {n} B: {err}",
-                              file=sys.stderr)
-                    return 1
-                rtt = r.pingpong(method, n, iters, skip)
-                if comm.rank == 0:
-                    row[method] = {"avg_us": float(rtt.sum() / (2 * iters) / 1e3),
-                                   "median_us": float(np.median(rtt) / 2e3),
-                                   "p99_us": float(np.percentile(rtt, 99) / 2e3),
-                                   "iters": iters, "path": r.path_of(method, n)}
-            if comm.rank == 0:
-                rows.append(row)
+        rows = [{"size": n} for n in sizes_from(a)]
+        # The copy columns first, then (kernels started) the channel column.
+        phases = [("gdrpy", "staged")] + ([("channel",)] if a.channel else [])
+        for methods in phases:
+            if methods == ("channel",):
+                r.start_channel()
+            for row in rows:
+                n = row["size"]
+                if methods == ("channel",) and n > a.eager_limit:
+                    continue
+                for method in methods:
+                    if not measure(r, comm, a, method, row):
+                        return 1
+        if comm.rank == 0:
+            for row in rows:
                 print_row(row)
-                sys.stdout.flush()
+            sys.stdout.flush()
         if comm.rank == 0:
             if r.sim:
                 print("# *** SIM backend: host memory stands in for GPU memory; "
@@ -399,6 +394,27 @@ def rank_main(comm, a) -> int:
         r.close()
 
 
+def measure(r, comm, a, method, row) -> bool:
+    """Checks the data on one path at one size, then times it into row[method]
+    (rank 0).  False after a failed data check (reported)."""
+    n = row["size"]
+    large = n > a.large_from
+    iters = a.iters_large if large else a.iters
+    skip = a.skip_large if large else a.skip
+    err = r.validate(method, n)
+    if err:
+        if comm.rank == 0:
+            print(f"mpi_eager: DATA CHECK FAILED, {method} path, {n} B: {err}", file=sys.stderr)
+        return False
+    rtt = r.pingpong(method, n, iters, skip)
+    if comm.rank == 0:
+        row[method] = {"avg_us": float(rtt.sum() / (2 * iters) / 1e3),
+                       "median_us": float(np.median(rtt) / 2e3),
+                       "p99_us": float(np.percentile(rtt, 99) / 2e3),
+                       "iters": iters, "path": r.path_of(method, n)}
+    return True
+
+
 def print_header(comm, a, r, ranks):
     from gdrpy.threshold import format_threshold
     sim = r.sim
@@ -412,7 +428,10 @@ def print_header(comm, a, r, ranks):
     print(f"# backend {r.ctx.backend}; {devs}")
     if ranks[0]["host"] == ranks[1]["host"] and ranks[0]["device"] == ranks[1]["device"] \
             and not sim:
-        print("# both ranks share one GPU (single-GPU host)")
+        print("# both ranks share one GPU (single-GPU host): their CUDA contexts take turns on it,"
+              " so the channel column (one persistent kernel per rank, measured last) waits"
+              " for the GPU's time slices; the copy columns are measured before those kernels"
+              " start")
     th = ranks[0]["thresholds"]
     print(f"# gdrpy: <= {a.eager_limit} B eager (Transfer.get -> send/recv -> Transfer.put; "
           f"rank 0 picker: get via mapping up to {format_threshold(th['d2h'])}, put up to "
