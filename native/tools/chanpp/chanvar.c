@@ -53,7 +53,9 @@ typedef struct {
     int model;                             /* 1: correct by the memory models */
     const char *what;
     int library; /* the real thing: gdrpy_chan_* + gdrpy_pp_serve (2: PLAIN slots;
-                  * 3: compiled with -DGDRPY_CHAN_POLL_LANES=1) */
+                  * 3: compiled with -DGDRPY_CHAN_POLL_LANES=1; 4: the round-3 kernel,
+                  * frozen in chanvar_r3_kernels.cu; 5: -DGDRPY_PP_TIMING, the kernel
+                  * reports its own cycles; 6: -DGDRPY_PP_ANSWER_LANE=1) */
 } variant_t;
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
@@ -62,6 +64,12 @@ typedef struct {
 static const variant_t VARIANTS[] = {
     {"library", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped (LL)", 1},
+    {"library-r3", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "the library's host calls + the round-3 gdrpy_pp_serve (chanvar_r3_kernels.cu, frozen)", 4},
+    {"library-timed", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, the kernel built with -DGDRPY_PP_TIMING (counts its own cycles; see below)", 5},
+    {"library-alane", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, each answer written by its own lane (3 x 16-byte stores), not as one line", 6},
     {"library-plain", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "the same channel with GDRPY_CHAN_PLAIN slots (acquire poll, release completions)", 2},
     {"library-poll1", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -108,7 +116,11 @@ static const variant_t VARIANTS[] = {
 static void defines(const variant_t *v, char *out, size_t n)
 {
     if (v->library) {
-        snprintf(out, n, "@channel_kernels.cu%s", v->library == 3 ? " -DGDRPY_CHAN_POLL_LANES=1" : "");
+        snprintf(out, n, "@%s%s", v->library == 4 ? "chanvar_r3_kernels.cu" : "channel_kernels.cu",
+                 v->library == 3   ? " -DGDRPY_CHAN_POLL_LANES=1"
+                 : v->library == 5 ? " -DGDRPY_PP_TIMING=1"
+                 : v->library == 6 ? " -DGDRPY_PP_ANSWER_LANE=1"
+                                   : "");
         return;
     }
     snprintf(out, n, "-DVAR_FLOOR=%d -DVAR_WARP=%d -DVAR_POLL=%d -DVAR_MSG=%d -DVAR_PUB=%d "
@@ -253,6 +265,8 @@ typedef struct {
     gdrpy_chan_t *ch;
     gdrpy_chan_sim_consumer_t *sc;
     uint64_t lseq; /* messages sent on this round's channel */
+    uint64_t kt[5]; /* library-timed: the kernel's busy cycles, rounds, empty polls,
+                     * cycles and ns from attach to stop (host block [24..63]) */
 } vstate_t;
 
 static const gdrpy_chan_config_t LIB_CFG = {64, 16, 0, 16, 0, 0};
@@ -327,6 +341,9 @@ static int lib_stop(vstate_t *s, int sim, int64_t tmo_ns)
     }
     if (sim && s->sc) gdrpy_chan_sim_consumer_join(s->sc, NULL, NULL, NULL);
     s->sc = NULL;
+    if (ret == 0 && s->v->library == 5 && !sim) /* written before status STOPPED */
+        for (int k = 0; k < 5; k++)
+            s->kt[k] += ld64((const char *)gdrpy_chan_host_block(s->ch) + 24 + 8 * k);
     if (!sim) {
         int64_t end = cv_now() + tmo_ns * 3;
         while (cv_cu.StreamQuery(s->stream) == 600)
@@ -882,6 +899,14 @@ int chanvar_main(int argc, char **argv)
             o += snprintf(sms + o, sizeof sms - (size_t)o, "%s%d:%.2f", r ? " " : "",
                           s->round_sm[r], s->round_med[r]);
         if (!sim) printf("%-18s   rounds (sm:median us): %s\n", "", sms);
+        if (s->kt[1] && s->kt[3] && s->kt[4]) {
+            double ghz = (double)s->kt[3] / (double)s->kt[4];
+            double busy = (double)s->kt[0] / (double)s->kt[1];
+            double idle = s->kt[2] ? (double)(s->kt[3] - s->kt[0]) / (double)s->kt[2] : 0;
+            printf("%-18s   kernel: seen->answer stored %.0f cycles = %.0f ns per round "
+                   "(%llu rounds); empty poll %.0f cycles = %.0f ns; SM clock %.2f GHz\n",
+                   "", busy, busy / ghz, (unsigned long long)s->kt[1], idle, idle / ghz, ghz);
+        }
         printf("{\"variant\": \"%s\", \"n\": %zu, \"median_us\": %.3f, \"p99_us\": %.3f, "
                "\"min_us\": %.3f, \"check\": \"%s\", \"order\": \"%s\"}\n",
                s->name, s->nt, med, p99, mn, check, order);
