@@ -363,9 +363,14 @@ __device__ __forceinline__ bool gdrpy_chan_comp_wait(const gdrpy_chan_desc_t &d,
 }
 
 /* All 32 lanes of one warp: gdrpy_chan_comp_wait() with *credit kept the
- * same in every lane.  The common case - the slot is known to be free - is
- * one compare and a uniform branch (no shuffle on the way to the answer);
- * otherwise lane 0 waits and broadcasts the result and the credit. */
+ * same in every lane (start it at 0 in every lane).  The common case - the
+ * slot is known to be free from an earlier look - is one compare and a
+ * uniform branch (no shuffle on the way to the answer); otherwise lane 0
+ * waits (ld.acquire.sys of the host's count) and broadcasts the result and
+ * the credit, and a __syncwarp() orders lane 0's acquire before every
+ * lane's later stores into the freed slots (the host's loads of the old
+ * completions happen before those stores).  Either way a lane only stores
+ * into slots that an acquire load of this warp has seen freed. */
 __device__ __forceinline__ bool gdrpy_chan_comp_wait_warp(const gdrpy_chan_desc_t &d, gdrpy_u64 j,
                                                           gdrpy_u64 *credit, gdrpy_u64 timeout_ns)
 {
@@ -373,7 +378,9 @@ __device__ __forceinline__ bool gdrpy_chan_comp_wait_warp(const gdrpy_chan_desc_
     int ok = 1;
     if ((threadIdx.x & 31u) == 0) ok = gdrpy_chan_comp_wait(d, j, credit, timeout_ns) ? 1 : 0;
     *credit = __shfl_sync(0xffffffffu, *credit, 0);
-    return __shfl_sync(0xffffffffu, ok, 0) != 0;
+    ok = __shfl_sync(0xffffffffu, ok, 0);
+    __syncwarp();
+    return ok != 0;
 }
 
 /* LL: stores completion j's header words (after its payload is in the
