@@ -273,14 +273,24 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
 #ifndef GDRPY_PP_ANSWER_LANE
 #define GDRPY_PP_ANSWER_LANE 0
 #endif
+/* -DGDRPY_PP_POLL_ONE=0 (the `--variants` row "library-poll32" only): poll
+ * 32 slots always, also while idle (the round-4 first cut). */
+#ifndef GDRPY_PP_POLL_ONE
+#define GDRPY_PP_POLL_ONE 1
+#endif
 
 /* The serving loop of both kernels.  check: verify every payload and tag;
  * `errors` (2 u64 in page-locked host memory, written by lane 0 only):
  * [0] mismatching messages, [1] first such index + 1.  complete: answer
- * every message.  Both slot formats (gdrpy_channel.cuh): each round lane k
- * takes message head + k (LL: its words in registers, one load latency);
- * small messages are handled one per lane, in parallel; a long one (plain
- * area, global memory) by the whole warp. */
+ * every message.  Both slot formats (gdrpy_channel.cuh).  While idle every
+ * lane polls slot head (gdrpy_chan_poll_warp_one: one request per poll;
+ * measured on the H100, a poll of 32 slots took ~590 ns, which the average
+ * message waited half of); a short LL message found that way is answered
+ * by lanes 0..3 from their own copy (no vote, shuffle or divergence).  The
+ * round after one that found messages looks at 32 slots (lane k takes
+ * message head + k, LL: its words in registers): small messages are handled
+ * one per lane, in parallel; a long one (plain area, global memory) by the
+ * whole warp. */
 __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, bool check,
                                       bool complete, volatile u64 *errors)
 {
@@ -295,8 +305,14 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     __syncwarp();
     GDRPY_PP_T_DECL;
     u32 status = GDRPY_CHAN_ST_STOPPED;
+    bool burst = false; /* the last round found messages: look at 32 slots */
     for (;;) {
-        unsigned n = gdrpy_chan_poll_warp_in(d, head, &in);
+        /* idle: every lane polls slot head (one request); after a round
+         * that found messages: lane k looks at head + k (a burst) */
+        const bool one = !burst && GDRPY_PP_POLL_ONE;
+        unsigned n = one ? gdrpy_chan_poll_warp_one(d, head, &in)
+                         : gdrpy_chan_poll_warp_in(d, head, &in);
+        burst = n != 0;
         if (n == 0) {
             GDRPY_PP_POLL();
             u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
@@ -311,6 +327,25 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             status = GDRPY_CHAN_ST_TIMEOUT;
             break;
         }
+        if (one && ll && !in.plain && (!complete || d.comp_size <= 24u || !refresh_lap(d, comp_head, 1))) {
+            /* one short LL message, the same in every lane: no vote, no
+             * shuffle, no divergence on the way to its answer line */
+            if (complete) {
+                const u32 c = words_checksum(in.buf, in.len);
+                if (lane < 4u) {
+                    const u64 i1 = head + 1;
+                    const u32 f = (u32)(comp_head + 1);
+                    const u32 a = al.pair == 0u ? in.tag : (al.pair == 1u ? (u32)i1 : c) & al.am;
+                    const u32 b = al.pair == 0u ? al.clen : (al.pair == 1u ? (u32)(i1 >> 32) : in.len) & al.bm;
+                    gdrpy_st_relaxed_v2(gdrpy_chan_comp_slot(d, comp_head) + 16u * al.pair,
+                                        gdrpy_llword(f, a), gdrpy_llword(f, b));
+                }
+            }
+            if (check && lane == 0 && (words_pattern_errors(in.buf, in.len, head) || in.tag != (u32)head)) {
+                if (nerr++ == 0) errors[1] = head + 1;
+                errors[0] = nerr;
+            }
+        } else {
         /* messages this lane can do alone: LL ones (payload in its local
          * memory) and short plain-area ones */
         bool small = __all_sync(full, lane >= n || in.len <= SMALL_MSG || !in.plain);
@@ -358,6 +393,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
                 }
                 if (complete && lane == 0) answer(d, comp_head + m, head + m, c, len, tag);
             }
+        }
         }
         GDRPY_PP_T1();
         __syncwarp();

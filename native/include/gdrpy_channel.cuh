@@ -591,6 +591,19 @@ __device__ __forceinline__ unsigned gdrpy_chan_poll_warp_in(const gdrpy_chan_des
     return mask == full ? 32u : (unsigned)(__ffs(~mask) - 1);
 }
 
+/* All 32 lanes of one warp, both formats: every lane takes message `head`
+ * (gdrpy_chan_take; the lanes load the same address: one request for the
+ * warp).  1 in every lane when every lane took it, else 0; then every lane
+ * holds the same message in *in.  Cheaper than gdrpy_chan_poll_warp_in()
+ * (32 slots, a request each) for a warp that waits for the next message
+ * alone: serving loops poll this way while idle and look at 32 slots only
+ * right after a round that found messages (bursts). */
+__device__ __forceinline__ unsigned gdrpy_chan_poll_warp_one(const gdrpy_chan_desc_t &d,
+                                                             gdrpy_u64 head, gdrpy_chan_in_t *in)
+{
+    return __all_sync(0xffffffffu, gdrpy_chan_take(d, head, in)) ? 1u : 0u;
+}
+
 /* Lane 0 only: publishes completions [first, first + n) whose headers and
  * payloads any lane of the warp has written (the caller __syncwarp()s
  * first).  One completion: a system-scope release store of its sequence

@@ -70,6 +70,8 @@ static const variant_t VARIANTS[] = {
      "the library's host calls + the round-3 gdrpy_pp_serve (chanvar_r3_kernels.cu, frozen)", 4},
     {"library-timed", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, the kernel built with -DGDRPY_PP_TIMING (counts its own cycles; see below)", 5},
+    {"library-poll32", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, but 32 slots polled also while idle (-DGDRPY_PP_POLL_ONE=0)", 9},
     {"library-alane", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, each answer written by its own lane (3 x 16-byte stores), not as one line", 6},
     {"lib-inline64", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -127,6 +129,7 @@ static void defines(const variant_t *v, char *out, size_t n)
                  v->library == 3   ? " -DGDRPY_CHAN_POLL_LANES=1"
                  : v->library == 5 ? " -DGDRPY_PP_TIMING=1"
                  : v->library == 6 ? " -DGDRPY_PP_ANSWER_LANE=1"
+                 : v->library == 9 ? " -DGDRPY_PP_POLL_ONE=0"
                                    : "");
         return;
     }
@@ -367,7 +370,7 @@ static int lib_roundtrip_inline(vstate_t *s, int64_t tmo_ns, int64_t *dt)
     char *slot = ring + (size_t)(i & (d.nslots - 1)) * d.slot_stride;
     const char *c = comp + (size_t)(i & (d.comp_nslots - 1)) * d.comp_stride;
     uint64_t t0 = pt_now();
-    if (s->v->library == 7 || (i & 0x7fffffffull) < d.nslots) {
+    if (s->v->library == 7 || (i & 0x7fffffffull) < d.nslots) { /* 8: refresh lap only */
         uint64_t w[8] __attribute__((aligned(64))) = {llw(f, tag), llw(f, 4), llw(f, data),
                                                       llw(f, 0), llw(f, 0), llw(f, 0),
                                                       llw(f, 0), llw(f, 0)};
@@ -524,7 +527,7 @@ static void *sim_kernel(void *arg)
 /* 0, or -1 on timeout (s->state says so). */
 static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
 {
-    if (s->v->library >= 7) return lib_roundtrip_inline(s, tmo_ns, dt);
+    if (s->v->library == 7 || s->v->library == 8) return lib_roundtrip_inline(s, tmo_ns, dt);
     if (s->v->library) return lib_roundtrip(s, tmo_ns, dt);
     const variant_t *v = s->v;
     uint64_t i = s->next, seq = i + 1;
