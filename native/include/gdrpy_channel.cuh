@@ -681,7 +681,8 @@ __device__ __forceinline__ gdrpy_u32 gdrpy_chan_idle_warp(const gdrpy_chan_desc_
 
 /* ---- a complete serving loop for one warp ----------------------------- */
 /* Call from all 32 lanes of ONE warp (other warps must not call it).  Each
- * round takes the ready messages (up to 32) and lane k calls
+ * round takes the ready messages (up to 32; while idle it polls only the
+ * next slot, with one request: gdrpy_chan_poll_warp_one) and lane k calls
  *     int handler(u64 index, const volatile unsigned char *payload,
  *                 u32 len, u32 tag, unsigned char *out)
  * for message head + k; it returns the completion's length (<= comp_size
@@ -712,8 +713,13 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     gdrpy_u32 status = GDRPY_CHAN_ST_STOPPED;
+    bool burst = false; /* the last round found messages: look at 32 slots */
     for (;;) {
-        unsigned n = gdrpy_chan_poll_warp_in(d, head, &in);
+        /* idle: every lane polls slot head (one request per poll); after a
+         * round that found messages, lane k looks at head + k */
+        unsigned n = burst ? gdrpy_chan_poll_warp_in(d, head, &in)
+                           : gdrpy_chan_poll_warp_one(d, head, &in);
+        burst = n != 0;
         if (n == 0) {
             gdrpy_u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
             if (stop) { status = stop; break; }
