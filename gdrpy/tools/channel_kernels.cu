@@ -98,14 +98,29 @@ __device__ __forceinline__ u32 lane_pattern_errors(const volatile unsigned char 
     return bad;
 }
 
+/* Bytes [0, n) of a word as a mask (n >= 4: all). */
+__device__ __forceinline__ u32 low_bytes(u32 n)
+{
+    return n >= 4u ? 0xffffffffu : (1u << (8u * n)) - 1u;
+}
+
 /* The same from a taken message's words (gdrpy_chan_in_t.buf, registers:
- * constant indices only). */
+ * constant indices only; words at and after ceil(len/4) are not read).
+ * Byte 4k+b of an LL payload (<= 64 bytes) has the weight 4k+b+1 < 256, so
+ * a word is one dp4a against the packed weights {4k+1, .., 4k+4}; bytes at
+ * and after `len` are masked off (the protocol leaves them unspecified).
+ * Payloads of <= 8 bytes take no loop and no branch per word. */
 __device__ __forceinline__ u32 words_checksum(const u32 (&w)[GDRPY_CHAN_LL_MAX / 4], u32 len)
 {
+    if (len <= 4u) return len ? __dp4a(w[0] & low_bytes(len), 0x04030201u, 0u) : 0u;
+    if (len <= 8u) return __dp4a(w[1] & low_bytes(len - 4u), 0x08070605u, __dp4a(w[0], 0x04030201u, 0u));
+    if (len > GDRPY_CHAN_LL_MAX) len = GDRPY_CHAN_LL_MAX;
+    const u32 nw = (len + 3u) >> 2;
+    const u32 last = low_bytes(len - 4u * (nw - 1u)); /* 1..4 bytes in the last word */
     u32 c = 0;
 #pragma unroll
     for (u32 k = 0; k < GDRPY_CHAN_LL_MAX / 4; ++k)
-        if (4 * k < len) c += bytes_checksum(w[k], 4 * k, len);
+        if (k < nw) c = __dp4a(w[k] & (k + 1u < nw ? 0xffffffffu : last), 0x04030201u + 0x04040404u * k, c);
     return c;
 }
 
@@ -144,23 +159,44 @@ __device__ __forceinline__ void answer(const gdrpy_chan_desc_t &d, u64 j, u64 i,
     gdrpy_chan_comp_fill_words(d, j, w, 16u, tag);
 }
 
+/* Bytes [off, off + 4) of a `clen`-byte answer that exist, as a mask. */
+__device__ __forceinline__ u32 answer_mask(u32 clen, u32 off)
+{
+    return clen <= off ? 0u : clen >= off + 4u ? 0xffffffffu : (1u << (8u * (clen - off))) - 1u;
+}
+
+/* What one lane stores of every answer line (answer_lines): depends only
+ * on the lane and comp_size, so it is computed once, before the loop. */
+struct answer_lane {
+    u32 pair; /* words 2*pair, 2*pair+1 of the line */
+    u32 clen; /* the answer's bytes: min(comp_size, 16) */
+    u32 am, bm; /* masks of the two data words (pair 1: seq; 2: csum, len; 3: pad) */
+};
+
+__device__ __forceinline__ answer_lane answer_lane_of(const gdrpy_chan_desc_t &d)
+{
+    answer_lane a;
+    a.pair = threadIdx.x & 3u;
+    a.clen = d.comp_size < 16u ? d.comp_size : 16u;
+    a.am = a.pair == 1u ? answer_mask(a.clen, 0u) : a.pair == 2u ? answer_mask(a.clen, 8u) : 0u;
+    a.bm = a.pair == 1u ? answer_mask(a.clen, 4u) : a.pair == 2u ? answer_mask(a.clen, 12u) : 0u;
+    return a;
+}
+
 /* LL channels, all 32 lanes: the answers to messages head..head+n-1 (lane
  * k < n holds message head + k's checksum, len and tag) written as whole
  * 64-byte lines - the completion's 6 LL words and 2 pad words {f, 0} - four
- * lanes per line, eight lines per store instruction.  One store instruction
- * per line instead of three per completion: the host's polled line is
- * written once (a partial write to a line the CPU holds costs the I/O hub a
- * read-modify-write, and the CPU a refetch per write).  Every slot is at
- * least 64 bytes; words beyond the completion's LL area are padding or
- * longer completions' LL words, written with the current f (harmless).  The
- * caller uses answer() instead on a refresh lap when the LL area is longer
- * than the line (comp_size > 24). */
-__device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, u64 comp_head, u64 head,
-                                             unsigned n, u32 csum, u32 len, u32 tag)
+ * lanes per line (lane 4m + p stores words 2p, 2p+1 of line m), eight lines
+ * per store instruction.  Every slot is at least 64 bytes; words beyond the
+ * completion's LL area are padding or longer completions' LL words, written
+ * with the current f (harmless).  The caller uses answer() instead on a
+ * refresh lap when the LL area is longer than the line (comp_size > 24). */
+__device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, const answer_lane &al,
+                                             u64 comp_head, u64 head, unsigned n, u32 csum,
+                                             u32 len, u32 tag)
 {
     const unsigned full = 0xffffffffu;
     const unsigned lane = threadIdx.x & 31u;
-    const u32 clen = d.comp_size < 16u ? d.comp_size : 16u;   /* the answer's bytes */
     for (unsigned base = 0; base < n; base += 8) {
         const unsigned m = base + (lane >> 2);                  /* completion of this lane */
         const unsigned src = m < n ? m : 0u;
@@ -170,23 +206,10 @@ __device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, u64 com
         if (m < n) {
             const u64 j = comp_head + m, i1 = head + m + 1;
             const u32 f = (u32)(j + 1);
-            const unsigned pair = lane & 3u;
-            u32 a = 0, b = 0;
-            if (pair == 0) {
-                a = tag_m;
-                b = clen;
-            } else if (pair < 3) {
-                /* data words 2*(pair-1) and 2*(pair-1)+1 of {u64 seq, u32 csum, u32 len} */
-                const u32 k0 = 2u * (pair - 1u);
-                a = pair == 1 ? (u32)i1 : c_m;
-                b = pair == 1 ? (u32)(i1 >> 32) : len_m;
-                if (4u * k0 >= clen) a = 0;
-                else if (4u * k0 + 4u > clen) a &= 0xffffffffu >> (8u * (4u * k0 + 4u - clen));
-                if (4u * k0 + 4u >= clen) b = 0;
-                else if (4u * k0 + 8u > clen) b &= 0xffffffffu >> (8u * (4u * k0 + 8u - clen));
-            }
+            const u32 a = al.pair == 0u ? tag_m : (al.pair == 1u ? (u32)i1 : c_m) & al.am;
+            const u32 b = al.pair == 0u ? al.clen : (al.pair == 1u ? (u32)(i1 >> 32) : len_m) & al.bm;
             unsigned char *line = gdrpy_chan_comp_slot(d, j);
-            gdrpy_st_relaxed_v2(line + 16u * pair, gdrpy_llword(f, a), gdrpy_llword(f, b));
+            gdrpy_st_relaxed_v2(line + 16u * al.pair, gdrpy_llword(f, a), gdrpy_llword(f, b));
         }
     }
 }
@@ -215,13 +238,59 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
     return bad;
 }
 
+/* -DGDRPY_PP_TIMING (the `--variants` row "library-timed" only): lane 0
+ * counts SM clock cycles from seeing messages to having stored their
+ * answers, busy rounds, empty polls and the kernel's cycles and globaltimer
+ * nanoseconds from attach to stop, and leaves them in the host block's
+ * spare words [24..63] (gdrpy_channel.h: unused by the protocol) before it
+ * reports stopped: u64 busy cycles, rounds, polls, total cycles, total ns. */
+#ifdef GDRPY_PP_TIMING
+#define GDRPY_PP_T_DECL u64 t_busy = 0, t_rounds = 0, t_polls = 0, t_c0 = clock64(), \
+                            t_n0 = gdrpy_globaltimer(), t_a = 0
+#define GDRPY_PP_POLL() (++t_polls)
+#define GDRPY_PP_T0() (t_a = clock64())
+#define GDRPY_PP_T1() (t_busy += clock64() - t_a, ++t_rounds)
+#define GDRPY_PP_T_REPORT()                                                        \
+    do {                                                                           \
+        volatile u64 *r = (volatile u64 *)(d.host_ctrl + 24u);                    \
+        r[0] = t_busy;                                                             \
+        r[1] = t_rounds;                                                           \
+        r[2] = t_polls;                                                            \
+        r[3] = clock64() - t_c0;                                                   \
+        r[4] = gdrpy_globaltimer() - t_n0;                                         \
+    } while (0)
+#else
+#define GDRPY_PP_T_DECL
+#define GDRPY_PP_POLL() ((void)0)
+#define GDRPY_PP_T0() ((void)0)
+#define GDRPY_PP_T1() ((void)0)
+#define GDRPY_PP_T_REPORT() ((void)0)
+#endif
+
+/* -DGDRPY_PP_ANSWER_LANE=1 (the `--variants` row "library-alane" only):
+ * each message's lane writes its answer alone (answer(): three 16-byte
+ * stores, the header pair last) instead of four lanes writing the line. */
+#ifndef GDRPY_PP_ANSWER_LANE
+#define GDRPY_PP_ANSWER_LANE 0
+#endif
+/* -DGDRPY_PP_POLL_ONE=0 (the `--variants` row "library-poll32" only): poll
+ * 32 slots always, also while idle (the round-4 first cut). */
+#ifndef GDRPY_PP_POLL_ONE
+#define GDRPY_PP_POLL_ONE 1
+#endif
+
 /* The serving loop of both kernels.  check: verify every payload and tag;
  * `errors` (2 u64 in page-locked host memory, written by lane 0 only):
  * [0] mismatching messages, [1] first such index + 1.  complete: answer
- * every message.  Both slot formats (gdrpy_channel.cuh): each round lane k
- * takes message head + k (LL: its words in registers, one load latency);
- * small messages are handled one per lane, in parallel; a long one (plain
- * area, global memory) by the whole warp. */
+ * every message.  Both slot formats (gdrpy_channel.cuh).  While idle every
+ * lane polls slot head (gdrpy_chan_poll_warp_one: one request per poll;
+ * measured on the H100, a poll of 32 slots took ~590 ns, which the average
+ * message waited half of); a short LL message found that way is answered
+ * by lanes 0..3 from their own copy (no vote, shuffle or divergence).  The
+ * round after one that found messages looks at 32 slots (lane k takes
+ * message head + k, LL: its words in registers): small messages are handled
+ * one per lane, in parallel; a long one (plain area, global memory) by the
+ * whole warp. */
 __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, bool check,
                                       bool complete, volatile u64 *errors)
 {
@@ -231,12 +300,21 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     u64 head = 0, comp_head = 0, credit = 0, t_idle = 0, nerr = 0, published = 0;
     unsigned spins = 0, rounds = 0;
     gdrpy_chan_in_t in;
+    const answer_lane al = answer_lane_of(d);
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
+    GDRPY_PP_T_DECL;
     u32 status = GDRPY_CHAN_ST_STOPPED;
+    bool burst = false; /* the last round found messages: look at 32 slots */
     for (;;) {
-        unsigned n = gdrpy_chan_poll_warp_in(d, head, &in);
+        /* idle: every lane polls slot head (one request); after a round
+         * that found messages: lane k looks at head + k (a burst) */
+        const bool one = !burst && GDRPY_PP_POLL_ONE;
+        unsigned n = one ? gdrpy_chan_poll_warp_one(d, head, &in)
+                         : gdrpy_chan_poll_warp_in(d, head, &in);
+        burst = n != 0;
         if (n == 0) {
+            GDRPY_PP_POLL();
             u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
             if (stop) { status = stop; break; }
             if (ll && spins == 64u && lane == 0) gdrpy_chan_consume_lazy(d, head, &published, true);
@@ -244,12 +322,30 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         }
         spins = 0;
         t_idle = 0;
-        if (complete) {
-            int ok = 1;
-            if (lane == 0) ok = gdrpy_chan_comp_wait(d, comp_head + n - 1, &credit, idle_ns) ? 1 : 0;
-            ok = __shfl_sync(full, ok, 0);
-            if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
+        GDRPY_PP_T0();
+        if (complete && !gdrpy_chan_comp_wait_warp(d, comp_head + n - 1, &credit, idle_ns)) {
+            status = GDRPY_CHAN_ST_TIMEOUT;
+            break;
         }
+        if (one && ll && !in.plain && (!complete || d.comp_size <= 24u || !refresh_lap(d, comp_head, 1))) {
+            /* one short LL message, the same in every lane: no vote, no
+             * shuffle, no divergence on the way to its answer line */
+            if (complete) {
+                const u32 c = words_checksum(in.buf, in.len);
+                if (lane < 4u) {
+                    const u64 i1 = head + 1;
+                    const u32 f = (u32)(comp_head + 1);
+                    const u32 a = al.pair == 0u ? in.tag : (al.pair == 1u ? (u32)i1 : c) & al.am;
+                    const u32 b = al.pair == 0u ? al.clen : (al.pair == 1u ? (u32)(i1 >> 32) : in.len) & al.bm;
+                    gdrpy_st_relaxed_v2(gdrpy_chan_comp_slot(d, comp_head) + 16u * al.pair,
+                                        gdrpy_llword(f, a), gdrpy_llword(f, b));
+                }
+            }
+            if (check && lane == 0 && (words_pattern_errors(in.buf, in.len, head) || in.tag != (u32)head)) {
+                if (nerr++ == 0) errors[1] = head + 1;
+                errors[0] = nerr;
+            }
+        } else {
         /* messages this lane can do alone: LL ones (payload in its local
          * memory) and short plain-area ones */
         bool small = __all_sync(full, lane >= n || in.len <= SMALL_MSG || !in.plain);
@@ -258,8 +354,8 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             u32 c = 0;
             if (lane < n && complete) c = in_checksum(in);
             if (complete) {
-                if (ll && (d.comp_size <= 24u || !refresh_lap(d, comp_head, n)))
-                    answer_lines(d, comp_head, head, n, c, in.len, in.tag);   /* all lanes */
+                if (ll && !GDRPY_PP_ANSWER_LANE && (d.comp_size <= 24u || !refresh_lap(d, comp_head, n)))
+                    answer_lines(d, al, comp_head, head, n, c, in.len, in.tag);   /* all lanes */
                 else if (lane < n)
                     answer(d, comp_head + lane, head + lane, c, in.len, in.tag);
             }
@@ -298,6 +394,8 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
                 if (complete && lane == 0) answer(d, comp_head + m, head + m, c, len, tag);
             }
         }
+        }
+        GDRPY_PP_T1();
         __syncwarp();
         u32 mode = 0;
         if (lane == 0) {
@@ -317,7 +415,10 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         if (mode == GDRPY_CHAN_ABORT) break;     /* checked every 16 busy rounds */
     }
     __syncwarp();
-    if (lane == 0) gdrpy_chan_stop(d, head, status);
+    if (lane == 0) {
+        GDRPY_PP_T_REPORT();
+        gdrpy_chan_stop(d, head, status);
+    }
 }
 
 /* Ping-pong server: answers every message (launch with 32 threads). */
@@ -363,10 +464,10 @@ extern "C" __global__ void gdrpy_chan_echo(gdrpy_chan_desc_t d, u64 idle_ns)
         }
         spins = 0;
         t_idle = 0;
-        int ok = 1;
-        if (lane == 0) ok = gdrpy_chan_comp_wait(d, head + n - 1, &credit, idle_ns) ? 1 : 0;
-        ok = __shfl_sync(full, ok, 0);
-        if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
+        if (!gdrpy_chan_comp_wait_warp(d, head + n - 1, &credit, idle_ns)) {
+            status = GDRPY_CHAN_ST_TIMEOUT;
+            break;
+        }
         for (unsigned m = 0; m < n; ++m) {
             u32 len = __shfl_sync(full, in.len, m);
             u32 tag = __shfl_sync(full, in.tag, m);

@@ -50,7 +50,9 @@ def compile_variants(device: int, variants, outdir: str, log=print) -> dict[str,
     errors: dict[str, str] = {}
     for name, macros, _order, _what in variants:
         if macros and macros[0].startswith("@"):   # a shipped kernel file, e.g. the library's
-            fname, macros = macros[0][1:], [f"-I{d}" for d in include_dirs()] + macros[1:]
+            # this directory first: a frozen reference kernel's own header copy
+            fname = macros[0][1:]
+            macros = [f"-I{here}"] + [f"-I{d}" for d in include_dirs()] + macros[1:]
         else:
             fname = KERNEL_FILE
         src_path = os.path.join(here, fname)

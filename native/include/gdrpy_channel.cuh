@@ -272,6 +272,14 @@ __device__ __forceinline__ bool gdrpy_chan_take(const gdrpy_chan_desc_t &d, gdrp
         in->plain = s + gdrpy_chan_plain_off(d, d.slot_size);
         return true;
     }
+    in->plain = nullptr;
+    if (len <= 8u) {
+        /* the common short message: its words came with the header (no
+         * loop on the path from seeing it to answering it) */
+        in->buf[0] = (gdrpy_u32)(w2 >> 32);
+        in->buf[1] = (gdrpy_u32)(w3 >> 32);
+        return (len == 0u || (gdrpy_u32)w2 == f) && (len <= 4u || (gdrpy_u32)w3 == f);
+    }
     const gdrpy_u32 nw = (len + 3u) / 4u;
     gdrpy_u64 w[GDRPY_CHAN_LL_MAX / 4];
     w[0] = w2;
@@ -289,9 +297,7 @@ __device__ __forceinline__ bool gdrpy_chan_take(const gdrpy_chan_desc_t &d, gdrp
             ok &= (gdrpy_u32)w[k] == f;
             in->buf[k] = (gdrpy_u32)(w[k] >> 32);
         }
-    if (!ok) return false;
-    in->plain = nullptr;
-    return true;
+    return ok;
 }
 
 /* ---- consumer side (host -> GPU) -------------------------------------- */
@@ -354,6 +360,27 @@ __device__ __forceinline__ bool gdrpy_chan_comp_wait(const gdrpy_chan_desc_t &d,
         if (j - *credit < d.comp_nslots) return true;
         if (timeout_ns && (n & 255u) == 0 && gdrpy_globaltimer() - t0 > timeout_ns) return false;
     }
+}
+
+/* All 32 lanes of one warp: gdrpy_chan_comp_wait() with *credit kept the
+ * same in every lane (start it at 0 in every lane).  The common case - the
+ * slot is known to be free from an earlier look - is one compare and a
+ * uniform branch (no shuffle on the way to the answer); otherwise lane 0
+ * waits (ld.acquire.sys of the host's count) and broadcasts the result and
+ * the credit, and a __syncwarp() orders lane 0's acquire before every
+ * lane's later stores into the freed slots (the host's loads of the old
+ * completions happen before those stores).  Either way a lane only stores
+ * into slots that an acquire load of this warp has seen freed. */
+__device__ __forceinline__ bool gdrpy_chan_comp_wait_warp(const gdrpy_chan_desc_t &d, gdrpy_u64 j,
+                                                          gdrpy_u64 *credit, gdrpy_u64 timeout_ns)
+{
+    if (j - *credit < d.comp_nslots) return true;
+    int ok = 1;
+    if ((threadIdx.x & 31u) == 0) ok = gdrpy_chan_comp_wait(d, j, credit, timeout_ns) ? 1 : 0;
+    *credit = __shfl_sync(0xffffffffu, *credit, 0);
+    ok = __shfl_sync(0xffffffffu, ok, 0);
+    __syncwarp();
+    return ok != 0;
 }
 
 /* LL: stores completion j's header words (after its payload is in the
@@ -564,6 +591,19 @@ __device__ __forceinline__ unsigned gdrpy_chan_poll_warp_in(const gdrpy_chan_des
     return mask == full ? 32u : (unsigned)(__ffs(~mask) - 1);
 }
 
+/* All 32 lanes of one warp, both formats: every lane takes message `head`
+ * (gdrpy_chan_take; the lanes load the same address: one request for the
+ * warp).  1 in every lane when every lane took it, else 0; then every lane
+ * holds the same message in *in.  Cheaper than gdrpy_chan_poll_warp_in()
+ * (32 slots, a request each) for a warp that waits for the next message
+ * alone: serving loops poll this way while idle and look at 32 slots only
+ * right after a round that found messages (bursts). */
+__device__ __forceinline__ unsigned gdrpy_chan_poll_warp_one(const gdrpy_chan_desc_t &d,
+                                                             gdrpy_u64 head, gdrpy_chan_in_t *in)
+{
+    return __all_sync(0xffffffffu, gdrpy_chan_take(d, head, in)) ? 1u : 0u;
+}
+
 /* Lane 0 only: publishes completions [first, first + n) whose headers and
  * payloads any lane of the warp has written (the caller __syncwarp()s
  * first).  One completion: a system-scope release store of its sequence
@@ -623,13 +663,13 @@ __device__ __forceinline__ gdrpy_u32 gdrpy_chan_idle_warp(const gdrpy_chan_desc_
     const unsigned full = 0xffffffffu;
     const unsigned lane = threadIdx.x & 31u;
     gdrpy_u32 stop = 0;
-    ++*spins;
+    /* *spins is the same in every lane: the common call is an increment
+     * and a uniform branch (no shuffle in the poll loop) */
+    if ((++*spins & 63u) != 0) return 0;
     if (lane == 0) {
-        if ((*spins & 63u) == 0) {
-            gdrpy_u32 mode = gdrpy_chan_shutdown_mode(d);
-            if (mode == GDRPY_CHAN_ABORT || (mode == GDRPY_CHAN_DRAIN && head >= gdrpy_chan_sent(d)))
-                stop = GDRPY_CHAN_ST_STOPPED;
-        }
+        gdrpy_u32 mode = gdrpy_chan_shutdown_mode(d);
+        if (mode == GDRPY_CHAN_ABORT || (mode == GDRPY_CHAN_DRAIN && head >= gdrpy_chan_sent(d)))
+            stop = GDRPY_CHAN_ST_STOPPED;
         if (!stop && idle_ns && (*spins & 255u) == 0) {
             gdrpy_u64 now = gdrpy_globaltimer();
             if (*t_idle == 0) *t_idle = now;
@@ -641,7 +681,8 @@ __device__ __forceinline__ gdrpy_u32 gdrpy_chan_idle_warp(const gdrpy_chan_desc_
 
 /* ---- a complete serving loop for one warp ----------------------------- */
 /* Call from all 32 lanes of ONE warp (other warps must not call it).  Each
- * round takes the ready messages (up to 32) and lane k calls
+ * round takes the ready messages (up to 32; while idle it polls only the
+ * next slot, with one request: gdrpy_chan_poll_warp_one) and lane k calls
  *     int handler(u64 index, const volatile unsigned char *payload,
  *                 u32 len, u32 tag, unsigned char *out)
  * for message head + k; it returns the completion's length (<= comp_size
@@ -672,8 +713,13 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     gdrpy_u32 status = GDRPY_CHAN_ST_STOPPED;
+    bool burst = false; /* the last round found messages: look at 32 slots */
     for (;;) {
-        unsigned n = gdrpy_chan_poll_warp_in(d, head, &in);
+        /* idle: every lane polls slot head (one request per poll); after a
+         * round that found messages, lane k looks at head + k */
+        unsigned n = burst ? gdrpy_chan_poll_warp_in(d, head, &in)
+                           : gdrpy_chan_poll_warp_one(d, head, &in);
+        burst = n != 0;
         if (n == 0) {
             gdrpy_u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
             if (stop) { status = stop; break; }
@@ -691,11 +737,10 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
         unsigned cmask = __ballot_sync(full, clen >= 0);
         unsigned ncomp = __popc(cmask);
         if (ncomp) {
-            int ok = 1;
-            if (lane == 0)
-                ok = gdrpy_chan_comp_wait(d, comp_head + ncomp - 1, &credit, idle_ns) ? 1 : 0;
-            ok = __shfl_sync(full, ok, 0);
-            if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
+            if (!gdrpy_chan_comp_wait_warp(d, comp_head + ncomp - 1, &credit, idle_ns)) {
+                status = GDRPY_CHAN_ST_TIMEOUT;
+                break;
+            }
             if (clen >= 0)
                 gdrpy_chan_comp_fill(d, comp_head + __popc(cmask & ((1u << lane) - 1u)), out,
                                      (gdrpy_u32)clen, in.tag);

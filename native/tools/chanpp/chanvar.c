@@ -53,7 +53,11 @@ typedef struct {
     int model;                             /* 1: correct by the memory models */
     const char *what;
     int library; /* the real thing: gdrpy_chan_* + gdrpy_pp_serve (2: PLAIN slots;
-                  * 3: compiled with -DGDRPY_CHAN_POLL_LANES=1) */
+                  * 3: compiled with -DGDRPY_CHAN_POLL_LANES=1; 4: the round-3 kernel,
+                  * frozen in chanvar_r3_kernels.cu; 5: -DGDRPY_PP_TIMING, the kernel
+                  * reports its own cycles; 6: -DGDRPY_PP_ANSWER_LANE=1; 7, 8: the
+                  * library's kernel and channel, the host side written out inline
+                  * here: lib_roundtrip_inline) */
 } variant_t;
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
@@ -62,6 +66,19 @@ typedef struct {
 static const variant_t VARIANTS[] = {
     {"library", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped (LL)", 1},
+    {"library-r3", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "the library's host calls + the round-3 gdrpy_pp_serve (chanvar_r3_kernels.cu, frozen)", 4},
+    {"library-timed", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, the kernel built with -DGDRPY_PP_TIMING (counts its own cycles; see below)", 5},
+    {"library-poll32", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, but 32 slots polled also while idle (-DGDRPY_PP_POLL_ONE=0)", 9},
+    {"library-alane", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, each answer written by its own lane (3 x 16-byte stores), not as one line", 6},
+    {"lib-inline64", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library kernel; host speaks LL inline (no calls): 64-byte line, sfence; spins on the answer",
+     7},
+    {"lib-inline24", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "lib-inline64, but the message is 3 8-byte stores (24 bytes; full line on the first lap)", 8},
     {"library-plain", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "the same channel with GDRPY_CHAN_PLAIN slots (acquire poll, release completions)", 2},
     {"library-poll1", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -108,7 +125,12 @@ static const variant_t VARIANTS[] = {
 static void defines(const variant_t *v, char *out, size_t n)
 {
     if (v->library) {
-        snprintf(out, n, "@channel_kernels.cu%s", v->library == 3 ? " -DGDRPY_CHAN_POLL_LANES=1" : "");
+        snprintf(out, n, "@%s%s", v->library == 4 ? "chanvar_r3_kernels.cu" : "channel_kernels.cu",
+                 v->library == 3   ? " -DGDRPY_CHAN_POLL_LANES=1"
+                 : v->library == 5 ? " -DGDRPY_PP_TIMING=1"
+                 : v->library == 6 ? " -DGDRPY_PP_ANSWER_LANE=1"
+                 : v->library == 9 ? " -DGDRPY_PP_POLL_ONE=0"
+                                   : "");
         return;
     }
     snprintf(out, n, "-DVAR_FLOOR=%d -DVAR_WARP=%d -DVAR_POLL=%d -DVAR_MSG=%d -DVAR_PUB=%d "
@@ -253,6 +275,9 @@ typedef struct {
     gdrpy_chan_t *ch;
     gdrpy_chan_sim_consumer_t *sc;
     uint64_t lseq; /* messages sent on this round's channel */
+    uint64_t rpub; /* lib-inline*: completions read and published to the kernel */
+    uint64_t kt[5]; /* library-timed: the kernel's busy cycles, rounds, empty polls,
+                     * cycles and ns from attach to stop (host block [24..63]) */
 } vstate_t;
 
 static const gdrpy_chan_config_t LIB_CFG = {64, 16, 0, 16, 0, 0};
@@ -261,6 +286,8 @@ static const gdrpy_chan_config_t LIB_CFG_PLAIN = {64, 16, 0, 16, GDRPY_CHAN_PLAI
 static int lib_start(vstate_t *s, int sim, int64_t tmo_ns)
 {
     s->lseq = 0;
+    s->credit = 0; /* lib-inline*: this round's channel starts empty */
+    s->rpub = 0;
     int rc = gdrpy_chan_create(s->ctx, s->pin, s->v->library == 2 ? &LIB_CFG_PLAIN : &LIB_CFG,
                                &s->ch);
     if (rc) {
@@ -315,6 +342,78 @@ static int lib_roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
     return 0;
 }
 
+/* lib-inline64 / lib-inline24: the channel's LL protocol (gdrpy_channel.h)
+ * for one 4-byte message and its 16-byte answer, written out here without
+ * the library's calls, to tell the host's own cost from the kernel's.  Slot
+ * credit: the kernel's consumed count (host block [0]); completion credit:
+ * the count read, published every 32 (device block [64]), as the library. */
+static inline uint64_t llw(uint32_t f, uint32_t d) { return (uint64_t)f | (uint64_t)d << 32; }
+
+static int lib_roundtrip_inline(vstate_t *s, int64_t tmo_ns, int64_t *dt)
+{
+    gdrpy_chan_desc_t d;
+    gdrpy_chan_get_desc(s->ch, &d);
+    char *dev = gdrpy_chan_device_block(s->ch), *host = gdrpy_chan_host_block(s->ch);
+    char *ring = dev + (d.ring - d.dev_ctrl), *comp = host + (d.comp - d.host_ctrl);
+    uint64_t i = s->lseq;
+    uint32_t f = (uint32_t)(i + 1), data = cv_pat(s->next), tag = (uint32_t)s->next;
+    int64_t end = 0;
+    for (unsigned n = 0; i - s->credit >= d.nslots; n++) { /* slot reuse */
+        s->credit = ld64(host + GDRPY_CHAN_HOST_CONSUMED);
+        if ((n & 1023u) == 1023u && !end) end = cv_now() + tmo_ns;
+        else if ((n & 1023u) == 1023u && cv_now() > end) {
+            snprintf(s->state, sizeof s->state, "TIMEOUT waiting for consumed (msg %llu)",
+                     (unsigned long long)i);
+            return -1;
+        }
+    }
+    char *slot = ring + (size_t)(i & (d.nslots - 1)) * d.slot_stride;
+    const char *c = comp + (size_t)(i & (d.comp_nslots - 1)) * d.comp_stride;
+    uint64_t t0 = pt_now();
+    if (s->v->library == 7 || (i & 0x7fffffffull) < d.nslots) { /* 8: refresh lap only */
+        uint64_t w[8] __attribute__((aligned(64))) = {llw(f, tag), llw(f, 4), llw(f, data),
+                                                      llw(f, 0), llw(f, 0), llw(f, 0),
+                                                      llw(f, 0), llw(f, 0)};
+        __builtin_memcpy(slot, w, 64); /* slot_size 16: 6 LL words + 2 pad, one line */
+        __asm__ __volatile__("" ::: "memory");
+    } else {
+        st64(slot + 16, llw(f, data));
+        st64(slot + 8, llw(f, 4));
+        st64(slot, llw(f, tag));
+    }
+    cv_sfence();
+    uint64_t a[6];
+    end = 0;
+    for (unsigned n = 0;; n++) {
+        int ok = 1;
+        for (int k = 0; k < 6 && ok; k++) {
+            a[k] = ld64(c + 8 * k);
+            ok = (uint32_t)a[k] == f;
+        }
+        if (ok) break;
+        if ((n & 1023u) == 1023u && !end) end = cv_now() + tmo_ns;
+        else if ((n & 1023u) == 1023u && cv_now() > end) {
+            snprintf(s->state, sizeof s->state, "TIMEOUT: no answer to message %llu",
+                     (unsigned long long)i);
+            return -1;
+        }
+    }
+    uint64_t t1 = pt_now();
+    s->lseq = i + 1;
+    if (s->lseq - s->rpub >= d.comp_nslots / 2) {
+        st64(dev + GDRPY_CHAN_DEV_COMP_READ, s->lseq);
+        cv_sfence();
+        s->rpub = s->lseq;
+    }
+    uint64_t seq = (a[2] >> 32) | (a[3] >> 32) << 32;
+    if ((uint32_t)(a[0] >> 32) != tag || (uint32_t)(a[1] >> 32) != 16u || seq != i + 1 ||
+        (uint32_t)(a[4] >> 32) != gdrpy_chan_checksum(&data, 4) || (uint32_t)(a[5] >> 32) != 4u)
+        s->host_bad++;
+    s->next++;
+    *dt = pt_ns(t1 - t0);
+    return 0;
+}
+
 static int lib_stop(vstate_t *s, int sim, int64_t tmo_ns)
 {
     int ret = 0;
@@ -327,6 +426,9 @@ static int lib_stop(vstate_t *s, int sim, int64_t tmo_ns)
     }
     if (sim && s->sc) gdrpy_chan_sim_consumer_join(s->sc, NULL, NULL, NULL);
     s->sc = NULL;
+    if (ret == 0 && s->v->library == 5 && !sim) /* written before status STOPPED */
+        for (int k = 0; k < 5; k++)
+            s->kt[k] += ld64((const char *)gdrpy_chan_host_block(s->ch) + 24 + 8 * k);
     if (!sim) {
         int64_t end = cv_now() + tmo_ns * 3;
         while (cv_cu.StreamQuery(s->stream) == 600)
@@ -425,6 +527,7 @@ static void *sim_kernel(void *arg)
 /* 0, or -1 on timeout (s->state says so). */
 static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
 {
+    if (s->v->library == 7 || s->v->library == 8) return lib_roundtrip_inline(s, tmo_ns, dt);
     if (s->v->library) return lib_roundtrip(s, tmo_ns, dt);
     const variant_t *v = s->v;
     uint64_t i = s->next, seq = i + 1;
@@ -882,6 +985,14 @@ int chanvar_main(int argc, char **argv)
             o += snprintf(sms + o, sizeof sms - (size_t)o, "%s%d:%.2f", r ? " " : "",
                           s->round_sm[r], s->round_med[r]);
         if (!sim) printf("%-18s   rounds (sm:median us): %s\n", "", sms);
+        if (s->kt[1] && s->kt[3] && s->kt[4]) {
+            double ghz = (double)s->kt[3] / (double)s->kt[4];
+            double busy = (double)s->kt[0] / (double)s->kt[1];
+            double idle = s->kt[2] ? (double)(s->kt[3] - s->kt[0]) / (double)s->kt[2] : 0;
+            printf("%-18s   kernel: seen->answer stored %.0f cycles = %.0f ns per round "
+                   "(%llu rounds); empty poll %.0f cycles = %.0f ns; SM clock %.2f GHz\n",
+                   "", busy, busy / ghz, (unsigned long long)s->kt[1], idle, idle / ghz, ghz);
+        }
         printf("{\"variant\": \"%s\", \"n\": %zu, \"median_us\": %.3f, \"p99_us\": %.3f, "
                "\"min_us\": %.3f, \"check\": \"%s\", \"order\": \"%s\"}\n",
                s->name, s->nt, med, p99, mn, check, order);

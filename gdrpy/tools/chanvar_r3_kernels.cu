@@ -1,0 +1,427 @@
+/*
+ * chanvar_r3_kernels.cu - FROZEN reference for `--variants` (row
+ * "library-r3"): gdrpy/tools/channel_kernels.cu as shipped in round 3
+ * (commit 1d3452f), compiled against its own frozen copy of the device header
+ * (chanvar_r3.cuh), so that one run compares the old and the new library
+ * kernel on the same host code.  Not used by anything else; do not edit.
+ */
+/*
+ * channel_kernels.cu - persistent kernels on the gdrpy channel, used by
+ * `python -m gdrpy bench pingpong`, the C tool gdrpy_chanpp and the GPU
+ * tests.  Compiled at run time by NVRTC (gdrpy.tools.cuda_rt), with gdrpy's
+ * include directory on the include path.  One warp serves a channel.
+ *
+ * Answer to message i (all kernels): one completion
+ *     {u64 seq = i + 1, u32 checksum, u32 len}     (16 bytes)
+ * with the message's tag; checksum = sum(byte[k] * ((k & 255) + 1)) mod 2^32
+ * (gdrpy_chan_checksum).
+ */
+#include "chanvar_r3.cuh"
+
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+#define SMALL_MSG 256u   /* one lane per message up to this many bytes */
+
+struct gdrpy_answer {
+    u64 seq;
+    u32 csum;
+    u32 len;
+};
+
+/* sum over the 4 bytes of v (payload bytes i0..i0+3, those below len) of
+ * byte * ((index & 255) + 1) */
+__device__ __forceinline__ u32 bytes_checksum(u32 v, u32 i0, u32 len)
+{
+    u32 c = 0;
+#pragma unroll
+    for (u32 b = 0; b < 4; ++b)
+        if (i0 + b < len) c += ((v >> (8 * b)) & 0xffu) * (((i0 + b) & 255u) + 1u);
+    return c;
+}
+
+/* The checksum of a message, computed by the whole warp (every lane gets
+ * it).  Payloads start 16-byte aligned (slot stride 64, header 16). */
+__device__ __forceinline__ u32 warp_checksum(const volatile unsigned char *p, u32 len)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    u32 c = 0;
+    if ((((unsigned long long)p) & 15u) == 0) {
+        /* 16-byte volatile loads, four in flight per lane (a plain area
+         * starts on a 64-byte line) */
+        const u32 n16 = len >> 4;
+#pragma unroll 4
+        for (u32 q = lane; q < n16; q += 32) {
+            u32 a, b, e, g;
+            asm volatile("ld.volatile.v4.u32 {%0, %1, %2, %3}, [%4];"
+                         : "=r"(a), "=r"(b), "=r"(e), "=r"(g) : "l"(p + 16ull * q) : "memory");
+            const u32 i0 = q << 4;
+            c += bytes_checksum(a, i0, len) + bytes_checksum(b, i0 + 4, len) +
+                 bytes_checksum(e, i0 + 8, len) + bytes_checksum(g, i0 + 12, len);
+        }
+        for (u32 i = (n16 << 4) + lane; i < len; i += 32) c += (u32)p[i] * ((i & 255u) + 1u);
+        for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+        return c;
+    }
+    u32 nw = len >> 2;
+    const volatile u32 *w = (const volatile u32 *)p;
+    for (u32 k = lane; k < nw; k += 32) {
+        u32 v = w[k];
+        u32 i = k << 2;
+        c += (v & 0xffu) * ((i & 255u) + 1u) + ((v >> 8) & 0xffu) * (((i + 1u) & 255u) + 1u) +
+             ((v >> 16) & 0xffu) * (((i + 2u) & 255u) + 1u) +
+             (v >> 24) * (((i + 3u) & 255u) + 1u);
+    }
+    for (u32 i = (nw << 2) + lane; i < len; i += 32) c += (u32)p[i] * ((i & 255u) + 1u);
+    for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(0xffffffffu, c, o);
+    return c;
+}
+
+/* The checksum by one lane alone (small messages, one per lane). */
+__device__ __forceinline__ u32 lane_checksum(const volatile unsigned char *p, u32 len)
+{
+    u32 c = 0;
+    u32 nw = len >> 2;
+    const volatile u32 *w = (const volatile u32 *)p;
+    for (u32 k = 0; k < nw; ++k) {
+        u32 v = w[k];
+        u32 i = k << 2;
+        c += (v & 0xffu) * ((i & 255u) + 1u) + ((v >> 8) & 0xffu) * (((i + 1u) & 255u) + 1u) +
+             ((v >> 16) & 0xffu) * (((i + 2u) & 255u) + 1u) +
+             (v >> 24) * (((i + 3u) & 255u) + 1u);
+    }
+    for (u32 i = nw << 2; i < len; ++i) c += (u32)p[i] * ((i & 255u) + 1u);
+    return c;
+}
+
+__device__ __forceinline__ u32 lane_pattern_errors(const volatile unsigned char *p, u32 len, u64 i)
+{
+    u32 bad = 0;
+    for (u32 k = 0; k < len; ++k) {
+        unsigned char want = k < 8 ? (unsigned char)(i >> (8 * k))
+                                   : (unsigned char)((i * 131ull + k) & 0xffu);
+        bad += p[k] != want;
+    }
+    return bad;
+}
+
+/* The same from a taken message's words (gdrpy_chan_in_t.buf, registers:
+ * constant indices only). */
+__device__ __forceinline__ u32 words_checksum(const u32 (&w)[GDRPY_CHAN_LL_MAX / 4], u32 len)
+{
+    u32 c = 0;
+#pragma unroll
+    for (u32 k = 0; k < GDRPY_CHAN_LL_MAX / 4; ++k)
+        if (4 * k < len) c += bytes_checksum(w[k], 4 * k, len);
+    return c;
+}
+
+__device__ __forceinline__ u32 words_pattern_errors(const u32 (&w)[GDRPY_CHAN_LL_MAX / 4], u32 len,
+                                                    u64 i)
+{
+    u32 bad = 0;
+#pragma unroll
+    for (u32 k = 0; k < GDRPY_CHAN_LL_MAX; ++k)
+        if (k < len) {
+            unsigned char got = (unsigned char)(w[k / 4] >> (8 * (k & 3)));
+            unsigned char want = k < 8 ? (unsigned char)(i >> (8 * k))
+                                       : (unsigned char)((i * 131ull + k) & 0xffu);
+            bad += got != want;
+        }
+    return bad;
+}
+
+/* Checksum and pattern errors of a taken message, by its lane alone. */
+__device__ __forceinline__ u32 in_checksum(const gdrpy_chan_in_t &in)
+{
+    return in.plain ? lane_checksum(in.plain, in.len) : words_checksum(in.buf, in.len);
+}
+
+__device__ __forceinline__ u32 in_pattern_errors(const gdrpy_chan_in_t &in, u64 i)
+{
+    return in.plain ? lane_pattern_errors(in.plain, in.len, i)
+                    : words_pattern_errors(in.buf, in.len, i);
+}
+
+/* The answer {u64 seq, u32 csum, u32 len} as the 4 words of a completion. */
+__device__ __forceinline__ void answer(const gdrpy_chan_desc_t &d, u64 j, u64 i, u32 csum,
+                                       u32 len, u32 tag)
+{
+    const u32 w[4] = {(u32)(i + 1), (u32)((i + 1) >> 32), csum, len};
+    gdrpy_chan_comp_fill_words(d, j, w, 16u, tag);
+}
+
+/* LL channels, all 32 lanes: the answers to messages head..head+n-1 (lane
+ * k < n holds message head + k's checksum, len and tag) written as whole
+ * 64-byte lines - the completion's 6 LL words and 2 pad words {f, 0} - four
+ * lanes per line, eight lines per store instruction.  One store instruction
+ * per line instead of three per completion: the host's polled line is
+ * written once (a partial write to a line the CPU holds costs the I/O hub a
+ * read-modify-write, and the CPU a refetch per write).  Every slot is at
+ * least 64 bytes; words beyond the completion's LL area are padding or
+ * longer completions' LL words, written with the current f (harmless).  The
+ * caller uses answer() instead on a refresh lap when the LL area is longer
+ * than the line (comp_size > 24). */
+__device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, u64 comp_head, u64 head,
+                                             unsigned n, u32 csum, u32 len, u32 tag)
+{
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    const u32 clen = d.comp_size < 16u ? d.comp_size : 16u;   /* the answer's bytes */
+    for (unsigned base = 0; base < n; base += 8) {
+        const unsigned m = base + (lane >> 2);                  /* completion of this lane */
+        const unsigned src = m < n ? m : 0u;
+        const u32 c_m = __shfl_sync(full, csum, src);
+        const u32 len_m = __shfl_sync(full, len, src);
+        const u32 tag_m = __shfl_sync(full, tag, src);
+        if (m < n) {
+            const u64 j = comp_head + m, i1 = head + m + 1;
+            const u32 f = (u32)(j + 1);
+            const unsigned pair = lane & 3u;
+            u32 a = 0, b = 0;
+            if (pair == 0) {
+                a = tag_m;
+                b = clen;
+            } else if (pair < 3) {
+                /* data words 2*(pair-1) and 2*(pair-1)+1 of {u64 seq, u32 csum, u32 len} */
+                const u32 k0 = 2u * (pair - 1u);
+                a = pair == 1 ? (u32)i1 : c_m;
+                b = pair == 1 ? (u32)(i1 >> 32) : len_m;
+                if (4u * k0 >= clen) a = 0;
+                else if (4u * k0 + 4u > clen) a &= 0xffffffffu >> (8u * (4u * k0 + 4u - clen));
+                if (4u * k0 + 4u >= clen) b = 0;
+                else if (4u * k0 + 8u > clen) b &= 0xffffffffu >> (8u * (4u * k0 + 8u - clen));
+            }
+            unsigned char *line = gdrpy_chan_comp_slot(d, j);
+            gdrpy_st_relaxed_v2(line + 16u * pair, gdrpy_llword(f, a), gdrpy_llword(f, b));
+        }
+    }
+}
+
+/* 1 when a completion in [j, j + n) is on a lap that rewrites every LL
+ * word (see gdrpy_chan_comp_fill) - n <= 32, far below any nslots' laps of
+ * 2^31 messages, so the two ends cover the range. */
+__device__ __forceinline__ bool refresh_lap(const gdrpy_chan_desc_t &d, u64 j, unsigned n)
+{
+    return (j & 0x7fffffffull) < d.comp_nslots || ((j + n - 1) & 0x7fffffffull) < d.comp_nslots;
+}
+
+/* Check pattern of message i (gdrpy_chan_pattern): bytes 0..7 = i (little
+ * endian), byte k >= 8 = (i * 131 + k) & 0xff.  Returns the number of
+ * mismatching bytes seen by this lane (whole warp walks the payload). */
+__device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char *p, u32 len, u64 i)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    u32 bad = 0;
+    for (u32 k = lane; k < len; k += 32) {
+        unsigned char want = k < 8 ? (unsigned char)(i >> (8 * k))
+                                   : (unsigned char)((i * 131ull + k) & 0xffu);
+        bad += p[k] != want;
+    }
+    for (int o = 16; o > 0; o >>= 1) bad += __shfl_xor_sync(0xffffffffu, bad, o);
+    return bad;
+}
+
+/* The serving loop of both kernels.  check: verify every payload and tag;
+ * `errors` (2 u64 in page-locked host memory, written by lane 0 only):
+ * [0] mismatching messages, [1] first such index + 1.  complete: answer
+ * every message.  Both slot formats (gdrpy_channel.cuh): each round lane k
+ * takes message head + k (LL: its words in registers, one load latency);
+ * small messages are handled one per lane, in parallel; a long one (plain
+ * area, global memory) by the whole warp. */
+__device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, bool check,
+                                      bool complete, volatile u64 *errors)
+{
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    const bool ll = gdrpy_chan_is_ll(d);
+    u64 head = 0, comp_head = 0, credit = 0, t_idle = 0, nerr = 0, published = 0;
+    unsigned spins = 0, rounds = 0;
+    gdrpy_chan_in_t in;
+    if (lane == 0) gdrpy_chan_attach(d);
+    __syncwarp();
+    u32 status = GDRPY_CHAN_ST_STOPPED;
+    for (;;) {
+        unsigned n = gdrpy_chan_poll_warp_in(d, head, &in);
+        if (n == 0) {
+            u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
+            if (stop) { status = stop; break; }
+            if (ll && spins == 64u && lane == 0) gdrpy_chan_consume_lazy(d, head, &published, true);
+            continue;
+        }
+        spins = 0;
+        t_idle = 0;
+        if (complete) {
+            int ok = 1;
+            if (lane == 0) ok = gdrpy_chan_comp_wait(d, comp_head + n - 1, &credit, idle_ns) ? 1 : 0;
+            ok = __shfl_sync(full, ok, 0);
+            if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
+        }
+        /* messages this lane can do alone: LL ones (payload in its local
+         * memory) and short plain-area ones */
+        bool small = __all_sync(full, lane >= n || in.len <= SMALL_MSG || !in.plain);
+        if (small) {
+            bool bad = false;
+            u32 c = 0;
+            if (lane < n && complete) c = in_checksum(in);
+            if (complete) {
+                if (ll && (d.comp_size <= 24u || !refresh_lap(d, comp_head, n)))
+                    answer_lines(d, comp_head, head, n, c, in.len, in.tag);   /* all lanes */
+                else if (lane < n)
+                    answer(d, comp_head + lane, head + lane, c, in.len, in.tag);
+            }
+            if (lane < n) {
+                u64 i = head + lane;
+                bad = check && (in_pattern_errors(in, i) || in.tag != (u32)i);
+            }
+            unsigned badmask = __ballot_sync(full, bad);
+            if (lane == 0 && badmask) {
+                if (nerr == 0) errors[1] = head + (unsigned)(__ffs(badmask) - 1) + 1;
+                nerr += (u64)__popc(badmask);
+                errors[0] = nerr;
+            }
+        } else {
+            for (unsigned m = 0; m < n; ++m) {
+                u32 len = __shfl_sync(full, in.len, m);
+                u32 tag = __shfl_sync(full, in.tag, m);
+                const volatile unsigned char *msg = (const volatile unsigned char *)
+                    __shfl_sync(full, (unsigned long long)in.plain, m);
+                u32 c = 0, bad = 0;
+                if (!msg) {                     /* the payload is lane m's */
+                    if (lane == m) {
+                        c = in_checksum(in);
+                        bad = check ? in_pattern_errors(in, head + m) : 0u;
+                    }
+                    c = __shfl_sync(full, c, m);
+                    bad = __shfl_sync(full, bad, m);
+                } else {
+                    c = warp_checksum(msg, len);
+                    if (check) bad = warp_pattern_errors(msg, len, head + m);
+                }
+                if (check && lane == 0 && (bad || tag != (u32)(head + m))) {
+                    if (nerr++ == 0) errors[1] = head + m + 1;
+                    errors[0] = nerr;
+                }
+                if (complete && lane == 0) answer(d, comp_head + m, head + m, c, len, tag);
+            }
+        }
+        __syncwarp();
+        u32 mode = 0;
+        if (lane == 0) {
+            if (ll) {
+                gdrpy_chan_consume_lazy(d, head + n, &published, false);
+            } else if (complete) {
+                gdrpy_chan_comp_publish_n(d, comp_head, n);
+                gdrpy_chan_consume_after_publish(d, head + n);
+            } else {
+                gdrpy_chan_consume(d, head + n);
+            }
+            if ((++rounds & 15u) == 0) mode = gdrpy_chan_shutdown_mode(d);
+        }
+        if (complete) comp_head += n;
+        head += n;
+        mode = __shfl_sync(full, mode, 0);
+        if (mode == GDRPY_CHAN_ABORT) break;     /* checked every 16 busy rounds */
+    }
+    __syncwarp();
+    if (lane == 0) gdrpy_chan_stop(d, head, status);
+}
+
+/* Ping-pong server: answers every message (launch with 32 threads). */
+extern "C" __global__ void gdrpy_pp_serve(gdrpy_chan_desc_t d, u64 idle_ns)
+{
+    if (threadIdx.x >= 32) return;
+    serve(d, idle_ns, false, true, nullptr);
+}
+
+/* Checking consumer for the tests: verifies every message's pattern and tag
+ * (errors: 2 u64 in page-locked host memory, see serve()), answers when
+ * `complete`. */
+extern "C" __global__ void gdrpy_chan_check(gdrpy_chan_desc_t d, u64 idle_ns, u64 *errors,
+                                            u32 complete)
+{
+    if (threadIdx.x >= 32) return;
+    serve(d, idle_ns, true, complete != 0, errors);
+}
+
+/* Echo server (examples/mpi_eager.py): every message comes back as a
+ * completion carrying the same bytes (up to comp_size) and tag; the warp
+ * copies each payload with 4-byte volatile loads and stores.  Launch with
+ * 32 threads. */
+extern "C" __global__ void gdrpy_chan_echo(gdrpy_chan_desc_t d, u64 idle_ns)
+{
+    if (threadIdx.x >= 32) return;
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    const bool ll = gdrpy_chan_is_ll(d);
+    u64 head = 0, credit = 0, t_idle = 0, published = 0;
+    unsigned spins = 0, rounds = 0;
+    gdrpy_chan_in_t in;
+    if (lane == 0) gdrpy_chan_attach(d);
+    __syncwarp();
+    u32 status = GDRPY_CHAN_ST_STOPPED;
+    for (;;) {
+        unsigned n = gdrpy_chan_poll_warp_in(d, head, &in);
+        if (n == 0) {
+            u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
+            if (stop) { status = stop; break; }
+            if (ll && spins == 64u && lane == 0) gdrpy_chan_consume_lazy(d, head, &published, true);
+            continue;
+        }
+        spins = 0;
+        t_idle = 0;
+        int ok = 1;
+        if (lane == 0) ok = gdrpy_chan_comp_wait(d, head + n - 1, &credit, idle_ns) ? 1 : 0;
+        ok = __shfl_sync(full, ok, 0);
+        if (!ok) { status = GDRPY_CHAN_ST_TIMEOUT; break; }
+        for (unsigned m = 0; m < n; ++m) {
+            u32 len = __shfl_sync(full, in.len, m);
+            u32 tag = __shfl_sync(full, in.tag, m);
+            if (len > d.comp_size) len = d.comp_size;
+            const volatile unsigned char *msg = (const volatile unsigned char *)
+                __shfl_sync(full, (unsigned long long)in.plain, m);
+            if (!msg) {
+                /* the payload is lane m's (registers) */
+                if (lane == m) gdrpy_chan_comp_fill_words(d, head + m, in.buf, len, tag);
+                continue;
+            }
+            volatile unsigned char *c = gdrpy_chan_comp_payload(d, head + m);
+            u32 nw = len >> 2;
+            for (u32 k = lane; k < nw; k += 32)
+                ((volatile u32 *)c)[k] = ((const volatile u32 *)msg)[k];
+            for (u32 k = (nw << 2) + lane; k < len; k += 32) c[k] = msg[k];
+            __syncwarp();
+            if (lane == 0) gdrpy_chan_comp_header(d, head + m, len, tag);
+        }
+        __syncwarp();
+        u32 mode = 0;
+        if (lane == 0) {
+            if (ll) {
+                gdrpy_chan_consume_lazy(d, head + n, &published, false);
+            } else {
+                gdrpy_chan_comp_publish_n(d, head, n);
+                gdrpy_chan_consume_after_publish(d, head + n);
+            }
+            if ((++rounds & 15u) == 0) mode = gdrpy_chan_shutdown_mode(d);
+        }
+        head += n;
+        mode = __shfl_sync(full, mode, 0);
+        if (mode == GDRPY_CHAN_ABORT) break;
+    }
+    __syncwarp();
+    if (lane == 0) gdrpy_chan_stop(d, head, status);
+}
+
+/* The cuMemcpy path's one-shot kernel: checksum of `len` bytes at `payload`
+ * (device memory), answer {seq, csum, len} to `resp` (device memory). */
+extern "C" __global__ void gdrpy_pp_once(const unsigned char *payload, u32 len, u64 seq,
+                                         gdrpy_answer *resp)
+{
+    if (threadIdx.x >= 32) return;
+    u32 c = warp_checksum(payload, len);
+    if (threadIdx.x == 0) {
+        resp->seq = seq;
+        resp->csum = c;
+        resp->len = len;
+    }
+}
