@@ -85,7 +85,8 @@ def main() -> None:
         print(
             f"{s:>4}: pinned h2d {n / ph / 1e9:5.1f} d2h {n / pd / 1e9:5.1f} GB/s | "
             f"register {us['reg']:8.0f} us  copy h2d {us['h2d']:7.0f} d2h {us['d2h']:7.0f} "
-            f"unregister {us['unreg']:7.0f} us | reg+h2d+unreg {n / med['tot_h2d'] / 1e9:5.1f} GB/s "
+            f"unregister {us['unreg']:7.0f} us | "
+            f"reg+h2d+unreg {n / med['tot_h2d'] / 1e9:5.1f} GB/s "
             f"({100 * ph / med['tot_h2d']:3.0f}% of pinned)  reg+d2h+unreg "
             f"{n / (med['reg'] + med['d2h'] + med['unreg']) / 1e9:5.1f} GB/s  "
             f"(touch+fill {us['fault']:.0f} us)",

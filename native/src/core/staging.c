@@ -52,6 +52,7 @@
 #include "copy.h"
 #include "cudadrv.h"
 #include "gdrpy_host.h"
+#include "stage_trace.h"
 
 #define ST_MAX_DEPTH 8
 #define ST_MAX_THREADS 16
@@ -197,6 +198,7 @@ typedef struct st_job {
     gp_copy_fn cp;     /* the CPU copy of a piece */
     uint64_t total;    /* pieces */
     st_sched sc;
+    gp_strace *tr;     /* GDRPY_STAGING_TRACE (diagnostics), else NULL */
     char pad0[64];
     uint64_t next; /* next piece to claim (atomic) */
     char pad1[64];
@@ -226,8 +228,10 @@ static void piece_do(st_job *j, uint64_t g)
         size_t pl = len - po < part ? len - po : part;
         char *slot = j->ring + (size_t)k * j->slot_bytes + po;
         char *h = j->host + off + po;
+        double t0 = j->tr ? gp_strace_now() : 0;
         if (j->dir == 0) j->cp(slot, h, pl);
         else j->cp(h, slot, pl);
+        if (j->tr) gp_strace_piece(j->tr, g, t0, gp_strace_now(), pl);
     }
     __atomic_add_fetch(&j->slotdone[k], 1, __ATOMIC_RELEASE);
 }
@@ -268,6 +272,14 @@ static int dry_mode(void)
     if (!strcmp(e, "nodma")) return 1;
     if (!strcmp(e, "nocopy")) return 2;
     return 0;
+}
+
+/* GDRPY_STAGING_WC=1: writes go through a write-combined ring of their own
+ * (filled with streaming stores). */
+static int wc_wanted(void)
+{
+    const char *e = getenv("GDRPY_STAGING_WC");
+    return e && !strcmp(e, "1");
 }
 
 static gp_copy_fn nt_copy(void)
@@ -530,6 +542,7 @@ typedef struct gp_stage {
     int sim;
     int device;
     char *ring;
+    char *ring_w; /* GDRPY_STAGING_WC: the writes' ring, write-combined; else NULL */
     size_t ring_bytes;
     size_t ring_chunk;
     unsigned ring_depth;
@@ -546,6 +559,7 @@ typedef struct gp_stage {
     gp_copy_fn cp_in, cp_out;
     int dry_dma;  /* GDRPY_STAGING_DRY=nodma: no DMA at all (diagnostics only) */
     unsigned ppt; /* pieces per thread and chunk (GDRPY_STAGING_PPT, default 2) */
+    gp_strace *tr; /* GDRPY_STAGING_TRACE (diagnostics) */
     int warned;
 } gp_stage;
 
@@ -614,6 +628,8 @@ static void ring_free(gp_stage *st)
         if (st->sce) sim_ce_stop(st->sce); /* drains the queue first */
         st->sce = NULL;
         if (st->ring) munmap(st->ring, st->ring_bytes);
+        gp_strace_free(st->tr);
+        st->tr = NULL;
     } else {
         if (st_push(st) == 0) {
             for (unsigned k = 0; k < st->ring_depth; k++) {
@@ -624,6 +640,9 @@ static void ring_free(gp_stage *st)
                 st->ev[k] = NULL;
             }
             if (st->ring) gp_cu.MemFreeHost(st->ring);
+            if (st->ring_w) gp_cu.MemFreeHost(st->ring_w);
+            gp_strace_free(st->tr);
+            st->tr = NULL;
             st_pop();
         }
         CUdevice d;
@@ -633,6 +652,7 @@ static void ring_free(gp_stage *st)
     if (st->pool_on) pool_stop(&st->pool);
     st->pool_on = 0;
     st->ring = NULL;
+    st->ring_w = NULL;
     st->ring_bytes = 0;
     memset(st->pending, 0, sizeof st->pending);
     st->ready = 0;
@@ -692,6 +712,21 @@ static int ring_build(gp_stage *st, gp_ctx *c)
                                st->ring_bytes);
         }
         st->ring = p;
+        if (wc_wanted()) {
+            /* the writes' own ring, write-combined: the CPU's stores go to
+             * memory without filling the caches, and the engine's reads of
+             * it are not snooped */
+            p = NULL;
+            r = gp_cu.MemHostAlloc(&p, st->ring_bytes,
+                                   CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_WRITECOMBINED);
+            if (r) {
+                st_pop();
+                ring_free(st);
+                return gp_cuda_err(0, r, "cuMemHostAlloc", "write-combined staging ring of "
+                                                           "%zu bytes", st->ring_bytes);
+            }
+            st->ring_w = p;
+        }
         for (unsigned k = 0; k < st->ring_depth && !r; k++)
             r = gp_cu.EventCreate(&st->ev[k], CU_EVENT_DISABLE_TIMING);
         st_pop();
@@ -700,8 +735,9 @@ static int ring_build(gp_stage *st, gp_ctx *c)
             return gp_cuda_err(0, r, "cuEventCreate", "staging ring");
         }
     }
+    st->tr = gp_strace_new(!st->sim);
     unsigned nt = nt_mask();
-    st->cp_in = nt & 1 ? nt_copy() : cp_plain;
+    st->cp_in = nt & 1 || st->ring_w ? nt_copy() : cp_plain;
     st->cp_out = nt & 2 ? nt_copy() : cp_plain;
     const char *e = getenv("GDRPY_STAGING_PPT");
     st->ppt = e && *e ? (unsigned)strtoul(e, NULL, 10) : 2;
@@ -811,13 +847,14 @@ static int wait_all_spin(gp_stage *st, int rc)
 
 /* ---- the pipelines ----------------------------------------------------- */
 
-static void job_setup(gp_stage *st, int dir, char *host, size_t n)
+static void job_setup(gp_stage *st, int dir, char *host, size_t n, CUstream s)
 {
     st_job *j = &st->job;
     j->dir = dir;
     j->cp = dir == 0 ? st->cp_in : st->cp_out;
     j->host = host;
-    j->ring = st->ring;
+    j->ring = dir == 0 && st->ring_w ? st->ring_w : st->ring;
+    j->tr = st->tr;
     j->slot_bytes = st->ring_chunk;
     j->depth = st->ring_depth;
     j->start = st->next;
@@ -839,6 +876,7 @@ static void job_setup(gp_stage *st, int dir, char *host, size_t n)
     for (unsigned k = 0; k < ST_MAX_DEPTH; k++)
         __atomic_store_n(&j->slotdone[k], 0, __ATOMIC_RELAXED);
     j->active = &st->pool.active;
+    gp_strace_begin(j->tr, dir, n, j->sc.nch, j->ppc, workers, s);
     if (j->pooled) pool_open(&st->pool);
 }
 
@@ -865,7 +903,7 @@ static int job_chunk_done(const st_job *j, uint64_t ci)
 static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CUstream s,
                       int async)
 {
-    job_setup(st, 0, (char *)src, n);
+    job_setup(st, 0, (char *)src, n, s);
     st_job *j = &st->job;
     uint64_t nch = j->sc.nch, opened = 0, submitted = 0;
     unsigned spins = 0;
@@ -877,6 +915,11 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
             int q = eng_query(st, job_slot(j, opened));
             if (q < 0) rc = -q;
             if (q <= 0) break;
+            if (j->tr) {
+                size_t o_, l_;
+                sched_chunk(&j->sc, opened, &o_, &l_);
+                gp_strace_mark(j->tr, opened, TR_OPEN, l_);
+            }
             job_avail(j, opened++);
             progress = 1;
         }
@@ -885,7 +928,16 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
             unsigned k = job_slot(j, submitted);
             size_t off, len;
             sched_chunk(&j->sc, submitted, &off, &len);
-            rc = eng_copy(st, 0, dptr + off, st->ring + (size_t)k * st->ring_chunk, len, s);
+            if (j->tr) {
+                gp_strace_mark(j->tr, submitted, TR_COPIED, 0);
+                gp_strace_gpu(j->tr, submitted, 0, s);
+                gp_strace_mark(j->tr, submitted, TR_ENQ0, 0);
+            }
+            rc = eng_copy(st, 0, dptr + off, j->ring + (size_t)k * st->ring_chunk, len, s);
+            if (j->tr) {
+                gp_strace_mark(j->tr, submitted, TR_ENQ1, 0);
+                gp_strace_gpu(j->tr, submitted, 1, s);
+            }
             if (!rc) rc = eng_record(st, k, s);
             submitted++;
             progress = 1;
@@ -895,12 +947,13 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
     }
     job_end(st, rc);
     if (rc || !async || st->sim) rc = wait_all_spin(st, rc);
+    gp_strace_end(j->tr, rc);
     return rc;
 }
 
 static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream s)
 {
-    job_setup(st, 1, dst, n);
+    job_setup(st, 1, dst, n, s);
     st_job *j = &st->job;
     uint64_t nch = j->sc.nch, issued = 0, ready = 0, freed = 0;
     unsigned spins = 0;
@@ -916,7 +969,15 @@ static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream 
             if (q <= 0) break;
             size_t off, len;
             sched_chunk(&j->sc, issued, &off, &len);
-            rc = eng_copy(st, 1, dptr + off, st->ring + (size_t)k * st->ring_chunk, len, s);
+            if (j->tr) {
+                gp_strace_gpu(j->tr, issued, 0, s);
+                gp_strace_mark(j->tr, issued, TR_ENQ0, len);
+            }
+            rc = eng_copy(st, 1, dptr + off, j->ring + (size_t)k * st->ring_chunk, len, s);
+            if (j->tr) {
+                gp_strace_mark(j->tr, issued, TR_ENQ1, 0);
+                gp_strace_gpu(j->tr, issued, 1, s);
+            }
             if (!rc) rc = eng_record(st, k, s);
             issued++;
             progress = 1;
@@ -927,11 +988,13 @@ static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream 
             int q = eng_query(st, job_slot(j, ready));
             if (q < 0) rc = -q;
             if (q <= 0) break;
+            if (j->tr) gp_strace_mark(j->tr, ready, TR_OPEN, 0);
             job_avail(j, ready++);
             progress = 1;
         }
         /* chunks copied out free their slot */
         while (!rc && freed < ready && job_chunk_done(j, freed)) {
+            if (j->tr) gp_strace_mark(j->tr, freed, TR_COPIED, 0);
             freed++;
             progress = 1;
         }
@@ -939,7 +1002,9 @@ static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream 
         else if (!rc && !job_try_piece(j)) relax_step(&spins);
     }
     job_end(st, rc);
-    return wait_all_spin(st, rc);
+    rc = wait_all_spin(st, rc);
+    gp_strace_end(j->tr, rc);
+    return rc;
 }
 
 
