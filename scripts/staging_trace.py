@@ -15,8 +15,8 @@ the last of --reps staged copies is traced and summarised in one line:
   cpu     per-thread copy rate while copying (bytes / piece time, summed
           over pieces), the number of distinct CPUs used, and whether the
           caller's CPU copied pieces too
---chunks-of SIZE also prints the per-chunk timeline of that size's copies
-(host us: opened, copied, enqueue call; engine us: start, end).
+--chunks-of SIZE also prints the per-chunk timeline of that size's copies in
+the --chunks-modes (host us: opened, copied, enqueue call; engine us: start, end).
 """
 
 from __future__ import annotations
@@ -89,9 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="base")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--chunks-of", default="")
+    ap.add_argument("--chunks-modes", default="",
+                    help="modes whose --chunks-of timelines are printed (default: the first)")
     a = ap.parse_args(argv)
     sizes = [parse_size(x) for x in a.sizes.split(",")]
     show = parse_size(a.chunks_of) if a.chunks_of else -1
+    show_modes = (a.chunks_modes or a.modes.split(",")[0]).split(",")
     top = max(sizes)
     fd, path = tempfile.mkstemp(prefix="gdrpy-trace-", suffix=".txt")
     os.close(fd)
@@ -125,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                         r = recs[-1]
                         print(f"{mode:9s} {d} {n >> 20:3d} MiB T{a.threads}: {_summary(r)}",
                               flush=True)
-                        if n == show:
+                        if n == show and mode in show_modes:
                             print("   chunk     len   open copied   enq0   enq1  e.start  "
                                   "e.end")
                             for k in r["K"]:
