@@ -3,7 +3,8 @@
     python scripts/staging_trace.py [--sizes 4M,16M,64M] [--threads 12] [--chunk 1M]
         [--depth 4] [--modes base,nt=in,wc=1] [--reps 5] [--chunks-of 16M]
 
-For each mode (base or KEY=VALUE setting GDRPY_STAGING_KEY), size and direction
+For each mode (base or KEY=VALUE setting GDRPY_STAGING_KEY, e.g. wkind=plain,
+rkind=evict, nt=in, dry=nocopy), size and direction
 the last of --reps staged copies is traced and summarised in one line:
   total   wall time of the call, and GB/s
   eng     the copy engine's busy time (sum of DMA durations, timing events),
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
         host = np.ones(top, np.uint8)
         try:
             for mode in a.modes.split(","):
-                for var in ("NT", "DRY", "PPT", "SPIN_US", "WC"):
+                for var in ("NT", "DRY", "PPT", "SPIN_US", "WC", "WKIND", "RKIND"):
                     os.environ.pop("GDRPY_STAGING_" + var, None)
                 key, _, val = mode.partition("=")
                 if key != "base":
@@ -113,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
                 _core.staging_config(ctx, 64 << 10, 2, 1)   # the ring reads the
                 pin.ce_write(0, host[:1], method="staged")  # environment when built
                 _core.staging_config(ctx, parse_size(a.chunk), a.depth, a.threads)
+                pin.ce_write(0, host[:1], method="staged")
+                cfg = _core.staging_config(ctx)
+                print(f"{mode}: kinds in use: write {cfg['write_used']} read {cfg['read_used']}")
                 for n in sizes:
                     for d in ("put", "get"):
                         for _ in range(a.reps):
