@@ -292,6 +292,20 @@ static gp_copy_fn nt_load(void)
     return k->from_mapping;
 }
 
+static gp_copy_fn wc_load_kernel; /* nt_load(), set before a WC read ring is used */
+
+/* A read's copy out of the write-combined ring.  x86 streaming loads from
+ * WC memory are weakly ordered and may be served from a streaming-load
+ * buffer filled earlier: MFENCE first, so that every line is read after the
+ * piece became available (the acquire of `avail`), i.e. after its DMA. */
+static void cp_wc_load(void *d, const void *s, size_t n)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ __volatile__("mfence" ::: "memory");
+#endif
+    wc_load_kernel(d, s, n);
+}
+
 /* Ring kinds (gdrpy_host.h, GDRPY_STAGING_*): how the CPU side of each
  * direction touches the ring.  Measured on an H100 host (scripts/
  * staging_trace.py): with plain memcpy the engine moves a 1 MiB chunk at
@@ -856,7 +870,8 @@ static int ring_build(gp_stage *st, gp_ctx *c)
         st->ring_wc = p;
     }
     st->cp_in = wk == GDRPY_STAGING_NT || wk == GDRPY_STAGING_WC ? nt_copy() : cp_plain;
-    st->cp_out = rk == GDRPY_STAGING_NT ? nt_copy() : rk == GDRPY_STAGING_WC ? nt_load()
+    if (rk == GDRPY_STAGING_WC) wc_load_kernel = nt_load();
+    st->cp_out = rk == GDRPY_STAGING_NT ? nt_copy() : rk == GDRPY_STAGING_WC ? cp_wc_load
                                                                               : cp_plain;
     st->ev_in = st->ev_out = NULL;
 #if HAVE_EVICT
