@@ -114,7 +114,7 @@ def host_kind(Context ctx not None, obj):
     return HOST_KINDS.get(kind, str(kind))
 
 
-STAGING_KINDS = ("plain", "nt", "wc", "evict")
+STAGING_KINDS = ("plain", "nt", "wc", "evict", "ntevict")
 
 
 def _kind_index(k):
@@ -131,7 +131,7 @@ def staging_config(Context ctx not None, chunk=0, depth=0, threads=0, write_kind
     """Set (non-zero / non-None arguments) and return the context's staging
     ring parameters as a dict: chunk (bytes), depth (slots), threads (memcpy
     threads), write_kind / read_kind (how the CPU side touches the ring:
-    'plain', 'nt', 'wc', 'evict'; gdrpy_host.h) and write_used / read_used
+    'plain', 'nt', 'wc', 'evict', 'ntevict'; gdrpy_host.h) and write_used / read_used
     (the kinds the ring as built uses, None before it is built).  The ring is
     rebuilt on the next staged copy."""
     ctx._ready()

@@ -11,7 +11,8 @@ backend):
   memcpy threads);
 * ``write_kind``, ``read_kind``: how the CPU side of each direction touches
   the ring ('plain' memcpy, 'nt' streaming stores, 'wc' a write-combined
-  ring, 'evict' memcpy then the lines leave the CPU's caches; see
+  ring, 'evict' memcpy then the lines leave the CPU's caches, 'ntevict'
+  (reads) streaming stores into the caller's memory and evict; see
   gdrpy_host.h): the engine slows down when it must snoop lines that the
   copying threads hold in their caches;
 * ``staged_min``: per direction, the smallest message that is staged;
@@ -49,7 +50,7 @@ __all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env", "p
 KIB = 1 << 10
 MIB = 1 << 20
 SCHEMA = 3   # 3: ring kinds (plans measured without them are recalibrated)
-KINDS = ("plain", "nt", "wc", "evict")
+KINDS = ("plain", "nt", "wc", "evict", "ntevict")
 NEVER = 1 << 62
 
 _plans: dict = {}
@@ -269,7 +270,7 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
                    progress: Callable[[str], None] | None = None) -> StagingPlan:
     """Measure the staging ring on ``ctx`` and return a plan.
 
-    0. Ring kinds per direction ('plain', 'nt', 'wc', 'evict'), each scored
+    0. Ring kinds per direction ('plain', 'nt', 'wc', 'evict', 'ntevict'), scored
        by the geometric mean of that direction's staged rates at the sizes
        below with a middle ring (2 MiB slots, depth 4, 8 threads); again
        after step 1 with the ring found there.
@@ -309,6 +310,8 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
             for d, attr in (("h2d", "write_kind"), ("d2h", "read_kind")):
                 rates = {}
                 for k in KINDS:
+                    if d == "h2d" and k == "ntevict":   # the same as 'nt' for writes
+                        continue
                     kw = {attr: k}
                     _core.staging_config(ctx, chunk, depth, threads, **kw)
                     rates[k] = score(dirs=(d,))

@@ -15,7 +15,7 @@ from gdrpy.errors import InvalidArgumentError
 
 KIB = 1 << 10
 MIB = 1 << 20
-KINDS = ("plain", "nt", "wc", "evict")
+KINDS = ("plain", "nt", "wc", "evict", "ntevict")
 SIZES = [1, 63, 4095, 64 * KIB + 1, 300 * KIB + 3, MIB + 4097, 5 * MIB + 11]
 
 

@@ -314,12 +314,12 @@ static void cp_wc_load(void *d, const void *s, size_t n)
  * writes (get) must invalidate lines the workers have read.  A
  * write-combined ring filled with streaming stores lifted the engine to
  * ~36 GB/s for put. */
-static const char *const kind_names[] = {"plain", "nt", "wc", "evict"};
+static const char *const kind_names[] = {"plain", "nt", "wc", "evict", "ntevict"};
 
 static int kind_parse(const char *e)
 {
     if (!e || !*e) return -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!strcmp(e, kind_names[i])) return i;
     return -1;
 }
@@ -782,15 +782,19 @@ static int ring_build(gp_stage *st, gp_ctx *c)
     st->ring_kind[1] = st->kind[1];
     int wk = st->kind[0], rk = st->kind[1];
     kinds_env(&wk, &rk);
-    if (!nt_copy()) { /* no streaming stores/loads on this CPU */
-        if (wk == GDRPY_STAGING_NT || wk == GDRPY_STAGING_WC) wk = GDRPY_STAGING_PLAIN;
-        if (rk == GDRPY_STAGING_NT || rk == GDRPY_STAGING_WC) rk = GDRPY_STAGING_PLAIN;
-    }
-    if (!nt_load() && rk == GDRPY_STAGING_WC) rk = GDRPY_STAGING_PLAIN;
+    /* writes: streaming stores already leave no ring line in the CPU's caches */
+    if (wk == GDRPY_STAGING_NT_EVICT) wk = GDRPY_STAGING_NT;
     if (!HAVE_EVICT) {
         if (wk == GDRPY_STAGING_EVICT) wk = GDRPY_STAGING_PLAIN;
         if (rk == GDRPY_STAGING_EVICT) rk = GDRPY_STAGING_PLAIN;
+        if (rk == GDRPY_STAGING_NT_EVICT) rk = GDRPY_STAGING_NT;
     }
+    if (!nt_copy()) { /* no streaming stores/loads on this CPU */
+        if (wk == GDRPY_STAGING_NT || wk == GDRPY_STAGING_WC) wk = GDRPY_STAGING_PLAIN;
+        if (rk == GDRPY_STAGING_NT || rk == GDRPY_STAGING_WC) rk = GDRPY_STAGING_PLAIN;
+        if (rk == GDRPY_STAGING_NT_EVICT) rk = GDRPY_STAGING_EVICT;
+    }
+    if (!nt_load() && rk == GDRPY_STAGING_WC) rk = GDRPY_STAGING_PLAIN;
     st->eff_kind[0] = wk;
     st->eff_kind[1] = rk;
     st->ring_bytes = st->chunk * st->depth;
@@ -871,14 +875,16 @@ static int ring_build(gp_stage *st, gp_ctx *c)
     }
     st->cp_in = wk == GDRPY_STAGING_NT || wk == GDRPY_STAGING_WC ? nt_copy() : cp_plain;
     if (rk == GDRPY_STAGING_WC) wc_load_kernel = nt_load();
-    st->cp_out = rk == GDRPY_STAGING_NT ? nt_copy() : rk == GDRPY_STAGING_WC ? cp_wc_load
-                                                                              : cp_plain;
+    st->cp_out = rk == GDRPY_STAGING_NT || rk == GDRPY_STAGING_NT_EVICT ? nt_copy()
+                 : rk == GDRPY_STAGING_WC                               ? cp_wc_load
+                                                                        : cp_plain;
     st->ev_in = st->ev_out = NULL;
 #if HAVE_EVICT
-    if (wk == GDRPY_STAGING_EVICT || rk == GDRPY_STAGING_EVICT) {
+    if (wk == GDRPY_STAGING_EVICT || rk == GDRPY_STAGING_EVICT ||
+        rk == GDRPY_STAGING_NT_EVICT) {
         if (cpu_clflushopt < 0) evict_probe();
         if (wk == GDRPY_STAGING_EVICT) st->ev_in = evict_demote;
-        if (rk == GDRPY_STAGING_EVICT) st->ev_out = evict_flush;
+        if (rk == GDRPY_STAGING_EVICT || rk == GDRPY_STAGING_NT_EVICT) st->ev_out = evict_flush;
     }
 #endif
     const char *e = getenv("GDRPY_STAGING_PPT");
@@ -1308,10 +1314,10 @@ int gdrpy_staging_get(gdrpy_ctx_t h, size_t *chunk, unsigned *depth, unsigned *t
 
 int gdrpy_staging_set_kinds(gdrpy_ctx_t h, int write_kind, int read_kind)
 {
-    if (write_kind < -1 || write_kind > GDRPY_STAGING_EVICT || read_kind < -1 ||
-        read_kind > GDRPY_STAGING_EVICT)
+    if (write_kind < -1 || write_kind > GDRPY_STAGING_NT_EVICT || read_kind < -1 ||
+        read_kind > GDRPY_STAGING_NT_EVICT)
         return gp_err(GDRPY_EINVAL, "staging_set_kinds: kinds %d/%d must be -1 (keep) or "
-                                    "GDRPY_STAGING_PLAIN..GDRPY_STAGING_EVICT (0..3)",
+                                    "GDRPY_STAGING_PLAIN..GDRPY_STAGING_NT_EVICT (0..4)",
                       write_kind, read_kind);
     gp_ctx *c;
     int rc = gp_ctx_enter(h, &c, "staging_set_kinds");
