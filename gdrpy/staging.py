@@ -68,7 +68,7 @@ class StagingPlan:
     depth: int = 4
     threads: int = dataclasses.field(default_factory=_default_threads)
     write_kind: str = "wc"
-    read_kind: str = "plain"
+    read_kind: str = "ntevict"
     staged_min: dict = dataclasses.field(default_factory=lambda: {"h2d": MIB, "d2h": MIB})
     locked_gain_min: int = 256 * KIB
     source: str = "default"

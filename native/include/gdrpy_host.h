@@ -82,7 +82,7 @@ GDRPY_API int gdrpy_staging_get(gdrpy_ctx_t ctx, size_t *chunk, unsigned *depth,
  * streaming stores into the caller's memory, then CLFLUSHOPT of the ring
  * lines (writes: as NT).  Where the CPU
  * lacks the instructions a kind falls back to PLAIN.  Defaults: WC for
- * writes, PLAIN for reads; -1 keeps a value.  `*_used` report the kinds in
+ * writes, NT_EVICT for reads; -1 keeps a value.  `*_used` report the kinds in
  * use by the ring as built (-1: not built yet with these settings). */
 enum { GDRPY_STAGING_PLAIN = 0, GDRPY_STAGING_NT = 1, GDRPY_STAGING_WC = 2,
        GDRPY_STAGING_EVICT = 3, GDRPY_STAGING_NT_EVICT = 4 };

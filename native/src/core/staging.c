@@ -698,7 +698,7 @@ static gp_stage *stage_of(gp_ctx *c)
             st->chunk = 4u << 20;
             st->depth = 4;
             st->kind[0] = GDRPY_STAGING_WC;
-            st->kind[1] = GDRPY_STAGING_PLAIN;
+            st->kind[1] = GDRPY_STAGING_NT_EVICT;
             st->threads = default_threads();
             c->stage = st;
         }
