@@ -24,6 +24,9 @@ cdef extern from "gdrpy_host.h" nogil:
     uint64_t gdrpy_host_live()
     int gdrpy_staging_set(gdrpy_ctx_t ctx, size_t chunk, unsigned depth, unsigned threads)
     int gdrpy_staging_get(gdrpy_ctx_t ctx, size_t *chunk, unsigned *depth, unsigned *threads)
+    int gdrpy_staging_set_kinds(gdrpy_ctx_t ctx, int write_kind, int read_kind)
+    int gdrpy_staging_get_kinds(gdrpy_ctx_t ctx, int *write_kind, int *read_kind,
+                                int *write_used, int *read_used)
     int gdrpy_ce_write_staged(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
                               const void *src, size_t n, void *stream)
     int gdrpy_ce_read_staged(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
@@ -111,22 +114,47 @@ def host_kind(Context ctx not None, obj):
     return HOST_KINDS.get(kind, str(kind))
 
 
-def staging_config(Context ctx not None, chunk=0, depth=0, threads=0):
-    """Set (non-zero arguments) and return the context's staging ring
-    parameters as a dict: chunk (bytes), depth (slots), threads (memcpy
-    threads).  The ring is rebuilt on the next staged copy."""
+STAGING_KINDS = ("plain", "nt", "wc", "evict", "ntevict")
+
+
+def _kind_index(k):
+    if k is None:
+        return -1
+    if k not in STAGING_KINDS:
+        raise InvalidArgumentError(f"staging kind {k!r} is not one of {STAGING_KINDS}",
+                                   _errno.EINVAL)
+    return STAGING_KINDS.index(k)
+
+
+def staging_config(Context ctx not None, chunk=0, depth=0, threads=0, write_kind=None,
+                   read_kind=None):
+    """Set (non-zero / non-None arguments) and return the context's staging
+    ring parameters as a dict: chunk (bytes), depth (slots), threads (memcpy
+    threads), write_kind / read_kind (how the CPU side touches the ring:
+    'plain', 'nt', 'wc', 'evict', 'ntevict'; gdrpy_host.h) and write_used / read_used
+    (the kinds the ring as built uses, None before it is built).  The ring is
+    rebuilt on the next staged copy."""
     ctx._ready()
     cdef Py_ssize_t c = _index(chunk, "chunk")
     cdef Py_ssize_t d = _index(depth, "depth")
     cdef Py_ssize_t t = _index(threads, "threads")
     if d > 1024 or t > 1024:
         raise InvalidArgumentError(f"depth {d} / threads {t} out of range", _errno.EINVAL)
+    cdef int wk = _kind_index(write_kind)
+    cdef int rk = _kind_index(read_kind)
     if c or d or t:
         _check(gdrpy_staging_set(ctx._h, <size_t>c, <unsigned>d, <unsigned>t))
+    if wk >= 0 or rk >= 0:
+        _check(gdrpy_staging_set_kinds(ctx._h, wk, rk))
     cdef size_t oc = 0
     cdef unsigned od = 0, ot = 0
+    cdef int owk = 0, ork = 0, owu = -1, oru = -1
     _check(gdrpy_staging_get(ctx._h, &oc, &od, &ot))
-    return {"chunk": oc, "depth": od, "threads": ot}
+    _check(gdrpy_staging_get_kinds(ctx._h, &owk, &ork, &owu, &oru))
+    return {"chunk": oc, "depth": od, "threads": ot, "write_kind": STAGING_KINDS[owk],
+            "read_kind": STAGING_KINDS[ork],
+            "write_used": STAGING_KINDS[owu] if owu >= 0 else None,
+            "read_used": STAGING_KINDS[oru] if oru >= 0 else None}
 
 
 @cython.no_gc_clear

@@ -9,6 +9,12 @@ backend):
 
 * ``chunk``, ``depth``, ``threads``: the ring's parameters (chunk bytes, slots,
   memcpy threads);
+* ``write_kind``, ``read_kind``: how the CPU side of each direction touches
+  the ring ('plain' memcpy, 'nt' streaming stores, 'wc' a write-combined
+  ring, 'evict' memcpy then the lines leave the CPU's caches, 'ntevict'
+  (reads) streaming stores into the caller's memory and evict; see
+  gdrpy_host.h): the engine slows down when it must snoop lines that the
+  copying threads hold in their caches;
 * ``staged_min``: per direction, the smallest message that is staged;
 * ``locked_gain_min``: from this size up, page-locked memory is recognised
   and copied without staging or extra waits (below it every kind takes the
@@ -43,7 +49,8 @@ __all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env", "p
 
 KIB = 1 << 10
 MIB = 1 << 20
-SCHEMA = 2   # 2: the piece pipeline (plans measured on the old one are recalibrated)
+SCHEMA = 3   # 3: ring kinds (plans measured without them are recalibrated)
+KINDS = ("plain", "nt", "wc", "evict", "ntevict")
 NEVER = 1 << 62
 
 _plans: dict = {}
@@ -60,6 +67,8 @@ class StagingPlan:
     chunk: int = 4 * MIB
     depth: int = 4
     threads: int = dataclasses.field(default_factory=_default_threads)
+    write_kind: str = "wc"
+    read_kind: str = "ntevict"
     staged_min: dict = dataclasses.field(default_factory=lambda: {"h2d": MIB, "d2h": MIB})
     locked_gain_min: int = 256 * KIB
     source: str = "default"
@@ -68,10 +77,12 @@ class StagingPlan:
 
     def apply(self, ctx) -> None:
         """Configure ``ctx``'s staging ring with this plan."""
-        _core.staging_config(ctx, self.chunk, self.depth, self.threads)
+        _core.staging_config(ctx, self.chunk, self.depth, self.threads,
+                             write_kind=self.write_kind, read_kind=self.read_kind)
 
     def as_dict(self) -> dict:
         return {"chunk": self.chunk, "depth": self.depth, "threads": self.threads,
+                "write_kind": self.write_kind, "read_kind": self.read_kind,
                 "staged_min": dict(self.staged_min), "locked_gain_min": self.locked_gain_min,
                 "source": self.source}
 
@@ -104,6 +115,10 @@ def parse_plan_env(text: str | None, plan: StagingPlan) -> StagingPlan:
                 dirs = ("h2d", "d2h") if key == "staged_min" else (key[-3:],)
                 for d in dirs:
                     plan.staged_min[d] = n
+        elif key in ("write_kind", "read_kind"):
+            if val.strip() not in KINDS:
+                raise ValueError(f"GDRPY_STAGING: {key}={val!r} is not one of {KINDS}")
+            setattr(plan, key, val.strip())
         elif key in ("depth", "threads"):
             try:
                 v = int(val)
@@ -112,7 +127,8 @@ def parse_plan_env(text: str | None, plan: StagingPlan) -> StagingPlan:
             setattr(plan, key, v)
         else:
             raise ValueError(f"GDRPY_STAGING: unknown key {key!r} (chunk, depth, threads, "
-                             "staged_min, staged_min_h2d, staged_min_d2h, locked_gain_min)")
+                             "write_kind, read_kind, staged_min, staged_min_h2d, "
+                             "staged_min_d2h, locked_gain_min)")
         fixed.append(key)
     plan.fixed = tuple(fixed)
     return plan
@@ -143,9 +159,11 @@ def load_plan(identity: dict) -> StagingPlan | None:
                            staged_min={"h2d": int(p["staged_min"]["h2d"]),
                                        "d2h": int(p["staged_min"]["d2h"])},
                            locked_gain_min=int(p["locked_gain_min"]), source="cache",
+                           write_kind=str(p["write_kind"]), read_kind=str(p["read_kind"]),
                            sweep=list(doc.get("sweep", [])))
         if not (64 * KIB <= plan.chunk <= 64 * MIB and 2 <= plan.depth <= 8 and
-                1 <= plan.threads <= 16 and all(v >= 0 for v in plan.staged_min.values())):
+                1 <= plan.threads <= 16 and all(v >= 0 for v in plan.staged_min.values()) and
+                plan.write_kind in KINDS and plan.read_kind in KINDS):
             return None
         return plan
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -252,6 +270,10 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
                    progress: Callable[[str], None] | None = None) -> StagingPlan:
     """Measure the staging ring on ``ctx`` and return a plan.
 
+    0. Ring kinds per direction ('plain', 'nt', 'wc', 'evict', 'ntevict'), scored
+       by the geometric mean of that direction's staged rates at the sizes
+       below with a middle ring (2 MiB slots, depth 4, 8 threads); again
+       after step 1 with the ring found there.
     1. Ring parameters by coordinate search, scored by the geometric mean of
        the staged put and get rates at 4, 16 and 64 MiB (:func:`ring_sizes`),
        median of 5 calls each: memcpy threads (1, 2, 4, 8, 12, 14, 16, at most
@@ -275,14 +297,34 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
     say = progress or (lambda msg: None)
     sizes = ring_sizes(max_bytes)
     try:
-        def score(reps: int = 5) -> float:
+        def score(reps: int = 5, dirs: tuple[str, ...] = ("h2d", "d2h")) -> float:
             logs = []
             for n in sizes:
                 src = host[:n]
-                tw = _timer(functools.partial(_ce, pin, "h2d", src, "staged"), reps)
-                tr = _timer(functools.partial(_ce, pin, "d2h", src, "staged"), reps)
-                logs += [math.log(n / tw), math.log(n / tr)]
+                for d in dirs:
+                    t = _timer(functools.partial(_ce, pin, d, src, "staged"), reps)
+                    logs.append(math.log(n / t))
             return math.exp(sum(logs) / len(logs))
+
+        def pick_kinds(chunk: int, depth: int, threads: int) -> None:
+            for d, attr in (("h2d", "write_kind"), ("d2h", "read_kind")):
+                rates = {}
+                for k in KINDS:
+                    if d == "h2d" and k == "ntevict":   # the same as 'nt' for writes
+                        continue
+                    kw = {attr: k}
+                    _core.staging_config(ctx, chunk, depth, threads, **kw)
+                    rates[k] = score(dirs=(d,))
+                    sweep.append({"chunk": chunk, "depth": depth, "threads": threads,
+                                  attr: k, "gbps": rates[k] / 1e9})
+                    say(f"{attr} {k}: {rates[k] / 1e9:.1f} GB/s")
+                best_k = max(rates, key=lambda k: rates[k])
+                # the current kind stays unless another gains 3%
+                cur = getattr(plan, attr)
+                if rates[best_k] <= rates[cur] * 1.03:
+                    best_k = cur
+                setattr(plan, attr, best_k)
+                _core.staging_config(ctx, chunk, depth, threads, **{attr: best_k})
 
         tried: dict = {}
 
@@ -305,6 +347,7 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
                    if c <= max(max_bytes, MIB)]
         depth_c = (2, 3, 4, 6)
         best: tuple[int, int, int] = (2 * MIB, 4, min(8, tmax))
+        pick_kinds(*best)
         best_r = try_cfg(*best)
 
         def search(axis: int, values) -> None:
@@ -323,6 +366,8 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
             search(0, chunk_c)
             search(1, depth_c)
         plan.chunk, plan.depth, plan.threads = best
+        if time.perf_counter() < deadline + 0.1 * budget_s:
+            pick_kinds(*best)
         plan.apply(ctx)
 
         for d in ("h2d", "d2h"):

@@ -129,8 +129,11 @@ fi
 if [[ " $STAGES " == *" large "* ]]; then
     step pytest_large 600 python3 -m pytest -q -rs -p no:cacheprovider \
         tests/test_hostmem.py tests/test_staging_schedule.py tests/test_native.py \
-        -k "hostmem or staging or schedule" --junitxml="$WORK/junit_large.xml"
+        tests/test_staging_kinds.py \
+        -k "hostmem or staging or schedule or kind" --junitxml="$WORK/junit_large.xml"
     step staging_sweep 120 python3 scripts/staging_sweep.py --sizes 4M,16M,64M
+    step staging_trace 120 python3 scripts/staging_trace.py --sizes 4M,16M,64M \
+        --modes base,wkind=plain,wkind=evict,rkind=wc,rkind=evict
     step bench_bandwidth 560 python3 -m gdrpy bench bandwidth --backend nvrm \
         --json "$WORK/bandwidth.json" --plot "$WORK/bandwidth.png"
     step bench_transfer 400 python3 -m gdrpy bench transfer --backend nvrm --iters 600 \

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             for nt, t, c, d in shapes:
                 if mode != nt:
                     mode = nt
-                    for var in ("NT", "DRY", "PPT", "SPIN_US"):
+                    for var in ("NT", "DRY", "PPT", "SPIN_US", "WC", "WKIND", "RKIND"):
                         os.environ.pop("GDRPY_STAGING_" + var, None)
                     key, _, val = nt.partition("=")
                     if key != "base":

@@ -188,7 +188,9 @@ def test_staged_copies_are_exact_at_every_size_and_offset(ctx, dev, cfg, monkeyp
     monkeypatch.setenv("GDRPY_SIM_CE_DELAY_US", "200")
     pin, m = dev
     _core.staging_config(ctx, *cfg)
-    assert _core.staging_config(ctx) == dict(zip(("chunk", "depth", "threads"), cfg, strict=True))
+    got = _core.staging_config(ctx)
+    assert {k: got[k] for k in ("chunk", "depth", "threads")} == \
+        dict(zip(("chunk", "depth", "threads"), cfg, strict=True))
     salt = 0
     for n in SIZES:
         for off in (0, 1, 4096 + 7):

@@ -73,6 +73,22 @@ GDRPY_API int gdrpy_staging_set(gdrpy_ctx_t ctx, size_t chunk, unsigned depth,
                                 unsigned threads);
 GDRPY_API int gdrpy_staging_get(gdrpy_ctx_t ctx, size_t *chunk, unsigned *depth,
                                 unsigned *threads);
+/* How the CPU side of each direction touches the staging ring (kinds):
+ * PLAIN memcpy into/out of a cached ring; NT streaming stores (writes: into
+ * the ring; reads: into the caller's memory); WC a write-combined ring
+ * (writes: streaming stores into it; reads: streaming loads out of it);
+ * EVICT memcpy, then the piece's ring lines leave the CPU's private caches
+ * (writes: CLDEMOTE, else CLFLUSHOPT; reads: CLFLUSHOPT); NT_EVICT reads:
+ * streaming stores into the caller's memory, then CLFLUSHOPT of the ring
+ * lines (writes: as NT).  Where the CPU
+ * lacks the instructions a kind falls back to PLAIN.  Defaults: WC for
+ * writes, NT_EVICT for reads; -1 keeps a value.  `*_used` report the kinds in
+ * use by the ring as built (-1: not built yet with these settings). */
+enum { GDRPY_STAGING_PLAIN = 0, GDRPY_STAGING_NT = 1, GDRPY_STAGING_WC = 2,
+       GDRPY_STAGING_EVICT = 3, GDRPY_STAGING_NT_EVICT = 4 };
+GDRPY_API int gdrpy_staging_set_kinds(gdrpy_ctx_t ctx, int write_kind, int read_kind);
+GDRPY_API int gdrpy_staging_get_kinds(gdrpy_ctx_t ctx, int *write_kind, int *read_kind,
+                                      int *write_used, int *read_used);
 GDRPY_API int gdrpy_ce_write_staged(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
                                     const void *src, size_t n, void *stream);
 GDRPY_API int gdrpy_ce_read_staged(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,

@@ -106,6 +106,7 @@ static void do_load(void)
         OPT(EventRecord, "cuEventRecord"),
         OPT(EventSynchronize, "cuEventSynchronize"),
         OPT(EventQuery, "cuEventQuery"),
+        OPT(EventElapsedTime, "cuEventElapsedTime_v2"),
     };
     for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
         *syms[i].slot = dlsym(h, syms[i].name);
@@ -118,6 +119,8 @@ static void do_load(void)
             return; /* the handle stays loaded: harmless, and never dlclose'd */
         }
     }
+    if (!gp_cu.EventElapsedTime) /* drivers before CUDA 12.8 */
+        *(void **)&gp_cu.EventElapsedTime = dlsym(h, "cuEventElapsedTime");
     CUresult r = gp_cu.Init(0);
     if (r != CUDA_SUCCESS) {
         const char *n = NULL;

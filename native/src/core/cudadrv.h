@@ -105,6 +105,7 @@ _Static_assert(sizeof(gp_CUmemPoolProps) == 88, "CUmemPoolProps size");
 #define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
 
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
 #define CU_MEMHOSTREGISTER_PORTABLE 0x01
 #define CU_EVENT_DISABLE_TIMING 0x02
 
@@ -198,6 +199,8 @@ struct gp_cuda_api {
     CUresult (*EventRecord)(CUevent e, CUstream s);
     CUresult (*EventSynchronize)(CUevent e);
     CUresult (*EventQuery)(CUevent e);
+    /* optional: staging traces only (stage_trace.c) */
+    CUresult (*EventElapsedTime)(float *ms, CUevent start, CUevent end);
 };
 
 GP_HIDDEN extern struct gp_cuda_api gp_cu;

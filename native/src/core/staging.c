@@ -52,6 +52,7 @@
 #include "copy.h"
 #include "cudadrv.h"
 #include "gdrpy_host.h"
+#include "stage_trace.h"
 
 #define ST_MAX_DEPTH 8
 #define ST_MAX_THREADS 16
@@ -195,8 +196,10 @@ typedef struct st_job {
     int caller_copies; /* the caller copies pieces whenever it is idle */
     unsigned *active;  /* workers inside the copy (the pool's counter) */
     gp_copy_fn cp;     /* the CPU copy of a piece */
+    void (*evict)(void *, size_t); /* then applied to the piece's ring bytes, or NULL */
     uint64_t total;    /* pieces */
     st_sched sc;
+    gp_strace *tr;     /* GDRPY_STAGING_TRACE (diagnostics), else NULL */
     char pad0[64];
     uint64_t next; /* next piece to claim (atomic) */
     char pad1[64];
@@ -226,8 +229,11 @@ static void piece_do(st_job *j, uint64_t g)
         size_t pl = len - po < part ? len - po : part;
         char *slot = j->ring + (size_t)k * j->slot_bytes + po;
         char *h = j->host + off + po;
+        double t0 = j->tr ? gp_strace_now() : 0;
         if (j->dir == 0) j->cp(slot, h, pl);
         else j->cp(h, slot, pl);
+        if (j->evict) j->evict(slot, pl);
+        if (j->tr) gp_strace_piece(j->tr, g, t0, gp_strace_now(), pl);
     }
     __atomic_add_fetch(&j->slotdone[k], 1, __ATOMIC_RELEASE);
 }
@@ -270,12 +276,117 @@ static int dry_mode(void)
     return 0;
 }
 
+/* The streaming-store kernel (to_mapping), or NULL where there is none. */
 static gp_copy_fn nt_copy(void)
 {
     const gp_copy_kernel *k = gp_copy_auto_kernel();
-    if (!k || k->device_memory_only || !strcmp(k->name, "generic")) return cp_plain;
+    if (!k || k->device_memory_only || !strcmp(k->name, "generic")) return NULL;
     return k->to_mapping;
 }
+
+/* The streaming-load kernel (from_mapping: whole lines, MOVNTDQA), or NULL. */
+static gp_copy_fn nt_load(void)
+{
+    const gp_copy_kernel *k = gp_copy_auto_kernel();
+    if (!k || k->device_memory_only || !strcmp(k->name, "generic")) return NULL;
+    return k->from_mapping;
+}
+
+static gp_copy_fn wc_load_kernel; /* nt_load(), set before a WC read ring is used */
+
+/* A read's copy out of the write-combined ring.  x86 streaming loads from
+ * WC memory are weakly ordered and may be served from a streaming-load
+ * buffer filled earlier: MFENCE first, so that every line is read after the
+ * piece became available (the acquire of `avail`), i.e. after its DMA. */
+static void cp_wc_load(void *d, const void *s, size_t n)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ __volatile__("mfence" ::: "memory");
+#endif
+    wc_load_kernel(d, s, n);
+}
+
+/* Ring kinds (gdrpy_host.h, GDRPY_STAGING_*): how the CPU side of each
+ * direction touches the ring.  Measured on an H100 host (scripts/
+ * staging_trace.py): with plain memcpy the engine moves a 1 MiB chunk at
+ * ~27 GB/s while the workers copy other slots, against ~45 GB/s alone - its
+ * reads (put) snoop lines that are dirty in the workers' caches and its
+ * writes (get) must invalidate lines the workers have read.  A
+ * write-combined ring filled with streaming stores lifted the engine to
+ * ~36 GB/s for put. */
+static const char *const kind_names[] = {"plain", "nt", "wc", "evict", "ntevict"};
+
+static int kind_parse(const char *e)
+{
+    if (!e || !*e) return -1;
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(e, kind_names[i])) return i;
+    return -1;
+}
+
+/* GDRPY_STAGING_WKIND / RKIND name a kind for the writes / reads
+ * (diagnostics; they override gdrpy_staging_set_kinds); the older
+ * GDRPY_STAGING_NT (in/out/both) and GDRPY_STAGING_WC=1|0 (writes) too. */
+static void kinds_env(int *wk, int *rk)
+{
+    unsigned nt = nt_mask();
+    if (nt & 1) *wk = GDRPY_STAGING_NT;
+    if (nt & 2) *rk = GDRPY_STAGING_NT;
+    const char *e = getenv("GDRPY_STAGING_WC");
+    if (e && !strcmp(e, "1")) *wk = GDRPY_STAGING_WC;
+    if (e && !strcmp(e, "0") && *wk == GDRPY_STAGING_WC) *wk = GDRPY_STAGING_PLAIN;
+    int k = kind_parse(getenv("GDRPY_STAGING_WKIND"));
+    if (k >= 0) *wk = k;
+    k = kind_parse(getenv("GDRPY_STAGING_RKIND"));
+    if (k >= 0) *rk = k;
+}
+
+/* ---- evicting ring lines from the CPU's caches ------------------------ */
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+static int cpu_clflushopt = -1, cpu_cldemote = -1;
+
+static void evict_probe(void)
+{
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
+        cpu_clflushopt = (b >> 23) & 1;
+        cpu_cldemote = (c >> 25) & 1;
+    } else {
+        cpu_clflushopt = cpu_cldemote = 0;
+    }
+}
+
+/* read: the lines the CPU has read leave its caches (the engine's next
+ * write into the slot then invalidates nothing) */
+static void evict_flush(void *p, size_t n)
+{
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, e = (uintptr_t)p + n;
+    if (cpu_clflushopt > 0) {
+        for (; a < e; a += 64) __asm__ __volatile__("clflushopt %0" ::"m"(*(volatile char *)a));
+    } else {
+        for (; a < e; a += 64) __builtin_ia32_clflush((const void *)a);
+    }
+    __asm__ __volatile__("sfence" ::: "memory");
+}
+
+/* write: the lines the CPU has written move to the shared cache (CLDEMOTE),
+ * else are written back and dropped (CLFLUSHOPT): the engine's reads then
+ * snoop no core */
+static void evict_demote(void *p, size_t n)
+{
+    if (cpu_cldemote <= 0) {
+        evict_flush(p, n);
+        return;
+    }
+    uintptr_t a = (uintptr_t)p & ~(uintptr_t)63, e = (uintptr_t)p + n;
+    for (; a < e; a += 64) __asm__ __volatile__(".byte 0x0f, 0x1c, 0x00" ::"a"(a) : "memory");
+}
+#define HAVE_EVICT 1
+#else
+#define HAVE_EVICT 0
+#endif
 
 /* Worker: claims pieces until none are left (or the copy is aborted). */
 static void job_work(st_job *j)
@@ -525,15 +636,19 @@ typedef struct gp_stage {
     /* configuration (under op_lock) */
     size_t chunk;
     unsigned depth, threads;
+    int kind[2]; /* GDRPY_STAGING_*: writes, reads */
     /* the ring as built (ready = 1) */
     int ready;
     int sim;
     int device;
     char *ring;
+    char *ring_wc; /* write-combined ring (a direction of kind WC), else NULL */
     size_t ring_bytes;
     size_t ring_chunk;
     unsigned ring_depth;
     unsigned ring_threads;
+    int ring_kind[2];  /* as configured when built */
+    int eff_kind[2];   /* in use (environment overrides, fallbacks) */
     unsigned next;             /* slot the next copy starts at */
     int pending[ST_MAX_DEPTH]; /* a DMA of the slot may be in flight */
     CUcontext pctx;            /* real: retained primary context */
@@ -544,8 +659,10 @@ typedef struct gp_stage {
     int pool_on;
     st_job job; /* the copy in progress (under op_lock) */
     gp_copy_fn cp_in, cp_out;
+    void (*ev_in)(void *, size_t), (*ev_out)(void *, size_t);
     int dry_dma;  /* GDRPY_STAGING_DRY=nodma: no DMA at all (diagnostics only) */
     unsigned ppt; /* pieces per thread and chunk (GDRPY_STAGING_PPT, default 2) */
+    gp_strace *tr; /* GDRPY_STAGING_TRACE (diagnostics) */
     int warned;
 } gp_stage;
 
@@ -580,6 +697,8 @@ static gp_stage *stage_of(gp_ctx *c)
             pthread_mutex_init(&st->op_lock, NULL);
             st->chunk = 4u << 20;
             st->depth = 4;
+            st->kind[0] = GDRPY_STAGING_WC;
+            st->kind[1] = GDRPY_STAGING_NT_EVICT;
             st->threads = default_threads();
             c->stage = st;
         }
@@ -614,6 +733,9 @@ static void ring_free(gp_stage *st)
         if (st->sce) sim_ce_stop(st->sce); /* drains the queue first */
         st->sce = NULL;
         if (st->ring) munmap(st->ring, st->ring_bytes);
+        if (st->ring_wc) munmap(st->ring_wc, st->ring_bytes);
+        gp_strace_free(st->tr);
+        st->tr = NULL;
     } else {
         if (st_push(st) == 0) {
             for (unsigned k = 0; k < st->ring_depth; k++) {
@@ -624,6 +746,9 @@ static void ring_free(gp_stage *st)
                 st->ev[k] = NULL;
             }
             if (st->ring) gp_cu.MemFreeHost(st->ring);
+            if (st->ring_wc) gp_cu.MemFreeHost(st->ring_wc);
+            gp_strace_free(st->tr);
+            st->tr = NULL;
             st_pop();
         }
         CUdevice d;
@@ -633,6 +758,7 @@ static void ring_free(gp_stage *st)
     if (st->pool_on) pool_stop(&st->pool);
     st->pool_on = 0;
     st->ring = NULL;
+    st->ring_wc = NULL;
     st->ring_bytes = 0;
     memset(st->pending, 0, sizeof st->pending);
     st->ready = 0;
@@ -643,7 +769,8 @@ static void ring_free(gp_stage *st)
 static int ring_build(gp_stage *st, gp_ctx *c)
 {
     if (st->ready && st->ring_chunk == st->chunk && st->ring_depth == st->depth &&
-        st->ring_threads == st->threads)
+        st->ring_threads == st->threads && st->ring_kind[0] == st->kind[0] &&
+        st->ring_kind[1] == st->kind[1])
         return 0;
     ring_free(st);
     st->sim = !c->be->is_real;
@@ -651,6 +778,25 @@ static int ring_build(gp_stage *st, gp_ctx *c)
     st->ring_chunk = st->chunk;
     st->ring_depth = st->depth;
     st->ring_threads = st->threads;
+    st->ring_kind[0] = st->kind[0];
+    st->ring_kind[1] = st->kind[1];
+    int wk = st->kind[0], rk = st->kind[1];
+    kinds_env(&wk, &rk);
+    /* writes: streaming stores already leave no ring line in the CPU's caches */
+    if (wk == GDRPY_STAGING_NT_EVICT) wk = GDRPY_STAGING_NT;
+    if (!HAVE_EVICT) {
+        if (wk == GDRPY_STAGING_EVICT) wk = GDRPY_STAGING_PLAIN;
+        if (rk == GDRPY_STAGING_EVICT) rk = GDRPY_STAGING_PLAIN;
+        if (rk == GDRPY_STAGING_NT_EVICT) rk = GDRPY_STAGING_NT;
+    }
+    if (!nt_copy()) { /* no streaming stores/loads on this CPU */
+        if (wk == GDRPY_STAGING_NT || wk == GDRPY_STAGING_WC) wk = GDRPY_STAGING_PLAIN;
+        if (rk == GDRPY_STAGING_NT || rk == GDRPY_STAGING_WC) rk = GDRPY_STAGING_PLAIN;
+        if (rk == GDRPY_STAGING_NT_EVICT) rk = GDRPY_STAGING_EVICT;
+    }
+    if (!nt_load() && rk == GDRPY_STAGING_WC) rk = GDRPY_STAGING_PLAIN;
+    st->eff_kind[0] = wk;
+    st->eff_kind[1] = rk;
     st->ring_bytes = st->chunk * st->depth;
     st->next = 0;
     if (st->sim) {
@@ -692,6 +838,21 @@ static int ring_build(gp_stage *st, gp_ctx *c)
                                st->ring_bytes);
         }
         st->ring = p;
+        if (wk == GDRPY_STAGING_WC || rk == GDRPY_STAGING_WC) {
+            /* write-combined: the CPU's streaming stores go to memory
+             * without filling the caches, streaming loads read it without
+             * caching it, and the engine's accesses snoop nothing */
+            p = NULL;
+            r = gp_cu.MemHostAlloc(&p, st->ring_bytes,
+                                   CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_WRITECOMBINED);
+            if (r) {
+                st_pop();
+                ring_free(st);
+                return gp_cuda_err(0, r, "cuMemHostAlloc", "write-combined staging ring of "
+                                                           "%zu bytes", st->ring_bytes);
+            }
+            st->ring_wc = p;
+        }
         for (unsigned k = 0; k < st->ring_depth && !r; k++)
             r = gp_cu.EventCreate(&st->ev[k], CU_EVENT_DISABLE_TIMING);
         st_pop();
@@ -700,15 +861,41 @@ static int ring_build(gp_stage *st, gp_ctx *c)
             return gp_cuda_err(0, r, "cuEventCreate", "staging ring");
         }
     }
-    unsigned nt = nt_mask();
-    st->cp_in = nt & 1 ? nt_copy() : cp_plain;
-    st->cp_out = nt & 2 ? nt_copy() : cp_plain;
+    st->tr = gp_strace_new(!st->sim);
+    if (st->sim && (wk == GDRPY_STAGING_WC || rk == GDRPY_STAGING_WC)) {
+        /* sim: the "write-combined" ring is ordinary memory (same kernels) */
+        void *p = mmap(NULL, st->ring_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (p == MAP_FAILED) {
+            ring_free(st);
+            return gp_err(GDRPY_ENOMEM, "staging: mmap of a %zu-byte ring failed: %s",
+                          st->ring_bytes, strerror(errno));
+        }
+        st->ring_wc = p;
+    }
+    st->cp_in = wk == GDRPY_STAGING_NT || wk == GDRPY_STAGING_WC ? nt_copy() : cp_plain;
+    if (rk == GDRPY_STAGING_WC) wc_load_kernel = nt_load();
+    st->cp_out = rk == GDRPY_STAGING_NT || rk == GDRPY_STAGING_NT_EVICT ? nt_copy()
+                 : rk == GDRPY_STAGING_WC                               ? cp_wc_load
+                                                                        : cp_plain;
+    st->ev_in = st->ev_out = NULL;
+#if HAVE_EVICT
+    if (wk == GDRPY_STAGING_EVICT || rk == GDRPY_STAGING_EVICT ||
+        rk == GDRPY_STAGING_NT_EVICT) {
+        if (cpu_clflushopt < 0) evict_probe();
+        if (wk == GDRPY_STAGING_EVICT) st->ev_in = evict_demote;
+        if (rk == GDRPY_STAGING_EVICT || rk == GDRPY_STAGING_NT_EVICT) st->ev_out = evict_flush;
+    }
+#endif
     const char *e = getenv("GDRPY_STAGING_PPT");
     st->ppt = e && *e ? (unsigned)strtoul(e, NULL, 10) : 2;
     if (st->ppt < 1 || st->ppt > 16) st->ppt = 2;
     int dry = dry_mode();
     st->dry_dma = dry == 1;
-    if (dry == 2) st->cp_in = st->cp_out = cp_none;
+    if (dry == 2) {
+        st->cp_in = st->cp_out = cp_none;
+        st->ev_in = st->ev_out = NULL;
+    }
     if (st->threads > 1) {
         pool_start(&st->pool, st->threads - 1, &st->job);
         st->pool_on = 1;
@@ -811,13 +998,15 @@ static int wait_all_spin(gp_stage *st, int rc)
 
 /* ---- the pipelines ----------------------------------------------------- */
 
-static void job_setup(gp_stage *st, int dir, char *host, size_t n)
+static void job_setup(gp_stage *st, int dir, char *host, size_t n, CUstream s)
 {
     st_job *j = &st->job;
     j->dir = dir;
     j->cp = dir == 0 ? st->cp_in : st->cp_out;
     j->host = host;
-    j->ring = st->ring;
+    j->ring = st->eff_kind[dir] == GDRPY_STAGING_WC ? st->ring_wc : st->ring;
+    j->evict = dir == 0 ? st->ev_in : st->ev_out;
+    j->tr = st->tr;
     j->slot_bytes = st->ring_chunk;
     j->depth = st->ring_depth;
     j->start = st->next;
@@ -839,6 +1028,7 @@ static void job_setup(gp_stage *st, int dir, char *host, size_t n)
     for (unsigned k = 0; k < ST_MAX_DEPTH; k++)
         __atomic_store_n(&j->slotdone[k], 0, __ATOMIC_RELAXED);
     j->active = &st->pool.active;
+    gp_strace_begin(j->tr, dir, n, j->sc.nch, j->ppc, workers, s);
     if (j->pooled) pool_open(&st->pool);
 }
 
@@ -865,7 +1055,7 @@ static int job_chunk_done(const st_job *j, uint64_t ci)
 static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CUstream s,
                       int async)
 {
-    job_setup(st, 0, (char *)src, n);
+    job_setup(st, 0, (char *)src, n, s);
     st_job *j = &st->job;
     uint64_t nch = j->sc.nch, opened = 0, submitted = 0;
     unsigned spins = 0;
@@ -877,6 +1067,11 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
             int q = eng_query(st, job_slot(j, opened));
             if (q < 0) rc = -q;
             if (q <= 0) break;
+            if (j->tr) {
+                size_t o_, l_;
+                sched_chunk(&j->sc, opened, &o_, &l_);
+                gp_strace_mark(j->tr, opened, TR_OPEN, l_);
+            }
             job_avail(j, opened++);
             progress = 1;
         }
@@ -885,7 +1080,16 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
             unsigned k = job_slot(j, submitted);
             size_t off, len;
             sched_chunk(&j->sc, submitted, &off, &len);
-            rc = eng_copy(st, 0, dptr + off, st->ring + (size_t)k * st->ring_chunk, len, s);
+            if (j->tr) {
+                gp_strace_mark(j->tr, submitted, TR_COPIED, 0);
+                gp_strace_gpu(j->tr, submitted, 0, s);
+                gp_strace_mark(j->tr, submitted, TR_ENQ0, 0);
+            }
+            rc = eng_copy(st, 0, dptr + off, j->ring + (size_t)k * st->ring_chunk, len, s);
+            if (j->tr) {
+                gp_strace_mark(j->tr, submitted, TR_ENQ1, 0);
+                gp_strace_gpu(j->tr, submitted, 1, s);
+            }
             if (!rc) rc = eng_record(st, k, s);
             submitted++;
             progress = 1;
@@ -895,12 +1099,13 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
     }
     job_end(st, rc);
     if (rc || !async || st->sim) rc = wait_all_spin(st, rc);
+    gp_strace_end(j->tr, rc);
     return rc;
 }
 
 static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream s)
 {
-    job_setup(st, 1, dst, n);
+    job_setup(st, 1, dst, n, s);
     st_job *j = &st->job;
     uint64_t nch = j->sc.nch, issued = 0, ready = 0, freed = 0;
     unsigned spins = 0;
@@ -916,7 +1121,15 @@ static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream 
             if (q <= 0) break;
             size_t off, len;
             sched_chunk(&j->sc, issued, &off, &len);
-            rc = eng_copy(st, 1, dptr + off, st->ring + (size_t)k * st->ring_chunk, len, s);
+            if (j->tr) {
+                gp_strace_gpu(j->tr, issued, 0, s);
+                gp_strace_mark(j->tr, issued, TR_ENQ0, len);
+            }
+            rc = eng_copy(st, 1, dptr + off, j->ring + (size_t)k * st->ring_chunk, len, s);
+            if (j->tr) {
+                gp_strace_mark(j->tr, issued, TR_ENQ1, 0);
+                gp_strace_gpu(j->tr, issued, 1, s);
+            }
             if (!rc) rc = eng_record(st, k, s);
             issued++;
             progress = 1;
@@ -927,11 +1140,13 @@ static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream 
             int q = eng_query(st, job_slot(j, ready));
             if (q < 0) rc = -q;
             if (q <= 0) break;
+            if (j->tr) gp_strace_mark(j->tr, ready, TR_OPEN, 0);
             job_avail(j, ready++);
             progress = 1;
         }
         /* chunks copied out free their slot */
         while (!rc && freed < ready && job_chunk_done(j, freed)) {
+            if (j->tr) gp_strace_mark(j->tr, freed, TR_COPIED, 0);
             freed++;
             progress = 1;
         }
@@ -939,7 +1154,9 @@ static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream 
         else if (!rc && !job_try_piece(j)) relax_step(&spins);
     }
     job_end(st, rc);
-    return wait_all_spin(st, rc);
+    rc = wait_all_spin(st, rc);
+    gp_strace_end(j->tr, rc);
+    return rc;
 }
 
 
@@ -1090,6 +1307,51 @@ int gdrpy_staging_get(gdrpy_ctx_t h, size_t *chunk, unsigned *depth, unsigned *t
     if (chunk) *chunk = st->chunk;
     if (depth) *depth = st->depth;
     if (threads) *threads = st->threads;
+    pthread_mutex_unlock(&st->op_lock);
+    gp_ctx_leave(c);
+    return 0;
+}
+
+int gdrpy_staging_set_kinds(gdrpy_ctx_t h, int write_kind, int read_kind)
+{
+    if (write_kind < -1 || write_kind > GDRPY_STAGING_NT_EVICT || read_kind < -1 ||
+        read_kind > GDRPY_STAGING_NT_EVICT)
+        return gp_err(GDRPY_EINVAL, "staging_set_kinds: kinds %d/%d must be -1 (keep) or "
+                                    "GDRPY_STAGING_PLAIN..GDRPY_STAGING_NT_EVICT (0..4)",
+                      write_kind, read_kind);
+    gp_ctx *c;
+    int rc = gp_ctx_enter(h, &c, "staging_set_kinds");
+    if (rc) return rc;
+    gp_stage *st = stage_of(c);
+    if (!st) {
+        gp_ctx_leave(c);
+        return gp_err(GDRPY_ENOMEM, "staging_set_kinds: out of memory");
+    }
+    pthread_mutex_lock(&st->op_lock);
+    if (write_kind >= 0) st->kind[0] = write_kind;
+    if (read_kind >= 0) st->kind[1] = read_kind;
+    pthread_mutex_unlock(&st->op_lock);
+    gp_ctx_leave(c);
+    return 0;
+}
+
+int gdrpy_staging_get_kinds(gdrpy_ctx_t h, int *write_kind, int *read_kind, int *write_used,
+                            int *read_used)
+{
+    gp_ctx *c;
+    int rc = gp_ctx_enter(h, &c, "staging_get_kinds");
+    if (rc) return rc;
+    gp_stage *st = stage_of(c);
+    if (!st) {
+        gp_ctx_leave(c);
+        return gp_err(GDRPY_ENOMEM, "staging_get_kinds: out of memory");
+    }
+    pthread_mutex_lock(&st->op_lock);
+    if (write_kind) *write_kind = st->kind[0];
+    if (read_kind) *read_kind = st->kind[1];
+    int built = st->ready && st->ring_kind[0] == st->kind[0] && st->ring_kind[1] == st->kind[1];
+    if (write_used) *write_used = built ? st->eff_kind[0] : -1;
+    if (read_used) *read_used = built ? st->eff_kind[1] : -1;
     pthread_mutex_unlock(&st->op_lock);
     gp_ctx_leave(c);
     return 0;
