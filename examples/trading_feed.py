@@ -98,6 +98,12 @@ def main(argv=None) -> int:
                         "--per-packet)")
     p.add_argument("--no-gso", action="store_true",
                    help="UDP sender: one send per datagram instead of UDP_SEGMENT batches")
+    p.add_argument("--sender-burst", type=int, default=256, metavar="N",
+                   help="UDP sender: at most N ticks per send call (they share one stamp)")
+    p.add_argument("--latency-sender", action="store_true",
+                   help="UDP sender in latency mode: one datagram per send call, each stamped "
+                        "just before its own call, busy-wait pacing (= --no-gso --pace spin "
+                        "--sender-burst 1); the sweep's half-capacity points use it")
     p.add_argument("--on-full", choices=("wait", "drop"), default="wait")
     p.add_argument("--inject-skip", type=int, default=0, metavar="K",
                    help="test: the sender skips every K-th seq (counted loss)")
@@ -127,6 +133,10 @@ def main(argv=None) -> int:
         p.error("--ring: power of two >= 2; --batch >= 1; 1 <= --symbols <= 65536")
     if a.cpus is not None and (len(a.cpus) != 4 or len(set(a.cpus)) != 4 or min(a.cpus) < 0):
         p.error("--cpus: four different CPU numbers (sender,handler,collector,consumer)")
+    if a.sender_burst < 1:
+        p.error("--sender-burst: >= 1")
+    if a.latency_sender:
+        a.no_gso, a.pace, a.sender_burst = True, "spin", a.per_packet
     if a.gro and (a.no_gso or a.ring < 64 * a.per_packet):
         p.error("--gro: needs the sender's GSO (no --no-gso) and --ring >= 64 x --per-packet")
     if a.rps_cpu not in ("auto", "off") and not a.rps_cpu.isdigit():
@@ -188,7 +198,8 @@ def main(argv=None) -> int:
                                 rcvbuf=a.rcvbuf, on_full=a.on_full, inject_skip=a.inject_skip,
                                 delay_ns=a.consumer_delay_ns, per_packet=a.per_packet,
                                 ticks=a.ticks, shm_slots=a.shm_slots, gso=not a.no_gso,
-                                pace=a.pace, rps_cpu=rps_cpu, gro=a.gro)
+                                pace=a.pace, rps_cpu=rps_cpu, gro=a.gro,
+                                burst=a.sender_burst)
                             r["kind"] = "run"
                             pts.append(r)
                             log(sweep.fmt_row(r))
