@@ -115,11 +115,12 @@ def main(argv=None) -> int:
     p.add_argument("--cpus", type=lambda t: [int(x) for x in t.split(",")], default=None,
                    metavar="S,H,C,K", help="CPUs of the sender, handler, ack collector and sim "
                    "consumer (default: one physical core each near the GPU, not CPU 0's)")
-    p.add_argument("--rps-cpu", default="off", metavar="auto|off|N",
+    p.add_argument("--rps-cpu", default="off", metavar="auto|off|handler|N",
                    help="steer the kernel's loopback receive processing (NET_RX softirq) off "
                         "the sender's CPU to CPU N (auto: a fifth core near the GPU) with RPS, "
                         "restored at exit; needs root (default off: it runs on the sender's "
-                        "CPU, inside its sends)")
+                        "CPU, inside its sends; handler: the handler's own CPU, which polls "
+                        "and so never sleeps)")
     p.add_argument("--pace", choices=("yield", "sleep", "spin"), default="yield",
                    help="the sender between ticks: yield its CPU (default; the kernel's "
                         "loopback receive work runs on it), sleep, or busy-wait")
@@ -139,8 +140,8 @@ def main(argv=None) -> int:
         a.no_gso, a.pace, a.sender_burst = True, "spin", a.per_packet
     if a.gro and (a.no_gso or a.ring < 64 * a.per_packet):
         p.error("--gro: needs the sender's GSO (no --no-gso) and --ring >= 64 x --per-packet")
-    if a.rps_cpu not in ("auto", "off") and not a.rps_cpu.isdigit():
-        p.error("--rps-cpu: auto, off or a CPU number")
+    if a.rps_cpu not in ("auto", "off", "handler") and not a.rps_cpu.isdigit():
+        p.error("--rps-cpu: auto, off, handler or a CPU number")
     if a.sources is None:
         a.sources = ["udp", "shm"] if a.sweep else ["udp"]
 
@@ -174,8 +175,9 @@ def main(argv=None) -> int:
         a.picked = (cpus, note)
         rps_cpu, rps_note = -1, "loopback receive processing on the sender's CPU (no RPS)"
         if a.rps_cpu != "off":
-            want = spare if a.rps_cpu == "auto" else int(a.rps_cpu)
-            if want < 0 or want in cpus:
+            want = (spare if a.rps_cpu == "auto" else cpus[1] if a.rps_cpu == "handler"
+                    else int(a.rps_cpu))
+            if want < 0 or (want in cpus and a.rps_cpu != "handler"):
                 rps_note = f"--rps-cpu {a.rps_cpu}: no free CPU for it; not set"
             else:
                 rps_old, rps_note = osinfo.set_loopback_rps(want)
