@@ -184,6 +184,17 @@ static double lh_q(const lhist_t *h, double q)
 
 static lhist_t h_send, h_lag;
 
+/* how many values exceeded `us` (bucket resolution) */
+static uint64_t lh_over(const lhist_t *h, double us)
+{
+    uint64_t n = 0;
+    for (unsigned k = 0; k < LH_N; k++) {
+        double lo = k < LH_LIN ? (double)(k * 32ull) : (double)(32768ull << (k - LH_LIN));
+        if (lo >= us * 1e3) n += h->b[k];
+    }
+    return n;
+}
+
 /* Nothing is due: give the CPU away until seq `next` is (see --pace). */
 static inline void pace_idle(const opts_t *o, counts_t *c, uint64_t t0, uint64_t t, uint64_t next)
 {
@@ -475,7 +486,7 @@ int main(int argc, char **argv)
            "\"max_gap_us\": %.2f, \"gaps_over_50us\": %llu, \"gaps_over_50us_ms\": %.3f, "
            "\"ctx_switches_involuntary\": %ld, \"ctx_switches_voluntary\": %ld, "
            "\"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f, \"minflt\": %ld, \"burst\": %d, "
-           "\"send_call_us\": {\"n\": %llu, \"median\": %.3f, \"p99\": %.3f, \"p99.9\": %.3f, \"max\": %.3f}, "
+           "\"send_call_us\": {\"n\": %llu, \"median\": %.3f, \"p99\": %.3f, \"p99.9\": %.3f, \"max\": %.3f, \"over_5us\": %llu}, "
            "\"stamp_lag_us\": {\"n\": %llu, \"median\": %.3f, \"p99\": %.3f, \"p99.9\": %.3f, \"max\": %.3f}}\n",
            o.mode, o.rate, (unsigned long long)c.generated, (unsigned long long)c.sent,
            (unsigned long long)c.skipped, (unsigned long long)c.failed,
@@ -492,7 +503,7 @@ int main(int argc, char **argv)
            (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6,
            (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6, ru.ru_minflt, o.burst,
            (unsigned long long)h_send.n, lh_q(&h_send, 0.5), lh_q(&h_send, 0.99),
-           lh_q(&h_send, 0.999), h_send.max / 1e3,
+           lh_q(&h_send, 0.999), h_send.max / 1e3, (unsigned long long)lh_over(&h_send, 5.0),
            (unsigned long long)h_lag.n, lh_q(&h_lag, 0.5), lh_q(&h_lag, 0.99),
            lh_q(&h_lag, 0.999), h_lag.max / 1e3);
     fflush(stdout);

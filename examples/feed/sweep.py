@@ -146,7 +146,8 @@ def stage_row(r: dict) -> str:
     sc, lag = sn.get("send_call_us") or {}, sn.get("stamp_lag_us") or {}
     if sc.get("n"):
         parts.append(f"sender: send call {sc['median']:.2f}/{sc['p99']:.2f} (max "
-                     f"{sc['max']:.0f}; {sn.get('sent', 0) / sc['n']:.1f} "
+                     f"{sc['max']:.0f}; > 5 us: {sc.get('over_5us', 0) / r['seconds']:,.0f}/s; "
+                     f"{sn.get('sent', 0) / sc['n']:.1f} "
                      f"ticks/call), stamp after schedule {lag.get('median', 0):.2f}/"
                      f"{lag.get('p99', 0):.2f} (not in e2e)")
     st = r.get("handler_stats") or {}
