@@ -316,7 +316,18 @@ def done_when(points: list[dict]) -> list[dict]:
         worst = max(stages, key=lambda k: stages[k])
         why = f"largest stage p99: {worst} {stages[worst]:.2f} us"
         snd_os = (r.get("os") or {}).get("sender") or {}
-        if worst == "socket_or_shm" and snd_os.get("softirq_ms") is not None and r["seconds"]:
+        sc = (r.get("sender") or {}).get("send_call_us") or {}
+        if worst == "socket_or_shm" and sc.get("n") and (r.get("sender") or {}).get(
+                "burst", 256) <= r.get("per_packet", 1):
+            # one datagram per call: the call is the kernel's whole loopback path
+            why += (f" (the sender's own send call - stamp until the datagram is in the "
+                    f"handler's socket, the loopback receive work inline - p50 "
+                    f"{sc['median']:.2f} / p99 {sc['p99']:.2f} us, calls over 5 us "
+                    f"{sc.get('over_5us', 0) / r['seconds']:,.0f}/s"
+                    + (f"; local timer interrupts on the sender's CPU "
+                       f"{snd_os['loc'] / r['seconds']:,.0f}/s" if "loc" in snd_os else "")
+                    + ")")
+        elif worst == "socket_or_shm" and snd_os.get("softirq_ms") is not None and r["seconds"]:
             why += (f" (the sender's CPU spent {snd_os['softirq_ms'] / r['seconds'] / 10:.0f}% "
                     "of the point in softirq: the kernel's loopback receive work runs there; "
                     f"sender max gap {(r.get('sender') or {}).get('max_gap_us', 0) / 1e3:.1f} ms)")
