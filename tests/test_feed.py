@@ -235,3 +235,34 @@ def test_feed_python_handler_single_tick_path_is_exact(backend, skip):
     assert lo["lost"] == lo["injected"] == (3000 // skip if skip else 0), describe(r)
     if not skip:
         assert r["reference_match"], describe(r)
+
+
+def test_feed_python_drop_room_reads_the_consumed_count_once():
+    # the GPU consumer advances between any two reads of its count: the room
+    # the Python handler's drop policy computes must come from one read, so
+    # it never exceeds the batch (a second, newer read once made the handler
+    # count 12 ticks forwarded that it never sent, on the H100)
+    sys.path.insert(0, os.path.join(EXAMPLES, "feed"))
+    try:
+        from pyhandler import drop_room
+    finally:
+        sys.path.pop(0)
+
+    class Advancing:
+        def __init__(self, v):
+            self.v, self.reads = v, 0
+
+        @property
+        def value(self):
+            self.reads += 1
+            self.v += 8            # the consumer took 8 more since the last look
+            return self.v - 8
+
+    for w, m, c0, nslots, want in ((100, 16, 90, 16, 6), (100, 16, 84, 16, 0),
+                                   (100, 4, 90, 16, None), (100, 16, 60, 16, 0),
+                                   (100, 4, 85, 16, 1)):
+        c = Advancing(c0)
+        room = drop_room(w, m, c, nslots)
+        assert c.reads == 1
+        assert room == want, (w, m, c0, nslots, room)
+        assert room is None or 0 <= room < m
