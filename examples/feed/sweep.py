@@ -289,6 +289,24 @@ def _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, sec
                     log(osinfo.evidence_row(r))
 
 
+def path_stalls(r: dict) -> str:
+    """The hypervisor's steal on the CPUs a tick crosses and the longest
+    stall of each thread: a vCPU that is not running holds every tick
+    behind it (the p99 is 1% of ticks)."""
+    os_ = r.get("os") or {}
+    steal = {k: os_[k]["steal_ms"] for k in ("sender", "handler", "collector")
+             if "steal_ms" in (os_.get(k) or {})}
+    if not steal:
+        return ""
+    gaps = {"sender": (r.get("sender") or {}).get("max_gap_us", 0),
+            "handler": (r.get("handler_stats") or {}).get("max_gap_ns", 0) / 1e3,
+            "collector": (r.get("collector") or {}).get("max_gap_ns", 0) / 1e3}
+    return ("; steal on the path's CPUs " + ", ".join(f"{k} {v:.0f} ms" for k, v in
+                                                       steal.items())
+            + f" in {r['seconds']:.0f} s; longest thread stalls "
+            + ", ".join(f"{k} {v:,.0f} us" for k, v in gaps.items()))
+
+
 def sender_mode(r: dict) -> str:
     m = r.get("sender_mode") or {}
     if not m.get("gso") and m.get("burst", 256) <= r.get("per_packet", 1):
@@ -346,6 +364,7 @@ def done_when(points: list[dict]) -> list[dict]:
                     "of the point in softirq: the kernel's loopback receive work runs there; "
                     f"sender max gap {(r.get('sender') or {}).get('max_gap_us', 0) / 1e3:.1f} ms)")
         why += f"; handler busy {(r.get('handler_busy') or 0):.0%}"
+        why += path_stalls(r)
         out.append({"what": f"udp {r['handler']} handler end-to-end p99 <= {P99_LIMIT_US} us at "
                             f"half capacity ({r['offered_per_s']:,.0f}/s; {sender_mode(r)})",
                     "ok": ok,
