@@ -103,7 +103,9 @@ def main(argv=None) -> int:
     p.add_argument("--latency-sender", action="store_true",
                    help="UDP sender in latency mode: one datagram per send call, each stamped "
                         "just before its own call, busy-wait pacing (= --no-gso --pace spin "
-                        "--sender-burst 1); the sweep's half-capacity points use it")
+                        "--sender-burst <--per-packet>: with --per-packet K a datagram carries "
+                        "the ticks already due, at most K); the sweep's half-capacity points "
+                        "use it")
     p.add_argument("--on-full", choices=("wait", "drop"), default="wait")
     p.add_argument("--inject-skip", type=int, default=0, metavar="K",
                    help="test: the sender skips every K-th seq (counted loss)")
