@@ -98,6 +98,14 @@ def main(argv=None) -> int:
                         "--per-packet)")
     p.add_argument("--no-gso", action="store_true",
                    help="UDP sender: one send per datagram instead of UDP_SEGMENT batches")
+    p.add_argument("--sender-burst", type=int, default=256, metavar="N",
+                   help="UDP sender: at most N ticks per send call (they share one stamp)")
+    p.add_argument("--latency-sender", action="store_true",
+                   help="UDP sender in latency mode: one datagram per send call, each stamped "
+                        "just before its own call, busy-wait pacing (= --no-gso --pace spin "
+                        "--sender-burst <--per-packet>: with --per-packet K a datagram carries "
+                        "the ticks already due, at most K); the sweep's half-capacity points "
+                        "use it")
     p.add_argument("--on-full", choices=("wait", "drop"), default="wait")
     p.add_argument("--inject-skip", type=int, default=0, metavar="K",
                    help="test: the sender skips every K-th seq (counted loss)")
@@ -109,11 +117,12 @@ def main(argv=None) -> int:
     p.add_argument("--cpus", type=lambda t: [int(x) for x in t.split(",")], default=None,
                    metavar="S,H,C,K", help="CPUs of the sender, handler, ack collector and sim "
                    "consumer (default: one physical core each near the GPU, not CPU 0's)")
-    p.add_argument("--rps-cpu", default="off", metavar="auto|off|N",
+    p.add_argument("--rps-cpu", default="off", metavar="auto|off|handler|N",
                    help="steer the kernel's loopback receive processing (NET_RX softirq) off "
                         "the sender's CPU to CPU N (auto: a fifth core near the GPU) with RPS, "
                         "restored at exit; needs root (default off: it runs on the sender's "
-                        "CPU, inside its sends)")
+                        "CPU, inside its sends; handler: the handler's own CPU, which polls "
+                        "and so never sleeps)")
     p.add_argument("--pace", choices=("yield", "sleep", "spin"), default="yield",
                    help="the sender between ticks: yield its CPU (default; the kernel's "
                         "loopback receive work runs on it), sleep, or busy-wait")
@@ -127,10 +136,14 @@ def main(argv=None) -> int:
         p.error("--ring: power of two >= 2; --batch >= 1; 1 <= --symbols <= 65536")
     if a.cpus is not None and (len(a.cpus) != 4 or len(set(a.cpus)) != 4 or min(a.cpus) < 0):
         p.error("--cpus: four different CPU numbers (sender,handler,collector,consumer)")
+    if a.sender_burst < 1:
+        p.error("--sender-burst: >= 1")
+    if a.latency_sender:
+        a.no_gso, a.pace, a.sender_burst = True, "spin", a.per_packet
     if a.gro and (a.no_gso or a.ring < 64 * a.per_packet):
         p.error("--gro: needs the sender's GSO (no --no-gso) and --ring >= 64 x --per-packet")
-    if a.rps_cpu not in ("auto", "off") and not a.rps_cpu.isdigit():
-        p.error("--rps-cpu: auto, off or a CPU number")
+    if a.rps_cpu not in ("auto", "off", "handler") and not a.rps_cpu.isdigit():
+        p.error("--rps-cpu: auto, off, handler or a CPU number")
     if a.sources is None:
         a.sources = ["udp", "shm"] if a.sweep else ["udp"]
 
@@ -164,8 +177,9 @@ def main(argv=None) -> int:
         a.picked = (cpus, note)
         rps_cpu, rps_note = -1, "loopback receive processing on the sender's CPU (no RPS)"
         if a.rps_cpu != "off":
-            want = spare if a.rps_cpu == "auto" else int(a.rps_cpu)
-            if want < 0 or want in cpus:
+            want = (spare if a.rps_cpu == "auto" else cpus[1] if a.rps_cpu == "handler"
+                    else int(a.rps_cpu))
+            if want < 0 or (want in cpus and a.rps_cpu != "handler"):
                 rps_note = f"--rps-cpu {a.rps_cpu}: no free CPU for it; not set"
             else:
                 rps_old, rps_note = osinfo.set_loopback_rps(want)
@@ -188,7 +202,8 @@ def main(argv=None) -> int:
                                 rcvbuf=a.rcvbuf, on_full=a.on_full, inject_skip=a.inject_skip,
                                 delay_ns=a.consumer_delay_ns, per_packet=a.per_packet,
                                 ticks=a.ticks, shm_slots=a.shm_slots, gso=not a.no_gso,
-                                pace=a.pace, rps_cpu=rps_cpu, gro=a.gro)
+                                pace=a.pace, rps_cpu=rps_cpu, gro=a.gro,
+                                burst=a.sender_burst)
                             r["kind"] = "run"
                             pts.append(r)
                             log(sweep.fmt_row(r))

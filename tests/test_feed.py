@@ -150,6 +150,29 @@ def test_feed_packed_datagrams_and_sender_pacing(pace):
     assert len({r["sums_digest"] for r in pts}) == 1
 
 
+@pytest.mark.parametrize("per_packet", [1, 3])
+def test_feed_latency_sender_sends_one_datagram_per_call(per_packet):
+    # --latency-sender: one datagram per send call (its own stamp), no GSO,
+    # busy-wait pacing; the sender's send-call histogram counts every call,
+    # and a call never carries more than one datagram; clean, loss exact
+    rep, _ = feed(["--handlers", "c,py", "--paths", "gdrpy", "--sources", "udp",
+                   "--rate", "30000", "--ticks", "4500", "--seconds", "3", "--latency-sender",
+                   "--per-packet", str(per_packet), "--inject-skip", "17", "--stages"], "sim")
+    pts = rep["points"]
+    assert len(pts) == 2
+    for r in pts:
+        assert_clean(r)
+        lo, snd = r["loss"], r["sender"]
+        assert lo["generated"] == 4500 and lo["lost"] == lo["injected"] == 4500 // 17, describe(r)
+        assert r["sender_mode"] == {"gso": False, "pace": "spin", "burst": per_packet}, describe(r)
+        assert snd["gso"] == 0 and snd["pace"] == "spin" and snd["burst"] == per_packet
+        sc, lag = snd["send_call_us"], snd["stamp_lag_us"]
+        assert sc["n"] == snd["batches"] == snd["packets"], describe(r)
+        assert 0 < sc["median"] <= sc["p99"] <= sc["max"], describe(r)
+        assert lag["n"] == snd["batches"] and lag["median"] <= lag["p99"] <= lag["max"]
+    assert len({r["sums_digest"] for r in pts}) == 1
+
+
 @pytest.mark.parametrize("per_packet", [1, 4])
 def test_feed_udp_gro_coalesced_receive(per_packet):
     # --gro: a UDP_SEGMENT send reaches the socket as one message of several
@@ -212,3 +235,34 @@ def test_feed_python_handler_single_tick_path_is_exact(backend, skip):
     assert lo["lost"] == lo["injected"] == (3000 // skip if skip else 0), describe(r)
     if not skip:
         assert r["reference_match"], describe(r)
+
+
+def test_feed_python_drop_room_reads_the_consumed_count_once():
+    # the GPU consumer advances between any two reads of its count: the room
+    # the Python handler's drop policy computes must come from one read, so
+    # it never exceeds the batch (a second, newer read once made the handler
+    # count 12 ticks forwarded that it never sent, on the H100)
+    sys.path.insert(0, os.path.join(EXAMPLES, "feed"))
+    try:
+        from pyhandler import drop_room
+    finally:
+        sys.path.pop(0)
+
+    class Advancing:
+        def __init__(self, v):
+            self.v, self.reads = v, 0
+
+        @property
+        def value(self):
+            self.reads += 1
+            self.v += 8            # the consumer took 8 more since the last look
+            return self.v - 8
+
+    for w, m, c0, nslots, want in ((100, 16, 90, 16, 6), (100, 16, 84, 16, 0),
+                                   (100, 4, 90, 16, None), (100, 16, 60, 16, 0),
+                                   (100, 4, 85, 16, 1)):
+        c = Advancing(c0)
+        room = drop_room(w, m, c, nslots)
+        assert c.reads == 1
+        assert room == want, (w, m, c0, nslots, room)
+        assert room is None or 0 <= room < m

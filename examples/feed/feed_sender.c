@@ -142,6 +142,59 @@ static inline void pass_gap(counts_t *c, uint64_t *t_prev, uint64_t t)
     }
 }
 
+/* A small latency histogram (ns): 32 ns buckets below 32.768 us, then
+ * powers of two.  The sender keeps two: how long each send call took (with
+ * one datagram per send and no RPS, the time the kernel took to put it in
+ * the handler's socket: the loopback receive work runs inside the send), and
+ * how late each pass's stamp came after its first tick's scheduled time
+ * (queueing before the stamp: outside the end-to-end figure, reported). */
+#define LH_LIN 1024
+#define LH_N (LH_LIN + 40)
+typedef struct {
+    uint64_t n, max;
+    uint64_t b[LH_N];
+} lhist_t;
+
+static inline void lh_add(lhist_t *h, uint64_t ns)
+{
+    unsigned k;
+    if (ns < 32ull * LH_LIN) k = (unsigned)(ns >> 5);
+    else k = LH_LIN + (unsigned)(63 - __builtin_clzll(ns >> 15)); /* >= 32.768 us */
+    if (k >= LH_N) k = LH_N - 1;
+    h->b[k]++;
+    h->n++;
+    if (ns > h->max) h->max = ns;
+}
+
+/* upper edge of the bucket holding quantile q, in us (capped at max) */
+static double lh_q(const lhist_t *h, double q)
+{
+    if (!h->n) return 0.0;
+    uint64_t want = (uint64_t)(q * (double)h->n), acc = 0;
+    if (want >= h->n) want = h->n - 1;
+    for (unsigned k = 0; k < LH_N; k++) {
+        acc += h->b[k];
+        if (acc > want) {
+            double edge = k < LH_LIN ? (double)((k + 1) * 32ull) : (double)(32768ull << (k - LH_LIN + 1));
+            return (edge < (double)h->max ? edge : (double)h->max) / 1e3;
+        }
+    }
+    return (double)h->max / 1e3;
+}
+
+static lhist_t h_send, h_lag;
+
+/* how many values exceeded `us` (bucket resolution) */
+static uint64_t lh_over(const lhist_t *h, double us)
+{
+    uint64_t n = 0;
+    for (unsigned k = 0; k < LH_N; k++) {
+        double lo = k < LH_LIN ? (double)(k * 32ull) : (double)(32768ull << (k - LH_LIN));
+        if (lo >= us * 1e3) n += h->b[k];
+    }
+    return n;
+}
+
 /* Nothing is due: give the CPU away until seq `next` is (see --pace). */
 static inline void pace_idle(const opts_t *o, counts_t *c, uint64_t t0, uint64_t t, uint64_t next)
 {
@@ -239,6 +292,11 @@ static int run_udp(const opts_t *o, counts_t *c)
             iov[i].iov_len = (size_t)((i + 1) * per <= n ? per : n - i * per) * FEED_TICK_SIZE;
         uint64_t ts = now_ns();
         for (int i = 0; i < n; i++) ticks[i].send_ns = ts;
+        if (o->rate > 0) { /* the pass's first tick (seq first) was due at t0 + (first-1)/rate */
+            uint64_t first = ticks[0].seq;
+            uint64_t at = t0 + (uint64_t)((double)(first - 1) * 1e9 / o->rate);
+            lh_add(&h_lag, ts > at ? ts - at : 0);
+        }
         int off = 0;
         while (off < nd) {
             int r = sendmmsg(fd, msgs + off, (unsigned)(nd - off), 0);
@@ -258,6 +316,7 @@ static int run_udp(const opts_t *o, counts_t *c)
         c->batches++;
         if (!c->t_first) c->t_first = ts;
         c->t_last = now_ns();
+        lh_add(&h_send, c->t_last - ts);
         /* the loopback receive work this send raised runs on THIS CPU (the
          * NET_RX softirq; ksoftirqd/N when deferred): let it run now */
         if (o->pace != PACE_SPIN) {
@@ -426,7 +485,9 @@ int main(int argc, char **argv)
            "\"gso_errno\": %d, \"pace\": \"%s\", \"yields\": %llu, \"sleeps\": %llu, "
            "\"max_gap_us\": %.2f, \"gaps_over_50us\": %llu, \"gaps_over_50us_ms\": %.3f, "
            "\"ctx_switches_involuntary\": %ld, \"ctx_switches_voluntary\": %ld, "
-           "\"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f, \"minflt\": %ld}\n",
+           "\"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f, \"minflt\": %ld, \"burst\": %d, "
+           "\"send_call_us\": {\"n\": %llu, \"median\": %.3f, \"p99\": %.3f, \"p99.9\": %.3f, \"max\": %.3f, \"over_5us\": %llu}, "
+           "\"stamp_lag_us\": {\"n\": %llu, \"median\": %.3f, \"p99\": %.3f, \"p99.9\": %.3f, \"max\": %.3f}}\n",
            o.mode, o.rate, (unsigned long long)c.generated, (unsigned long long)c.sent,
            (unsigned long long)c.skipped, (unsigned long long)c.failed,
            (unsigned long long)c.dropped, (unsigned long long)c.batches,
@@ -440,7 +501,11 @@ int main(int argc, char **argv)
            (unsigned long long)c.yields, (unsigned long long)c.sleeps, c.max_gap_ns / 1e3,
            (unsigned long long)c.gaps_50us, c.gaps_50us_ns / 1e6, ru.ru_nivcsw, ru.ru_nvcsw,
            (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6,
-           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6, ru.ru_minflt);
+           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec * 1e-6, ru.ru_minflt, o.burst,
+           (unsigned long long)h_send.n, lh_q(&h_send, 0.5), lh_q(&h_send, 0.99),
+           lh_q(&h_send, 0.999), h_send.max / 1e3, (unsigned long long)lh_over(&h_send, 5.0),
+           (unsigned long long)h_lag.n, lh_q(&h_lag, 0.5), lh_q(&h_lag, 0.99),
+           lh_q(&h_lag, 0.999), h_lag.max / 1e3);
     fflush(stdout);
     return rc;
 }

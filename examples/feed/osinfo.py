@@ -51,6 +51,23 @@ def device_irqs() -> dict[int, int]:
     return out
 
 
+def sys_irqs() -> dict[str, dict[int, int]]:
+    """Per CPU, the architecture's own interrupt rows of /proc/interrupts
+    since boot: LOC (local timer), RES, CAL, TLB (IPIs)."""
+    text = _read("/proc/interrupts").splitlines()
+    if not text:
+        return {}
+    cpus = [int(c[3:]) for c in text[0].split() if c.startswith("CPU")]
+    out: dict[str, dict[int, int]] = {}
+    for line in text[1:]:
+        name, _, rest = line.partition(":")
+        name = name.strip()
+        if name not in ("LOC", "RES", "CAL", "TLB"):
+            continue
+        out[name] = {c: int(v) for c, v in zip(cpus, rest.split(), strict=False) if v.isdigit()}
+    return out
+
+
 def pick(candidates: list[int], n: int = 4) -> list[int]:
     """n CPUs of `candidates` (in preference order), one per physical core,
     never CPU 0's core, fewest device interrupts first; fewer cores than n:
@@ -118,6 +135,7 @@ def snapshot(cpus: list[int]) -> dict:
             name, _, rest = line.partition(":")
             soft[name.strip()] = dict(zip(cols, (int(v) for v in rest.split()), strict=False))
     irq = device_irqs()
+    sirq = sys_irqs()
     vm = {}
     for line in _read("/proc/vmstat").splitlines():
         k, _, v = line.partition(" ")
@@ -130,6 +148,9 @@ def snapshot(cpus: list[int]) -> dict:
         ks = _read(f"/proc/{_KSOFT.get(c, -1)}/schedstat").split()
         snap[c] = {"stat": stat.get(c), "net_rx": soft.get("NET_RX", {}).get(c),
                    "timer": soft.get("TIMER", {}).get(c), "dev_irqs": irq.get(c),
+                   "loc": sirq.get("LOC", {}).get(c),
+                   "ipis": sum(sirq[k].get(c, 0) for k in ("RES", "CAL", "TLB") if k in sirq)
+                   if sirq else None,
                    "ksoftirqd": [int(x) for x in ks[:3]] if len(ks) >= 3 else None}
     return snap
 
@@ -153,8 +174,8 @@ def delta(a: dict, b: dict, roles: dict[str, int]) -> dict:
             r.update(busy_ms=(d[0] + d[1] + d[2]) * 1000 / hz, irq_ms=d[5] * 1000 / hz,
                      softirq_ms=d[6] * 1000 / hz, steal_ms=d[7] * 1000 / hz,
                      idle_ms=d[3] * 1000 / hz)
-        for k in ("net_rx", "timer", "dev_irqs"):
-            if x[k] is not None and y[k] is not None:
+        for k in ("net_rx", "timer", "dev_irqs", "loc", "ipis"):
+            if x.get(k) is not None and y.get(k) is not None:
                 r[k] = y[k] - x[k]
         if x["ksoftirqd"] and y["ksoftirqd"]:
             r["ksoftirqd_run_ms"] = (y["ksoftirqd"][0] - x["ksoftirqd"][0]) / 1e6
@@ -192,6 +213,8 @@ def evidence_row(rec: dict) -> str:
             continue
         s = (f"{role} cpu{r['cpu']}: steal {r['steal_ms']:.0f} ms, irq+softirq "
              f"{r['irq_ms'] + r['softirq_ms']:.0f} ms, NET_RX {r.get('net_rx', '?')}")
+        if "loc" in r:
+            s += f", local timer irqs {r['loc']}, IPIs {r.get('ipis', '?')}"
         if "ksoftirqd_run_ms" in r:
             s += (f", ksoftirqd run {r['ksoftirqd_run_ms']:.1f} ms wait "
                   f"{r['ksoftirqd_wait_ms']:.1f} ms")

@@ -135,6 +135,17 @@ class _Rx:
                            "snd_t1": int(h[28])}
 
 
+def drop_room(w: int, m: int, consumed, nslots: int) -> int | None:
+    """--on-full drop: how many of m ticks fit the ring now (None: all).
+    The consumed count is read once: a second, newer read could give more
+    room than m (the GPU consumer advances between the reads) and count
+    ticks as forwarded that were never sent."""
+    c = consumed.value
+    if w + m - c <= nslots:
+        return None
+    return max(0, nslots - (w - c))
+
+
 def _publisher(ring, env, st: dict, full_timeout: float):
     """publish(arr, w): one call per batch on the ring's path."""
     import gdrpy
@@ -333,9 +344,9 @@ def _loop(ring, env, src, rx: _Rx, st: dict, batch: int, max_s: float, on_full: 
             elif m:
                 arr, exp = _checked(arr if arr is not None else views[m], st, exp)
                 m = len(arr)
-            if m and drop and w + m - consumed.value > nslots:
+            room = drop_room(w, m, consumed, nslots) if m and drop else None
+            if room is not None:
                 st["full_events"] += 1
-                room = max(0, nslots - (w - consumed.value))
                 st["dropped_full"] += m - room
                 arr = np.ascontiguousarray(arr[:room])
                 m = room

@@ -17,6 +17,10 @@ QUICK_SHM = [200_000, 1_000_000]
 TARGETS = {("udp", "c"): 1_000_000, ("udp", "py"): 500_000,
            ("shm", "c"): 5_000_000, ("shm", "py"): 1_000_000}
 P99_LIMIT_US = 10.0
+# the half-capacity points' sender: no UDP_SEGMENT batches, one datagram per
+# send call (burst = ticks per datagram), busy-wait pacing (no sched_yield
+# between sends)
+LATENCY_SENDER = {"gso": False, "pace": "spin"}
 
 
 def gpu_cpus(ctx) -> list[int]:
@@ -138,6 +142,14 @@ def stage_row(r: dict) -> str:
                     ("ring_consumer_ack", "written->ack seen"), ("recv_to_ack", "recv->ack seen")):
         s = L[k]
         parts.append(f"{name} {s.get('median', float('nan')):.2f}/{s.get('p99', float('nan')):.2f}")
+    sn = r.get("sender") or {}
+    sc, lag = sn.get("send_call_us") or {}, sn.get("stamp_lag_us") or {}
+    if sc.get("n"):
+        parts.append(f"sender: send call {sc['median']:.2f}/{sc['p99']:.2f} (max "
+                     f"{sc['max']:.0f}; > 5 us: {sc.get('over_5us', 0) / r['seconds']:,.0f}/s; "
+                     f"{sn.get('sent', 0) / sc['n']:.1f} "
+                     f"ticks/call), stamp after schedule {lag.get('median', 0):.2f}/"
+                     f"{lag.get('p99', 0):.2f} (not in e2e)")
     st = r.get("handler_stats") or {}
     if st.get("batches"):
         parts.append(f"handler busy {(r.get('handler_busy') or 0):.0%}, "
@@ -174,7 +186,8 @@ def run_sweep(env, a, log=print) -> dict:
     secs = a.seconds or (0.5 if a.quick else 2.0)
     common = {"nsym": a.symbols, "seed": a.seed, "nslots": a.ring, "batch": a.batch,
               "cpus": cpus, "rcvbuf": a.rcvbuf, "per_packet": a.per_packet, "gso": not a.no_gso,
-              "pace": a.pace, "shm_slots": a.shm_slots, "rps_cpu": a.rps, "gro": a.gro}
+              "pace": a.pace, "shm_slots": a.shm_slots, "rps_cpu": a.rps, "gro": a.gro,
+              "burst": a.sender_burst}
     points: list[dict] = []
     report: dict = {"points": points, "threads": pin_note, "zero_loss_capacity": {}}
     t0 = time.monotonic()
@@ -252,12 +265,57 @@ def _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, sec
                 c = cap.get(f"udp/{h}/{p}", 0)
                 if c <= 0:
                     continue
-                r = _run(env, log, h, p, "udp", c / 2, 3.0, **common)
+                # a feed at half its peak is paced, not catching up: the
+                # latency sender (one datagram per send, each stamped just
+                # before its own call, busy-wait pacing; LATENCY_SENDER)
+                r = _run(env, log, h, p, "udp", c / 2, 3.0, **{**common, **LATENCY_SENDER,
+                                                               "burst": a.per_packet})
                 r["kind"] = "half_capacity"
                 points.append(r)
                 log(fmt_row(r))
                 log(stage_row(r))
                 log(osinfo.evidence_row(r))
+                if a.per_packet == 1 and bound_stage(r).startswith("sender"):
+                    # one send call per tick cannot offer the rate (about 2.3 us
+                    # a call on the H100 VM): the same sender, a datagram now
+                    # carrying the ticks already due when it goes (at most 4;
+                    # none waits for a datagram to fill)
+                    r = _run(env, log, h, p, "udp", c / 2, 3.0,
+                             **{**common, **LATENCY_SENDER, "per_packet": 4, "burst": 4})
+                    r["kind"] = "half_capacity"
+                    points.append(r)
+                    log(fmt_row(r) + "  [<= 4 ticks/datagram, those already due]")
+                    log(stage_row(r))
+                    log(osinfo.evidence_row(r))
+
+
+def path_stalls(r: dict) -> str:
+    """The hypervisor's steal on the CPUs a tick crosses and the longest
+    stall of each thread: a vCPU that is not running holds every tick
+    behind it (the p99 is 1% of ticks)."""
+    os_ = r.get("os") or {}
+    steal = {k: os_[k]["steal_ms"] for k in ("sender", "handler", "collector")
+             if "steal_ms" in (os_.get(k) or {})}
+    if not steal:
+        return ""
+    gaps = {"sender": (r.get("sender") or {}).get("max_gap_us", 0),
+            "handler": (r.get("handler_stats") or {}).get("max_gap_ns", 0) / 1e3,
+            "collector": (r.get("collector") or {}).get("max_gap_ns", 0) / 1e3}
+    return ("; steal on the path's CPUs " + ", ".join(f"{k} {v:.0f} ms" for k, v in
+                                                       steal.items())
+            + f" in {r['seconds']:.0f} s; longest thread stalls "
+            + ", ".join(f"{k} {v:,.0f} us" for k, v in gaps.items()))
+
+
+def sender_mode(r: dict) -> str:
+    m = r.get("sender_mode") or {}
+    if not m.get("gso") and m.get("burst", 256) <= r.get("per_packet", 1):
+        k = r.get("per_packet", 1)
+        what = "one tick" if k == 1 else f"the ticks already due (at most {k})"
+        return (f"sender: one datagram per send call carrying {what}, stamped just before "
+                f"it, {m.get('pace')} pacing")
+    return (f"sender: up to {m.get('burst')} ticks per send call sharing one stamp"
+            f"{', UDP_SEGMENT' if m.get('gso') else ''}, {m.get('pace')} pacing")
 
 
 def _verdict(r: dict, ok: bool, what: str) -> dict:
@@ -290,13 +348,26 @@ def done_when(points: list[dict]) -> list[dict]:
         worst = max(stages, key=lambda k: stages[k])
         why = f"largest stage p99: {worst} {stages[worst]:.2f} us"
         snd_os = (r.get("os") or {}).get("sender") or {}
-        if worst == "socket_or_shm" and snd_os.get("softirq_ms") is not None and r["seconds"]:
+        sc = (r.get("sender") or {}).get("send_call_us") or {}
+        if worst == "socket_or_shm" and sc.get("n") and (r.get("sender") or {}).get(
+                "burst", 256) <= r.get("per_packet", 1):
+            # one datagram per call: the call is the kernel's whole loopback path
+            why += (f" (the sender's own send call - stamp until the datagram is in the "
+                    f"handler's socket, the loopback receive work inline - p50 "
+                    f"{sc['median']:.2f} / p99 {sc['p99']:.2f} us, calls over 5 us "
+                    f"{sc.get('over_5us', 0) / r['seconds']:,.0f}/s"
+                    + (f"; local timer interrupts on the sender's CPU "
+                       f"{snd_os['loc'] / r['seconds']:,.0f}/s" if "loc" in snd_os else "")
+                    + ")")
+        elif worst == "socket_or_shm" and snd_os.get("softirq_ms") is not None and r["seconds"]:
             why += (f" (the sender's CPU spent {snd_os['softirq_ms'] / r['seconds'] / 10:.0f}% "
                     "of the point in softirq: the kernel's loopback receive work runs there; "
                     f"sender max gap {(r.get('sender') or {}).get('max_gap_us', 0) / 1e3:.1f} ms)")
         why += f"; handler busy {(r.get('handler_busy') or 0):.0%}"
+        why += path_stalls(r)
         out.append({"what": f"udp {r['handler']} handler end-to-end p99 <= {P99_LIMIT_US} us at "
-                            f"half capacity ({r['offered_per_s']:,.0f}/s)", "ok": ok,
+                            f"half capacity ({r['offered_per_s']:,.0f}/s; {sender_mode(r)})",
+                    "ok": ok,
                     "measured": f"p99 {p99:.2f} us (p50 {e.get('median', 0):.2f}); stage p99s: "
                                 + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()),
                     "bound": None if ok else why})
