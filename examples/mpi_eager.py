@@ -192,7 +192,6 @@ class Rank:
             self.hbuf = self.host.array(np.uint8)
         self.hmv = memoryview(self.hbuf)
         self.ch = self.ch_stream = self.ch_module = self.ch_sim = None
-        self.dev = dev
         # Calibrate (first use on a GPU host) one rank at a time: two ranks on
         # one GPU must not time copies against each other.
         self.t = None
@@ -207,7 +206,6 @@ class Rank:
         contexts, which the GPU time-slices, so while their persistent kernels
         run every cuMemcpy (calibration, the staged column) waits for a slice."""
         import gdrpy
-        dev = self.dev
         lim = self.a.eager_limit
         self.ch = gdrpy.Channel(self.ctx, nslots=64, slot_size=lim, comp_size=lim)
         if self.sim:

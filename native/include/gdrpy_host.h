@@ -84,8 +84,11 @@ GDRPY_API int gdrpy_staging_get(gdrpy_ctx_t ctx, size_t *chunk, unsigned *depth,
  * lacks the instructions a kind falls back to PLAIN.  Defaults: WC for
  * writes, NT_EVICT for reads; -1 keeps a value.  `*_used` report the kinds in
  * use by the ring as built (-1: not built yet with these settings). */
-enum { GDRPY_STAGING_PLAIN = 0, GDRPY_STAGING_NT = 1, GDRPY_STAGING_WC = 2,
-       GDRPY_STAGING_EVICT = 3, GDRPY_STAGING_NT_EVICT = 4 };
+enum { GDRPY_STAGING_PLAIN = 0,
+       GDRPY_STAGING_NT = 1,
+       GDRPY_STAGING_WC = 2,
+       GDRPY_STAGING_EVICT = 3,
+       GDRPY_STAGING_NT_EVICT = 4 };
 GDRPY_API int gdrpy_staging_set_kinds(gdrpy_ctx_t ctx, int write_kind, int read_kind);
 GDRPY_API int gdrpy_staging_get_kinds(gdrpy_ctx_t ctx, int *write_kind, int *read_kind,
                                       int *write_used, int *read_used);

@@ -17,7 +17,11 @@
 #include "internal.h"
 #include "cudadrv.h"
 
-enum { TR_OPEN, TR_COPIED, TR_ENQ0, TR_ENQ1, TR_NMARK };
+enum { TR_OPEN,
+       TR_COPIED,
+       TR_ENQ0,
+       TR_ENQ1,
+       TR_NMARK };
 
 typedef struct gp_strace gp_strace;
 

@@ -192,14 +192,14 @@ typedef struct st_job {
     char *ring;
     size_t slot_bytes;
     unsigned depth, start, ppc;
-    int pooled;        /* the pool's workers take part */
-    int caller_copies; /* the caller copies pieces whenever it is idle */
-    unsigned *active;  /* workers inside the copy (the pool's counter) */
-    gp_copy_fn cp;     /* the CPU copy of a piece */
+    int pooled;                    /* the pool's workers take part */
+    int caller_copies;             /* the caller copies pieces whenever it is idle */
+    unsigned *active;              /* workers inside the copy (the pool's counter) */
+    gp_copy_fn cp;                 /* the CPU copy of a piece */
     void (*evict)(void *, size_t); /* then applied to the piece's ring bytes, or NULL */
-    uint64_t total;    /* pieces */
+    uint64_t total;                /* pieces */
     st_sched sc;
-    gp_strace *tr;     /* GDRPY_STAGING_TRACE (diagnostics), else NULL */
+    gp_strace *tr; /* GDRPY_STAGING_TRACE (diagnostics), else NULL */
     char pad0[64];
     uint64_t next; /* next piece to claim (atomic) */
     char pad1[64];
@@ -647,8 +647,8 @@ typedef struct gp_stage {
     size_t ring_chunk;
     unsigned ring_depth;
     unsigned ring_threads;
-    int ring_kind[2];  /* as configured when built */
-    int eff_kind[2];   /* in use (environment overrides, fallbacks) */
+    int ring_kind[2];          /* as configured when built */
+    int eff_kind[2];           /* in use (environment overrides, fallbacks) */
     unsigned next;             /* slot the next copy starts at */
     int pending[ST_MAX_DEPTH]; /* a DMA of the slot may be in flight */
     CUcontext pctx;            /* real: retained primary context */
@@ -660,8 +660,8 @@ typedef struct gp_stage {
     st_job job; /* the copy in progress (under op_lock) */
     gp_copy_fn cp_in, cp_out;
     void (*ev_in)(void *, size_t), (*ev_out)(void *, size_t);
-    int dry_dma;  /* GDRPY_STAGING_DRY=nodma: no DMA at all (diagnostics only) */
-    unsigned ppt; /* pieces per thread and chunk (GDRPY_STAGING_PPT, default 2) */
+    int dry_dma;   /* GDRPY_STAGING_DRY=nodma: no DMA at all (diagnostics only) */
+    unsigned ppt;  /* pieces per thread and chunk (GDRPY_STAGING_PPT, default 2) */
     gp_strace *tr; /* GDRPY_STAGING_TRACE (diagnostics) */
     int warned;
 } gp_stage;
@@ -849,7 +849,8 @@ static int ring_build(gp_stage *st, gp_ctx *c)
                 st_pop();
                 ring_free(st);
                 return gp_cuda_err(0, r, "cuMemHostAlloc", "write-combined staging ring of "
-                                                           "%zu bytes", st->ring_bytes);
+                                                           "%zu bytes",
+                                   st->ring_bytes);
             }
             st->ring_wc = p;
         }

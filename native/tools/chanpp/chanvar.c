@@ -274,8 +274,8 @@ typedef struct {
     gdrpy_pin_t pin;
     gdrpy_chan_t *ch;
     gdrpy_chan_sim_consumer_t *sc;
-    uint64_t lseq; /* messages sent on this round's channel */
-    uint64_t rpub; /* lib-inline*: completions read and published to the kernel */
+    uint64_t lseq;  /* messages sent on this round's channel */
+    uint64_t rpub;  /* lib-inline*: completions read and published to the kernel */
     uint64_t kt[5]; /* library-timed: the kernel's busy cycles, rounds, empty polls,
                      * cycles and ns from attach to stop (host block [24..63]) */
 } vstate_t;
