@@ -53,8 +53,8 @@ typedef struct {
     int model;                             /* 1: correct by the memory models */
     const char *what;
     int library; /* the real thing: gdrpy_chan_* + gdrpy_pp_serve (2: PLAIN slots;
-                  * 3: compiled with -DGDRPY_CHAN_POLL_LANES=1; 4: the round-3 kernel,
-                  * frozen in chanvar_r3_kernels.cu; 5: -DGDRPY_PP_TIMING, the kernel
+                  * 3: compiled with -DGDRPY_CHAN_POLL_LANES=1; 4: retired (the
+                  * round-3 kernel, measured in docs/results.md); 5: -DGDRPY_PP_TIMING, the kernel
                   * reports its own cycles; 6: -DGDRPY_PP_ANSWER_LANE=1; 7, 8: the
                   * library's kernel and channel, the host side written out inline
                   * here: lib_roundtrip_inline) */
@@ -66,8 +66,6 @@ typedef struct {
 static const variant_t VARIANTS[] = {
     {"library", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped (LL)", 1},
-    {"library-r3", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "the library's host calls + the round-3 gdrpy_pp_serve (chanvar_r3_kernels.cu, frozen)", 4},
     {"library-timed", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, the kernel built with -DGDRPY_PP_TIMING (counts its own cycles; see below)", 5},
     {"library-poll32", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -125,7 +123,7 @@ static const variant_t VARIANTS[] = {
 static void defines(const variant_t *v, char *out, size_t n)
 {
     if (v->library) {
-        snprintf(out, n, "@%s%s", v->library == 4 ? "chanvar_r3_kernels.cu" : "channel_kernels.cu",
+        snprintf(out, n, "@%s%s", "channel_kernels.cu",
                  v->library == 3   ? " -DGDRPY_CHAN_POLL_LANES=1"
                  : v->library == 5 ? " -DGDRPY_PP_TIMING=1"
                  : v->library == 6 ? " -DGDRPY_PP_ANSWER_LANE=1"
