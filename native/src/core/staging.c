@@ -1265,6 +1265,28 @@ int gdrpy_ce_read_locked(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *dst
 
 /* ---- configuration ----------------------------------------------------- */
 
+/* The configuration calls' prologue: the context entered, its ring state
+ * (created on first use) and the ring's op_lock held; undone by
+ * stage_config_unlock. */
+static int stage_config_lock(gdrpy_ctx_t h, const char *what, gp_ctx **cp, gp_stage **stp)
+{
+    int rc = gp_ctx_enter(h, cp, what);
+    if (rc) return rc;
+    *stp = stage_of(*cp);
+    if (!*stp) {
+        gp_ctx_leave(*cp);
+        return gp_err(GDRPY_ENOMEM, "%s: out of memory", what);
+    }
+    pthread_mutex_lock(&(*stp)->op_lock);
+    return 0;
+}
+
+static void stage_config_unlock(gp_ctx *c, gp_stage *st)
+{
+    pthread_mutex_unlock(&st->op_lock);
+    gp_ctx_leave(c);
+}
+
 int gdrpy_staging_set(gdrpy_ctx_t h, size_t chunk, unsigned depth, unsigned threads)
 {
     if (chunk && (chunk < ST_MIN_CHUNK || chunk > ST_MAX_CHUNK || chunk % 4096))
@@ -1278,38 +1300,26 @@ int gdrpy_staging_set(gdrpy_ctx_t h, size_t chunk, unsigned depth, unsigned thre
         return gp_err(GDRPY_EINVAL, "staging_set: threads %u must be in [1, %d]", threads,
                       ST_MAX_THREADS);
     gp_ctx *c;
-    int rc = gp_ctx_enter(h, &c, "staging_set");
+    gp_stage *st;
+    int rc = stage_config_lock(h, "staging_set", &c, &st);
     if (rc) return rc;
-    gp_stage *st = stage_of(c);
-    if (!st) {
-        gp_ctx_leave(c);
-        return gp_err(GDRPY_ENOMEM, "staging_set: out of memory");
-    }
-    pthread_mutex_lock(&st->op_lock);
     if (chunk) st->chunk = chunk;
     if (depth) st->depth = depth;
     if (threads) st->threads = threads;
-    pthread_mutex_unlock(&st->op_lock);
-    gp_ctx_leave(c);
+    stage_config_unlock(c, st);
     return 0;
 }
 
 int gdrpy_staging_get(gdrpy_ctx_t h, size_t *chunk, unsigned *depth, unsigned *threads)
 {
     gp_ctx *c;
-    int rc = gp_ctx_enter(h, &c, "staging_get");
+    gp_stage *st;
+    int rc = stage_config_lock(h, "staging_get", &c, &st);
     if (rc) return rc;
-    gp_stage *st = stage_of(c);
-    if (!st) {
-        gp_ctx_leave(c);
-        return gp_err(GDRPY_ENOMEM, "staging_get: out of memory");
-    }
-    pthread_mutex_lock(&st->op_lock);
     if (chunk) *chunk = st->chunk;
     if (depth) *depth = st->depth;
     if (threads) *threads = st->threads;
-    pthread_mutex_unlock(&st->op_lock);
-    gp_ctx_leave(c);
+    stage_config_unlock(c, st);
     return 0;
 }
 
@@ -1321,18 +1331,12 @@ int gdrpy_staging_set_kinds(gdrpy_ctx_t h, int write_kind, int read_kind)
                                     "GDRPY_STAGING_PLAIN..GDRPY_STAGING_NT_EVICT (0..4)",
                       write_kind, read_kind);
     gp_ctx *c;
-    int rc = gp_ctx_enter(h, &c, "staging_set_kinds");
+    gp_stage *st;
+    int rc = stage_config_lock(h, "staging_set_kinds", &c, &st);
     if (rc) return rc;
-    gp_stage *st = stage_of(c);
-    if (!st) {
-        gp_ctx_leave(c);
-        return gp_err(GDRPY_ENOMEM, "staging_set_kinds: out of memory");
-    }
-    pthread_mutex_lock(&st->op_lock);
     if (write_kind >= 0) st->kind[0] = write_kind;
     if (read_kind >= 0) st->kind[1] = read_kind;
-    pthread_mutex_unlock(&st->op_lock);
-    gp_ctx_leave(c);
+    stage_config_unlock(c, st);
     return 0;
 }
 
@@ -1340,20 +1344,14 @@ int gdrpy_staging_get_kinds(gdrpy_ctx_t h, int *write_kind, int *read_kind, int 
                             int *read_used)
 {
     gp_ctx *c;
-    int rc = gp_ctx_enter(h, &c, "staging_get_kinds");
+    gp_stage *st;
+    int rc = stage_config_lock(h, "staging_get_kinds", &c, &st);
     if (rc) return rc;
-    gp_stage *st = stage_of(c);
-    if (!st) {
-        gp_ctx_leave(c);
-        return gp_err(GDRPY_ENOMEM, "staging_get_kinds: out of memory");
-    }
-    pthread_mutex_lock(&st->op_lock);
     if (write_kind) *write_kind = st->kind[0];
     if (read_kind) *read_kind = st->kind[1];
     int built = st->ready && st->ring_kind[0] == st->kind[0] && st->ring_kind[1] == st->kind[1];
     if (write_used) *write_used = built ? st->eff_kind[0] : -1;
     if (read_used) *read_used = built ? st->eff_kind[1] : -1;
-    pthread_mutex_unlock(&st->op_lock);
-    gp_ctx_leave(c);
+    stage_config_unlock(c, st);
     return 0;
 }
