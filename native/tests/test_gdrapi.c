@@ -14,6 +14,8 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
@@ -1028,6 +1030,133 @@ static void t_pin_in_one_thread_map_copy_in_others(void)
     CHECK_EQ(tm_free(&b), 0);
 }
 
+/* Every size a small write can have (1..64 bytes, the restartable path's
+ * range, and a few beyond it) at every offset within a 16-byte line writes
+ * exactly [off, off+n): the bytes around it keep their old values. */
+static void t_small_writes_cover_exactly_their_range(void)
+{
+    fixture f;
+    REQUIRE_EQ(fx_setup(&f, GPU_PAGE_SIZE, TM_CUMEMALLOC, 1), 0);
+    enum { SPAN = 256 };
+    uint8_t base[SPAN], src[80], back[SPAN];
+    int bad = 0;
+    for (size_t n = 1; n <= 72 && !bad; n++) {
+        for (size_t off = 0; off < 16 && !bad; off++) {
+            memset(base, (int)(0xA5 ^ n), SPAN);
+            fill_walking(src, n, (uint32_t)(n * 31 + off));
+            REQUIRE_EQ(gdr_copy_to_mapping(f.mh, f.map, base, SPAN), 0);
+            REQUIRE_EQ(gdr_copy_to_mapping(f.mh, (char *)f.map + 64 + off, src, n), 0);
+            REQUIRE_EQ(gdr_copy_from_mapping(f.mh, back, f.map, SPAN), 0);
+            memcpy(base + 64 + off, src, n);
+            if (memcmp(back, base, SPAN)) {
+                for (size_t i = 0; i < SPAN; i++)
+                    if (back[i] != base[i]) {
+                        fprintf(stderr, "    n %zu off %zu: byte %zu is 0x%02x, expected 0x%02x\n",
+                                n, off, i, back[i], base[i]);
+                        break;
+                    }
+                bad = 1;
+            }
+        }
+    }
+    CHECK_EQ(bad, 0);
+    /* and a small write that ends past the mapping is refused, writing nothing */
+    memset(base, 0x3c, 64);
+    REQUIRE_EQ(gdr_copy_to_mapping(f.mh, (char *)f.map + GPU_PAGE_SIZE - 64, base, 64), 0);
+    CHECK_EQ(gdr_copy_to_mapping(f.mh, (char *)f.map + GPU_PAGE_SIZE - 8, src, 9), EINVAL);
+    REQUIRE_EQ(gdr_copy_from_mapping(f.mh, back, (char *)f.map + GPU_PAGE_SIZE - 64, 64), 0);
+    CHECK_EQ(memcmp(back, base, 64), 0);
+    fx_teardown(&f);
+}
+
+/* Small writes from several threads while the main thread unmaps and maps
+ * the handle again, over and over: a write either lands (0) or is refused
+ * (EINVAL), never touches an unmapped page (which would kill the process),
+ * and the unmap never fails. */
+typedef struct small_racer {
+    gdr_mh_t mh;
+    char *_Atomic va; /* the current mapping, or NULL while unmapped */
+    atomic_int stop;
+    long ok, refused, other;
+    unsigned seed;
+    size_t region;
+} small_racer;
+
+static void *thread_small_writes(void *arg)
+{
+    small_racer *r = arg;
+    uint8_t src[64];
+    memset(src, 0x5a, sizeof src);
+    unsigned x = r->seed;
+    char *last = NULL;
+    while (!atomic_load(&r->stop)) {
+        char *va = atomic_load(&r->va);
+        if (va) last = va;
+        if (!last) continue;
+        x = x * 1664525u + 1013904223u;
+        /* each thread its own 1 KiB (the threads' data must not race) */
+        size_t n = 1 + (x >> 8) % 64, off = r->region + (x >> 16) % 512;
+        /* Often through a pointer of a mapping that is already gone. */
+        int rc = gdr_copy_to_mapping(r->mh, last + off, src, n);
+        if (rc == 0) r->ok++;
+        else if (rc == EINVAL) r->refused++;
+        else r->other++;
+    }
+    return NULL;
+}
+
+static void t_small_writes_during_unmap_and_remap(void)
+{
+    fixture f;
+    REQUIRE_EQ(fx_setup(&f, GPU_PAGE_SIZE, TM_CUMEMALLOC, 1), 0);
+    enum { NTH = 4,
+           ROUNDS = 300 };
+    small_racer r[NTH];
+    pthread_t th[NTH];
+    for (int i = 0; i < NTH; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        r[i].mh = f.mh;
+        atomic_store(&r[i].va, (char *)f.map);
+        r[i].seed = 77u + (unsigned)i;
+        r[i].region = (size_t)i * 1024;
+        pthread_create(&th[i], NULL, thread_small_writes, &r[i]);
+    }
+    int unmap_fail = 0, map_fail = 0;
+    void *m = f.map;
+    for (int k = 0; k < ROUNDS; k++) {
+        for (int i = 0; i < NTH; i++) atomic_store(&r[i].va, NULL);
+        if (gdr_unmap(f.g, f.mh, m, f.size)) unmap_fail++;
+        /* Something else may now take the address range: a stale write
+         * into it must still be refused. */
+        void *other = mmap(NULL, f.size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (k % 4 == 0) sched_yield(); /* let writers run (and be preempted) meanwhile */
+        else usleep(200);
+        if (gdr_map(f.g, f.mh, &m, f.size)) {
+            map_fail++;
+            m = NULL;
+            if (other != MAP_FAILED) munmap(other, f.size);
+            break;
+        }
+        if (other != MAP_FAILED) munmap(other, f.size);
+        for (int i = 0; i < NTH; i++) atomic_store(&r[i].va, (char *)m);
+    }
+    long ok = 0, refused = 0, other = 0;
+    for (int i = 0; i < NTH; i++) {
+        atomic_store(&r[i].stop, 1);
+        pthread_join(th[i], NULL);
+        ok += r[i].ok;
+        refused += r[i].refused;
+        other += r[i].other;
+    }
+    printf("    %d unmap/map rounds: %ld writes landed, %ld refused\n", ROUNDS, ok, refused);
+    CHECK_EQ(unmap_fail, 0);
+    CHECK_EQ(map_fail, 0);
+    CHECK_EQ(other, 0);
+    CHECK(ok > 0);
+    f.map = m;
+    fx_teardown(&f);
+}
+
 typedef struct churn {
     gdr_t g;
     uint64_t base;
@@ -1130,6 +1259,8 @@ int main(int argc, char **argv)
     RUN(t_fd_passing_isolation);
     RUN(t_pin_in_one_thread_map_copy_in_others);
     RUN(t_concurrent_pin_map_unpin_on_one_instance);
+    RUN(t_small_writes_cover_exactly_their_range);
+    RUN(t_small_writes_during_unmap_and_remap);
     tm_fini();
     printf("test_gdrapi: %d skipped\n", n_skip);
     printf("test_gdrapi: %d passed, %d failed\n", n_pass, n_fail);

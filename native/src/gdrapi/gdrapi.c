@@ -35,6 +35,13 @@
  *    limit, the unmap fails with EBUSY (logged, naming the handle) and the
  *    mapping is left as it was.  Where membarrier is unavailable the copy
  *    side issues a full fence itself (g_copy_fence).
+ *  - Writes of 1..64 bytes (x86-64 with glibc's rseq) skip the record: they
+ *    run as a restartable sequence (rseq_put.h) that re-reads generation,
+ *    state and bounds and stores, and the unmap's membarrier is the RSEQ
+ *    command, which restarts every such sequence in flight, so the restart
+ *    sees PINNED.  On the GPU host any store to ordinary memory between two
+ *    writes into BAR1 costs about 8 ns, which the record's two stores paid
+ *    on every small write.
  *
  * Fork: a gdr is bound to the process that opened it.  Every call in a
  * forked child on the parent's gdr or handles returns EACCES (checked before
@@ -61,6 +68,7 @@
 
 #include "gdrapi.h"
 #include "internal.h"
+#include "rseq_put.h"
 
 /* ---- ABI checks ------------------------------------------------------- */
 _Static_assert(sizeof(gdr_mh_t) == 8, "gdr_mh_t is 8 bytes");
@@ -251,6 +259,14 @@ typedef struct hz_rec {
     struct hz_rec *next;   /* append-only list */
 } hz_rec;
 
+/* The restartable small-write path reads gen and state as one word, then
+ * lo and span (rseq_put.h). */
+_Static_assert(offsetof(mh_slot, gen) == 0 && offsetof(mh_slot, state) == 4,
+               "gen @0, state @4");
+_Static_assert(offsetof(mh_slot, lo) == GP_RSEQ_SLOT_LO, "lo");
+_Static_assert(offsetof(mh_slot, span) == GP_RSEQ_SLOT_SPAN, "span");
+static int g_rseq; /* 1: writes of <= GP_RSEQ_PUT_MAX bytes are restartable sequences */
+
 static hz_rec *_Atomic hz_all;
 static pthread_key_t hz_key;
 static int g_copy_fence = 1; /* 0 once membarrier is registered */
@@ -262,6 +278,7 @@ static __thread hz_rec *t_hz;
 static void hz_thread_exit(void *p)
 {
     hz_rec *r = p;
+    t_hz = NULL; /* a later copy in this thread's exit path registers again */
     atomic_store_explicit(&r->slot, NULL, memory_order_relaxed);
     atomic_store_explicit(&r->used, 0, memory_order_release);
 }
@@ -295,6 +312,18 @@ static __attribute__((noinline, cold)) hz_rec *hz_register(void)
     return r;
 }
 
+/* Fork child: only the forking thread exists; the other threads' records
+ * (one may have been inside a copy) are released. */
+static void hz_fork_child(void)
+{
+    hz_rec *mine = t_hz;
+    for (hz_rec *r = atomic_load_explicit(&hz_all, memory_order_acquire); r; r = r->next) {
+        if (r == mine) continue;
+        atomic_store_explicit(&r->slot, NULL, memory_order_relaxed);
+        atomic_store_explicit(&r->used, 0, memory_order_relaxed);
+    }
+}
+
 static int hz_count(mh_slot *s)
 {
     int n = 0;
@@ -308,7 +337,14 @@ static int hz_count(mh_slot *s)
 static int hz_wait_clear(mh_slot *s, int *waited_ms, int *busy)
 {
     *waited_ms = 0;
-    if (g_copy_fence) atomic_thread_fence(memory_order_seq_cst);
+    if (g_rseq) {
+        /* Restarts every restartable write in flight (they then see the
+         * state stored) and is the barrier the records need as well. */
+        if (gp_rseq_barrier() != 0) {
+            *busy = -1;
+            return EBUSY;
+        }
+    } else if (g_copy_fence) atomic_thread_fence(memory_order_seq_cst);
     else if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
         /* Registered at load time, so this does not fail; if it ever did,
          * copies in flight could not be seen: refuse rather than unmap. */
@@ -375,14 +411,19 @@ static void gdrapi_atfork_child(void)
     pthread_mutex_t fresh = PTHREAD_MUTEX_INITIALIZER;
     memcpy(&mh_lock, &fresh, sizeof fresh);
     memcpy(&gdr_free_lock, &fresh, sizeof fresh);
+    hz_fork_child();
     /* membarrier registration belongs to the parent's address space */
     hz_membarrier_register();
+    g_rseq = gp_rseq_init();
 }
 
 __attribute__((constructor)) static void gdrapi_init(void)
 {
     pthread_key_create(&hz_key, hz_thread_exit);
     hz_membarrier_register();
+    g_rseq = gp_rseq_init();
+    LOGD("writes of <= %d bytes: %s", GP_RSEQ_PUT_MAX,
+         g_rseq ? "restartable sequences" : "per-thread records");
     pthread_atfork(NULL, NULL, gdrapi_atfork_child);
 }
 
@@ -1122,35 +1163,72 @@ static inline void copy_done(hz_rec *r)
     atomic_store_explicit(&r->slot, NULL, memory_order_release);
 }
 
+/* The cold exit of both copies: a refused check (rc != 0, nothing announced),
+ * or a NULL host pointer (the record r still names the slot).  A zero-length
+ * copy with a NULL host pointer succeeds, as in GDRCopy. */
+static __attribute__((noinline, cold)) int copy_refuse(gdr_mh_t handle, const void *map_p,
+                                                       size_t n, int rc, hz_rec *r,
+                                                       const char *what)
+{
+    if (rc) return copy_fail(handle, map_p, n, rc, what);
+    copy_done(r);
+    if (n == 0) return 0;
+    LOGE("%s: host pointer is NULL", what);
+    return EINVAL;
+}
+
+/* The record path: every check, every refusal reported. */
+static __attribute__((noinline)) int copy_to_mapping_checked(gdr_mh_t handle, void *map_d_ptr,
+                                                             const void *h_ptr, size_t size)
+{
+    hz_rec *r = NULL;
+    int rc = copy_check(handle, map_d_ptr, size, &r);
+    if (__builtin_expect(rc != 0 || !h_ptr, 0))
+        return copy_refuse(handle, map_d_ptr, size, rc, r, "gdr_copy_to_mapping");
+    if (__builtin_expect(size != 0, 1)) gdrpy_copy_to_mapping(map_d_ptr, h_ptr, size);
+    copy_done(r);
+    return 0;
+}
+
+#if defined(__x86_64__)
+/* A restartable write refused (or no rseq in this thread): the record path,
+ * for the same handle (rseq_put.h). */
+int gp_rseq_refused(const void *slot, uint64_t want,
+                    void *map_d_ptr, const void *h_ptr,
+                    size_t size)
+{
+    gdr_mh_t handle = {(unsigned long)(uintptr_t)slot + ((uint32_t)want & MH_GEN_MASK)};
+    return copy_to_mapping_checked(handle, map_d_ptr, h_ptr, size);
+}
+#endif
+
 int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, size_t size)
 {
-    hz_rec *s = NULL;
-    int rc = copy_check(handle, map_d_ptr, size, &s);
-    if (__builtin_expect(rc != 0, 0))
-        return copy_fail(handle, map_d_ptr, size, rc, "gdr_copy_to_mapping");
-    if (__builtin_expect(size != 0 && !h_ptr, 0)) {
-        copy_done(s);
-        LOGE("gdr_copy_to_mapping: host pointer is NULL");
-        return EINVAL;
+#if defined(__x86_64__)
+    /* 1..GP_RSEQ_PUT_MAX bytes as a restartable sequence (rseq_put.h): no
+     * store announces the copy.  Anything it refuses takes the record path
+     * (gp_rseq_refused), which reports it precisely. */
+    if (__builtin_expect(g_rseq, 1) && size - 1 < GP_RSEQ_PUT_MAX && h_ptr) {
+        uint32_t gen;
+        mh_slot *s = mh_lookup(handle, &gen);
+        if (__builtin_expect(s != NULL, 1) &&
+            __builtin_expect(atomic_load_explicit(&s->fork_gen, memory_order_relaxed) ==
+                                 gdrpy_fork_generation,
+                             1))
+            return gp_rseq_put(s, gen | (uint64_t)MH_MAPPED << 32, map_d_ptr, h_ptr, size);
     }
-    if (__builtin_expect(size != 0, 1)) gdrpy_copy_to_mapping(map_d_ptr, h_ptr, size);
-    copy_done(s);
-    return 0;
+#endif
+    return copy_to_mapping_checked(handle, map_d_ptr, h_ptr, size);
 }
 
 int gdr_copy_from_mapping(gdr_mh_t handle, void *h_ptr, const void *map_d_ptr, size_t size)
 {
-    hz_rec *s = NULL;
-    int rc = copy_check(handle, map_d_ptr, size, &s);
-    if (__builtin_expect(rc != 0, 0))
-        return copy_fail(handle, map_d_ptr, size, rc, "gdr_copy_from_mapping");
-    if (__builtin_expect(size != 0 && !h_ptr, 0)) {
-        copy_done(s);
-        LOGE("gdr_copy_from_mapping: host pointer is NULL");
-        return EINVAL;
-    }
+    hz_rec *r = NULL;
+    int rc = copy_check(handle, map_d_ptr, size, &r);
+    if (__builtin_expect(rc != 0 || !h_ptr, 0))
+        return copy_refuse(handle, map_d_ptr, size, rc, r, "gdr_copy_from_mapping");
     if (__builtin_expect(size != 0, 1)) gdrpy_copy_from_mapping(h_ptr, map_d_ptr, size);
-    copy_done(s);
+    copy_done(r);
     return 0;
 }
 

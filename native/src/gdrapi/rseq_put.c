@@ -1,0 +1,191 @@
+/*
+ * rseq_put.c - restartable small writes for libgdrapi (see rseq_put.h).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "rseq_put.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ
+#define MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ (1 << 7)
+#define MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ (1 << 8)
+#endif
+
+#if defined(__x86_64__)
+/* glibc >= 2.35 exports where its per-thread struct rseq lives (thread
+ * pointer + __rseq_offset) and how large it is (__rseq_size, 0 when not
+ * registered).  Looked up at run time, not linked: a versioned reference
+ * would make the library require glibc 2.35 (RHEL 9 has 2.34). */
+__attribute__((visibility("hidden"))) ptrdiff_t gp_rseq_off;
+
+/*
+ * The critical section, a C function (System V ABI).  Arguments: rdi slot,
+ * rsi want, rdx dst, rcx src, r8 n, unchanged throughout, so that a refusal
+ * can jump to gp_rseq_refused with them; r9 = this thread's struct rseq
+ * (cpu_id at +4, rseq_cs at +8), r11 = the section's descriptor; r10, rax
+ * and xmm0-3 are scratch.  It stores nothing to ordinary memory.  [start, post) is the section; the abort label
+ * is preceded by glibc's x86 signature 0x53053053, as the kernel requires.
+ * Stores cover [dst, dst+n) exactly: two overlapping loads and stores of
+ * 16/8/4/2 bytes (a size class's first and last piece), or four 16-byte ones
+ * above 32 bytes, or one byte.
+ */
+__asm__(
+    "    .text\n"
+    "    .p2align 5\n"
+    "    .globl gp_rseq_put\n"
+    "    .hidden gp_rseq_put\n"
+    "    .type gp_rseq_put, @function\n"
+    "gp_rseq_put:\n"
+    "    .cfi_startproc\n"
+    "    movq gp_rseq_off(%rip), %r9\n"
+    "    addq %fs:0, %r9\n"
+    "    leaq .Lgp_rseq_cs(%rip), %r11\n"
+    ".Lgp_start:\n"
+    "    cmpq %r11, 8(%r9)\n"
+    "    jne .Lgp_arm\n"
+    "    cmpq %rsi, (%rdi)\n"
+    "    jne .Lgp_refused\n"
+    "    movq %rdx, %r10\n"
+    "    subq 16(%rdi), %r10\n" /* r10 = dst - lo */
+    "    jb .Lgp_refused\n"
+    "    movq 24(%rdi), %rax\n" /* span */
+    "    subq %r10, %rax\n"
+    "    jb .Lgp_refused\n"
+    "    cmpq %r8, %rax\n"
+    "    jb .Lgp_refused\n"
+    "    cmpq $8, %r8\n"
+    "    jb .Lgp_lt8\n"
+    "    cmpq $16, %r8\n"
+    "    jbe .Lgp_le16\n"
+    "    cmpq $32, %r8\n"
+    "    jbe .Lgp_le32\n"
+    "    movdqu (%rcx), %xmm0\n"
+    "    movdqu 16(%rcx), %xmm1\n"
+    "    movdqu -32(%rcx,%r8), %xmm2\n"
+    "    movdqu -16(%rcx,%r8), %xmm3\n"
+    "    movdqu %xmm0, (%rdx)\n"
+    "    movdqu %xmm1, 16(%rdx)\n"
+    "    movdqu %xmm2, -32(%rdx,%r8)\n"
+    "    movdqu %xmm3, -16(%rdx,%r8)\n"
+    "    jmp .Lgp_fence\n"
+    ".Lgp_le32:\n"
+    "    movdqu (%rcx), %xmm0\n"
+    "    movdqu -16(%rcx,%r8), %xmm1\n"
+    "    movdqu %xmm0, (%rdx)\n"
+    "    movdqu %xmm1, -16(%rdx,%r8)\n"
+    "    jmp .Lgp_fence\n"
+    ".Lgp_le16:\n"
+    "    movq (%rcx), %rax\n"
+    "    movq -8(%rcx,%r8), %r10\n"
+    "    movq %rax, (%rdx)\n"
+    "    movq %r10, -8(%rdx,%r8)\n"
+    "    jmp .Lgp_fence\n"
+    ".Lgp_lt8:\n"
+    "    cmpq $4, %r8\n"
+    "    jb .Lgp_lt4\n"
+    "    movl (%rcx), %eax\n"
+    "    movl -4(%rcx,%r8), %r10d\n"
+    "    movl %eax, (%rdx)\n"
+    "    movl %r10d, -4(%rdx,%r8)\n"
+    "    jmp .Lgp_fence\n"
+    ".Lgp_lt4:\n"
+    "    cmpq $2, %r8\n"
+    "    jb .Lgp_1\n"
+    "    movzwl (%rcx), %eax\n"
+    "    movzwl -2(%rcx,%r8), %r10d\n"
+    "    movw %ax, (%rdx)\n"
+    "    movw %r10w, -2(%rdx,%r8)\n"
+    "    jmp .Lgp_fence\n"
+    ".Lgp_1:\n"
+    "    movzbl (%rcx), %eax\n"
+    "    movb %al, (%rdx)\n"
+    ".Lgp_fence:\n"
+    "    sfence\n"
+    ".Lgp_post:\n"
+    "    xorl %eax, %eax\n"
+    "    ret\n"
+    ".Lgp_refused:\n"
+    "    jmp gp_rseq_refused\n"
+    /* Outside the section: (re)arm it.  A preemption between this store and
+     * the jump clears rseq_cs again (the IP is outside), which the compare at
+     * .Lgp_start sees. */
+    ".Lgp_arm:\n"
+    "    cmpl $0, 4(%r9)\n" /* cpu_id < 0: rseq not registered for this thread */
+    "    jl .Lgp_norseq\n"
+    "    movq %r11, 8(%r9)\n"
+    "    jmp .Lgp_start\n"
+    ".Lgp_norseq:\n"
+    "    jmp gp_rseq_refused\n"
+    /* Restarted (preempted, signalled or migrated inside the section; the
+     * kernel cleared rseq_cs): run the section again from the top. */
+    "    .long 0x53053053\n"
+    ".Lgp_abort:\n"
+    "    jmp .Lgp_start\n"
+    "    .cfi_endproc\n"
+    "    .size gp_rseq_put, .-gp_rseq_put\n"
+    "    .section .data.rel.ro.gp_rseq_cs, \"aw\"\n"
+    "    .balign 32\n"
+    ".Lgp_rseq_cs:\n"
+    "    .long 0, 0\n" /* version, flags */
+    "    .quad .Lgp_start, .Lgp_post - .Lgp_start, .Lgp_abort\n"
+    "    .text\n");
+
+static int rseq_wanted(void)
+{
+    const char *e = getenv("GDRPY_GDRAPI_RSEQ");
+    if (!e || !*e || !strcmp(e, "1")) return 1;
+    if (!strcmp(e, "0")) return 0;
+    gp_log(GP_LOG_CONFIG, "GDRPY_GDRAPI_RSEQ=%s is not 0 or 1; using 1", e);
+    return 1;
+}
+
+int gp_rseq_init(void)
+{
+    if (!rseq_wanted()) return 0;
+    const ptrdiff_t *off = dlsym(RTLD_DEFAULT, "__rseq_offset");
+    const unsigned int *size = dlsym(RTLD_DEFAULT, "__rseq_size");
+    /* __rseq_size counts the registered area's active fields: 20 in glibc
+     * 2.35-2.39, 32 and more later, 0 when registration failed.  The section
+     * uses cpu_id (+4) and rseq_cs (+8). */
+    if (!off || !size || *size < 16) {
+        gp_log(1, "gdrapi: rseq: glibc registered no rseq area; copies use per-thread records");
+        return 0;
+    }
+    gp_rseq_off = *off;
+    if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) != 0) {
+        gp_log(1, "gdrapi: rseq: membarrier RSEQ registration failed (errno %d); copies use "
+                  "per-thread records",
+               errno);
+        return 0;
+    }
+    return 1;
+}
+
+int gp_rseq_barrier(void)
+{
+    return (int)syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0, 0);
+}
+
+#else /* no restartable writes on this architecture yet */
+
+int gp_rseq_init(void)
+{
+    return 0;
+}
+
+int gp_rseq_barrier(void)
+{
+    errno = ENOSYS;
+    return -1;
+}
+
+#endif
