@@ -414,7 +414,7 @@ static void gdrapi_atfork_child(void)
     hz_fork_child();
     /* membarrier registration belongs to the parent's address space */
     hz_membarrier_register();
-    g_rseq = gp_rseq_init();
+    if (g_rseq) g_rseq = gp_rseq_register();
 }
 
 __attribute__((constructor)) static void gdrapi_init(void)

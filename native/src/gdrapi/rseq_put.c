@@ -161,6 +161,11 @@ int gp_rseq_init(void)
         return 0;
     }
     gp_rseq_off = *off;
+    return gp_rseq_register();
+}
+
+int gp_rseq_register(void)
+{
     if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ, 0, 0) != 0) {
         gp_log(1, "gdrapi: rseq: membarrier RSEQ registration failed (errno %d); copies use "
                   "per-thread records",
@@ -178,6 +183,11 @@ int gp_rseq_barrier(void)
 #else /* no restartable writes on this architecture yet */
 
 int gp_rseq_init(void)
+{
+    return 0;
+}
+
+int gp_rseq_register(void)
 {
     return 0;
 }

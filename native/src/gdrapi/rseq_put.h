@@ -33,9 +33,14 @@
 #define GP_RSEQ_SLOT_LO 16
 #define GP_RSEQ_SLOT_SPAN 24
 
-/* 1 if restartable writes are usable in this process (call once at load, and
- * again in a fork child); registers membarrier's RSEQ command. */
+/* 1 if restartable writes are usable in this process (call once, at load);
+ * registers membarrier's RSEQ command. */
 __attribute__((visibility("hidden"))) int gp_rseq_init(void);
+/* In a fork child of a process where gp_rseq_init() returned 1: registers
+ * the child's address space with membarrier again (the rseq area itself is
+ * inherited); 1 if restartable writes stay usable.  Calls no dlsym, so it is
+ * safe in an atfork handler. */
+__attribute__((visibility("hidden"))) int gp_rseq_register(void);
 
 /* The membarrier an unmap issues after storing PINNED: 0 on success. */
 __attribute__((visibility("hidden"))) int gp_rseq_barrier(void);
