@@ -60,6 +60,18 @@ def test_c_gdrapi_dropin_on_gpu(native_tests):
     _run([os.path.join(native_tests, "test_gdrapi")], {"GDRPY_BACKEND": "nvrm"})
 
 
+def test_c_gdrapi_record_path_on_sim(native_tests):
+    """Restartable small writes off: the per-thread records carry every copy."""
+    _run([os.path.join(native_tests, "test_gdrapi")],
+         {"GDRPY_BACKEND": "sim", "GDRPY_GDRAPI_RSEQ": "0"})
+
+
+@pytest.mark.gpu
+def test_c_gdrapi_record_path_on_gpu(native_tests):
+    _run([os.path.join(native_tests, "test_gdrapi")],
+         {"GDRPY_BACKEND": "nvrm", "GDRPY_GDRAPI_RSEQ": "0"})
+
+
 @pytest.mark.gpu
 def test_c_gdrapi_dlopen_by_name_on_gpu(native_tests):
     _run([os.path.join(native_tests, "test_gdrapi_dlopen"),
