@@ -265,7 +265,7 @@ _Static_assert(offsetof(mh_slot, gen) == 0 && offsetof(mh_slot, state) == 4,
                "gen @0, state @4");
 _Static_assert(offsetof(mh_slot, lo) == GP_RSEQ_SLOT_LO, "lo");
 _Static_assert(offsetof(mh_slot, span) == GP_RSEQ_SLOT_SPAN, "span");
-static int g_rseq; /* 1: writes of <= GP_RSEQ_PUT_MAX bytes are restartable sequences */
+static int g_rseq; /* GP_RSEQ_SSE2/AVX2: writes of <= GP_RSEQ_PUT_MAX bytes are restartable */
 
 static hz_rec *_Atomic hz_all;
 static pthread_key_t hz_key;
@@ -414,7 +414,7 @@ static void gdrapi_atfork_child(void)
     hz_fork_child();
     /* membarrier registration belongs to the parent's address space */
     hz_membarrier_register();
-    if (g_rseq) g_rseq = gp_rseq_register();
+    if (g_rseq && !gp_rseq_register()) g_rseq = 0;
 }
 
 __attribute__((constructor)) static void gdrapi_init(void)
@@ -423,7 +423,9 @@ __attribute__((constructor)) static void gdrapi_init(void)
     hz_membarrier_register();
     g_rseq = gp_rseq_init();
     LOGD("writes of <= %d bytes: %s", GP_RSEQ_PUT_MAX,
-         g_rseq ? "restartable sequences" : "per-thread records");
+         g_rseq == GP_RSEQ_AVX2   ? "restartable sequences (AVX2)"
+         : g_rseq == GP_RSEQ_SSE2 ? "restartable sequences (SSE2)"
+                                  : "per-thread records");
     pthread_atfork(NULL, NULL, gdrapi_atfork_child);
 }
 
@@ -1215,7 +1217,10 @@ int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, siz
             __builtin_expect(atomic_load_explicit(&s->fork_gen, memory_order_relaxed) ==
                                  gdrpy_fork_generation,
                              1))
-            return gp_rseq_put(s, gen | (uint64_t)MH_MAPPED << 32, map_d_ptr, h_ptr, size);
+            return g_rseq == GP_RSEQ_AVX2
+                       ? gp_rseq_put_avx2(s, gen | (uint64_t)MH_MAPPED << 32, map_d_ptr, h_ptr,
+                                          size)
+                       : gp_rseq_put(s, gen | (uint64_t)MH_MAPPED << 32, map_d_ptr, h_ptr, size);
     }
 #endif
     return copy_to_mapping_checked(handle, map_d_ptr, h_ptr, size);

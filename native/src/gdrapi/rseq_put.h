@@ -33,10 +33,15 @@
 #define GP_RSEQ_SLOT_LO 16
 #define GP_RSEQ_SLOT_SPAN 24
 
-/* 1 if restartable writes are usable in this process (call once, at load);
- * registers membarrier's RSEQ command. */
+/* What gp_rseq_init returns: 0 (no restartable writes: use the records),
+ * or which section to call. */
+#define GP_RSEQ_SSE2 1 /* gp_rseq_put */
+#define GP_RSEQ_AVX2 2 /* gp_rseq_put_avx2 */
+
+/* Whether restartable writes are usable in this process, and which section
+ * (call once, at load); registers membarrier's RSEQ command. */
 __attribute__((visibility("hidden"))) int gp_rseq_init(void);
-/* In a fork child of a process where gp_rseq_init() returned 1: registers
+/* In a fork child of a process where gp_rseq_init() returned nonzero: registers
  * the child's address space with membarrier again (the rseq area itself is
  * inherited); 1 if restartable writes stay usable.  Calls no dlsym, so it is
  * safe in an atfork handler. */
@@ -52,8 +57,12 @@ __attribute__((visibility("hidden"))) int gp_rseq_barrier(void);
  * again.  Where the section refuses (state, generation or range changed), or
  * this thread has no rseq registration, it jumps to gp_rseq_refused with the
  * same arguments and returns what that returns (a tail call, so the caller's
- * fast path needs no saved registers).  Only after gp_rseq_init() returned 1. */
+ * fast path needs no saved registers).  Only after gp_rseq_init() returned
+ * nonzero. */
 __attribute__((visibility("hidden"))) int gp_rseq_put(const void *slot, uint64_t want, void *dst, const void *src, size_t n);
+/* The same with AVX2 32-byte stores for 33..64 bytes (GP_RSEQ_AVX2 only). */
+__attribute__((visibility("hidden"))) int gp_rseq_put_avx2(const void *slot, uint64_t want,
+                                                           void *dst, const void *src, size_t n);
 /* Defined by the library that uses gp_rseq_put (gdrapi.c). */
 __attribute__((visibility("hidden"))) int gp_rseq_refused(const void *slot, uint64_t want, void *dst, const void *src, size_t n);
 #endif
