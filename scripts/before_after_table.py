@@ -89,6 +89,30 @@ def parse(path: str) -> tuple[dict, list, dict, dict]:
     return data, order, opens, meta
 
 
+def own_cost(data: dict) -> list:
+    """libgdrapi's own cost per size: gdr_copy_to_mapping minus the bare copy
+    kernel on libgdrapi's mapping, taken within each round's process (so the
+    level of that process, which moves every BAR1 row alike by up to +-15%,
+    cancels); per tree the median over rounds, in ns and in % of the kernel."""
+    out = []
+    for row in data:
+        m = re.match(r"^C gdr_copy_to_mapping (\d+)$", row)
+        bare = f"C copy_to_mapping (gdr map) {m.group(1)}" if m else None
+        if not m or bare not in data:
+            continue
+        rec: dict = {"size": int(m.group(1))}
+        for tree in ("old", "new"):
+            a, b = data[row].get(tree, {}), data[bare].get(tree, {})
+            rs = [r for r in a if r in b and b[r] > 0]
+            if rs:
+                rec[tree + "_ns"] = statistics.median(a[r] - b[r] for r in rs)
+                rec[tree + "_pct"] = statistics.median((a[r] - b[r]) / b[r] * 100 for r in rs)
+                rec["rounds"] = len(rs)
+        if "old_ns" in rec and "new_ns" in rec:
+            out.append(rec)
+    return out
+
+
 def _fmt(v: float) -> str:
     return f"{v:.1f}" if v < 10000 else f"{v:.0f}"
 
@@ -155,12 +179,19 @@ def main() -> int:
           "new/old: of those medians; paired: median over rounds of (new-old)/old within "
           "a round; slower: rounds where new > old")
     print(markdown(rows) if a.markdown else table(rows))
+    own = own_cost(data)
+    for c in own:
+        print(f"libgdrapi's own cost, gdr_copy_to_mapping {c['size']} B minus the bare kernel on "
+              f"its mapping in the same process (median of {c['rounds']} rounds): "
+              f"old {c['old_ns']:+.1f} ns ({c['old_pct']:+.1f}%), "
+              f"new {c['new_ns']:+.1f} ns ({c['new_pct']:+.1f}%)")
     for tree in ("old", "new"):
         if tree in opens:
             print(f"{tree}: {opens[tree]}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"meta": meta, "rows": rows, "open_under_load": opens}, f, indent=1)
+            json.dump({"meta": meta, "rows": rows, "own_cost": own, "open_under_load": opens},
+                      f, indent=1)
     return 0
 
 

@@ -117,3 +117,30 @@ def test_progress_on_a_terminal_draws_a_bar():
         p(i / 10, f"step {i}")
     text = out.getvalue()
     assert "\r" in text and "100.0%" in text and text.endswith("\n")
+
+
+def test_before_after_own_cost_cancels_the_process_level(tmp_path):
+    """scripts/before_after_table.py: libgdrapi's own cost is taken within each
+    round's process, so a process whose every BAR1 row is slower does not count."""
+    import importlib.util
+    import os
+    spec = importlib.util.spec_from_file_location(
+        "before_after_table",
+        os.path.join(os.path.dirname(__file__), "..", "scripts", "before_after_table.py"))
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = {("old", 1): (130.0, 129.0), ("new", 1): (121.0, 120.0),
+            ("old", 2): (110.0, 111.0), ("new", 2): (175.0, 158.0)}
+    log = tmp_path / "ba.log"
+    with open(log, "w") as f:
+        for (tree, rnd), (lib, bare) in rows.items():
+            f.write(f"=== round {rnd} {tree} apilat\n")
+            f.write(f"gdr_copy_to_mapping                 8    202      {lib}       6.4\n")
+            f.write(f"copy_to_mapping (gdr map)           8    256      {bare}       5.0\n")
+    data, _order, _opens, _meta = mod.parse(str(log))
+    (own,) = mod.own_cost(data)
+    assert own["size"] == 8 and own["rounds"] == 2
+    assert own["old_ns"] == pytest.approx(0.0)       # (+1, -1)
+    assert own["new_ns"] == pytest.approx(9.0)       # (+1, +17)
+    assert own["new_pct"] == pytest.approx((1 / 120 + 17 / 158) / 2 * 100)
