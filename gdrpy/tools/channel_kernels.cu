@@ -301,6 +301,15 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     unsigned spins = 0, rounds = 0;
     gdrpy_chan_in_t in;
     const answer_lane al = answer_lane_of(d);
+    /* the idle poll's spacing: one load latency over the loads in flight
+     * (GDRPY_CHAN_POLL_PIPE); the latency is left in the host block's spare
+     * word [20] for diagnostics (before attach: its fence orders it) */
+    unsigned gap = 0;
+    if (GDRPY_CHAN_POLL_PIPE > 1) {
+        const unsigned lat = __shfl_sync(full, gdrpy_chan_load_latency(d), 0);
+        gap = lat / GDRPY_CHAN_POLL_PIPE;
+        if (lane == 0) *(volatile u32 *)(d.host_ctrl + 20u) = lat;
+    }
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     GDRPY_PP_T_DECL;
@@ -310,7 +319,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         /* idle: every lane polls slot head (one request); after a round
          * that found messages: lane k looks at head + k (a burst) */
         const bool one = !burst && GDRPY_PP_POLL_ONE;
-        unsigned n = one ? gdrpy_chan_poll_warp_one(d, head, &in)
+        unsigned n = one ? gdrpy_chan_poll_warp_pipe<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, 4u)
                          : gdrpy_chan_poll_warp_in(d, head, &in);
         burst = n != 0;
         if (n == 0) {

@@ -604,6 +604,102 @@ __device__ __forceinline__ unsigned gdrpy_chan_poll_warp_one(const gdrpy_chan_de
     return __all_sync(0xffffffffu, gdrpy_chan_take(d, head, in)) ? 1u : 0u;
 }
 
+/* ---- pipelined idle poll (LL) ----------------------------------------- */
+/* A strong load of GPU memory takes hundreds of SM cycles (~1000 measured on
+ * an H100 for the channel's slot), and a poll loop with one load in flight
+ * samples the slot once per load latency: a message that lands just after a
+ * sample waits for the next one.  With K loads in flight, issued `gap`
+ * cycles apart, the slot is sampled every gap cycles; each load is re-issued
+ * as soon as its value has been looked at, so the spacing keeps itself.
+ * Every load is the same relaxed LL load as gdrpy_chan_take's (the words
+ * carry f), so nothing changes for ordering. */
+#ifndef GDRPY_CHAN_POLL_PIPE
+#define GDRPY_CHAN_POLL_PIPE 1 /* loads in flight while idle (1: one poll per latency) */
+#endif
+
+__device__ __forceinline__ void gdrpy_spin_cycles(unsigned n)
+{
+    const long long t0 = clock64();
+    while (clock64() - t0 < (long long)n) {
+    }
+}
+
+/* The latency of one relaxed load of the channel's device memory in SM
+ * cycles: 32 dependent loads of the device block's first word (each address
+ * depends on the previous value; the word is small, so it stays put). */
+__device__ __forceinline__ unsigned gdrpy_chan_load_latency(const gdrpy_chan_desc_t &d)
+{
+    const unsigned char *base = (const unsigned char *)d.dev_ctrl;
+    const unsigned char *p = base;
+    const long long t0 = clock64();
+#pragma unroll 1
+    for (int k = 0; k < 32; ++k) {
+        gdrpy_u64 v = *(const volatile gdrpy_u64 *)p;
+        p = base + ((v >> 60) & 8u);
+    }
+    gdrpy_u64 v = *(const volatile gdrpy_u64 *)p; /* the last address is used */
+    const long long t1 = clock64();
+    unsigned lat = (unsigned)((t1 - t0) / 33);
+    return v == 0x5a5a5a5a5a5a5a5aull ? lat + 1u : lat;
+}
+
+/* LL: message i from the slot's first four words already loaded: 1 = taken
+ * (*in filled, payload <= 8 bytes), 2 = its header is there but it is longer
+ * (take it with gdrpy_chan_take), 0 = not (yet). */
+__device__ __forceinline__ int gdrpy_chan_take_short(const gdrpy_chan_desc_t &d, gdrpy_u32 f,
+                                                     gdrpy_u64 w0, gdrpy_u64 w1, gdrpy_u64 w2,
+                                                     gdrpy_u64 w3, gdrpy_chan_in_t *in)
+{
+    if ((gdrpy_u32)w0 != f || (gdrpy_u32)w1 != f) return 0;
+    gdrpy_u32 len = (gdrpy_u32)(w1 >> 32);
+    if (len > d.slot_size) len = d.slot_size;
+    if (len > 8u) return 2;
+    if (!((len == 0u || (gdrpy_u32)w2 == f) && (len <= 4u || (gdrpy_u32)w3 == f))) return 0;
+    in->plain = nullptr;
+    in->tag = (gdrpy_u32)(w0 >> 32);
+    in->len = len;
+    in->buf[0] = (gdrpy_u32)(w2 >> 32);
+    in->buf[1] = (gdrpy_u32)(w3 >> 32);
+    return 1;
+}
+
+/* All 32 lanes of one warp, uniform: gdrpy_chan_poll_warp_one() with K
+ * loads of slot `head` in flight, `gap` cycles apart, for up to `rounds` x K
+ * samples; 1 when every lane took message head (then *in holds it in every
+ * lane), 0 when it has not come.  PLAIN channels and K == 1: one
+ * gdrpy_chan_poll_warp_one() per call. */
+template <int K>
+__device__ __forceinline__ unsigned gdrpy_chan_poll_warp_pipe(const gdrpy_chan_desc_t &d,
+                                                              gdrpy_u64 head, gdrpy_chan_in_t *in,
+                                                              unsigned gap, unsigned rounds)
+{
+    const unsigned full = 0xffffffffu;
+    if (K <= 1 || (d.flags & GDRPY_CHAN_PLAIN)) return gdrpy_chan_poll_warp_one(d, head, in);
+    const unsigned char *s = gdrpy_chan_slot(d, head);
+    const gdrpy_u32 f = (gdrpy_u32)(head + 1);
+    gdrpy_u64 w[K > 1 ? K : 1][4];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        if (k) gdrpy_spin_cycles(gap);
+        gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
+        gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
+    }
+#pragma unroll 1
+    for (unsigned r = 0; r < rounds; ++r) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            const int t = gdrpy_chan_take_short(d, f, w[k][0], w[k][1], w[k][2], w[k][3], in);
+            if (__all_sync(full, t != 0)) {
+                if (!__any_sync(full, t == 2)) return 1u;
+                return __all_sync(full, gdrpy_chan_take(d, head, in)) ? 1u : 0u;
+            }
+            gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
+            gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
+        }
+    }
+    return 0u;
+}
+
 /* Lane 0 only: publishes completions [first, first + n) whose headers and
  * payloads any lane of the warp has written (the caller __syncwarp()s
  * first).  One completion: a system-scope release store of its sequence

@@ -77,6 +77,12 @@ static const variant_t VARIANTS[] = {
      7},
     {"lib-inline24", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "lib-inline64, but the message is 3 8-byte stores (24 bytes; full line on the first lap)", 8},
+    {"library-pipe2", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, idle poll with 2 loads in flight (-DGDRPY_CHAN_POLL_PIPE=2)", 10},
+    {"library-pipe4", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, idle poll with 4 loads in flight (-DGDRPY_CHAN_POLL_PIPE=4)", 11},
+    {"inline64-pipe4", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "lib-inline64's host on library-pipe4's kernel", 12},
     {"library-plain", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "the same channel with GDRPY_CHAN_PLAIN slots (acquire poll, release completions)", 2},
     {"library-poll1", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -128,6 +134,8 @@ static void defines(const variant_t *v, char *out, size_t n)
                  : v->library == 5 ? " -DGDRPY_PP_TIMING=1"
                  : v->library == 6 ? " -DGDRPY_PP_ANSWER_LANE=1"
                  : v->library == 9 ? " -DGDRPY_PP_POLL_ONE=0"
+                 : v->library == 10 ? " -DGDRPY_CHAN_POLL_PIPE=2"
+                 : v->library == 11 || v->library == 12 ? " -DGDRPY_CHAN_POLL_PIPE=4"
                                    : "");
         return;
     }
@@ -274,6 +282,7 @@ typedef struct {
     gdrpy_chan_sim_consumer_t *sc;
     uint64_t lseq;  /* messages sent on this round's channel */
     uint64_t rpub;  /* lib-inline*: completions read and published to the kernel */
+    unsigned lat;   /* pipelined polls: the kernel's load latency, cycles (host block [20]) */
     uint64_t kt[5]; /* library-timed: the kernel's busy cycles, rounds, empty polls,
                      * cycles and ns from attach to stop (host block [24..63]) */
 } vstate_t;
@@ -314,6 +323,7 @@ static int lib_start(vstate_t *s, int sim, int64_t tmo_ns)
         return -1;
     }
     s->cur_sm = sim ? -1 : (int)ld32((const char *)gdrpy_chan_host_block(s->ch) + GDRPY_CHAN_HOST_SMID);
+    if (!sim) s->lat = ld32((const char *)gdrpy_chan_host_block(s->ch) + 20);
     return 0;
 }
 
@@ -368,7 +378,7 @@ static int lib_roundtrip_inline(vstate_t *s, int64_t tmo_ns, int64_t *dt)
     char *slot = ring + (size_t)(i & (d.nslots - 1)) * d.slot_stride;
     const char *c = comp + (size_t)(i & (d.comp_nslots - 1)) * d.comp_stride;
     uint64_t t0 = pt_now();
-    if (s->v->library == 7 || (i & 0x7fffffffull) < d.nslots) { /* 8: refresh lap only */
+    if (s->v->library != 8 || (i & 0x7fffffffull) < d.nslots) { /* 8: refresh lap only */
         uint64_t w[8] __attribute__((aligned(64))) = {llw(f, tag), llw(f, 4), llw(f, data),
                                                       llw(f, 0), llw(f, 0), llw(f, 0),
                                                       llw(f, 0), llw(f, 0)};
@@ -525,7 +535,8 @@ static void *sim_kernel(void *arg)
 /* 0, or -1 on timeout (s->state says so). */
 static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
 {
-    if (s->v->library == 7 || s->v->library == 8) return lib_roundtrip_inline(s, tmo_ns, dt);
+    if (s->v->library == 7 || s->v->library == 8 || s->v->library == 12)
+        return lib_roundtrip_inline(s, tmo_ns, dt);
     if (s->v->library) return lib_roundtrip(s, tmo_ns, dt);
     const variant_t *v = s->v;
     uint64_t i = s->next, seq = i + 1;
@@ -983,6 +994,9 @@ int chanvar_main(int argc, char **argv)
             o += snprintf(sms + o, sizeof sms - (size_t)o, "%s%d:%.2f", r ? " " : "",
                           s->round_sm[r], s->round_med[r]);
         if (!sim) printf("%-18s   rounds (sm:median us): %s\n", "", sms);
+        if (!sim && s->lat)
+            printf("%-18s   kernel: one load of the slot's memory %u SM cycles (last round)\n", "",
+                   s->lat);
         if (s->kt[1] && s->kt[3] && s->kt[4]) {
             double ghz = (double)s->kt[3] / (double)s->kt[4];
             double busy = (double)s->kt[0] / (double)s->kt[1];
