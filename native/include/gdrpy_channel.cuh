@@ -234,6 +234,49 @@ __device__ __forceinline__ const volatile unsigned char *gdrpy_chan_in_payload(
 __device__ __forceinline__ const volatile unsigned char *gdrpy_chan_msg(
     const gdrpy_chan_desc_t &d, gdrpy_u64 i, gdrpy_u32 *len, gdrpy_u32 *tag);
 
+/* LL: message f - 1 of slot s from its words: w0, w1 (header) and w[k] =
+ * word 2 + k for k < `have` (the rest, if the message needs more, are
+ * loaded here).  true when every word the message needs carries f; then
+ * *in describes it. */
+__device__ __forceinline__ bool gdrpy_chan_take_ll(const gdrpy_chan_desc_t &d, gdrpy_u32 f,
+                                                   const unsigned char *s, gdrpy_u64 w0,
+                                                   gdrpy_u64 w1,
+                                                   gdrpy_u64 (&w)[GDRPY_CHAN_LL_MAX / 4],
+                                                   gdrpy_u32 have, gdrpy_chan_in_t *in)
+{
+    if ((gdrpy_u32)w0 != f || (gdrpy_u32)w1 != f) return false;
+    gdrpy_u32 len = (gdrpy_u32)(w1 >> 32);
+    if (len > d.slot_size) len = d.slot_size;
+    in->tag = (gdrpy_u32)(w0 >> 32);
+    in->len = len;
+    if (len > GDRPY_CHAN_LL_MAX) {
+        if ((gdrpy_u32)gdrpy_ld_acquire_sys_u64(s) != f) return false;
+        in->plain = s + gdrpy_chan_plain_off(d, d.slot_size);
+        return true;
+    }
+    in->plain = nullptr;
+    if (len <= 8u) {
+        /* the common short message: its words came with the header (no
+         * loop on the path from seeing it to answering it) */
+        in->buf[0] = (gdrpy_u32)(w[0] >> 32);
+        in->buf[1] = (gdrpy_u32)(w[1] >> 32);
+        return (len == 0u || (gdrpy_u32)w[0] == f) && (len <= 4u || (gdrpy_u32)w[1] == f);
+    }
+    const gdrpy_u32 nw = (len + 3u) / 4u;
+    /* words the caller did not load: all issued before any is looked at */
+#pragma unroll
+    for (gdrpy_u32 k = 2; k < GDRPY_CHAN_LL_MAX / 4; k += 2)
+        if (k < nw && k >= have) gdrpy_ld_relaxed_v2(s + 16 + 8 * k, &w[k], &w[k + 1]);
+    bool ok = true;
+#pragma unroll
+    for (gdrpy_u32 k = 0; k < GDRPY_CHAN_LL_MAX / 4; ++k)
+        if (k < nw) {
+            ok &= (gdrpy_u32)w[k] == f;
+            in->buf[k] = (gdrpy_u32)(w[k] >> 32);
+        }
+    return ok;
+}
+
 /* One thread: true when message i is complete; `in` describes it.  LL: the
  * slot's first four words come in two 16-byte loads (header + 8 payload
  * bytes), the rest only when the message is longer; a long message is
@@ -258,46 +301,17 @@ __device__ __forceinline__ bool gdrpy_chan_take(const gdrpy_chan_desc_t &d, gdrp
         return true;
     }
     const unsigned char *s = gdrpy_chan_slot(d, i);
-    const gdrpy_u32 f = (gdrpy_u32)(i + 1);
-    gdrpy_u64 w0, w1, w2, w3;
+    gdrpy_u64 w0, w1, w[GDRPY_CHAN_LL_MAX / 4];
+    /* every LL word the slot can hold, all loads issued before any is
+     * looked at: one load latency whatever the message's length (16-byte
+     * pairs stay inside the slot: see gdrpy_chan_slot_layout) */
+    const gdrpy_u32 nwmax = gdrpy_chan_ll_words(d.slot_size);
     gdrpy_ld_relaxed_v2(s, &w0, &w1);
-    gdrpy_ld_relaxed_v2(s + 16, &w2, &w3);
-    if ((gdrpy_u32)w0 != f || (gdrpy_u32)w1 != f) return false;
-    gdrpy_u32 len = (gdrpy_u32)(w1 >> 32);
-    if (len > d.slot_size) len = d.slot_size;
-    in->tag = (gdrpy_u32)(w0 >> 32);
-    in->len = len;
-    if (len > GDRPY_CHAN_LL_MAX) {
-        if ((gdrpy_u32)gdrpy_ld_acquire_sys_u64(s) != f) return false;
-        in->plain = s + gdrpy_chan_plain_off(d, d.slot_size);
-        return true;
-    }
-    in->plain = nullptr;
-    if (len <= 8u) {
-        /* the common short message: its words came with the header (no
-         * loop on the path from seeing it to answering it) */
-        in->buf[0] = (gdrpy_u32)(w2 >> 32);
-        in->buf[1] = (gdrpy_u32)(w3 >> 32);
-        return (len == 0u || (gdrpy_u32)w2 == f) && (len <= 4u || (gdrpy_u32)w3 == f);
-    }
-    const gdrpy_u32 nw = (len + 3u) / 4u;
-    gdrpy_u64 w[GDRPY_CHAN_LL_MAX / 4];
-    w[0] = w2;
-    w[1] = w3;
-    /* the rest of a longer message: every load issued before any is
-     * looked at (one more load latency, not one per pair); 16-byte pairs
-     * stay inside the slot (the plain area starts 16-byte aligned) */
+    gdrpy_ld_relaxed_v2(s + 16, &w[0], &w[1]);
 #pragma unroll
     for (gdrpy_u32 k = 2; k < GDRPY_CHAN_LL_MAX / 4; k += 2)
-        if (k < nw) gdrpy_ld_relaxed_v2(s + 16 + 8 * k, &w[k], &w[k + 1]);
-    bool ok = true;
-#pragma unroll
-    for (gdrpy_u32 k = 0; k < GDRPY_CHAN_LL_MAX / 4; ++k)
-        if (k < nw) {
-            ok &= (gdrpy_u32)w[k] == f;
-            in->buf[k] = (gdrpy_u32)(w[k] >> 32);
-        }
-    return ok;
+        if (k < nwmax) gdrpy_ld_relaxed_v2(s + 16 + 8 * k, &w[k], &w[k + 1]);
+    return gdrpy_chan_take_ll(d, (gdrpy_u32)(i + 1), s, w0, w1, w, nwmax, in);
 }
 
 /* ---- consumer side (host -> GPU) -------------------------------------- */
@@ -643,26 +657,6 @@ __device__ __forceinline__ unsigned gdrpy_chan_load_latency(const gdrpy_chan_des
     return v == 0x5a5a5a5a5a5a5a5aull ? lat + 1u : lat;
 }
 
-/* LL: message i from the slot's first four words already loaded: 1 = taken
- * (*in filled, payload <= 8 bytes), 2 = its header is there but it is longer
- * (take it with gdrpy_chan_take), 0 = not (yet). */
-__device__ __forceinline__ int gdrpy_chan_take_short(const gdrpy_chan_desc_t &d, gdrpy_u32 f,
-                                                     gdrpy_u64 w0, gdrpy_u64 w1, gdrpy_u64 w2,
-                                                     gdrpy_u64 w3, gdrpy_chan_in_t *in)
-{
-    if ((gdrpy_u32)w0 != f || (gdrpy_u32)w1 != f) return 0;
-    gdrpy_u32 len = (gdrpy_u32)(w1 >> 32);
-    if (len > d.slot_size) len = d.slot_size;
-    if (len > 8u) return 2;
-    if (!((len == 0u || (gdrpy_u32)w2 == f) && (len <= 4u || (gdrpy_u32)w3 == f))) return 0;
-    in->plain = nullptr;
-    in->tag = (gdrpy_u32)(w0 >> 32);
-    in->len = len;
-    in->buf[0] = (gdrpy_u32)(w2 >> 32);
-    in->buf[1] = (gdrpy_u32)(w3 >> 32);
-    return 1;
-}
-
 /* All 32 lanes of one warp, uniform: gdrpy_chan_poll_warp_one() with K
  * loads of slot `head` in flight, `gap` cycles apart, for up to `rounds` x K
  * samples; 1 when every lane took message head (then *in holds it in every
@@ -688,11 +682,13 @@ __device__ __forceinline__ unsigned gdrpy_chan_poll_warp_pipe(const gdrpy_chan_d
     for (unsigned r = 0; r < rounds; ++r) {
 #pragma unroll
         for (int k = 0; k < K; ++k) {
-            const int t = gdrpy_chan_take_short(d, f, w[k][0], w[k][1], w[k][2], w[k][3], in);
-            if (__all_sync(full, t != 0)) {
-                if (!__any_sync(full, t == 2)) return 1u;
-                return __all_sync(full, gdrpy_chan_take(d, head, in)) ? 1u : 0u;
-            }
+            /* a message longer than 8 bytes: the rest of its words are
+             * loaded now (one more load latency, as gdrpy_chan_take) */
+            gdrpy_u64 rest[GDRPY_CHAN_LL_MAX / 4];
+            rest[0] = w[k][2];
+            rest[1] = w[k][3];
+            if (__all_sync(full, gdrpy_chan_take_ll(d, f, s, w[k][0], w[k][1], rest, 2u, in)))
+                return 1u;
             gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
             gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
         }
@@ -806,6 +802,9 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
     unsigned spins = 0, rounds = 0;
     unsigned char out[GDRPY_CHAN_MAX_COMP];
     gdrpy_chan_in_t in;
+    unsigned gap = 0; /* the pipelined idle poll's spacing (GDRPY_CHAN_POLL_PIPE) */
+    if (GDRPY_CHAN_POLL_PIPE > 1)
+        gap = __shfl_sync(full, gdrpy_chan_load_latency(d), 0) / GDRPY_CHAN_POLL_PIPE;
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     gdrpy_u32 status = GDRPY_CHAN_ST_STOPPED;
@@ -814,7 +813,7 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
         /* idle: every lane polls slot head (one request per poll); after a
          * round that found messages, lane k looks at head + k */
         unsigned n = burst ? gdrpy_chan_poll_warp_in(d, head, &in)
-                           : gdrpy_chan_poll_warp_one(d, head, &in);
+                           : gdrpy_chan_poll_warp_pipe<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, 4u);
         burst = n != 0;
         if (n == 0) {
             gdrpy_u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
