@@ -319,6 +319,20 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         /* idle: every lane polls slot head (one request); after a round
          * that found messages: lane k looks at head + k (a burst) */
         const bool one = !burst && GDRPY_PP_POLL_ONE;
+        /* what lanes 0..3 store of the answer to message head, as far as it
+         * is known before the message comes (its line's address, the
+         * sequence pair, the padding pair, the length word): computed here,
+         * while the poll waits, not after (the empty asm keeps the compiler
+         * from sinking it below the poll) */
+        u64 pre_slot = 0, pre_a = 0, pre_b = 0;
+        if (one) {
+            const u32 f = (u32)(comp_head + 1);
+            const u64 i1 = head + 1;
+            pre_slot = (u64)(gdrpy_chan_comp_slot(d, comp_head) + 16u * al.pair);
+            pre_a = gdrpy_llword(f, al.pair == 1u ? (u32)i1 & al.am : 0u);
+            pre_b = gdrpy_llword(f, al.pair == 0u ? al.clen : al.pair == 1u ? (u32)(i1 >> 32) & al.bm : 0u);
+            asm volatile("" : "+l"(pre_slot), "+l"(pre_a), "+l"(pre_b));
+        }
         unsigned n = one ? gdrpy_chan_poll_warp_pipe<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, 4u)
                          : gdrpy_chan_poll_warp_in(d, head, &in);
         burst = n != 0;
@@ -342,12 +356,17 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             if (complete) {
                 const u32 c = words_checksum(in.buf, in.len);
                 if (lane < 4u) {
-                    const u64 i1 = head + 1;
-                    const u32 f = (u32)(comp_head + 1);
-                    const u32 a = al.pair == 0u ? in.tag : (al.pair == 1u ? (u32)i1 : c) & al.am;
-                    const u32 b = al.pair == 0u ? al.clen : (al.pair == 1u ? (u32)(i1 >> 32) : in.len) & al.bm;
-                    gdrpy_st_relaxed_v2(gdrpy_chan_comp_slot(d, comp_head) + 16u * al.pair,
-                                        gdrpy_llword(f, a), gdrpy_llword(f, b));
+                    /* pairs 1 and 3 and pair 0's length word were computed
+                     * before the poll (pre_*); the tag, checksum and length
+                     * come with the message */
+                    const u32 f = (u32)pre_a;
+                    u64 a = pre_a, b = pre_b;
+                    if (al.pair == 0u) a = gdrpy_llword(f, in.tag);
+                    if (al.pair == 2u) {
+                        a = gdrpy_llword(f, c & al.am);
+                        b = gdrpy_llword(f, in.len & al.bm);
+                    }
+                    gdrpy_st_relaxed_v2((void *)pre_slot, a, b);
                 }
             }
             if (check && lane == 0 && (words_pattern_errors(in.buf, in.len, head) || in.tag != (u32)head)) {
