@@ -628,7 +628,7 @@ __device__ __forceinline__ unsigned gdrpy_chan_poll_warp_one(const gdrpy_chan_de
  * Every load is the same relaxed LL load as gdrpy_chan_take's (the words
  * carry f), so nothing changes for ordering. */
 #ifndef GDRPY_CHAN_POLL_PIPE
-#define GDRPY_CHAN_POLL_PIPE 1 /* loads in flight while idle (1: one poll per latency) */
+#define GDRPY_CHAN_POLL_PIPE 4 /* loads in flight while idle (1: one poll per latency) */
 #endif
 
 __device__ __forceinline__ void gdrpy_spin_cycles(unsigned n)

@@ -57,7 +57,8 @@ typedef struct {
                   * round-3 kernel, measured in docs/results.md); 5: -DGDRPY_PP_TIMING, the kernel
                   * reports its own cycles; 6: -DGDRPY_PP_ANSWER_LANE=1; 7, 8: the
                   * library's kernel and channel, the host side written out inline
-                  * here: lib_roundtrip_inline) */
+                  * here: lib_roundtrip_inline; 10, 11, 12: -DGDRPY_CHAN_POLL_PIPE=2, 1, 8;
+                  * 13: library again, a control row) */
 } variant_t;
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
@@ -77,12 +78,14 @@ static const variant_t VARIANTS[] = {
      7},
     {"lib-inline24", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "lib-inline64, but the message is 3 8-byte stores (24 bytes; full line on the first lap)", 8},
+    {"library-again", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "the library row once more, on its own memory (control: what placement alone changes)", 13},
+    {"library-pipe1", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, idle poll with one load in flight (-DGDRPY_CHAN_POLL_PIPE=1: before round 5)", 11},
     {"library-pipe2", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, idle poll with 2 loads in flight (-DGDRPY_CHAN_POLL_PIPE=2)", 10},
-    {"library-pipe4", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library, idle poll with 4 loads in flight (-DGDRPY_CHAN_POLL_PIPE=4)", 11},
-    {"inline64-pipe4", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "lib-inline64's host on library-pipe4's kernel", 12},
+    {"library-pipe8", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, idle poll with 8 loads in flight (-DGDRPY_CHAN_POLL_PIPE=8)", 12},
     {"library-plain", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "the same channel with GDRPY_CHAN_PLAIN slots (acquire poll, release completions)", 2},
     {"library-poll1", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -135,7 +138,8 @@ static void defines(const variant_t *v, char *out, size_t n)
                  : v->library == 6 ? " -DGDRPY_PP_ANSWER_LANE=1"
                  : v->library == 9 ? " -DGDRPY_PP_POLL_ONE=0"
                  : v->library == 10 ? " -DGDRPY_CHAN_POLL_PIPE=2"
-                 : v->library == 11 || v->library == 12 ? " -DGDRPY_CHAN_POLL_PIPE=4"
+                 : v->library == 11 ? " -DGDRPY_CHAN_POLL_PIPE=1"
+                 : v->library == 12 ? " -DGDRPY_CHAN_POLL_PIPE=8"
                                    : "");
         return;
     }
@@ -535,8 +539,7 @@ static void *sim_kernel(void *arg)
 /* 0, or -1 on timeout (s->state says so). */
 static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
 {
-    if (s->v->library == 7 || s->v->library == 8 || s->v->library == 12)
-        return lib_roundtrip_inline(s, tmo_ns, dt);
+    if (s->v->library == 7 || s->v->library == 8) return lib_roundtrip_inline(s, tmo_ns, dt);
     if (s->v->library) return lib_roundtrip(s, tmo_ns, dt);
     const variant_t *v = s->v;
     uint64_t i = s->next, seq = i + 1;
