@@ -279,6 +279,69 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
 #define GDRPY_PP_POLL_ONE 1
 #endif
 
+/* -DGDRPY_PP_FAST=0 (the `--variants` row "library-nofast" only): the idle
+ * poll returns what it found and the loop answers it, instead of the poll
+ * answering a short message itself. */
+#ifndef GDRPY_PP_FAST
+#define GDRPY_PP_FAST 1
+#endif
+
+/* serve()'s idle poll: gdrpy_chan_poll_warp_pipe<K>, and when `fast` (an LL
+ * channel whose next completion slot is known to be free and needs no
+ * refresh lap) a message of at most 8 bytes is answered the moment it is
+ * seen - lanes 0..3 store the answer line from the words computed before
+ * the poll (pre_*) - and *answered is set; serve() then only does the
+ * bookkeeping.  Every lane loaded the same words and took the same message
+ * (each of its LL words carries f), so the branch is uniform. */
+template <int K>
+__device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head,
+                                            gdrpy_chan_in_t *in, unsigned gap, bool fast,
+                                            const answer_lane &al, u64 pre_slot, u64 pre_a,
+                                            u64 pre_b, bool *answered)
+{
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    if (K <= 1 || !fast) return gdrpy_chan_poll_warp_pipe<K>(d, head, in, gap, 4u);
+    const unsigned char *s = gdrpy_chan_slot(d, head);
+    const u32 f = (u32)(head + 1);
+    u64 w[K > 1 ? K : 1][4];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        if (k) gdrpy_spin_cycles(gap);
+        gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
+        gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
+    }
+#pragma unroll 1
+    for (unsigned r = 0; r < 4u; ++r) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            u64 rest[GDRPY_CHAN_LL_MAX / 4];
+            rest[0] = w[k][2];
+            rest[1] = w[k][3];
+            if (__all_sync(full, gdrpy_chan_take_ll(d, f, s, w[k][0], w[k][1], rest, 2u, in))) {
+                if (!in->plain && in->len <= 8u) {
+                    const u32 c = words_checksum(in->buf, in->len);
+                    if (lane < 4u) {
+                        const u32 fc = (u32)pre_a;
+                        u64 a = pre_a, b = pre_b;
+                        if (al.pair == 0u) a = gdrpy_llword(fc, in->tag);
+                        if (al.pair == 2u) {
+                            a = gdrpy_llword(fc, c & al.am);
+                            b = gdrpy_llword(fc, in->len & al.bm);
+                        }
+                        gdrpy_st_relaxed_v2((void *)pre_slot, a, b);
+                    }
+                    *answered = true;
+                }
+                return 1u;
+            }
+            gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
+            gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
+        }
+    }
+    return 0u;
+}
+
 /* The serving loop of both kernels.  check: verify every payload and tag;
  * `errors` (2 u64 in page-locked host memory, written by lane 0 only):
  * [0] mismatching messages, [1] first such index + 1.  complete: answer
@@ -333,7 +396,13 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             pre_b = gdrpy_llword(f, al.pair == 0u ? al.clen : al.pair == 1u ? (u32)(i1 >> 32) & al.bm : 0u);
             asm volatile("" : "+l"(pre_slot), "+l"(pre_a), "+l"(pre_b));
         }
-        unsigned n = one ? gdrpy_chan_poll_warp_pipe<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, 4u)
+        /* the poll may answer a short message itself (pp_poll): only when
+         * the single-message path below would answer it the same way */
+        const bool fast = GDRPY_PP_FAST && one && ll && complete && comp_head - credit < d.comp_nslots &&
+                          (d.comp_size <= 24u || !refresh_lap(d, comp_head, 1));
+        bool answered = false;
+        unsigned n = one ? pp_poll<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, fast, al, pre_slot,
+                                                         pre_a, pre_b, &answered)
                          : gdrpy_chan_poll_warp_in(d, head, &in);
         burst = n != 0;
         if (n == 0) {
@@ -353,7 +422,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         if (one && ll && !in.plain && (!complete || d.comp_size <= 24u || !refresh_lap(d, comp_head, 1))) {
             /* one short LL message, the same in every lane: no vote, no
              * shuffle, no divergence on the way to its answer line */
-            if (complete) {
+            if (complete && !answered) {
                 const u32 c = words_checksum(in.buf, in.len);
                 if (lane < 4u) {
                     /* pairs 1 and 3 and pair 0's length word were computed

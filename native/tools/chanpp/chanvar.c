@@ -58,7 +58,7 @@ typedef struct {
                   * reports its own cycles; 6: -DGDRPY_PP_ANSWER_LANE=1; 7, 8: the
                   * library's kernel and channel, the host side written out inline
                   * here: lib_roundtrip_inline; 10, 11, 12: -DGDRPY_CHAN_POLL_PIPE=2, 1, 8;
-                  * 13: library again, a control row) */
+                  * 13: library again, a control row; 14: -DGDRPY_PP_FAST=0) */
 } variant_t;
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
@@ -84,6 +84,9 @@ static const variant_t VARIANTS[] = {
      "library, idle poll with one load in flight (-DGDRPY_CHAN_POLL_PIPE=1: before round 5)", 11},
     {"library-pipe2", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, idle poll with 2 loads in flight (-DGDRPY_CHAN_POLL_PIPE=2)", 10},
+    {"library-nofast", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, the poll returns and the loop answers (-DGDRPY_PP_FAST=0: no answer from the poll)",
+     14},
     {"library-pipe8", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, idle poll with 8 loads in flight (-DGDRPY_CHAN_POLL_PIPE=8)", 12},
     {"library-plain", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -140,6 +143,7 @@ static void defines(const variant_t *v, char *out, size_t n)
                  : v->library == 10 ? " -DGDRPY_CHAN_POLL_PIPE=2"
                  : v->library == 11 ? " -DGDRPY_CHAN_POLL_PIPE=1"
                  : v->library == 12 ? " -DGDRPY_CHAN_POLL_PIPE=8"
+                 : v->library == 14 ? " -DGDRPY_PP_FAST=0"
                                    : "");
         return;
     }
