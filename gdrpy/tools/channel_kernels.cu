@@ -370,7 +370,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     unsigned gap = 0;
     if (GDRPY_CHAN_POLL_PIPE > 1) {
         const unsigned lat = __shfl_sync(full, gdrpy_chan_load_latency(d), 0);
-        gap = lat / GDRPY_CHAN_POLL_PIPE;
+        gap = (lat < 8192u ? lat : 8192u) / GDRPY_CHAN_POLL_PIPE; /* bounded: a preempted measurement */
         if (lane == 0) *(volatile u32 *)(d.host_ctrl + 20u) = lat;
     }
     if (lane == 0) gdrpy_chan_attach(d);

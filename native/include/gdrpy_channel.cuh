@@ -804,7 +804,9 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
     gdrpy_chan_in_t in;
     unsigned gap = 0; /* the pipelined idle poll's spacing (GDRPY_CHAN_POLL_PIPE) */
     if (GDRPY_CHAN_POLL_PIPE > 1)
-        gap = __shfl_sync(full, gdrpy_chan_load_latency(d), 0) / GDRPY_CHAN_POLL_PIPE;
+        gap = __shfl_sync(full, gdrpy_chan_load_latency(d), 0);
+    if (gap > 8192u) gap = 8192u; /* bounded: a preempted measurement */
+    gap /= GDRPY_CHAN_POLL_PIPE;
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     gdrpy_u32 status = GDRPY_CHAN_ST_STOPPED;
