@@ -136,15 +136,15 @@ static void defines(const variant_t *v, char *out, size_t n)
 {
     if (v->library) {
         snprintf(out, n, "@%s%s", "channel_kernels.cu",
-                 v->library == 3   ? " -DGDRPY_CHAN_POLL_LANES=1"
-                 : v->library == 5 ? " -DGDRPY_PP_TIMING=1"
-                 : v->library == 6 ? " -DGDRPY_PP_ANSWER_LANE=1"
-                 : v->library == 9 ? " -DGDRPY_PP_POLL_ONE=0"
+                 v->library == 3    ? " -DGDRPY_CHAN_POLL_LANES=1"
+                 : v->library == 5  ? " -DGDRPY_PP_TIMING=1"
+                 : v->library == 6  ? " -DGDRPY_PP_ANSWER_LANE=1"
+                 : v->library == 9  ? " -DGDRPY_PP_POLL_ONE=0"
                  : v->library == 10 ? " -DGDRPY_CHAN_POLL_PIPE=2"
                  : v->library == 11 ? " -DGDRPY_CHAN_POLL_PIPE=1"
                  : v->library == 12 ? " -DGDRPY_CHAN_POLL_PIPE=8"
                  : v->library == 14 ? " -DGDRPY_PP_FAST=0"
-                                   : "");
+                                    : "");
         return;
     }
     snprintf(out, n, "-DVAR_FLOOR=%d -DVAR_WARP=%d -DVAR_POLL=%d -DVAR_MSG=%d -DVAR_PUB=%d "
