@@ -68,7 +68,7 @@ static const variant_t VARIANTS[] = {
     {"library", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped (LL)", 1},
     {"library-timed", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library, the kernel built with -DGDRPY_PP_TIMING (counts its own cycles; see below)", 5},
+     "library-nofast built with -DGDRPY_PP_TIMING (counts its own cycles; an empty poll = one call: up to 16 samples)", 5},
     {"library-poll32", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, but 32 slots polled also while idle (-DGDRPY_PP_POLL_ONE=0)", 9},
     {"library-alane", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -137,7 +137,7 @@ static void defines(const variant_t *v, char *out, size_t n)
     if (v->library) {
         snprintf(out, n, "@%s%s", "channel_kernels.cu",
                  v->library == 3    ? " -DGDRPY_CHAN_POLL_LANES=1"
-                 : v->library == 5  ? " -DGDRPY_PP_TIMING=1"
+                 : v->library == 5  ? " -DGDRPY_PP_TIMING=1 -DGDRPY_PP_FAST=0"
                  : v->library == 6  ? " -DGDRPY_PP_ANSWER_LANE=1"
                  : v->library == 9  ? " -DGDRPY_PP_POLL_ONE=0"
                  : v->library == 10 ? " -DGDRPY_CHAN_POLL_PIPE=2"
