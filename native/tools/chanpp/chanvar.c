@@ -58,7 +58,8 @@ typedef struct {
                   * reports its own cycles; 6: -DGDRPY_PP_ANSWER_LANE=1; 7, 8: the
                   * library's kernel and channel, the host side written out inline
                   * here: lib_roundtrip_inline; 10, 11, 12: -DGDRPY_CHAN_POLL_PIPE=2, 1, 8;
-                  * 13: library again, a control row; 14: -DGDRPY_PP_FAST=0) */
+                  * 13: library again, a control row; 14: -DGDRPY_PP_FAST=0; 15, 16:
+                  * rings of 8 and 256 slots: lib_cfg) */
 } variant_t;
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
@@ -84,6 +85,10 @@ static const variant_t VARIANTS[] = {
      "library, idle poll with one load in flight (-DGDRPY_CHAN_POLL_PIPE=1: before round 5)", 11},
     {"library-pipe2", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, idle poll with 2 loads in flight (-DGDRPY_CHAN_POLL_PIPE=2)", 10},
+    {"library-ring8", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library on a ring of 8 slots and 8 completion slots (64: fewer lines in turn)", 15},
+    {"library-ring256", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library on a ring of 256 slots and 256 completion slots (as bench pingpong's C run)", 16},
     {"library-nofast", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, the poll returns and the loop answers (-DGDRPY_PP_FAST=0: no answer from the poll)",
      14},
@@ -297,13 +302,25 @@ typedef struct {
 
 static const gdrpy_chan_config_t LIB_CFG = {64, 16, 0, 16, 0, 0};
 static const gdrpy_chan_config_t LIB_CFG_PLAIN = {64, 16, 0, 16, GDRPY_CHAN_PLAIN, 0};
+static const gdrpy_chan_config_t LIB_CFG_RING8 = {8, 16, 0, 16, 0, 0};
+static const gdrpy_chan_config_t LIB_CFG_RING256 = {256, 16, 0, 16, 0, 0};
+
+/* The library rows' channel: 64 slots of 16 bytes (2: PLAIN; 15: 8 slots;
+ * 16: 256 slots - how much touching a new line per message costs). */
+static const gdrpy_chan_config_t *lib_cfg(const variant_t *v)
+{
+    return v->library == 2    ? &LIB_CFG_PLAIN
+           : v->library == 15 ? &LIB_CFG_RING8
+           : v->library == 16 ? &LIB_CFG_RING256
+                              : &LIB_CFG;
+}
 
 static int lib_start(vstate_t *s, int sim, int64_t tmo_ns)
 {
     s->lseq = 0;
     s->credit = 0; /* lib-inline*: this round's channel starts empty */
     s->rpub = 0;
-    int rc = gdrpy_chan_create(s->ctx, s->pin, s->v->library == 2 ? &LIB_CFG_PLAIN : &LIB_CFG,
+    int rc = gdrpy_chan_create(s->ctx, s->pin, lib_cfg(s->v),
                                &s->ch);
     if (rc) {
         snprintf(s->state, sizeof s->state, "chan_create: %.120s", gdrpy_last_error());
@@ -883,7 +900,7 @@ int chanvar_main(int argc, char **argv)
             uint64_t d = 0;
             CUdeviceptr raw = 0;
             s->ctx = ctx;
-            gdrpy_chan_device_bytes(s->v->library == 2 ? &LIB_CFG_PLAIN : &LIB_CFG, &need);
+            gdrpy_chan_device_bytes(lib_cfg(s->v), &need);
             need = (need + GDRPY_GPU_PAGE_SIZE - 1) & ~(size_t)(GDRPY_GPU_PAGE_SIZE - 1);
             int bad;
             if (sim) bad = gdrpy_sim_alloc(need, &d) != 0;
