@@ -401,9 +401,13 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         const bool fast = GDRPY_PP_FAST && one && ll && complete && comp_head - credit < d.comp_nslots &&
                           (d.comp_size <= 24u || !refresh_lap(d, comp_head, 1));
         bool answered = false;
+        const long long t_poll = clock64();
         unsigned n = one ? pp_poll<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, fast, al, pre_slot,
                                                          pre_a, pre_b, &answered)
                          : gdrpy_chan_poll_warp_in(d, head, &in);
+        /* an empty pipelined call: learn the spacing from what it took */
+        if (GDRPY_CHAN_POLL_PIPE > 1 && one && n == 0 && ll)
+            gap = gdrpy_chan_pipe_gap(gap, clock64() - t_poll, GDRPY_CHAN_POLL_PIPE, 4u);
         burst = n != 0;
         if (n == 0) {
             GDRPY_PP_POLL();
@@ -514,6 +518,9 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     __syncwarp();
     if (lane == 0) {
         GDRPY_PP_T_REPORT();
+        /* the learned per-load time of the poll, where the start-up
+         * measurement was (before the stop's fence and status) */
+        if (GDRPY_CHAN_POLL_PIPE > 1) *(volatile u32 *)(d.host_ctrl + 20u) = gap * GDRPY_CHAN_POLL_PIPE;
         gdrpy_chan_stop(d, head, status);
     }
 }

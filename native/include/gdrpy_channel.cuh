@@ -657,6 +657,23 @@ __device__ __forceinline__ unsigned gdrpy_chan_load_latency(const gdrpy_chan_des
     return v == 0x5a5a5a5a5a5a5a5aull ? lat + 1u : lat;
 }
 
+/* The spacing of the pipelined poll, learned from an empty call of
+ * gdrpy_chan_poll_warp_pipe<k> that took `cycles` for `rounds` rounds: a
+ * round waits for one load of the slot, and the slot's line (written by the
+ * host through BAR1) may take longer to load than the device block that
+ * gdrpy_chan_load_latency() measures; so the spacing follows what the poll
+ * itself sees (a moving average; at most 8192 cycles per load).  Uniform in
+ * the warp (lane 0's value). */
+__device__ __forceinline__ unsigned gdrpy_chan_pipe_gap(unsigned gap, long long cycles, unsigned k,
+                                                        unsigned rounds)
+{
+    long long per = (cycles - (long long)gap * (long long)(k - 1u)) / (long long)rounds;
+    if (per < 0) per = 0;
+    if (per > 8192) per = 8192;
+    const unsigned g = ((unsigned)per / k + 3u * gap + 2u) / 4u;
+    return __shfl_sync(0xffffffffu, g, 0);
+}
+
 /* All 32 lanes of one warp, uniform: gdrpy_chan_poll_warp_one() with K
  * loads of slot `head` in flight, `gap` cycles apart, for up to `rounds` x K
  * samples; 1 when every lane took message head (then *in holds it in every
@@ -814,8 +831,11 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
     for (;;) {
         /* idle: every lane polls slot head (one request per poll); after a
          * round that found messages, lane k looks at head + k */
+        const long long t_poll = clock64();
         unsigned n = burst ? gdrpy_chan_poll_warp_in(d, head, &in)
                            : gdrpy_chan_poll_warp_pipe<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, 4u);
+        if (GDRPY_CHAN_POLL_PIPE > 1 && !burst && n == 0 && ll)
+            gap = gdrpy_chan_pipe_gap(gap, clock64() - t_poll, GDRPY_CHAN_POLL_PIPE, 4u);
         burst = n != 0;
         if (n == 0) {
             gdrpy_u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);

@@ -293,10 +293,11 @@ typedef struct {
     gdrpy_pin_t pin;
     gdrpy_chan_t *ch;
     gdrpy_chan_sim_consumer_t *sc;
-    uint64_t lseq;  /* messages sent on this round's channel */
-    uint64_t rpub;  /* lib-inline*: completions read and published to the kernel */
-    unsigned lat;   /* pipelined polls: the kernel's load latency, cycles (host block [20]) */
-    uint64_t kt[5]; /* library-timed: the kernel's busy cycles, rounds, empty polls,
+    uint64_t lseq;    /* messages sent on this round's channel */
+    uint64_t rpub;    /* lib-inline*: completions read and published to the kernel */
+    unsigned lat;     /* pipelined polls: the kernel's load latency, cycles (host block [20]) */
+    unsigned lat_end; /* ... and what its poll learned by the end (written before stopped) */
+    uint64_t kt[5];   /* library-timed: the kernel's busy cycles, rounds, empty polls,
                      * cycles and ns from attach to stop (host block [24..63]) */
 } vstate_t;
 
@@ -459,6 +460,7 @@ static int lib_stop(vstate_t *s, int sim, int64_t tmo_ns)
     }
     if (sim && s->sc) gdrpy_chan_sim_consumer_join(s->sc, NULL, NULL, NULL);
     s->sc = NULL;
+    if (ret == 0 && !sim) s->lat_end = ld32((const char *)gdrpy_chan_host_block(s->ch) + 20);
     if (ret == 0 && s->v->library == 5 && !sim) /* written before status STOPPED */
         for (int k = 0; k < 5; k++)
             s->kt[k] += ld64((const char *)gdrpy_chan_host_block(s->ch) + 24 + 8 * k);
@@ -1019,8 +1021,9 @@ int chanvar_main(int argc, char **argv)
                           s->round_sm[r], s->round_med[r]);
         if (!sim) printf("%-18s   rounds (sm:median us): %s\n", "", sms);
         if (!sim && s->lat)
-            printf("%-18s   kernel: one load of the slot's memory %u SM cycles (last round)\n", "",
-                   s->lat);
+            printf("%-18s   kernel: one load of the device block %u SM cycles at start, one "
+                   "sample round of the slot %u at the end (last round)\n",
+                   "", s->lat, s->lat_end);
         if (s->kt[1] && s->kt[3] && s->kt[4]) {
             double ghz = (double)s->kt[3] / (double)s->kt[4];
             double busy = (double)s->kt[0] / (double)s->kt[1];
