@@ -279,9 +279,9 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
 #define GDRPY_PP_POLL_ONE 1
 #endif
 
-/* -DGDRPY_PP_FAST=0 (the `--variants` row "library-nofast" only): the idle
- * poll returns what it found and the loop answers it, instead of the poll
- * answering a short message itself. */
+/* With GDRPY_CHAN_POLL_PIPE > 1 only: the poll answers a short message
+ * itself; -DGDRPY_PP_FAST=0 (the `--variants` row "library-nofast"): the
+ * poll returns what it found and the loop answers it. */
 #ifndef GDRPY_PP_FAST
 #define GDRPY_PP_FAST 1
 #endif

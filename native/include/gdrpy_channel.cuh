@@ -626,9 +626,12 @@ __device__ __forceinline__ unsigned gdrpy_chan_poll_warp_one(const gdrpy_chan_de
  * cycles apart, the slot is sampled every gap cycles; each load is re-issued
  * as soon as its value has been looked at, so the spacing keeps itself.
  * Every load is the same relaxed LL load as gdrpy_chan_take's (the words
- * carry f), so nothing changes for ordering. */
+ * carry f), so nothing changes for ordering.  Measured on an H100 (round 5)
+ * it did not pay: 4-byte round trips unchanged, messages of 32..64 bytes
+ * 0.7..1.3 us slower (the rest of such a message is loaded behind the
+ * samples still in flight); so the default is 1. */
 #ifndef GDRPY_CHAN_POLL_PIPE
-#define GDRPY_CHAN_POLL_PIPE 4 /* loads in flight while idle (1: one poll per latency) */
+#define GDRPY_CHAN_POLL_PIPE 1 /* loads in flight while idle (1: one poll per latency) */
 #endif
 
 __device__ __forceinline__ void gdrpy_spin_cycles(unsigned n)

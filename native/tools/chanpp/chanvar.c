@@ -57,7 +57,7 @@ typedef struct {
                   * round-3 kernel, measured in docs/results.md); 5: -DGDRPY_PP_TIMING, the kernel
                   * reports its own cycles; 6: -DGDRPY_PP_ANSWER_LANE=1; 7, 8: the
                   * library's kernel and channel, the host side written out inline
-                  * here: lib_roundtrip_inline; 10, 11, 12: -DGDRPY_CHAN_POLL_PIPE=2, 1, 8;
+                  * here: lib_roundtrip_inline; 10, 11, 12: -DGDRPY_CHAN_POLL_PIPE=2, 4, 8;
                   * 13: library again, a control row; 14: -DGDRPY_PP_FAST=0; 15, 16:
                   * rings of 8 and 256 slots: lib_cfg) */
 } variant_t;
@@ -81,8 +81,9 @@ static const variant_t VARIANTS[] = {
      "lib-inline64, but the message is 3 8-byte stores (24 bytes; full line on the first lap)", 8},
     {"library-again", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "the library row once more, on its own memory (control: what placement alone changes)", 13},
-    {"library-pipe1", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library, idle poll with one load in flight (-DGDRPY_CHAN_POLL_PIPE=1: before round 5)", 11},
+    {"library-pipe4", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, idle poll with 4 loads in flight, answer from the poll (-DGDRPY_CHAN_POLL_PIPE=4)",
+     11},
     {"library-pipe2", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, idle poll with 2 loads in flight (-DGDRPY_CHAN_POLL_PIPE=2)", 10},
     {"library-ring8", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -146,7 +147,7 @@ static void defines(const variant_t *v, char *out, size_t n)
                  : v->library == 6  ? " -DGDRPY_PP_ANSWER_LANE=1"
                  : v->library == 9  ? " -DGDRPY_PP_POLL_ONE=0"
                  : v->library == 10 ? " -DGDRPY_CHAN_POLL_PIPE=2"
-                 : v->library == 11 ? " -DGDRPY_CHAN_POLL_PIPE=1"
+                 : v->library == 11 ? " -DGDRPY_CHAN_POLL_PIPE=4"
                  : v->library == 12 ? " -DGDRPY_CHAN_POLL_PIPE=8"
                  : v->library == 14 ? " -DGDRPY_PP_FAST=0"
                                     : "");
