@@ -279,6 +279,69 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
 #define GDRPY_PP_POLL_ONE 1
 #endif
 
+/* With GDRPY_CHAN_POLL_PIPE > 1 only: the poll answers a short message
+ * itself; -DGDRPY_PP_FAST=0 (the `--variants` row "library-nofast"): the
+ * poll returns what it found and the loop answers it. */
+#ifndef GDRPY_PP_FAST
+#define GDRPY_PP_FAST 1
+#endif
+
+/* serve()'s idle poll: gdrpy_chan_poll_warp_pipe<K>, and when `fast` (an LL
+ * channel whose next completion slot is known to be free and needs no
+ * refresh lap) a message of at most 8 bytes is answered the moment it is
+ * seen - lanes 0..3 store the answer line from the words computed before
+ * the poll (pre_*) - and *answered is set; serve() then only does the
+ * bookkeeping.  Every lane loaded the same words and took the same message
+ * (each of its LL words carries f), so the branch is uniform. */
+template <int K>
+__device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head,
+                                            gdrpy_chan_in_t *in, unsigned gap, bool fast,
+                                            const answer_lane &al, u64 pre_slot, u64 pre_a,
+                                            u64 pre_b, bool *answered)
+{
+    const unsigned full = 0xffffffffu;
+    const unsigned lane = threadIdx.x & 31u;
+    if (K <= 1 || !fast) return gdrpy_chan_poll_warp_pipe<K>(d, head, in, gap, 4u);
+    const unsigned char *s = gdrpy_chan_slot(d, head);
+    const u32 f = (u32)(head + 1);
+    u64 w[K > 1 ? K : 1][4];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        if (k) gdrpy_spin_cycles(gap);
+        gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
+        gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
+    }
+#pragma unroll 1
+    for (unsigned r = 0; r < 4u; ++r) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            u64 rest[GDRPY_CHAN_LL_MAX / 4];
+            rest[0] = w[k][2];
+            rest[1] = w[k][3];
+            if (__all_sync(full, gdrpy_chan_take_ll(d, f, s, w[k][0], w[k][1], rest, 2u, in))) {
+                if (!in->plain && in->len <= 8u) {
+                    const u32 c = words_checksum(in->buf, in->len);
+                    if (lane < 4u) {
+                        const u32 fc = (u32)pre_a;
+                        u64 a = pre_a, b = pre_b;
+                        if (al.pair == 0u) a = gdrpy_llword(fc, in->tag);
+                        if (al.pair == 2u) {
+                            a = gdrpy_llword(fc, c & al.am);
+                            b = gdrpy_llword(fc, in->len & al.bm);
+                        }
+                        gdrpy_st_relaxed_v2((void *)pre_slot, a, b);
+                    }
+                    *answered = true;
+                }
+                return 1u;
+            }
+            gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
+            gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
+        }
+    }
+    return 0u;
+}
+
 /* The serving loop of both kernels.  check: verify every payload and tag;
  * `errors` (2 u64 in page-locked host memory, written by lane 0 only):
  * [0] mismatching messages, [1] first such index + 1.  complete: answer
@@ -301,6 +364,15 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     unsigned spins = 0, rounds = 0;
     gdrpy_chan_in_t in;
     const answer_lane al = answer_lane_of(d);
+    /* the idle poll's spacing: one load latency over the loads in flight
+     * (GDRPY_CHAN_POLL_PIPE); the latency is left in the host block's spare
+     * word [20] for diagnostics (before attach: its fence orders it) */
+    unsigned gap = 0;
+    if (GDRPY_CHAN_POLL_PIPE > 1) {
+        const unsigned lat = __shfl_sync(full, gdrpy_chan_load_latency(d), 0);
+        gap = (lat < 8192u ? lat : 8192u) / GDRPY_CHAN_POLL_PIPE; /* bounded: a preempted measurement */
+        if (lane == 0) *(volatile u32 *)(d.host_ctrl + 20u) = lat;
+    }
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     GDRPY_PP_T_DECL;
@@ -310,8 +382,32 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         /* idle: every lane polls slot head (one request); after a round
          * that found messages: lane k looks at head + k (a burst) */
         const bool one = !burst && GDRPY_PP_POLL_ONE;
-        unsigned n = one ? gdrpy_chan_poll_warp_one(d, head, &in)
+        /* what lanes 0..3 store of the answer to message head, as far as it
+         * is known before the message comes (its line's address, the
+         * sequence pair, the padding pair, the length word): computed here,
+         * while the poll waits, not after (the empty asm keeps the compiler
+         * from sinking it below the poll) */
+        u64 pre_slot = 0, pre_a = 0, pre_b = 0;
+        if (one) {
+            const u32 f = (u32)(comp_head + 1);
+            const u64 i1 = head + 1;
+            pre_slot = (u64)(gdrpy_chan_comp_slot(d, comp_head) + 16u * al.pair);
+            pre_a = gdrpy_llword(f, al.pair == 1u ? (u32)i1 & al.am : 0u);
+            pre_b = gdrpy_llword(f, al.pair == 0u ? al.clen : al.pair == 1u ? (u32)(i1 >> 32) & al.bm : 0u);
+            asm volatile("" : "+l"(pre_slot), "+l"(pre_a), "+l"(pre_b));
+        }
+        /* the poll may answer a short message itself (pp_poll): only when
+         * the single-message path below would answer it the same way */
+        const bool fast = GDRPY_PP_FAST && one && ll && complete && comp_head - credit < d.comp_nslots &&
+                          (d.comp_size <= 24u || !refresh_lap(d, comp_head, 1));
+        bool answered = false;
+        const long long t_poll = clock64();
+        unsigned n = one ? pp_poll<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, fast, al, pre_slot,
+                                                         pre_a, pre_b, &answered)
                          : gdrpy_chan_poll_warp_in(d, head, &in);
+        /* an empty pipelined call: learn the spacing from what it took */
+        if (GDRPY_CHAN_POLL_PIPE > 1 && one && n == 0 && ll)
+            gap = gdrpy_chan_pipe_gap(gap, clock64() - t_poll, GDRPY_CHAN_POLL_PIPE, 4u);
         burst = n != 0;
         if (n == 0) {
             GDRPY_PP_POLL();
@@ -330,15 +426,20 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         if (one && ll && !in.plain && (!complete || d.comp_size <= 24u || !refresh_lap(d, comp_head, 1))) {
             /* one short LL message, the same in every lane: no vote, no
              * shuffle, no divergence on the way to its answer line */
-            if (complete) {
+            if (complete && !answered) {
                 const u32 c = words_checksum(in.buf, in.len);
                 if (lane < 4u) {
-                    const u64 i1 = head + 1;
-                    const u32 f = (u32)(comp_head + 1);
-                    const u32 a = al.pair == 0u ? in.tag : (al.pair == 1u ? (u32)i1 : c) & al.am;
-                    const u32 b = al.pair == 0u ? al.clen : (al.pair == 1u ? (u32)(i1 >> 32) : in.len) & al.bm;
-                    gdrpy_st_relaxed_v2(gdrpy_chan_comp_slot(d, comp_head) + 16u * al.pair,
-                                        gdrpy_llword(f, a), gdrpy_llword(f, b));
+                    /* pairs 1 and 3 and pair 0's length word were computed
+                     * before the poll (pre_*); the tag, checksum and length
+                     * come with the message */
+                    const u32 f = (u32)pre_a;
+                    u64 a = pre_a, b = pre_b;
+                    if (al.pair == 0u) a = gdrpy_llword(f, in.tag);
+                    if (al.pair == 2u) {
+                        a = gdrpy_llword(f, c & al.am);
+                        b = gdrpy_llword(f, in.len & al.bm);
+                    }
+                    gdrpy_st_relaxed_v2((void *)pre_slot, a, b);
                 }
             }
             if (check && lane == 0 && (words_pattern_errors(in.buf, in.len, head) || in.tag != (u32)head)) {
@@ -417,6 +518,9 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     __syncwarp();
     if (lane == 0) {
         GDRPY_PP_T_REPORT();
+        /* the learned per-load time of the poll, where the start-up
+         * measurement was (before the stop's fence and status) */
+        if (GDRPY_CHAN_POLL_PIPE > 1) *(volatile u32 *)(d.host_ctrl + 20u) = gap * GDRPY_CHAN_POLL_PIPE;
         gdrpy_chan_stop(d, head, status);
     }
 }

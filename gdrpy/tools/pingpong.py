@@ -111,6 +111,18 @@ def kernel_source() -> str:
         return f.read()
 
 
+def pipe_options() -> list[str]:
+    """NVRTC options from ``GDRPY_PP_POLL_PIPE`` (loads in flight in the
+    kernel's idle poll, 1..8; unset: the header's default), so that one run
+    can measure the round trip both ways."""
+    v = os.environ.get("GDRPY_PP_POLL_PIPE", "")
+    if not v:
+        return []
+    if not v.isdigit() or not 1 <= int(v) <= 8:
+        raise ValueError(f"GDRPY_PP_POLL_PIPE={v!r}: want an integer 1..8")
+    return [f"-DGDRPY_CHAN_POLL_PIPE={int(v)}"]
+
+
 def checksums(rows: np.ndarray) -> np.ndarray:
     """gdrpy_chan_checksum of every row."""
     w = (np.arange(rows.shape[1], dtype=np.uint64) & np.uint64(255)) + np.uint64(1)
@@ -402,6 +414,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
                  "device": ctx.device, "gpu": "none (sim)" if sim else info.get("gpu_name"),
                  "driver": info.get("driver_version"), "iters": iters, "warmup": warmup,
                  "sizes": list(sizes), "batch": batch, "tick": tick,
+                 "poll_pipe": os.environ.get("GDRPY_PP_POLL_PIPE") or "default",
                  "format": "plain" if plain else "ll",
                  "consumer": SIM_LABEL if sim else "persistent GPU kernel gdrpy_pp_serve (NVRTC)",
                  "results": [], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -415,7 +428,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
             from .cuda_rt import GpuRuntime, nvrtc_version
             rt = GpuRuntime(ctx.device)
             t0 = time.perf_counter()
-            module = rt.compile(kernel_source(), "channel_kernels.cu")
+            module = rt.compile(kernel_source(), "channel_kernels.cu", pipe_options())
             res.update(arch=module.arch, module=module.kind, nvrtc=nvrtc_version(),
                        compile_s=round(time.perf_counter() - t0, 3))
         srv = Server(ctx, max(max(sizes), tick), idle_timeout_s=kernel_timeout_s, rt=rt,

@@ -234,6 +234,49 @@ __device__ __forceinline__ const volatile unsigned char *gdrpy_chan_in_payload(
 __device__ __forceinline__ const volatile unsigned char *gdrpy_chan_msg(
     const gdrpy_chan_desc_t &d, gdrpy_u64 i, gdrpy_u32 *len, gdrpy_u32 *tag);
 
+/* LL: message f - 1 of slot s from its words: w0, w1 (header) and w[k] =
+ * word 2 + k for k < `have` (the rest, if the message needs more, are
+ * loaded here).  true when every word the message needs carries f; then
+ * *in describes it. */
+__device__ __forceinline__ bool gdrpy_chan_take_ll(const gdrpy_chan_desc_t &d, gdrpy_u32 f,
+                                                   const unsigned char *s, gdrpy_u64 w0,
+                                                   gdrpy_u64 w1,
+                                                   gdrpy_u64 (&w)[GDRPY_CHAN_LL_MAX / 4],
+                                                   gdrpy_u32 have, gdrpy_chan_in_t *in)
+{
+    if ((gdrpy_u32)w0 != f || (gdrpy_u32)w1 != f) return false;
+    gdrpy_u32 len = (gdrpy_u32)(w1 >> 32);
+    if (len > d.slot_size) len = d.slot_size;
+    in->tag = (gdrpy_u32)(w0 >> 32);
+    in->len = len;
+    if (len > GDRPY_CHAN_LL_MAX) {
+        if ((gdrpy_u32)gdrpy_ld_acquire_sys_u64(s) != f) return false;
+        in->plain = s + gdrpy_chan_plain_off(d, d.slot_size);
+        return true;
+    }
+    in->plain = nullptr;
+    if (len <= 8u) {
+        /* the common short message: its words came with the header (no
+         * loop on the path from seeing it to answering it) */
+        in->buf[0] = (gdrpy_u32)(w[0] >> 32);
+        in->buf[1] = (gdrpy_u32)(w[1] >> 32);
+        return (len == 0u || (gdrpy_u32)w[0] == f) && (len <= 4u || (gdrpy_u32)w[1] == f);
+    }
+    const gdrpy_u32 nw = (len + 3u) / 4u;
+    /* words the caller did not load: all issued before any is looked at */
+#pragma unroll
+    for (gdrpy_u32 k = 2; k < GDRPY_CHAN_LL_MAX / 4; k += 2)
+        if (k < nw && k >= have) gdrpy_ld_relaxed_v2(s + 16 + 8 * k, &w[k], &w[k + 1]);
+    bool ok = true;
+#pragma unroll
+    for (gdrpy_u32 k = 0; k < GDRPY_CHAN_LL_MAX / 4; ++k)
+        if (k < nw) {
+            ok &= (gdrpy_u32)w[k] == f;
+            in->buf[k] = (gdrpy_u32)(w[k] >> 32);
+        }
+    return ok;
+}
+
 /* One thread: true when message i is complete; `in` describes it.  LL: the
  * slot's first four words come in two 16-byte loads (header + 8 payload
  * bytes), the rest only when the message is longer; a long message is
@@ -258,46 +301,17 @@ __device__ __forceinline__ bool gdrpy_chan_take(const gdrpy_chan_desc_t &d, gdrp
         return true;
     }
     const unsigned char *s = gdrpy_chan_slot(d, i);
-    const gdrpy_u32 f = (gdrpy_u32)(i + 1);
-    gdrpy_u64 w0, w1, w2, w3;
+    gdrpy_u64 w0, w1, w[GDRPY_CHAN_LL_MAX / 4];
+    /* every LL word the slot can hold, all loads issued before any is
+     * looked at: one load latency whatever the message's length (16-byte
+     * pairs stay inside the slot: see gdrpy_chan_slot_layout) */
+    const gdrpy_u32 nwmax = gdrpy_chan_ll_words(d.slot_size);
     gdrpy_ld_relaxed_v2(s, &w0, &w1);
-    gdrpy_ld_relaxed_v2(s + 16, &w2, &w3);
-    if ((gdrpy_u32)w0 != f || (gdrpy_u32)w1 != f) return false;
-    gdrpy_u32 len = (gdrpy_u32)(w1 >> 32);
-    if (len > d.slot_size) len = d.slot_size;
-    in->tag = (gdrpy_u32)(w0 >> 32);
-    in->len = len;
-    if (len > GDRPY_CHAN_LL_MAX) {
-        if ((gdrpy_u32)gdrpy_ld_acquire_sys_u64(s) != f) return false;
-        in->plain = s + gdrpy_chan_plain_off(d, d.slot_size);
-        return true;
-    }
-    in->plain = nullptr;
-    if (len <= 8u) {
-        /* the common short message: its words came with the header (no
-         * loop on the path from seeing it to answering it) */
-        in->buf[0] = (gdrpy_u32)(w2 >> 32);
-        in->buf[1] = (gdrpy_u32)(w3 >> 32);
-        return (len == 0u || (gdrpy_u32)w2 == f) && (len <= 4u || (gdrpy_u32)w3 == f);
-    }
-    const gdrpy_u32 nw = (len + 3u) / 4u;
-    gdrpy_u64 w[GDRPY_CHAN_LL_MAX / 4];
-    w[0] = w2;
-    w[1] = w3;
-    /* the rest of a longer message: every load issued before any is
-     * looked at (one more load latency, not one per pair); 16-byte pairs
-     * stay inside the slot (the plain area starts 16-byte aligned) */
+    gdrpy_ld_relaxed_v2(s + 16, &w[0], &w[1]);
 #pragma unroll
     for (gdrpy_u32 k = 2; k < GDRPY_CHAN_LL_MAX / 4; k += 2)
-        if (k < nw) gdrpy_ld_relaxed_v2(s + 16 + 8 * k, &w[k], &w[k + 1]);
-    bool ok = true;
-#pragma unroll
-    for (gdrpy_u32 k = 0; k < GDRPY_CHAN_LL_MAX / 4; ++k)
-        if (k < nw) {
-            ok &= (gdrpy_u32)w[k] == f;
-            in->buf[k] = (gdrpy_u32)(w[k] >> 32);
-        }
-    return ok;
+        if (k < nwmax) gdrpy_ld_relaxed_v2(s + 16 + 8 * k, &w[k], &w[k + 1]);
+    return gdrpy_chan_take_ll(d, (gdrpy_u32)(i + 1), s, w0, w1, w, nwmax, in);
 }
 
 /* ---- consumer side (host -> GPU) -------------------------------------- */
@@ -604,6 +618,104 @@ __device__ __forceinline__ unsigned gdrpy_chan_poll_warp_one(const gdrpy_chan_de
     return __all_sync(0xffffffffu, gdrpy_chan_take(d, head, in)) ? 1u : 0u;
 }
 
+/* ---- pipelined idle poll (LL) ----------------------------------------- */
+/* A strong load of GPU memory takes hundreds of SM cycles (~1000 measured on
+ * an H100 for the channel's slot), and a poll loop with one load in flight
+ * samples the slot once per load latency: a message that lands just after a
+ * sample waits for the next one.  With K loads in flight, issued `gap`
+ * cycles apart, the slot is sampled every gap cycles; each load is re-issued
+ * as soon as its value has been looked at, so the spacing keeps itself.
+ * Every load is the same relaxed LL load as gdrpy_chan_take's (the words
+ * carry f), so nothing changes for ordering.  Measured on an H100 (round 5)
+ * it did not pay: 4-byte round trips unchanged, messages of 32..64 bytes
+ * 0.7..1.3 us slower (the rest of such a message is loaded behind the
+ * samples still in flight); so the default is 1. */
+#ifndef GDRPY_CHAN_POLL_PIPE
+#define GDRPY_CHAN_POLL_PIPE 1 /* loads in flight while idle (1: one poll per latency) */
+#endif
+
+__device__ __forceinline__ void gdrpy_spin_cycles(unsigned n)
+{
+    const long long t0 = clock64();
+    while (clock64() - t0 < (long long)n) {
+    }
+}
+
+/* The latency of one relaxed load of the channel's device memory in SM
+ * cycles: 32 dependent loads of the device block's first word (each address
+ * depends on the previous value; the word is small, so it stays put). */
+__device__ __forceinline__ unsigned gdrpy_chan_load_latency(const gdrpy_chan_desc_t &d)
+{
+    const unsigned char *base = (const unsigned char *)d.dev_ctrl;
+    const unsigned char *p = base;
+    const long long t0 = clock64();
+#pragma unroll 1
+    for (int k = 0; k < 32; ++k) {
+        gdrpy_u64 v = *(const volatile gdrpy_u64 *)p;
+        p = base + ((v >> 60) & 8u);
+    }
+    gdrpy_u64 v = *(const volatile gdrpy_u64 *)p; /* the last address is used */
+    const long long t1 = clock64();
+    unsigned lat = (unsigned)((t1 - t0) / 33);
+    return v == 0x5a5a5a5a5a5a5a5aull ? lat + 1u : lat;
+}
+
+/* The spacing of the pipelined poll, learned from an empty call of
+ * gdrpy_chan_poll_warp_pipe<k> that took `cycles` for `rounds` rounds: a
+ * round waits for one load of the slot, and the slot's line (written by the
+ * host through BAR1) may take longer to load than the device block that
+ * gdrpy_chan_load_latency() measures; so the spacing follows what the poll
+ * itself sees (a moving average; at most 8192 cycles per load).  Uniform in
+ * the warp (lane 0's value). */
+__device__ __forceinline__ unsigned gdrpy_chan_pipe_gap(unsigned gap, long long cycles, unsigned k,
+                                                        unsigned rounds)
+{
+    long long per = (cycles - (long long)gap * (long long)(k - 1u)) / (long long)rounds;
+    if (per < 0) per = 0;
+    if (per > 8192) per = 8192;
+    const unsigned g = ((unsigned)per / k + 3u * gap + 2u) / 4u;
+    return __shfl_sync(0xffffffffu, g, 0);
+}
+
+/* All 32 lanes of one warp, uniform: gdrpy_chan_poll_warp_one() with K
+ * loads of slot `head` in flight, `gap` cycles apart, for up to `rounds` x K
+ * samples; 1 when every lane took message head (then *in holds it in every
+ * lane), 0 when it has not come.  PLAIN channels and K == 1: one
+ * gdrpy_chan_poll_warp_one() per call. */
+template <int K>
+__device__ __forceinline__ unsigned gdrpy_chan_poll_warp_pipe(const gdrpy_chan_desc_t &d,
+                                                              gdrpy_u64 head, gdrpy_chan_in_t *in,
+                                                              unsigned gap, unsigned rounds)
+{
+    const unsigned full = 0xffffffffu;
+    if (K <= 1 || (d.flags & GDRPY_CHAN_PLAIN)) return gdrpy_chan_poll_warp_one(d, head, in);
+    const unsigned char *s = gdrpy_chan_slot(d, head);
+    const gdrpy_u32 f = (gdrpy_u32)(head + 1);
+    gdrpy_u64 w[K > 1 ? K : 1][4];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+        if (k) gdrpy_spin_cycles(gap);
+        gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
+        gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
+    }
+#pragma unroll 1
+    for (unsigned r = 0; r < rounds; ++r) {
+#pragma unroll
+        for (int k = 0; k < K; ++k) {
+            /* a message longer than 8 bytes: the rest of its words are
+             * loaded now (one more load latency, as gdrpy_chan_take) */
+            gdrpy_u64 rest[GDRPY_CHAN_LL_MAX / 4];
+            rest[0] = w[k][2];
+            rest[1] = w[k][3];
+            if (__all_sync(full, gdrpy_chan_take_ll(d, f, s, w[k][0], w[k][1], rest, 2u, in)))
+                return 1u;
+            gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
+            gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
+        }
+    }
+    return 0u;
+}
+
 /* Lane 0 only: publishes completions [first, first + n) whose headers and
  * payloads any lane of the warp has written (the caller __syncwarp()s
  * first).  One completion: a system-scope release store of its sequence
@@ -710,6 +822,11 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
     unsigned spins = 0, rounds = 0;
     unsigned char out[GDRPY_CHAN_MAX_COMP];
     gdrpy_chan_in_t in;
+    unsigned gap = 0; /* the pipelined idle poll's spacing (GDRPY_CHAN_POLL_PIPE) */
+    if (GDRPY_CHAN_POLL_PIPE > 1)
+        gap = __shfl_sync(full, gdrpy_chan_load_latency(d), 0);
+    if (gap > 8192u) gap = 8192u; /* bounded: a preempted measurement */
+    gap /= GDRPY_CHAN_POLL_PIPE;
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     gdrpy_u32 status = GDRPY_CHAN_ST_STOPPED;
@@ -717,8 +834,11 @@ __device__ gdrpy_u64 gdrpy_chan_serve_warp(const gdrpy_chan_desc_t &d, gdrpy_u64
     for (;;) {
         /* idle: every lane polls slot head (one request per poll); after a
          * round that found messages, lane k looks at head + k */
+        const long long t_poll = clock64();
         unsigned n = burst ? gdrpy_chan_poll_warp_in(d, head, &in)
-                           : gdrpy_chan_poll_warp_one(d, head, &in);
+                           : gdrpy_chan_poll_warp_pipe<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, 4u);
+        if (GDRPY_CHAN_POLL_PIPE > 1 && !burst && n == 0 && ll)
+            gap = gdrpy_chan_pipe_gap(gap, clock64() - t_poll, GDRPY_CHAN_POLL_PIPE, 4u);
         burst = n != 0;
         if (n == 0) {
             gdrpy_u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);

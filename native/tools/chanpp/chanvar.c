@@ -57,7 +57,9 @@ typedef struct {
                   * round-3 kernel, measured in docs/results.md); 5: -DGDRPY_PP_TIMING, the kernel
                   * reports its own cycles; 6: -DGDRPY_PP_ANSWER_LANE=1; 7, 8: the
                   * library's kernel and channel, the host side written out inline
-                  * here: lib_roundtrip_inline) */
+                  * here: lib_roundtrip_inline; 10, 11, 12: -DGDRPY_CHAN_POLL_PIPE=2, 4, 8;
+                  * 13: library again, a control row; 14: -DGDRPY_PP_FAST=0; 15, 16:
+                  * rings of 8 and 256 slots: lib_cfg) */
 } variant_t;
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
@@ -67,7 +69,7 @@ static const variant_t VARIANTS[] = {
     {"library", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped (LL)", 1},
     {"library-timed", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library, the kernel built with -DGDRPY_PP_TIMING (counts its own cycles; see below)", 5},
+     "library-nofast built with -DGDRPY_PP_TIMING (counts its own cycles; an empty poll = one call: up to 16 samples)", 5},
     {"library-poll32", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, but 32 slots polled also while idle (-DGDRPY_PP_POLL_ONE=0)", 9},
     {"library-alane", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -77,6 +79,22 @@ static const variant_t VARIANTS[] = {
      7},
     {"lib-inline24", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "lib-inline64, but the message is 3 8-byte stores (24 bytes; full line on the first lap)", 8},
+    {"library-again", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "the library row once more, on its own memory (control: what placement alone changes)", 13},
+    {"library-pipe4", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, idle poll with 4 loads in flight, answer from the poll (-DGDRPY_CHAN_POLL_PIPE=4)",
+     11},
+    {"library-pipe2", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, idle poll with 2 loads in flight (-DGDRPY_CHAN_POLL_PIPE=2)", 10},
+    {"library-ring8", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library on a ring of 8 slots and 8 completion slots (64: fewer lines in turn)", 15},
+    {"library-ring256", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library on a ring of 256 slots and 256 completion slots (as bench pingpong's C run)", 16},
+    {"library-nofast", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, the poll returns and the loop answers (-DGDRPY_PP_FAST=0: no answer from the poll)",
+     14},
+    {"library-pipe8", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
+     "library, idle poll with 8 loads in flight (-DGDRPY_CHAN_POLL_PIPE=8)", 12},
     {"library-plain", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "the same channel with GDRPY_CHAN_PLAIN slots (acquire poll, release completions)", 2},
     {"library-poll1", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
@@ -124,11 +142,15 @@ static void defines(const variant_t *v, char *out, size_t n)
 {
     if (v->library) {
         snprintf(out, n, "@%s%s", "channel_kernels.cu",
-                 v->library == 3   ? " -DGDRPY_CHAN_POLL_LANES=1"
-                 : v->library == 5 ? " -DGDRPY_PP_TIMING=1"
-                 : v->library == 6 ? " -DGDRPY_PP_ANSWER_LANE=1"
-                 : v->library == 9 ? " -DGDRPY_PP_POLL_ONE=0"
-                                   : "");
+                 v->library == 3    ? " -DGDRPY_CHAN_POLL_LANES=1"
+                 : v->library == 5  ? " -DGDRPY_PP_TIMING=1 -DGDRPY_PP_FAST=0"
+                 : v->library == 6  ? " -DGDRPY_PP_ANSWER_LANE=1"
+                 : v->library == 9  ? " -DGDRPY_PP_POLL_ONE=0"
+                 : v->library == 10 ? " -DGDRPY_CHAN_POLL_PIPE=2"
+                 : v->library == 11 ? " -DGDRPY_CHAN_POLL_PIPE=4"
+                 : v->library == 12 ? " -DGDRPY_CHAN_POLL_PIPE=8"
+                 : v->library == 14 ? " -DGDRPY_PP_FAST=0"
+                                    : "");
         return;
     }
     snprintf(out, n, "-DVAR_FLOOR=%d -DVAR_WARP=%d -DVAR_POLL=%d -DVAR_MSG=%d -DVAR_PUB=%d "
@@ -272,21 +294,35 @@ typedef struct {
     gdrpy_pin_t pin;
     gdrpy_chan_t *ch;
     gdrpy_chan_sim_consumer_t *sc;
-    uint64_t lseq;  /* messages sent on this round's channel */
-    uint64_t rpub;  /* lib-inline*: completions read and published to the kernel */
-    uint64_t kt[5]; /* library-timed: the kernel's busy cycles, rounds, empty polls,
+    uint64_t lseq;    /* messages sent on this round's channel */
+    uint64_t rpub;    /* lib-inline*: completions read and published to the kernel */
+    unsigned lat;     /* pipelined polls: the kernel's load latency, cycles (host block [20]) */
+    unsigned lat_end; /* ... and what its poll learned by the end (written before stopped) */
+    uint64_t kt[5];   /* library-timed: the kernel's busy cycles, rounds, empty polls,
                      * cycles and ns from attach to stop (host block [24..63]) */
 } vstate_t;
 
 static const gdrpy_chan_config_t LIB_CFG = {64, 16, 0, 16, 0, 0};
 static const gdrpy_chan_config_t LIB_CFG_PLAIN = {64, 16, 0, 16, GDRPY_CHAN_PLAIN, 0};
+static const gdrpy_chan_config_t LIB_CFG_RING8 = {8, 16, 0, 16, 0, 0};
+static const gdrpy_chan_config_t LIB_CFG_RING256 = {256, 16, 0, 16, 0, 0};
+
+/* The library rows' channel: 64 slots of 16 bytes (2: PLAIN; 15: 8 slots;
+ * 16: 256 slots - how much touching a new line per message costs). */
+static const gdrpy_chan_config_t *lib_cfg(const variant_t *v)
+{
+    return v->library == 2    ? &LIB_CFG_PLAIN
+           : v->library == 15 ? &LIB_CFG_RING8
+           : v->library == 16 ? &LIB_CFG_RING256
+                              : &LIB_CFG;
+}
 
 static int lib_start(vstate_t *s, int sim, int64_t tmo_ns)
 {
     s->lseq = 0;
     s->credit = 0; /* lib-inline*: this round's channel starts empty */
     s->rpub = 0;
-    int rc = gdrpy_chan_create(s->ctx, s->pin, s->v->library == 2 ? &LIB_CFG_PLAIN : &LIB_CFG,
+    int rc = gdrpy_chan_create(s->ctx, s->pin, lib_cfg(s->v),
                                &s->ch);
     if (rc) {
         snprintf(s->state, sizeof s->state, "chan_create: %.120s", gdrpy_last_error());
@@ -314,6 +350,7 @@ static int lib_start(vstate_t *s, int sim, int64_t tmo_ns)
         return -1;
     }
     s->cur_sm = sim ? -1 : (int)ld32((const char *)gdrpy_chan_host_block(s->ch) + GDRPY_CHAN_HOST_SMID);
+    if (!sim) s->lat = ld32((const char *)gdrpy_chan_host_block(s->ch) + 20);
     return 0;
 }
 
@@ -368,7 +405,7 @@ static int lib_roundtrip_inline(vstate_t *s, int64_t tmo_ns, int64_t *dt)
     char *slot = ring + (size_t)(i & (d.nslots - 1)) * d.slot_stride;
     const char *c = comp + (size_t)(i & (d.comp_nslots - 1)) * d.comp_stride;
     uint64_t t0 = pt_now();
-    if (s->v->library == 7 || (i & 0x7fffffffull) < d.nslots) { /* 8: refresh lap only */
+    if (s->v->library != 8 || (i & 0x7fffffffull) < d.nslots) { /* 8: refresh lap only */
         uint64_t w[8] __attribute__((aligned(64))) = {llw(f, tag), llw(f, 4), llw(f, data),
                                                       llw(f, 0), llw(f, 0), llw(f, 0),
                                                       llw(f, 0), llw(f, 0)};
@@ -424,6 +461,7 @@ static int lib_stop(vstate_t *s, int sim, int64_t tmo_ns)
     }
     if (sim && s->sc) gdrpy_chan_sim_consumer_join(s->sc, NULL, NULL, NULL);
     s->sc = NULL;
+    if (ret == 0 && !sim) s->lat_end = ld32((const char *)gdrpy_chan_host_block(s->ch) + 20);
     if (ret == 0 && s->v->library == 5 && !sim) /* written before status STOPPED */
         for (int k = 0; k < 5; k++)
             s->kt[k] += ld64((const char *)gdrpy_chan_host_block(s->ch) + 24 + 8 * k);
@@ -865,7 +903,7 @@ int chanvar_main(int argc, char **argv)
             uint64_t d = 0;
             CUdeviceptr raw = 0;
             s->ctx = ctx;
-            gdrpy_chan_device_bytes(s->v->library == 2 ? &LIB_CFG_PLAIN : &LIB_CFG, &need);
+            gdrpy_chan_device_bytes(lib_cfg(s->v), &need);
             need = (need + GDRPY_GPU_PAGE_SIZE - 1) & ~(size_t)(GDRPY_GPU_PAGE_SIZE - 1);
             int bad;
             if (sim) bad = gdrpy_sim_alloc(need, &d) != 0;
@@ -983,6 +1021,10 @@ int chanvar_main(int argc, char **argv)
             o += snprintf(sms + o, sizeof sms - (size_t)o, "%s%d:%.2f", r ? " " : "",
                           s->round_sm[r], s->round_med[r]);
         if (!sim) printf("%-18s   rounds (sm:median us): %s\n", "", sms);
+        if (!sim && s->lat)
+            printf("%-18s   kernel: one load of the device block %u SM cycles at start, one "
+                   "sample round of the slot %u at the end (last round)\n",
+                   "", s->lat, s->lat_end);
         if (s->kt[1] && s->kt[3] && s->kt[4]) {
             double ghz = (double)s->kt[3] / (double)s->kt[4];
             double busy = (double)s->kt[0] / (double)s->kt[1];
