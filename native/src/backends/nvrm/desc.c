@@ -70,11 +70,33 @@ int nvrm_is_client(uint32_t x) { return (x & 0xfff00000u) == RS_CLIENT_HANDLE_BA
 
 static int plausible_ptr(uint64_t v) { return v >= 0x10000 && v < (1ull << 47) && !(v & 7); }
 
+/* Addresses already in the walk: open addressing, capacity a power of two
+ * at least twice the block cap (so a lookup always ends). */
+struct addr_set {
+    uint64_t *t;
+    uint32_t mask;
+};
+static int aset_add(struct addr_set *s, uint64_t v)
+{
+    uint32_t i = (uint32_t)((v >> 3) * 0x9e3779b97f4a7c15ull >> 40) & s->mask;
+    while (s->t[i]) {
+        if (s->t[i] == v) return 0;
+        i = (i + 1) & s->mask;
+    }
+    s->t[i] = v;
+    return 1;
+}
+
 int nvrm_walk(uint64_t root, struct nvrm_blk *b, int maxb, int levels)
 {
     int n = 0;
     ssize_t k = read_some(root, b[0].d, NVRM_WALK_L0);
     if (k < 64) return 0;
+    uint32_t cap = 64;
+    while (cap < 2u * (uint32_t)maxb) cap <<= 1;
+    struct addr_set seen = {calloc(cap, sizeof(uint64_t)), cap - 1};
+    if (!seen.t) return 0;
+    aset_add(&seen, root);
     b[0].addr = root;
     b[0].parent = -1;
     b[0].off = 0;
@@ -86,10 +108,7 @@ int nvrm_walk(uint64_t root, struct nvrm_blk *b, int maxb, int levels)
         for (uint32_t o = 0; o + 8 <= b[i].len && n < maxb; o += 8) {
             uint64_t v;
             memcpy(&v, b[i].d + o, 8);
-            if (!plausible_ptr(v)) continue;
-            int seen = 0;
-            for (int j = 0; j < n && !seen; j++) seen = b[j].addr == v;
-            if (seen) continue;
+            if (!plausible_ptr(v) || !aset_add(&seen, v)) continue;
             ssize_t got = read_some(v, b[n].d, NVRM_WALK_BLK);
             if (got < 64) continue;
             b[n].addr = v;
@@ -100,6 +119,7 @@ int nvrm_walk(uint64_t root, struct nvrm_blk *b, int maxb, int levels)
             n++;
         }
     }
+    free(seen.t);
     return n;
 }
 
@@ -209,17 +229,21 @@ int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle, uin
     return n;
 }
 
-int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
-                              uint64_t msize, uint32_t *cli, uint32_t *obj, int max)
+/* Applies d's rules at every place of the walk b[nb] that holds mbase. */
+static int pool_scan(const struct nvrm_pool_desc *d, const struct nvrm_blk *b, int nb,
+                     uint64_t mbase, uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
+                     struct nvrm_pool_look *st)
 {
-    struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
-    if (!b) return -1;
-    int nb = nvrm_walk(pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L), n = 0;
+    int n = 0;
     for (int i = 0; i < nb; i++)
         for (uint32_t o = 0; o + 8 <= b[i].len; o += 8) {
             uint64_t v;
             memcpy(&v, b[i].d + o, 8);
             if (v != mbase) continue;
+            if (st) {
+                if (!st->places || b[i].level < st->minlvl) st->minlvl = b[i].level;
+                st->places++;
+            }
             for (int r = 0; r < d->n; r++) {
                 const struct nvrm_pool_rule *u = &d->r[r];
                 int64_t ph = (int64_t)o + u->dh, pc = (int64_t)o + u->dc, ps = (int64_t)o + u->ds;
@@ -246,11 +270,49 @@ int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uin
                     if (pc < 0 || pc + 4 > b[i].len) continue;
                     memcpy(&c, b[i].d + pc, 4);
                 }
+                int before = n;
                 n = add_pair(cli, obj, n, max, c, x);
+                if (st && n > before && st->nrec < NVRM_LOOK_REC) {
+                    st->rec_lvl[st->nrec] = b[i].level;
+                    st->rec_rule[st->nrec++] = (uint8_t)r;
+                }
             }
         }
-    free(b);
-    return nb ? n : -1;
+    return n;
+}
+
+int nvrm_desc_pool_lookup(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
+                          uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
+                          struct nvrm_pool_look *st)
+{
+    static const int caps[2][2] = {{NVRM_WALK_POOL_B, NVRM_WALK_POOL_L},
+                                   {NVRM_WALK_POOL_BIG_B, NVRM_WALK_POOL_BIG_L}};
+    struct nvrm_pool_look dummy;
+    if (!st) st = &dummy;
+    memset(st, 0, sizeof *st);
+    int n = -1;
+    /* the usual walk first; a pool with many chunks (or many other records
+     * before them) may keep the chunk's record further away: a wider walk,
+     * with the same rules (it only finds more places to apply them) */
+    for (int w = 0; w < 2 && n <= 0; w++) {
+        struct nvrm_blk *b = malloc((size_t)caps[w][0] * sizeof *b);
+        if (!b) return -1;
+        int nb = nvrm_walk(pool, b, caps[w][0], caps[w][1]);
+        memset(st, 0, sizeof *st);
+        st->nb = nb;
+        st->full = nb >= caps[w][0];
+        st->wide = w;
+        n = nb ? pool_scan(d, b, nb, mbase, msize, cli, obj, max, st) : -1;
+        free(b);
+        if (!nb) break;
+    }
+    return n;
+}
+
+int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
+                              uint64_t msize, uint32_t *cli, uint32_t *obj, int max)
+{
+    return nvrm_desc_pool_lookup(d, pool, mbase, msize, cli, obj, max, NULL);
 }
 
 int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,

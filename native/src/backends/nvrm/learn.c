@@ -536,11 +536,25 @@ static void learn_pool(int device, struct nvrm_ctx *nc, int slot, int fdkind)
                           "scratch pool's records holds its pattern (the base was found at %d "
                           "places)",
                  POOL_WIN, np);
+        nvrm_pool_diag("scratch chunk, no layout", (uint64_t)(uintptr_t)s1.pool, s1.mbase[0],
+                       s1.msize[0]);
         goto out;
     }
-    for (int k = 0; k < cand.n && d.n < NVRM_DESC_RULES; k++) {
+    gp_log(1, "nvrm: pool learn (%s handle types): scratch chunks 0x%llx+0x%llx (allocations at "
+              "+0x%llx, +0x%llx) and 0x%llx+0x%llx; base at %d places, %d raw layouts; route C's "
+              "client 0x%x",
+           fdkind ? "fd" : "no", (unsigned long long)s1.mbase[0], (unsigned long long)s1.msize[0],
+           (unsigned long long)(s1.va[0] - s1.mbase[0]), (unsigned long long)(s1.va[1] - s1.mbase[1]),
+           (unsigned long long)s2.mbase[0], (unsigned long long)s2.msize[0], np, cand.n, ipc_cli);
+    for (int k = 0; k < cand.n; k++) {
         struct nvrm_pool_desc one = {1, {cand.r[k]}};
-        if (pool_names(nc, &one, &s1, 1) && pool_names(nc, &one, &s2, 0)) d.r[d.n++] = cand.r[k];
+        const struct nvrm_pool_rule *u = &cand.r[k];
+        int a = pool_names(nc, &one, &s1, 1), c = pool_names(nc, &one, &s2, 0);
+        gp_log(1, "nvrm: pool learn raw layout %d: hop %d dp %+d dh %+d dc %+d client %s size %s%+d: "
+                  "names 2nd allocation %s, 2nd pool %s",
+               k, u->hop, u->dp, u->dh, u->dc, u->cli_fixed ? "fixed" : "in record",
+               u->has_size ? "at " : "none ", u->ds, a ? "yes" : "NO", c ? "yes" : "NO");
+        if (a && c && d.n < NVRM_DESC_RULES) d.r[d.n++] = cand.r[k];
     }
     if (!d.n || !pool_rule_picks(nc, &d, &s1, 0) || !pool_rule_picks(nc, &d, &s1, 1) ||
         !pool_rule_picks(nc, &d, &s2, 0)) {
@@ -548,8 +562,12 @@ static void learn_pool(int device, struct nvrm_ctx *nc, int slot, int fdkind)
                           "allocation, %d named the others, and they did not pick exactly the "
                           "right object on all three",
                  cand.n, d.n);
+        nvrm_pool_diag("scratch chunk, not learned", (uint64_t)(uintptr_t)s1.pool, s1.mbase[0],
+                       s1.msize[0]);
         goto out;
     }
+    nvrm_pool_diag(fdkind ? "scratch chunk (fd)" : "scratch chunk", (uint64_t)(uintptr_t)s1.pool,
+                   s1.mbase[0], s1.msize[0]);
     dstate[slot].p[fdkind] = d;
     dstate[slot].pstate[fdkind] = 1;
     char rs[256];

@@ -242,6 +242,8 @@ enum { NVRM_WALK_VMM_B = 192,  /* blocks behind a VMM allocation handle */
        NVRM_WALK_VMM_L = 2,    /* pointer levels below it */
        NVRM_WALK_POOL_B = 768, /* blocks behind a pool (its chunk records) */
        NVRM_WALK_POOL_L = 4,
+       NVRM_WALK_POOL_BIG_B = 12288, /* the wider walk when those name nothing */
+       NVRM_WALK_POOL_BIG_L = 8,
        NVRM_WALK_L0 = 1024,
        NVRM_WALK_BLK = 512 };
 struct nvrm_blk {
@@ -272,6 +274,24 @@ GP_HIDDEN uint32_t nvrm_cuda_client(void);
  * allocation; the count (pools: -1 if the pool is unreadable). */
 GP_HIDDEN int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle,
                                        uint32_t *cli, uint32_t *obj, int max);
+/* What a pool lookup saw (logged on refusals). */
+#define NVRM_LOOK_REC 8
+struct nvrm_pool_look {
+    int nb, full, wide; /* blocks walked, the cap was reached, the wider walk ran */
+    int places, minlvl; /* fields holding the mapping base; the shallowest level */
+    int nrec;           /* candidates recorded below: their level and rule */
+    uint8_t rec_lvl[NVRM_LOOK_REC], rec_rule[NVRM_LOOK_REC];
+};
+GP_HIDDEN int nvrm_desc_pool_lookup(const struct nvrm_pool_desc *d, uint64_t pool,
+                                    uint64_t mbase, uint64_t msize, uint32_t *cli,
+                                    uint32_t *obj, int max, struct nvrm_pool_look *st);
+/* diag.c: logs of what route V saw (GDRPY_LOG_LEVEL=1); the wide dump of a
+ * chunk's records only with GDRPY_NVRM_POOL_DIAG=1. */
+GP_HIDDEN int nvrm_pool_diag_on(void);
+GP_HIDDEN void nvrm_look_str(const struct nvrm_pool_look *st, char *s, size_t n);
+GP_HIDDEN void nvrm_cand_log(struct nvrm_ctx *nc, const char *tag, const uint32_t *cli,
+                             const uint32_t *obj, int n, uint64_t need);
+GP_HIDDEN void nvrm_pool_diag(const char *tag, uint64_t pool, uint64_t mbase, uint64_t msize);
 GP_HIDDEN int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool,
                                         uint64_t mbase, uint64_t msize, uint32_t *cli,
                                         uint32_t *obj, int max);

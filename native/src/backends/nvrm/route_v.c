@@ -116,9 +116,24 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
         return gp_err_prefix(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s); %s",
                              (unsigned long long)anchor, kind, st, WORKS);
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
-    int ncand = nvrm_desc_pool_candidates(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND), nalive = 0;
-    if (ncand <= 0 ||
-        nvrm_keep_one(nc, cc, oo, ncand, cp->base + cp->size - mbase, hOut, &nalive))
+    struct nvrm_pool_look lk;
+    int ncand = nvrm_desc_pool_lookup(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk),
+        nalive = 0;
+    char ls[256];
+    nvrm_look_str(&lk, ls, sizeof ls);
+    gp_log(1, "nvrm: pool lookup 0x%llx (pool 0x%llx, chunk 0x%llx+0x%llx, %s handle types): %s; "
+              "%d candidates; route C's client now 0x%x, learned 0x%x",
+           (unsigned long long)anchor, (unsigned long long)cp->pool, (unsigned long long)mbase,
+           (unsigned long long)cp->size,
+           (cp->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ? "fd" : "no", ls, ncand,
+           nvrm_cuda_client(), d.r[0].cli_fixed);
+    const uint64_t need = cp->base + cp->size - mbase;
+    const int bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
+    if (bad) {
+        nvrm_cand_log(nc, "pool lookup", cc, oo, ncand, need);
+        nvrm_pool_diag("user chunk", cp->pool, mbase, cp->size);
+    }
+    if (bad)
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s), and the "
                                      "pool's records name %d candidate RM objects for its chunk "
                                      "[0x%llx, +0x%llx) (first: client 0x%x, object 0x%x), of which "
