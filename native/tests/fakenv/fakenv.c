@@ -20,7 +20,9 @@
  * base, client, size, RM handle).  fake_arm_lie(1) makes later records name
  * a decoy object of the same size; fake_arm_ambiguous(1) adds a second
  * record for later chunks naming a decoy.  FAKE_POOL_LAYOUT=hop keeps a
- * chunk's RM handle in a block its record points to.
+ * chunk's RM handle in a block its record points to; FAKE_POOL_LAYOUT=first
+ * adds to each record a pointer to the pool's first chunk record (right only
+ * in a pool of one chunk).
  * Not a driver: no security, one device, no freeing of video memory.
  */
 #ifndef _GNU_SOURCE
@@ -43,7 +45,7 @@
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
 
-#define FB_SIZE (128u << 20)
+#define FB_SIZE (512u << 20) /* sparse: a memfd */
 #define CHUNK (2u << 20)
 #define VA_LEGACY 0x7e0000000000ull
 #define VA_VMM 0x7f0000000000ull
@@ -136,6 +138,7 @@ struct prec {
     uint64_t size;
     uint32_t hmem, pad;
     struct pphys *phys;
+    struct prec *first; /* FAKE_POOL_LAYOUT=first: the pool's first chunk record */
 };
 struct fpool {
     uint64_t magic;
@@ -646,6 +649,9 @@ static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
         r->phys->hmem = r->hmem;
         r->hmem = 0;
     }
+    /* a pointer next to the base that leads to the right record only while
+     * the pool has one chunk (a learner that saw one chunk per pool keeps it) */
+    if (lay && !strcmp(lay, "first")) r->first = p->nrec ? p->recs[0] : r;
     if (p->nrec < 16) p->recs[p->nrec++] = r;
     return r;
 }

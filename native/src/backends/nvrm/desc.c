@@ -230,9 +230,9 @@ int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle, uin
 }
 
 /* Applies d's rules at every place of the walk b[nb] that holds mbase. */
-static int pool_scan(const struct nvrm_pool_desc *d, const struct nvrm_blk *b, int nb,
-                     uint64_t mbase, uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
-                     struct nvrm_pool_look *st)
+int nvrm_pool_scan(const struct nvrm_pool_desc *d, const struct nvrm_blk *b, int nb,
+                   uint64_t mbase, uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
+                   struct nvrm_pool_look *st)
 {
     int n = 0;
     for (int i = 0; i < nb; i++)
@@ -302,7 +302,7 @@ int nvrm_desc_pool_lookup(const struct nvrm_pool_desc *d, uint64_t pool, uint64_
         st->nb = nb;
         st->full = nb >= caps[w][0];
         st->wide = w;
-        n = nb ? pool_scan(d, b, nb, mbase, msize, cli, obj, max, st) : -1;
+        n = nb ? nvrm_pool_scan(d, b, nb, mbase, msize, cli, obj, max, st) : -1;
         free(b);
         if (!nb) break;
     }

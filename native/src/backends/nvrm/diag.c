@@ -55,7 +55,10 @@ void nvrm_cand_log(struct nvrm_ctx *nc, const char *tag, const uint32_t *cli, co
 void nvrm_pool_diag(const char *tag, uint64_t pool, uint64_t mbase, uint64_t msize)
 {
     if (!nvrm_pool_diag_on()) return;
-    enum { B = 16384, L = 8, WIN = 96, MAXP = 8 };
+    enum { B = 16384,
+           L = 8,
+           WIN = 96,
+           MAXP = 8 };
     struct nvrm_blk *b = malloc((size_t)B * sizeof *b);
     if (!b) return;
     int nb = nvrm_walk(pool, b, B, L), lv[L + 1], np = 0;

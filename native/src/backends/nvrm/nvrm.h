@@ -205,7 +205,7 @@ GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_p
 /* ---- desc.c, learn.c ---------------------------------------------------- */
 #define NVRM_CLASS_LOCAL_USER 0x40 /* NV01_MEMORY_LOCAL_USER: video memory */
 #define NVRM_DESC_RULES 8
-#define NVRM_MAX_CAND 32 /* candidates per lookup; a lookup that fills it is refused */
+#define NVRM_MAX_CAND 64 /* candidates per lookup; a lookup that fills it is refused */
 
 /* A place in CUDA's memory: from a root address, `hops` (<= 5) pointers read at
  * off[0..hops-1] of successive blocks, then the value at off[hops]. */
@@ -282,6 +282,10 @@ struct nvrm_pool_look {
     int nrec;           /* candidates recorded below: their level and rule */
     uint8_t rec_lvl[NVRM_LOOK_REC], rec_rule[NVRM_LOOK_REC];
 };
+/* Applies d's rules at every field of the walk b[nb] holding mbase. */
+GP_HIDDEN int nvrm_pool_scan(const struct nvrm_pool_desc *d, const struct nvrm_blk *b, int nb,
+                             uint64_t mbase, uint64_t msize, uint32_t *cli, uint32_t *obj,
+                             int max, struct nvrm_pool_look *st);
 GP_HIDDEN int nvrm_desc_pool_lookup(const struct nvrm_pool_desc *d, uint64_t pool,
                                     uint64_t mbase, uint64_t msize, uint32_t *cli,
                                     uint32_t *obj, int max, struct nvrm_pool_look *st);
@@ -306,6 +310,20 @@ GP_HIDDEN int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint
 GP_HIDDEN int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out);
 /* fdkind: the pool was created with an exportable handle type (learned
  * separately: CUDA keeps those chunks differently). */
+/* learn_pool.c: learns the pool layouts (0, or -1 with why). */
+GP_HIDDEN int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind,
+                              struct nvrm_pool_desc *out, char *why, size_t wl);
+/* learn.c's scratch helpers, shared with learn_pool.c: a random pattern; does
+ * our dup h hold it at rm_off (read through BAR1); is (cli, obj) video memory
+ * holding it; does the per-pin rule pick, among n candidates, the one holding
+ * it. */
+#define NVRM_LPAT 64
+GP_HIDDEN void nvrm_lpattern(uint8_t *p, size_t n, uint64_t salt);
+GP_HIDDEN int nvrm_lholds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_off, const uint8_t *pat);
+GP_HIDDEN int nvrm_lnames(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
+                          const uint8_t *pat);
+GP_HIDDEN int nvrm_lrule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
+                               int n, uint64_t need, uint64_t rm_off, const uint8_t *pat);
 GP_HIDDEN int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind,
                              struct nvrm_pool_desc *out);
 

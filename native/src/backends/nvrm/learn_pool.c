@@ -1,0 +1,394 @@
+/*
+ * learn_pool.c - nvrm backend: learns where a stream-ordered pool's records
+ * name the RM memory of its chunks (route V), on scratch pools of our own.
+ *
+ * The scratch pools look like a busy one: pool 1 holds several chunks (the
+ * first with its chunk-start allocation freed again, so only an allocation at
+ * an offset is left in it; later chunks; an allocation larger than a chunk),
+ * pool 2 one chunk.  Each live allocation holds a random pattern of ours
+ * (written through CUDA: the only memory this file writes).
+ *
+ *  1. Raw layouts: next to every field holding a chunk's mapping base (or one
+ *     pointer away), every u32 whose duplicate from CUDA's client is video
+ *     memory holding that chunk's pattern at va - base; from each chunk.
+ *  2. Soundness: a layout is kept only if, on EVERY live scratch allocation,
+ *     no object it names is video memory large enough that does not hold
+ *     that allocation's pattern (a layout that can name another chunk, in a
+ *     pool of many, is dropped), and it names the right one at least once.
+ *  3. The kept layouts together must pick exactly the right object (by the
+ *     per-pin rule of desc.c) for every live scratch allocation.
+ * Otherwise the kind stays refused, with the reason.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudadrv.h"
+#include "internal.h"
+#include "nvrm.h"
+
+enum { POOL_WIN = 192,   /* bytes either side of a mapping-base field */
+       PS_MAX = 8,       /* allocations per scratch pool */
+       RAW_RULES = 64 }; /* raw layouts before soundness */
+
+struct pscratch {
+    void *pool;
+    int nva;
+    CUdeviceptr va[PS_MAX];
+    int live[PS_MAX];
+    uint64_t mbase[PS_MAX], msize[PS_MAX];
+    uint8_t pat[PS_MAX][NVRM_LPAT];
+};
+
+/* Allocations of sizes[0..n) in a new pool of the kind; then frees those
+ * with free_mask set (their chunks keep the others). */
+static int pscratch_alloc(int device, int fdkind, struct pscratch *s, const size_t *sizes, int n,
+                          unsigned free_mask)
+{
+    memset(s, 0, sizeof *s);
+    if (!gp_cu.MemPoolCreate || !gp_cu.MemPoolDestroy || !gp_cu.MemAllocFromPoolAsync ||
+        !gp_cu.MemFreeAsync)
+        return gp_err(GDRPY_ENOTSUP, "the CUDA driver lacks the memory-pool calls");
+    gp_CUmemPoolProps pp;
+    memset(&pp, 0, sizeof pp);
+    pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    pp.location_type = CU_MEM_LOCATION_TYPE_DEVICE;
+    pp.location_id = device;
+    pp.handleTypes = fdkind ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
+    CUresult r = gp_cu.MemPoolCreate(&s->pool, &pp);
+    if (r) {
+        s->pool = NULL;
+        return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemPoolCreate", "scratch pool");
+    }
+    for (int i = 0; i < n && i < PS_MAX; i++) {
+        /* sizes below 64: quarters of the first allocation's chunk */
+        size_t want = sizes[i] >= 64 || !s->msize[0] ? sizes[i] : sizes[i] * (s->msize[0] / 4);
+        r = gp_cu.MemAllocFromPoolAsync(&s->va[i], want, s->pool, GP_CU_STREAM_LEGACY);
+        if (!r) r = gp_cu.StreamSynchronize(GP_CU_STREAM_LEGACY);
+        if (r) return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemAllocFromPoolAsync", "scratch pool");
+        s->nva++;
+        s->live[i] = 1;
+        if (gp_cu.PointerGetAttribute(&s->mbase[i], CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
+                                      s->va[i]) ||
+            gp_cu.PointerGetAttribute(&s->msize[i], CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
+                                      s->va[i]) ||
+            !s->mbase[i] || s->va[i] < s->mbase[i])
+            return gp_err(GDRPY_ENOTSUP, "CUDA gives no mapping base/size for pool memory");
+        nvrm_lpattern(s->pat[i], NVRM_LPAT, s->va[i] + (uint64_t)i);
+        if (gp_cuda_memcpy(device, 0, s->va[i], s->pat[i], NVRM_LPAT, NULL)) return GDRPY_EIO;
+    }
+    for (int i = 0; i < s->nva; i++)
+        if ((free_mask >> i) & 1) {
+            gp_cu.MemFreeAsync(s->va[i], GP_CU_STREAM_LEGACY);
+            s->live[i] = 0;
+        }
+    if (free_mask) gp_cu.StreamSynchronize(GP_CU_STREAM_LEGACY);
+    return 0;
+}
+
+static void pscratch_free(struct pscratch *s)
+{
+    int any = 0;
+    for (int i = 0; i < s->nva; i++)
+        if (s->live[i]) {
+            gp_cu.MemFreeAsync(s->va[i], GP_CU_STREAM_LEGACY);
+            any = 1;
+        }
+    if (any) gp_cu.StreamSynchronize(GP_CU_STREAM_LEGACY);
+    if (s->pool) gp_cu.MemPoolDestroy(s->pool);
+    memset(s, 0, sizeof *s);
+}
+
+/* A set of values already tried (open addressing; cap a power of two). */
+struct seen {
+    uint32_t *t;
+    uint32_t cap;
+};
+static int seen_add(struct seen *s, uint32_t x)
+{
+    uint32_t i = (x * 2654435761u) & (s->cap - 1);
+    while (s->t[i]) {
+        if (s->t[i] == x) return 0;
+        i = (i + 1) & (s->cap - 1);
+    }
+    s->t[i] = x;
+    return 1;
+}
+
+/* The mapping size next to the base field at o, if the record holds it. */
+static void size_field(const uint8_t *blk, int lo, int hi, int o, uint64_t msize,
+                       struct nvrm_pool_rule *u)
+{
+    for (int z = lo - lo % 8; z + 8 <= hi; z += 8) {
+        uint64_t sz;
+        memcpy(&sz, blk + z, 8);
+        if (z != o && sz == msize) {
+            u->has_size = 1;
+            u->ds = z - o;
+            return;
+        }
+    }
+}
+
+struct raw_rules {
+    int n;
+    struct nvrm_pool_rule r[RAW_RULES];
+};
+
+static void add_rule(struct raw_rules *d, const struct nvrm_pool_rule *u)
+{
+    for (int k = 0; k < d->n; k++)
+        if (!memcmp(&d->r[k], u, sizeof *u)) return;
+    if (d->n < RAW_RULES) d->r[d->n++] = *u;
+}
+
+/* Raw layouts from live allocation i of s: every handle next to a field
+ * holding its mapping base (or in a block a pointer there points to) whose
+ * object holds the allocation's pattern.  Returns the places of the base. */
+static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint32_t ipc_cli,
+                      struct raw_rules *d)
+{
+    struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
+    if (!b) return 0;
+    int nb = nvrm_walk((uint64_t)(uintptr_t)s->pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L);
+    const uint64_t off0 = s->va[i] - s->mbase[i];
+    const uint8_t *pat = s->pat[i];
+    struct seen sn = {calloc(16384, 4), 16384};
+    int places = 0;
+    for (int j = 0; j < nb && d->n < RAW_RULES; j++)
+        for (uint32_t o = 0; o + 8 <= b[j].len && d->n < RAW_RULES; o += 8) {
+            uint64_t v;
+            memcpy(&v, b[j].d + o, 8);
+            if (v != s->mbase[i]) continue;
+            places++;
+            int lo = (int)o - POOL_WIN < 0 ? 0 : (int)o - POOL_WIN;
+            int hi = (int)o + POOL_WIN > b[j].len ? b[j].len : (int)o + POOL_WIN;
+            for (int q = lo; q + 4 <= hi && d->n < RAW_RULES; q += 4) {
+                if (q >= (int)o && q < (int)o + 8) continue;
+                uint32_t x;
+                memcpy(&x, b[j].d + q, 4);
+                if (!x || nvrm_is_client(x)) continue;
+                /* the client: route C's, else one in the record */
+                int qc = -1;
+                uint32_t c = ipc_cli;
+                if (!c || !nvrm_lnames(nc, c, x, off0, pat)) {
+                    c = 0;
+                    for (int z = lo; z + 4 <= hi && !c; z += 4) {
+                        uint32_t y;
+                        memcpy(&y, b[j].d + z, 4);
+                        if (nvrm_is_client(y) && y != ipc_cli && nvrm_lnames(nc, y, x, off0, pat)) {
+                            c = y;
+                            qc = z;
+                        }
+                    }
+                    if (!c) continue;
+                }
+                struct nvrm_pool_rule u = {.dh = q - (int)o,
+                                           .dc = qc < 0 ? 0 : qc - (int)o,
+                                           .cli_fixed = qc < 0 ? c : 0};
+                size_field(b[j].d, lo, hi, (int)o, s->msize[i], &u);
+                add_rule(d, &u);
+            }
+            /* one pointer away: a block a pointer next to the base points to */
+            if (!ipc_cli || !sn.t) continue;
+            memset(sn.t, 0, sn.cap * 4);
+            for (int q = lo - lo % 8; q + 8 <= hi && d->n < RAW_RULES; q += 8) {
+                uint64_t p;
+                memcpy(&p, b[j].d + q, 8);
+                uint8_t blk[NVRM_WALK_BLK];
+                if (q == (int)o || p < 0x10000 || p >= (1ull << 47) || (p & 7) ||
+                    nvrm_safe_read(p, blk, sizeof blk))
+                    continue;
+                for (int r = 0; r + 4 <= (int)sizeof blk && d->n < RAW_RULES; r += 4) {
+                    uint32_t x;
+                    memcpy(&x, blk + r, 4);
+                    if (!x || nvrm_is_client(x) || !seen_add(&sn, x)) continue;
+                    if (!nvrm_lnames(nc, ipc_cli, x, off0, pat)) continue;
+                    struct nvrm_pool_rule u = {
+                        .hop = 1, .dp = q - (int)o, .dh = r, .cli_fixed = ipc_cli};
+                    size_field(b[j].d, lo, hi, (int)o, s->msize[i], &u);
+                    add_rule(d, &u);
+                }
+            }
+        }
+    free(sn.t);
+    free(b);
+    return places;
+}
+
+/* Per raw layout: allocations it names rightly, and whether it ever named
+ * a wrong object (video memory large enough, without the pattern). */
+struct verdict {
+    int right, wrong;
+};
+
+/* Judges every raw layout on live allocation i of s (one walk of the pool). */
+static void judge(struct nvrm_ctx *nc, const struct raw_rules *raw, const struct pscratch *s, int i,
+                  struct verdict *v)
+{
+    struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
+    if (!b) return;
+    int nb = nvrm_walk((uint64_t)(uintptr_t)s->pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L);
+    const uint64_t off = s->va[i] - s->mbase[i];
+    for (int k = 0; k < raw->n; k++) {
+        struct nvrm_pool_desc one = {1, {raw->r[k]}};
+        uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+        int n = nvrm_pool_scan(&one, b, nb, s->mbase[i], s->msize[i], cc, oo, NVRM_MAX_CAND, NULL);
+        if (n >= NVRM_MAX_CAND) {
+            v[k].wrong++; /* a lookup that fills its list is refused anyway */
+            continue;
+        }
+        int right = 0;
+        for (int c = 0; c < n; c++) {
+            uint32_t h = 0;
+            if (!oo[c] || oo[c] == cc[c] ||
+                nvrm_dup(nc, cc[c], oo[c], &h, "learning: judging a candidate"))
+                continue;
+            uint64_t sz = 0;
+            int big = nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
+                      ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= s->msize[i]);
+            if (big) {
+                if (nvrm_lholds(nc, h, off, s->pat[i])) right = 1;
+                else v[k].wrong++;
+            }
+            nvrm_rm_free(nc, nc->hDevice, h, "learning: freeing a candidate");
+            nvrm_live_add(&nc->n_mem, -1);
+        }
+        v[k].right += right;
+    }
+    free(b);
+}
+
+static int pool_rule_picks(struct nvrm_ctx *nc, const struct nvrm_pool_desc *d,
+                           const struct pscratch *s, int i)
+{
+    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+    int n = nvrm_desc_pool_candidates(d, (uint64_t)(uintptr_t)s->pool, s->mbase[i], s->msize[i],
+                                      cc, oo, NVRM_MAX_CAND);
+    return nvrm_lrule_picks(nc, cc, oo, n, s->msize[i], s->va[i] - s->mbase[i], s->pat[i]);
+}
+
+static int distinct_chunks(const struct pscratch *s)
+{
+    int n = 0;
+    for (int i = 0; i < s->nva; i++) {
+        if (!s->live[i]) continue;
+        int dup = 0;
+        for (int j = 0; j < i; j++) dup |= s->live[j] && s->mbase[j] == s->mbase[i];
+        n += !dup;
+    }
+    return n;
+}
+
+int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool_desc *out,
+                    char *why, size_t wl)
+{
+    struct pscratch s[2];
+    memset(s, 0, sizeof s);
+    struct raw_rules raw;
+    memset(&raw, 0, sizeof raw);
+    struct nvrm_pool_desc d;
+    memset(&d, 0, sizeof d);
+    int rc = -1, places = 0;
+    /* pool 1: a chunk-start allocation (freed again below), one at an offset
+     * behind it, then two of 3/4 of a chunk (the second cannot share a chunk
+     * with the first) and one of 5/4 of a chunk; pool 2: one allocation */
+    static const size_t sz1[] = {1u << 20, 64u << 10, 3, 3, 5};
+    static const size_t sz2[] = {1u << 20};
+    if (pscratch_alloc(device, fdkind, &s[0], sz1, 5, 1u) ||
+        pscratch_alloc(device, fdkind, &s[1], sz2, 1, 0)) {
+        snprintf(why, wl, "scratch pools: %s", gdrpy_last_error());
+        goto out;
+    }
+    uint32_t ipc_cli = nvrm_cuda_client();
+    /* raw layouts from one allocation of each chunk */
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < s[p].nva; i++) {
+            int first = s[p].live[i];
+            for (int j = 0; j < i && first; j++) first = !(s[p].live[j] && s[p].mbase[j] == s[p].mbase[i]);
+            if (first) places += pool_rules(nc, &s[p], i, ipc_cli, &raw);
+        }
+    gp_log(1, "nvrm: pool learn (%s handle types): %d + %d scratch chunks, base at %d places, %d "
+              "raw layouts; route C's client 0x%x",
+           fdkind ? "fd" : "no", distinct_chunks(&s[0]), distinct_chunks(&s[1]), places, raw.n,
+           ipc_cli);
+    if (!raw.n) {
+        snprintf(why, wl, "no RM handle within %d bytes of a chunk's mapping base in the scratch "
+                          "pools' records holds its pattern (the bases were found at %d places)",
+                 POOL_WIN, places);
+        nvrm_pool_diag("scratch chunk, no layout", (uint64_t)(uintptr_t)s[0].pool, s[0].mbase[1],
+                       s[0].msize[1]);
+        goto out;
+    }
+    struct verdict v[RAW_RULES];
+    memset(v, 0, sizeof v);
+    int nlive = 0;
+    for (int p = 0; p < 2; p++)
+        for (int i = 0; i < s[p].nva; i++)
+            if (s[p].live[i]) {
+                judge(nc, &raw, &s[p], i, v);
+                nlive++;
+            }
+    for (int k = 0; k < raw.n; k++) {
+        const struct nvrm_pool_rule *u = &raw.r[k];
+        gp_log(1, "nvrm: pool learn raw layout %d: hop %d dp %+d dh %+d dc %+d client %s size "
+                  "%s%+d: right on %d of %d allocations, wrong objects %d",
+               k, u->hop, u->dp, u->dh, u->dc, u->cli_fixed ? "fixed" : "in record",
+               u->has_size ? "at " : "none ", u->ds, v[k].right, nlive, v[k].wrong);
+    }
+    /* the fewest, most general sound layouts that pick every allocation:
+     * those right on all first, then down to those right on fewer */
+    int ok = 0, bad_i = -1, bad_p = 0, nsound = 0;
+    for (int k = 0; k < raw.n; k++) nsound += !v[k].wrong && v[k].right > 0;
+    for (int t = nlive; t > 0 && !ok; t--) {
+        memset(&d, 0, sizeof d);
+        for (int want = nlive; want >= t; want--)
+            for (int k = 0; k < raw.n && d.n < NVRM_DESC_RULES; k++)
+                if (!v[k].wrong && v[k].right == want) d.r[d.n++] = raw.r[k];
+        if (!d.n) continue;
+        ok = 1;
+        for (int p = 0; p < 2 && ok; p++)
+            for (int i = 0; i < s[p].nva && ok; i++)
+                if (s[p].live[i] && !pool_rule_picks(nc, &d, &s[p], i)) {
+                    ok = 0;
+                    bad_p = p;
+                    bad_i = i;
+                }
+        gp_log(1, "nvrm: pool learn: %d layouts right on >= %d allocations: %s", d.n, t,
+               ok ? "pick every allocation" : "miss one");
+    }
+    if (!ok) {
+        snprintf(why, wl, "of %d record layouts that named the memory of a scratch allocation, "
+                          "%d never named a wrong object, and no set of them picked exactly the right "
+                          "object for every one of %d scratch allocations in %d chunks (first "
+                          "miss: pool %d allocation %d)",
+                 raw.n, nsound, nlive, distinct_chunks(&s[0]) + distinct_chunks(&s[1]), bad_p + 1,
+                 bad_i);
+        if (bad_i >= 0)
+            nvrm_pool_diag("scratch chunk, not learned", (uint64_t)(uintptr_t)s[bad_p].pool,
+                           s[bad_p].mbase[bad_i], s[bad_p].msize[bad_i]);
+        goto out;
+    }
+    nvrm_pool_diag(fdkind ? "scratch chunk (fd)" : "scratch chunk", (uint64_t)(uintptr_t)s[0].pool,
+                   s[0].mbase[1], s[0].msize[1]);
+    *out = d;
+    rc = 0;
+    char rs[256];
+    size_t u = 0;
+    for (int k = 0; k < d.n && u < sizeof rs; k++)
+        u += (size_t)(d.r[k].hop ? snprintf(rs + u, sizeof rs - u, " [%+d]->+0x%x", d.r[k].dp, d.r[k].dh)
+                                 : snprintf(rs + u, sizeof rs - u, " %+d", d.r[k].dh));
+    gp_log(1, "nvrm: pool records learned (pools %s handle types): RM handle relative to a "
+              "mapping-base field at%s; client %s, size %s (confirmed on %d scratch allocations "
+              "in %d chunks of two pools)",
+           fdkind ? "with" : "without", rs, d.r[0].cli_fixed ? "route C's" : "in the record",
+           d.r[0].has_size ? "checked" : "not in the record", nlive,
+           distinct_chunks(&s[0]) + distinct_chunks(&s[1]));
+out:
+    pscratch_free(&s[1]);
+    pscratch_free(&s[0]);
+    return rc;
+}
