@@ -298,7 +298,12 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
      * with the first) and one of 5/4 of a chunk; pool 2: one allocation */
     static const size_t sz1[] = {1u << 20, 64u << 10, 3, 3, 5};
     static const size_t sz2[] = {1u << 20};
-    if (pscratch_alloc(device, fdkind, &s[0], sz1, 5, 1u) ||
+    /* GDRPY_NVRM_POOL_LEARN_ONE_CHUNK=1 (diagnostics only): the earlier
+     * learner's scratch (1 MiB + 64 KiB in one chunk), to compare with */
+    const char *one = getenv("GDRPY_NVRM_POOL_LEARN_ONE_CHUNK");
+    const int n1 = one && *one == '1' ? 2 : 5;
+    const unsigned fm1 = n1 == 5 ? 1u : 0u;
+    if (pscratch_alloc(device, fdkind, &s[0], sz1, n1, fm1) ||
         pscratch_alloc(device, fdkind, &s[1], sz2, 1, 0)) {
         snprintf(why, wl, "scratch pools: %s", gdrpy_last_error());
         goto out;
