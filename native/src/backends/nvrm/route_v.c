@@ -122,11 +122,11 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
     char ls[256];
     nvrm_look_str(&lk, ls, sizeof ls);
     gp_log(1, "nvrm: pool lookup 0x%llx (pool 0x%llx, chunk 0x%llx+0x%llx, %s handle types): %s; "
-              "%d candidates; route C's client now 0x%x, learned 0x%x",
+              "%d candidates; client in the layout 0x%x",
            (unsigned long long)anchor, (unsigned long long)cp->pool, (unsigned long long)mbase,
            (unsigned long long)cp->size,
            (cp->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ? "fd" : "no", ls, ncand,
-           nvrm_cuda_client(), d.r[0].cli_fixed);
+           d.r[0].cli_fixed);
     const uint64_t need = cp->base + cp->size - mbase;
     const int bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
     if (bad) {
