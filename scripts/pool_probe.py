@@ -23,11 +23,11 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "tests"))
 
-from gpu_warmup import Warmup, ok  # noqa: E402
+from gpu_warmup import Warmup, ok
 
-import gdrpy  # noqa: E402
-from gdrpy import errors  # noqa: E402
-from gdrpy.memory import cuda_driver, primary_context  # noqa: E402
+import gdrpy
+from gdrpy import errors
+from gdrpy.memory import cuda_driver, primary_context
 
 POOL_KINDS = ["pool_default", "pool_default_offset", "pool_fd", "pool_none", "pool_rmm_like"]
 

@@ -55,7 +55,7 @@ class Warmup:
     def _section(self, name: str, f: Callable[[], None]) -> None:
         try:
             f()
-        except Exception as e:  # noqa: BLE001 - a warm-up goes on; the error is reported
+        except Exception as e:
             self.errors.append(f"{name}: {type(e).__name__}: {e}")
             print(f"WARMUP {name} failed: {type(e).__name__}: {e}", flush=True)
 
