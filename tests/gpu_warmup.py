@@ -38,6 +38,7 @@ class Warmup:
         self.keep: list[Any] = []   # framework arrays kept alive
         self.n: Counter[str] = Counter()
         self.errors: list[str] = []
+        self.pin_failures: list[str] = []
         self.stream = ok(cu.cuStreamCreate(0))
         self._threshold: int | None = None
 
@@ -159,12 +160,19 @@ class Warmup:
             self.live[kind] += got[10:]
 
     def _pins(self) -> None:
+        from gdrpy import errors
         ctx = self.g.open(0, "nvrm")
         try:
             for kind in ("mem", "vmm"):
                 for p, n in self.live[kind][-4:]:
-                    with ctx.pin(p, size=min(n, 1 << 20)) as pin, pin.map() as m:
-                        m.read(0, 64)
+                    try:
+                        with ctx.pin(p, size=min(n, 1 << 20)) as pin, pin.map() as m:
+                            m.read(0, 64)
+                    except errors.GdrError as e:   # reported, the warm-up goes on
+                        self.pin_failures.append(f"{kind} 0x{p:x}+{n}: {e}")
+                        print(f"WARMUP pin failed: {kind} 0x{p:x}+{n}: {str(e)[:400]}",
+                              flush=True)
+                        continue
                     self.n["gdrpy pins"] += 1
         finally:
             ctx.close()

@@ -44,6 +44,14 @@ def gctx():
     c.close()
 
 
+def test_every_pin_during_the_warm_up_succeeded(busy):
+    """cuMemAlloc and cuMemCreate (with and without a handle type) memory
+    pinned among hundreds of other allocations."""
+    _cu, w = busy
+    if BACKEND == "nvrm":
+        assert not w.pin_failures, w.pin_failures
+
+
 @pytest.mark.parametrize("kind", ["pool_default", "pool_default_offset", "pool_fd", "pool_none",
                                   "pool_rmm_like"])
 def test_pool_kind_pins_after_a_busy_warm_up(busy, gctx, kind):

@@ -22,7 +22,9 @@
  * record for later chunks naming a decoy.  FAKE_POOL_LAYOUT=hop keeps a
  * chunk's RM handle in a block its record points to; FAKE_POOL_LAYOUT=first
  * adds to each record a pointer to the pool's first chunk record (right only
- * in a pool of one chunk).
+ * in a pool of one chunk); FAKE_POOL_LAYOUT=hop2 keeps the handle two
+ * pointers away (record -> allocation record -> inner block), as the H100
+ * showed for pools without handle types.
  * Not a driver: no security, one device, no freeing of video memory.
  */
 #ifndef _GNU_SOURCE
@@ -138,7 +140,19 @@ struct prec {
     uint64_t size;
     uint32_t hmem, pad;
     struct pphys *phys;
-    struct prec *first; /* FAKE_POOL_LAYOUT=first: the pool's first chunk record */
+    struct prec *first;   /* FAKE_POOL_LAYOUT=first: the pool's first chunk record */
+    struct palloc *alloc; /* FAKE_POOL_LAYOUT=hop2: an allocation record of its own */
+};
+/* hop2: as CUDA 13 keeps pool chunks without handle types (H100, 580.159):
+ * the record points to an allocation record whose inner block (+0x60) holds
+ * the RM handle (+0x38 there, as cuMemCreate records do). */
+struct palloc {
+    uint64_t junk[12];
+    struct pinner *inner; /* +0x60 */
+};
+struct pinner {
+    uint64_t junk[7];
+    uint32_t hmem, pad; /* +0x38 */
 };
 struct fpool {
     uint64_t magic;
@@ -652,12 +666,21 @@ static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
     /* a pointer next to the base that leads to the right record only while
      * the pool has one chunk (a learner that saw one chunk per pool keeps it) */
     if (lay && !strcmp(lay, "first")) r->first = p->nrec ? p->recs[0] : r;
+    if (lay && !strcmp(lay, "hop2")) {
+        r->alloc = keep(calloc(1, sizeof *r->alloc));
+        r->alloc->junk[0] = 0x5151;
+        r->alloc->inner = keep(calloc(1, sizeof *r->alloc->inner));
+        r->alloc->inner->junk[1] = 0x6161;
+        r->alloc->inner->hmem = r->hmem;
+        r->hmem = 0;
+    }
     if (p->nrec < 16) p->recs[p->nrec++] = r;
     return r;
 }
 static void prec_set_handle(struct prec *r, uint32_t h)
 {
-    if (r->phys) r->phys->hmem = h;
+    if (r->alloc) r->alloc->inner->hmem = h;
+    else if (r->phys) r->phys->hmem = h;
     else r->hmem = h;
 }
 API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t n, void *pool, void *stream)

@@ -262,7 +262,11 @@ int nvrm_pool_scan(const struct nvrm_pool_desc *d, const struct nvrm_blk *b, int
                 if (u->hop) {
                     uint64_t p;
                     memcpy(&p, b[i].d + o + u->dp, 8);
-                    if (!plausible_ptr(p) || nvrm_safe_read(p + (uint64_t)u->dh, &x, 4)) continue;
+                    if (!plausible_ptr(p)) continue;
+                    if (u->hop == 2 && (u->dp2 < 0 || nvrm_safe_read(p + (uint64_t)u->dp2, &p, 8) ||
+                                        !plausible_ptr(p)))
+                        continue;
+                    if (nvrm_safe_read(p + (uint64_t)u->dh, &x, 4)) continue;
                 } else {
                     memcpy(&x, b[i].d + ph, 4);
                 }
@@ -285,6 +289,13 @@ int nvrm_desc_pool_lookup(const struct nvrm_pool_desc *d, uint64_t pool, uint64_
                           uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
                           struct nvrm_pool_look *st)
 {
+    return nvrm_desc_pool_lookup_w(d, pool, mbase, msize, cli, obj, max, st, 0);
+}
+
+int nvrm_desc_pool_lookup_w(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
+                            uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
+                            struct nvrm_pool_look *st, int wide_only)
+{
     static const int caps[2][2] = {{NVRM_WALK_POOL_B, NVRM_WALK_POOL_L},
                                    {NVRM_WALK_POOL_BIG_B, NVRM_WALK_POOL_BIG_L}};
     struct nvrm_pool_look dummy;
@@ -294,7 +305,7 @@ int nvrm_desc_pool_lookup(const struct nvrm_pool_desc *d, uint64_t pool, uint64_
     /* the usual walk first; a pool with many chunks (or many other records
      * before them) may keep the chunk's record further away: a wider walk,
      * with the same rules (it only finds more places to apply them) */
-    for (int w = 0; w < 2 && n <= 0; w++) {
+    for (int w = wide_only ? 1 : 0; w < 2 && n <= 0; w++) {
         struct nvrm_blk *b = malloc((size_t)caps[w][0] * sizeof *b);
         if (!b) return -1;
         int nb = nvrm_walk(pool, b, caps[w][0], caps[w][1]);

@@ -214,9 +214,12 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
 {
     char *why = dstate[slot].vwhy;
     const size_t wl = sizeof dstate[slot].vwhy;
-    struct vscratch s1, s2;
+    enum { VMM_EXTRA = 3 };
+    struct vscratch s1, s2, sx[VMM_EXTRA];
+    CUmemGenericAllocationHandle hx[VMM_EXTRA] = {0};
     memset(&s1, 0, sizeof s1);
     memset(&s2, 0, sizeof s2);
+    memset(sx, 0, sizeof sx);
     struct nvrm_blk *b = malloc(NVRM_WALK_VMM_B * sizeof *b);
     if (!b || vscratch_alloc(device, 1, &s1)) {
         snprintf(why, wl, "scratch allocation: %s", b ? gdrpy_last_error() : "out of memory");
@@ -272,17 +275,65 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         for (int k = 0; k < n && !good; k++) good = oo[k] != obj && nvrm_lnames(nc, cc[k], oo[k], 0, s2.pat);
         if (good) d.obj[d.nobj++] = P[i];
     }
-    /* the per-pin rule must pick the right object on both allocations */
-    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+    /* soundness, as a busy process needs it: with more allocations alive, a
+     * place that names another allocation's object (a neighbour in CUDA's
+     * lists) is dropped; kept are the places right on every allocation and
+     * never naming a wrong live object */
+    const struct vscratch *all[2 + VMM_EXTRA] = {&s1, &s2};
+    CUmemGenericAllocationHandle ha[2 + VMM_EXTRA] = {h1, h2};
+    int nall = 2;
+    for (int k = 0; k < VMM_EXTRA; k++) {
+        if (vscratch_alloc(device, k != 1, &sx[k]) ||
+            gp_cu.MemRetainAllocationHandle(&hx[k], (void *)(uintptr_t)sx[k].va)) {
+            snprintf(why, wl, "scratch allocation %d: %s", 3 + k, gdrpy_last_error());
+            goto out;
+        }
+        all[nall] = &sx[k];
+        ha[nall++] = hx[k];
+    }
+    struct nvrm_vmm_desc kept = d;
+    kept.nobj = 0;
+    for (int i = 0; i < d.nobj; i++) {
+        struct nvrm_vmm_desc one = d;
+        one.nobj = 1;
+        one.obj[0] = d.obj[i];
+        int right = 0, wrong = 0;
+        for (int a = 0; a < nall; a++) {
+            uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+            int n = nvrm_desc_vmm_candidates(&one, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND), r = 0;
+            for (int k = 0; k < n; k++) {
+                uint32_t h = 0;
+                if (nvrm_dup(nc, cc[k], oo[k], &h, "learning: judging a candidate")) continue;
+                uint64_t sz = 0;
+                if (nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
+                    ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= all[a]->size)) {
+                    if (nvrm_lholds(nc, h, 0, all[a]->pat)) r = 1;
+                    else wrong++;
+                }
+                drop(nc, h);
+            }
+            right += r;
+        }
+        char ps[96];
+        nvrm_path_str(&d.obj[i], ps, sizeof ps);
+        gp_log(1, "nvrm: route V learning: place %s right on %d of %d scratch allocations, wrong "
+                  "objects %d",
+               ps, right, nall, wrong);
+        if (!wrong && right == nall) kept.obj[kept.nobj++] = d.obj[i];
+    }
+    d = kept;
+    /* the per-pin rule must pick the right object on every allocation */
     int ok = d.nobj > 0 && (d.cli_fixed || d.ncli > 0);
-    ok = ok && nvrm_lrule_picks(nc, cc, oo, nvrm_desc_vmm_candidates(&d, (uint64_t)h1, cc, oo, NVRM_MAX_CAND),
-                                s1.size, 0, s1.pat);
-    ok = ok && nvrm_lrule_picks(nc, cc, oo, nvrm_desc_vmm_candidates(&d, (uint64_t)h2, cc, oo, NVRM_MAX_CAND),
-                                s2.size, 0, s2.pat);
+    for (int a = 0; a < nall && ok; a++) {
+        uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+        ok = nvrm_lrule_picks(nc, cc, oo,
+                              nvrm_desc_vmm_candidates(&d, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
+                              all[a]->size, 0, all[a]->pat);
+    }
     if (!ok) {
         snprintf(why, wl, "the %d places that named the memory of one scratch allocation did "
-                          "not name exactly the memory of a second one (%d kept)",
-                 np, d.nobj);
+                          "not name exactly the memory of %d others (%d kept)",
+                 np, nall - 1, d.nobj);
         goto out;
     }
     dstate[slot].v = d;
@@ -291,9 +342,13 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
     nvrm_path_str(&d.obj[0], ps, sizeof ps);
     if (!d.cli_fixed) nvrm_path_str(&d.cli[0], cs, sizeof cs);
     gp_log(1, "nvrm: route V learned: RM memory handle at %s (%d places), client %s "
-              "(confirmed on two scratch allocations)",
-           ps, d.nobj, cs);
+              "(confirmed on %d scratch allocations)",
+           ps, d.nobj, cs, nall);
 out:
+    for (int k = 0; k < VMM_EXTRA; k++) {
+        if (hx[k]) gp_cu.MemRelease(hx[k]);
+        vscratch_free(&sx[k]);
+    }
     if (h1) gp_cu.MemRelease(h1);
     if (h2) gp_cu.MemRelease(h2);
     vscratch_free(&s2);

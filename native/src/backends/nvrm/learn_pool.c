@@ -133,6 +133,69 @@ static void size_field(const uint8_t *blk, int lo, int hi, int o, uint64_t msize
     }
 }
 
+/* Two pointers away from a record: for a first pointer p, every u32 of the
+ * handle family of CUDA's client in a block a pointer in p's block points
+ * to (r1: that pointer's offset in p's block; r2: the u32's offset in its
+ * block).  Cached per p: records of one chunk share their pointers. */
+enum { HOP2_MAX = 8,
+       HOP2_CACHE = 512 };
+struct hop2 {
+    uint64_t p;
+    int n;
+    uint32_t x[HOP2_MAX];
+    uint16_t r1[HOP2_MAX], r2[HOP2_MAX];
+};
+struct hop2_cache {
+    int n;
+    struct hop2 e[HOP2_CACHE];
+};
+
+static int ptr_ok(uint64_t v) { return v >= 0x10000 && v < (1ull << 47) && !(v & 7); }
+
+static const struct hop2 *hop2_of(struct hop2_cache *c, uint64_t p, uint32_t fam)
+{
+    if (!c || !fam || !ptr_ok(p)) return NULL;
+    for (int k = 0; k < c->n; k++)
+        if (c->e[k].p == p) return &c->e[k];
+    if (c->n == HOP2_CACHE) return NULL;
+    struct hop2 *e = &c->e[c->n];
+    memset(e, 0, sizeof *e);
+    e->p = p;
+    uint8_t b1[NVRM_WALK_BLK], b2[NVRM_WALK_BLK];
+    if (nvrm_safe_read(p, b1, sizeof b1) == 0) {
+        for (int r1 = 0; r1 + 8 <= (int)sizeof b1 && e->n < HOP2_MAX; r1 += 8) {
+            uint64_t p2;
+            memcpy(&p2, b1 + r1, 8);
+            if (!ptr_ok(p2) || p2 == p) continue;
+            int len = nvrm_safe_read(p2, b2, sizeof b2) == 0 ? (int)sizeof b2
+                      : nvrm_safe_read(p2, b2, 128) == 0     ? 128
+                                                             : 0;
+            for (int r2 = 0; r2 + 4 <= len && e->n < HOP2_MAX; r2 += 4) {
+                uint32_t x;
+                memcpy(&x, b2 + r2, 4);
+                if (!x || (x & 0xfff00000u) != (fam & 0xfff00000u)) continue;
+                e->x[e->n] = x;
+                e->r1[e->n] = (uint16_t)r1;
+                e->r2[e->n++] = (uint16_t)r2;
+            }
+        }
+    }
+    c->n++;
+    return e;
+}
+
+/* An RM memory handle of CUDA's client (route C's words of a 1-byte
+ * cuMemAlloc): its top bits select which u32s two pointers away are tried. */
+static uint32_t cuda_handle_family(void)
+{
+    CUdeviceptr d = 0;
+    if (!gp_cu.MemAlloc || gp_cu.MemAlloc(&d, 1) != CUDA_SUCCESS) return 0;
+    uint32_t w[16];
+    uint32_t h = nvrm_ipc_words(d, w) == 0 ? w[13] : 0;
+    gp_cu.MemFree(d);
+    return h;
+}
+
 struct raw_rules {
     int n;
     struct nvrm_pool_rule r[RAW_RULES];
@@ -149,8 +212,10 @@ static void add_rule(struct raw_rules *d, const struct nvrm_pool_rule *u)
  * holding its mapping base (or in a block a pointer there points to) whose
  * object holds the allocation's pattern.  Returns the places of the base. */
 static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint32_t ipc_cli,
-                      struct raw_rules *d)
+                      uint32_t fam, struct hop2_cache *c2, struct raw_rules *d)
 {
+    uint32_t tx[256]; /* handle values tried two pointers away, and whether they named it */
+    int tg[256], nt = 0;
     struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
     if (!b) return 0;
     int nb = nvrm_walk((uint64_t)(uintptr_t)s->pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L);
@@ -209,6 +274,32 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint
                     if (!nvrm_lnames(nc, ipc_cli, x, off0, pat)) continue;
                     struct nvrm_pool_rule u = {
                         .hop = 1, .dp = q - (int)o, .dh = r, .cli_fixed = ipc_cli};
+                    size_field(b[j].d, lo, hi, (int)o, s->msize[i], &u);
+                    add_rule(d, &u);
+                }
+            }
+            /* two pointers away (a pool may keep a chunk as an allocation
+             * record of its own, whose inner block holds the handle) */
+            for (int q = lo - lo % 8; q + 8 <= hi && d->n < RAW_RULES; q += 8) {
+                uint64_t p;
+                memcpy(&p, b[j].d + q, 8);
+                if (q == (int)o) continue;
+                const struct hop2 *h2 = hop2_of(c2, p, fam);
+                for (int k = 0; h2 && k < h2->n && d->n < RAW_RULES; k++) {
+                    uint32_t x = h2->x[k];
+                    int t = 0;
+                    while (t < nt && tx[t] != x) t++;
+                    if (t == nt) {
+                        if (nt == (int)(sizeof tx / sizeof tx[0])) continue;
+                        tx[nt] = x;
+                        tg[nt++] = nvrm_lnames(nc, ipc_cli, x, off0, pat);
+                    }
+                    if (!tg[t]) continue;
+                    struct nvrm_pool_rule u = {.hop = 2,
+                                               .dp = q - (int)o,
+                                               .dp2 = h2->r1[k],
+                                               .dh = h2->r2[k],
+                                               .cli_fixed = ipc_cli};
                     size_field(b[j].d, lo, hi, (int)o, s->msize[i], &u);
                     add_rule(d, &u);
                 }
@@ -308,21 +399,25 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
         snprintf(why, wl, "scratch pools: %s", gdrpy_last_error());
         goto out;
     }
-    uint32_t ipc_cli = nvrm_cuda_client();
+    uint32_t ipc_cli = nvrm_cuda_client(), fam = cuda_handle_family();
+    struct hop2_cache *c2 = calloc(1, sizeof *c2);
     /* raw layouts from one allocation of each chunk */
     for (int p = 0; p < 2; p++)
         for (int i = 0; i < s[p].nva; i++) {
             int first = s[p].live[i];
             for (int j = 0; j < i && first; j++) first = !(s[p].live[j] && s[p].mbase[j] == s[p].mbase[i]);
-            if (first) places += pool_rules(nc, &s[p], i, ipc_cli, &raw);
+            if (first) places += pool_rules(nc, &s[p], i, ipc_cli, ipc_cli ? fam : 0, c2, &raw);
         }
     gp_log(1, "nvrm: pool learn (%s handle types): %d + %d scratch chunks, base at %d places, %d "
-              "raw layouts; route C's client 0x%x",
+              "raw layouts; route C's client 0x%x, a handle of it 0x%x",
            fdkind ? "fd" : "no", distinct_chunks(&s[0]), distinct_chunks(&s[1]), places, raw.n,
-           ipc_cli);
+           ipc_cli, fam);
+    free(c2);
+    c2 = NULL;
     if (!raw.n) {
         snprintf(why, wl, "no RM handle within %d bytes of a chunk's mapping base in the scratch "
-                          "pools' records holds its pattern (the bases were found at %d places)",
+                          "pools' records, nor one or two pointers away, holds its pattern (the "
+                          "bases were found at %d places)",
                  POOL_WIN, places);
         nvrm_pool_diag("scratch chunk, no layout", (uint64_t)(uintptr_t)s[0].pool, s[0].mbase[1],
                        s[0].msize[1]);
@@ -339,9 +434,9 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
             }
     for (int k = 0; k < raw.n; k++) {
         const struct nvrm_pool_rule *u = &raw.r[k];
-        gp_log(1, "nvrm: pool learn raw layout %d: hop %d dp %+d dh %+d dc %+d client %s size "
-                  "%s%+d: right on %d of %d allocations, wrong objects %d",
-               k, u->hop, u->dp, u->dh, u->dc, u->cli_fixed ? "fixed" : "in record",
+        gp_log(1, "nvrm: pool learn raw layout %d: hop %d dp %+d dp2 +%d dh %+d dc %+d client %s "
+                  "size %s%+d: right on %d of %d allocations, wrong objects %d",
+               k, u->hop, u->dp, u->dp2, u->dh, u->dc, u->cli_fixed ? "fixed" : "in record",
                u->has_size ? "at " : "none ", u->ds, v[k].right, nlive, v[k].wrong);
     }
     /* the fewest, most general sound layouts that pick every allocation:
@@ -384,8 +479,10 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
     char rs[256];
     size_t u = 0;
     for (int k = 0; k < d.n && u < sizeof rs; k++)
-        u += (size_t)(d.r[k].hop ? snprintf(rs + u, sizeof rs - u, " [%+d]->+0x%x", d.r[k].dp, d.r[k].dh)
-                                 : snprintf(rs + u, sizeof rs - u, " %+d", d.r[k].dh));
+        u += (size_t)(d.r[k].hop == 2 ? snprintf(rs + u, sizeof rs - u, " [%+d]->[+0x%x]->+0x%x",
+                                                 d.r[k].dp, d.r[k].dp2, d.r[k].dh)
+                      : d.r[k].hop    ? snprintf(rs + u, sizeof rs - u, " [%+d]->+0x%x", d.r[k].dp, d.r[k].dh)
+                                      : snprintf(rs + u, sizeof rs - u, " %+d", d.r[k].dh));
     gp_log(1, "nvrm: pool records learned (pools %s handle types): RM handle relative to a "
               "mapping-base field at%s; client %s, size %s (confirmed on %d scratch allocations "
               "in %d chunks of two pools)",

@@ -225,8 +225,10 @@ struct nvrm_vmm_desc {
 /* Where a pool's record of a chunk names its RM memory: byte offsets from a
  * u64 field holding the chunk's mapping base address (learned by learn.c). */
 struct nvrm_pool_rule {
-    int hop;          /* 1: the handle is in the block a pointer at dp points to */
+    int hop;          /* 1: the handle is in the block a pointer at dp points to;
+                         2: in the block a pointer at dp2 in that block points to */
     int dp;           /* that pointer (u64), when hop */
+    int dp2;          /* the second pointer's offset, when hop == 2 */
     int dh;           /* the RM memory handle (u32); when hop, its offset in that block */
     int dc;           /* the RM client (u32), unless cli_fixed */
     int ds, has_size; /* the mapping size (u64), when the record holds it */
@@ -296,6 +298,12 @@ GP_HIDDEN void nvrm_look_str(const struct nvrm_pool_look *st, char *s, size_t n)
 GP_HIDDEN void nvrm_cand_log(struct nvrm_ctx *nc, const char *tag, const uint32_t *cli,
                              const uint32_t *obj, int n, uint64_t need);
 GP_HIDDEN void nvrm_pool_diag(const char *tag, uint64_t pool, uint64_t mbase, uint64_t msize);
+/* The same, with wide_only: only the wider walk (a lookup whose candidates
+ * named no live object in the usual walk). */
+GP_HIDDEN int nvrm_desc_pool_lookup_w(const struct nvrm_pool_desc *d, uint64_t pool,
+                                      uint64_t mbase, uint64_t msize, uint32_t *cli,
+                                      uint32_t *obj, int max, struct nvrm_pool_look *st,
+                                      int wide_only);
 GP_HIDDEN int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool,
                                         uint64_t mbase, uint64_t msize, uint32_t *cli,
                                         uint32_t *obj, int max);

@@ -71,6 +71,7 @@ static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_
     int n = nvrm_desc_vmm_candidates(&d, (uint64_t)h, cc, oo, NVRM_MAX_CAND), alive = 0;
     gp_cu.MemRelease(h);
     if (n <= 0 || nvrm_keep_one(nc, cc, oo, n, need, hOut, &alive)) {
+        nvrm_cand_log(nc, "vmm lookup", cc, oo, n, need);
         char ps[96];
         nvrm_path_str(&d.obj[0], ps, sizeof ps);
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s created without an exportable handle type; "
@@ -128,7 +129,17 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
            (cp->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ? "fd" : "no", ls, ncand,
            d.r[0].cli_fixed);
     const uint64_t need = cp->base + cp->size - mbase;
-    const int bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
+    int bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
+    if (bad && !lk.wide && nalive == 0) {
+        /* nothing named is live memory: in a busy process the pool's
+         * records of this chunk may lie beyond the usual walk */
+        ncand = nvrm_desc_pool_lookup_w(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk,
+                                        1);
+        nvrm_look_str(&lk, ls, sizeof ls);
+        gp_log(1, "nvrm: pool lookup 0x%llx, wider walk: %s; %d candidates",
+               (unsigned long long)anchor, ls, ncand);
+        bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
+    }
     if (bad) {
         nvrm_cand_log(nc, "pool lookup", cc, oo, ncand, need);
         nvrm_pool_diag("user chunk", cp->pool, mbase, cp->size);
