@@ -667,7 +667,7 @@ static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
      * the pool has one chunk (a learner that saw one chunk per pool keeps it) */
     if (lay && !strcmp(lay, "first")) r->first = p->nrec ? p->recs[0] : r;
     if (lay && !strcmp(lay, "hop2")) {
-        r->alloc = keep(calloc(1, sizeof *r->alloc));
+        r->alloc = keep(calloc(1, 4096)); /* large: its inner block lies beyond one hop */
         r->alloc->junk[0] = 0x5151;
         r->alloc->inner = keep(calloc(1, sizeof *r->alloc->inner));
         r->alloc->inner->junk[1] = 0x6161;

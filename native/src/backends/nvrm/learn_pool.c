@@ -310,6 +310,58 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint
     return places;
 }
 
+/* The same two pointers away without the handle-family filter, for when the
+ * filtered search found nothing (CUDA's handles of another kind): every u32
+ * tried once, at most `budget` duplications. */
+static void pool_rules_hop2_any(struct nvrm_ctx *nc, const struct pscratch *s, int i,
+                                uint32_t ipc_cli, struct raw_rules *d, int budget)
+{
+    struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
+    struct seen sn = {calloc(1u << 17, 4), 1u << 17};
+    if (!b || !sn.t || !ipc_cli) {
+        free(b);
+        free(sn.t);
+        return;
+    }
+    int nb = nvrm_walk((uint64_t)(uintptr_t)s->pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L);
+    const uint64_t off0 = s->va[i] - s->mbase[i];
+    uint8_t b1[NVRM_WALK_BLK], b2[NVRM_WALK_BLK];
+    for (int j = 0; j < nb && d->n < RAW_RULES && budget > 0; j++)
+        for (uint32_t o = 0; o + 8 <= b[j].len && d->n < RAW_RULES && budget > 0; o += 8) {
+            uint64_t v;
+            memcpy(&v, b[j].d + o, 8);
+            if (v != s->mbase[i]) continue;
+            int lo = (int)o - POOL_WIN < 0 ? 0 : (int)o - POOL_WIN;
+            int hi = (int)o + POOL_WIN > b[j].len ? b[j].len : (int)o + POOL_WIN;
+            for (int q = lo - lo % 8; q + 8 <= hi && budget > 0; q += 8) {
+                uint64_t p;
+                memcpy(&p, b[j].d + q, 8);
+                if (q == (int)o || !ptr_ok(p) || nvrm_safe_read(p, b1, sizeof b1)) continue;
+                for (int r1 = 0; r1 + 8 <= (int)sizeof b1 && budget > 0; r1 += 8) {
+                    uint64_t p2;
+                    memcpy(&p2, b1 + r1, 8);
+                    if (!ptr_ok(p2) || p2 == p || nvrm_safe_read(p2, b2, sizeof b2)) continue;
+                    for (int r2 = 0; r2 + 4 <= (int)sizeof b2 && budget > 0; r2 += 4) {
+                        uint32_t x;
+                        memcpy(&x, b2 + r2, 4);
+                        if (!x || nvrm_is_client(x) || !seen_add(&sn, x)) continue;
+                        budget--;
+                        if (!nvrm_lnames(nc, ipc_cli, x, off0, s->pat[i])) continue;
+                        struct nvrm_pool_rule u = {.hop = 2,
+                                                   .dp = q - (int)o,
+                                                   .dp2 = r1,
+                                                   .dh = r2,
+                                                   .cli_fixed = ipc_cli};
+                        size_field(b[j].d, lo, hi, (int)o, s->msize[i], &u);
+                        add_rule(d, &u);
+                    }
+                }
+            }
+        }
+    free(sn.t);
+    free(b);
+}
+
 /* Per raw layout: allocations it names rightly, and whether it ever named
  * a wrong object (video memory large enough, without the pattern). */
 struct verdict {
@@ -414,6 +466,14 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
            ipc_cli, fam);
     free(c2);
     c2 = NULL;
+    if (!raw.n) {
+        /* the family filter may have hidden it: once more without, on the
+         * first chunk's allocation, within a budget of duplications */
+        int i0 = 0;
+        while (i0 < s[0].nva && !s[0].live[i0]) i0++;
+        if (i0 < s[0].nva) pool_rules_hop2_any(nc, &s[0], i0, ipc_cli, &raw, 60000);
+        gp_log(1, "nvrm: pool learn: unfiltered search two pointers away: %d raw layouts", raw.n);
+    }
     if (!raw.n) {
         snprintf(why, wl, "no RM handle within %d bytes of a chunk's mapping base in the scratch "
                           "pools' records, nor one or two pointers away, holds its pattern (the "
