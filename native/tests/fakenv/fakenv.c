@@ -24,7 +24,8 @@
  * adds to each record a pointer to the pool's first chunk record (right only
  * in a pool of one chunk); FAKE_POOL_LAYOUT=hop2 keeps the handle two
  * pointers away (record -> allocation record -> inner block), as the H100
- * showed for pools without handle types.
+ * showed for pools without handle types.  FAKE_DEFAULT_POOL_LAYOUT gives the
+ * default pool a layout of its own (the others keep FAKE_POOL_LAYOUT's).
  * Not a driver: no security, one device, no freeing of video memory.
  */
 #ifndef _GNU_SOURCE
@@ -656,7 +657,10 @@ static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
     r->flags = 3;
     r->size = objs[obj].size;
     r->hmem = objs[obj].h;
-    const char *lay = getenv("FAKE_POOL_LAYOUT");
+    /* FAKE_DEFAULT_POOL_LAYOUT: the default pool keeps its chunks otherwise */
+    const char *lay = p == &default_pool && getenv("FAKE_DEFAULT_POOL_LAYOUT")
+                          ? getenv("FAKE_DEFAULT_POOL_LAYOUT")
+                          : getenv("FAKE_POOL_LAYOUT");
     if (lay && !strcmp(lay, "hop")) {
         r->phys = calloc(1, sizeof *r->phys);
         r->phys->junk[0] = 0x5555;

@@ -152,10 +152,10 @@ static struct {
     char vwhy[320];
     /* pools, [0] without and [1] with an exportable handle type: CUDA keeps
      * the two kinds' chunks differently, so each is learned on its own kind */
-    int pstate[2], ptries[2];
-    uint32_t pcli[2]; /* route C's client when they were learned */
-    struct nvrm_pool_desc p[2];
-    char pwhy[2][320];
+    int pstate[NVRM_POOL_KINDS], ptries[NVRM_POOL_KINDS];
+    uint32_t pcli[NVRM_POOL_KINDS]; /* route C's client when they were learned */
+    struct nvrm_pool_desc p[NVRM_POOL_KINDS];
+    char pwhy[NVRM_POOL_KINDS][320];
 } dstate[MAX_DEV];
 
 /* ---- VMM ----------------------------------------------------------------- */
@@ -380,7 +380,7 @@ int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out)
 int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool_desc *out)
 {
     int slot = device >= 0 && device < MAX_DEV ? device : 0;
-    fdkind = fdkind != 0;
+    if (fdkind < 0 || fdkind >= NVRM_POOL_KINDS) fdkind = NVRM_POOL_PLAIN;
     /* The layouts name CUDA's client as route C sees it; if that changed
      * (CUDA's context was destroyed and made anew), what was learned is
      * stale: learn again.  A failed learning is retried a few times (at
@@ -389,9 +389,9 @@ int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool
     pthread_mutex_lock(&d_lock);
     int st = dstate[slot].pstate[fdkind];
     if (st && cli && dstate[slot].pcli[fdkind] != cli && dstate[slot].ptries[fdkind] < 8) {
-        gp_log(1, "nvrm: pool records (%s handle types) were learned with CUDA's client 0x%x, "
-                  "now 0x%x: learning again",
-               fdkind ? "fd" : "no", dstate[slot].pcli[fdkind], cli);
+        gp_log(1, "nvrm: pool records (%s) were learned with CUDA's client 0x%x, now 0x%x: "
+                  "learning again",
+               nvrm_pool_kind_name(fdkind), dstate[slot].pcli[fdkind], cli);
         st = 0;
     } else if (st < 0 && dstate[slot].ptries[fdkind] < 3) {
         st = 0;
@@ -411,7 +411,7 @@ int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool
     snprintf(why, sizeof why, "%s", dstate[slot].pwhy[fdkind]);
     pthread_mutex_unlock(&d_lock);
     if (ok) return 0;
-    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of the chunks of a pool %s could "
-                                 "not be learned on this driver: %s",
-                  fdkind ? "with an exportable handle type" : "without handle types", why);
+    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of the chunks of %s could not be "
+                                 "learned on this driver: %s",
+                  nvrm_pool_kind_name(fdkind), why);
 }

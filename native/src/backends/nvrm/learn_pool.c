@@ -36,6 +36,7 @@ enum { POOL_WIN = 192,   /* bytes either side of a mapping-base field */
 
 struct pscratch {
     void *pool;
+    int borrowed; /* the device's default pool: not destroyed */
     int nva;
     CUdeviceptr va[PS_MAX];
     int live[PS_MAX];
@@ -43,7 +44,11 @@ struct pscratch {
     uint8_t pat[PS_MAX][NVRM_LPAT];
 };
 
-/* Allocations of sizes[0..n) in a new pool of the kind; then frees those
+static int pscratch_fill(int device, struct pscratch *s, const size_t *sizes, int n,
+                         unsigned free_mask);
+
+/* Allocations of sizes[0..n) in a new pool of the kind (or, for
+ * NVRM_POOL_DEFAULT, in the device's default pool); then frees those
  * with free_mask set (their chunks keep the others). */
 static int pscratch_alloc(int device, int fdkind, struct pscratch *s, const size_t *sizes, int n,
                           unsigned free_mask)
@@ -52,6 +57,20 @@ static int pscratch_alloc(int device, int fdkind, struct pscratch *s, const size
     if (!gp_cu.MemPoolCreate || !gp_cu.MemPoolDestroy || !gp_cu.MemAllocFromPoolAsync ||
         !gp_cu.MemFreeAsync)
         return gp_err(GDRPY_ENOTSUP, "the CUDA driver lacks the memory-pool calls");
+    if (fdkind == NVRM_POOL_DEFAULT) {
+        /* allocations of our own in the device's default pool (returned to
+         * it afterwards; the pool itself is not ours to destroy) */
+        CUdevice dev = 0;
+        CUresult r0 = gp_cu.DeviceGetDefaultMemPool && gp_cu.DeviceGet(&dev, device) == 0
+                          ? gp_cu.DeviceGetDefaultMemPool(&s->pool, dev)
+                          : CUDA_ERROR_NOT_SUPPORTED;
+        if (r0) {
+            s->pool = NULL;
+            return gp_cuda_err(GDRPY_ENOTSUP, r0, "cuDeviceGetDefaultMemPool", "default pool");
+        }
+        s->borrowed = 1;
+        return pscratch_fill(device, s, sizes, n, free_mask);
+    }
     gp_CUmemPoolProps pp;
     memset(&pp, 0, sizeof pp);
     pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
@@ -63,6 +82,13 @@ static int pscratch_alloc(int device, int fdkind, struct pscratch *s, const size
         s->pool = NULL;
         return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemPoolCreate", "scratch pool");
     }
+    return pscratch_fill(device, s, sizes, n, free_mask);
+}
+
+static int pscratch_fill(int device, struct pscratch *s, const size_t *sizes, int n,
+                         unsigned free_mask)
+{
+    CUresult r;
     for (int i = 0; i < n && i < PS_MAX; i++) {
         /* sizes below 64: quarters of the first allocation's chunk */
         size_t want = sizes[i] >= 64 || !s->msize[0] ? sizes[i] : sizes[i] * (s->msize[0] / 4);
@@ -98,7 +124,7 @@ static void pscratch_free(struct pscratch *s)
             any = 1;
         }
     if (any) gp_cu.StreamSynchronize(GP_CU_STREAM_LEGACY);
-    if (s->pool) gp_cu.MemPoolDestroy(s->pool);
+    if (s->pool && !s->borrowed) gp_cu.MemPoolDestroy(s->pool);
     memset(s, 0, sizeof *s);
 }
 
@@ -447,7 +473,7 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
     const int n1 = one && *one == '1' ? 2 : 5;
     const unsigned fm1 = n1 == 5 ? 1u : 0u;
     if (pscratch_alloc(device, fdkind, &s[0], sz1, n1, fm1) ||
-        pscratch_alloc(device, fdkind, &s[1], sz2, 1, 0)) {
+        (fdkind != NVRM_POOL_DEFAULT && pscratch_alloc(device, fdkind, &s[1], sz2, 1, 0))) {
         snprintf(why, wl, "scratch pools: %s", gdrpy_last_error());
         goto out;
     }
@@ -460,9 +486,9 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
             for (int j = 0; j < i && first; j++) first = !(s[p].live[j] && s[p].mbase[j] == s[p].mbase[i]);
             if (first) places += pool_rules(nc, &s[p], i, ipc_cli, ipc_cli ? fam : 0, c2, &raw);
         }
-    gp_log(1, "nvrm: pool learn (%s handle types): %d + %d scratch chunks, base at %d places, %d "
+    gp_log(1, "nvrm: pool learn (%s): %d + %d scratch chunks, base at %d places, %d "
               "raw layouts; route C's client 0x%x, a handle of it 0x%x",
-           fdkind ? "fd" : "no", distinct_chunks(&s[0]), distinct_chunks(&s[1]), places, raw.n,
+           nvrm_pool_kind_name(fdkind), distinct_chunks(&s[0]), distinct_chunks(&s[1]), places, raw.n,
            ipc_cli, fam);
     free(c2);
     c2 = NULL;
@@ -543,10 +569,10 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
                                                  d.r[k].dp, d.r[k].dp2, d.r[k].dh)
                       : d.r[k].hop    ? snprintf(rs + u, sizeof rs - u, " [%+d]->+0x%x", d.r[k].dp, d.r[k].dh)
                                       : snprintf(rs + u, sizeof rs - u, " %+d", d.r[k].dh));
-    gp_log(1, "nvrm: pool records learned (pools %s handle types): RM handle relative to a "
+    gp_log(1, "nvrm: pool records learned (%s): RM handle relative to a "
               "mapping-base field at%s; client %s, size %s (confirmed on %d scratch allocations "
-              "in %d chunks of two pools)",
-           fdkind ? "with" : "without", rs, d.r[0].cli_fixed ? "route C's" : "in the record",
+              "in %d chunks)",
+           nvrm_pool_kind_name(fdkind), rs, d.r[0].cli_fixed ? "route C's" : "in the record",
            d.r[0].has_size ? "checked" : "not in the record", nlive,
            distinct_chunks(&s[0]) + distinct_chunks(&s[1]));
 out:

@@ -316,8 +316,21 @@ GP_HIDDEN int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint
  * on scratch memory of our own, inside a CUDA scope of the device); ENOTSUP
  * with the reason if they could not be learned and confirmed. */
 GP_HIDDEN int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out);
-/* fdkind: the pool was created with an exportable handle type (learned
- * separately: CUDA keeps those chunks differently). */
+/* fdkind: an NVRM_POOL_* kind (learned separately: CUDA keeps those chunks
+ * differently). */
+/* Pool kinds learned apart: pools created without / with an exportable
+ * handle type, and the device's default pool (learned on allocations of our
+ * own in it, only when the created pools' layouts do not name its chunk). */
+enum { NVRM_POOL_PLAIN = 0,
+       NVRM_POOL_FD = 1,
+       NVRM_POOL_DEFAULT = 2,
+       NVRM_POOL_KINDS = 3 };
+static inline const char *nvrm_pool_kind_name(int k)
+{
+    return k == NVRM_POOL_DEFAULT ? "the default pool"
+           : k == NVRM_POOL_FD    ? "pools with handle types"
+                                  : "pools without handle types";
+}
 /* learn_pool.c: learns the pool layouts (0, or -1 with why). */
 GP_HIDDEN int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind,
                               struct nvrm_pool_desc *out, char *why, size_t wl);
