@@ -30,9 +30,9 @@
 #include "internal.h"
 #include "nvrm.h"
 
-enum { POOL_WIN = 192,   /* bytes either side of a mapping-base field */
-       PS_MAX = 8,       /* allocations per scratch pool */
-       RAW_RULES = 64 }; /* raw layouts before soundness */
+enum { POOL_WIN = 192,    /* bytes either side of a mapping-base field */
+       PS_MAX = 8,        /* allocations per scratch pool */
+       RAW_RULES = 128 }; /* raw layouts before soundness */
 
 struct pscratch {
     void *pool;
@@ -163,7 +163,7 @@ static void size_field(const uint8_t *blk, int lo, int hi, int o, uint64_t msize
  * handle family of CUDA's client in a block a pointer in p's block points
  * to (r1: that pointer's offset in p's block; r2: the u32's offset in its
  * block).  Cached per p: records of one chunk share their pointers. */
-enum { HOP2_MAX = 8,
+enum { HOP2_MAX = 48,
        HOP2_CACHE = 512 };
 struct hop2 {
     uint64_t p;
@@ -240,8 +240,8 @@ static void add_rule(struct raw_rules *d, const struct nvrm_pool_rule *u)
 static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint32_t ipc_cli,
                       uint32_t fam, struct hop2_cache *c2, struct raw_rules *d)
 {
-    uint32_t tx[256]; /* handle values tried two pointers away, and whether they named it */
-    int tg[256], nt = 0;
+    uint32_t tx[2048]; /* handle values tried two pointers away, and whether they named it */
+    int tg[2048], nt = 0;
     struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
     if (!b) return 0;
     int nb = nvrm_walk((uint64_t)(uintptr_t)s->pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L);
