@@ -25,7 +25,8 @@
  * in a pool of one chunk); FAKE_POOL_LAYOUT=hop2 keeps the handle two
  * pointers away (record -> allocation record -> inner block), as the H100
  * showed for pools without handle types.  FAKE_DEFAULT_POOL_LAYOUT gives the
- * default pool a layout of its own (the others keep FAKE_POOL_LAYOUT's).
+ * default pool a layout of its own (the others keep FAKE_POOL_LAYOUT's);
+ * FAKE_POOL_LAYOUT=list chains a pool's chunk records in a list.
  * Not a driver: no security, one device, no freeing of video memory.
  */
 #ifndef _GNU_SOURCE
@@ -143,6 +144,7 @@ struct prec {
     struct pphys *phys;
     struct prec *first;   /* FAKE_POOL_LAYOUT=first: the pool's first chunk record */
     struct palloc *alloc; /* FAKE_POOL_LAYOUT=hop2: an allocation record of its own */
+    struct prec *next;    /* FAKE_POOL_LAYOUT=list: the next chunk's record */
 };
 /* hop2: as CUDA 13 keeps pool chunks without handle types (H100, 580.159):
  * the record points to an allocation record whose inner block (+0x60) holds
@@ -163,6 +165,20 @@ struct fpool {
     int nrec, live, chunk_obj;
     uint64_t chunk_va, used;
 };
+/* FAKE_POOL_LAYOUT=list: each pool's last record, kept outside the pool */
+static struct {
+    void *pool;
+    struct prec *tail;
+} list_tails[64];
+static struct prec **list_tail(void *pool)
+{
+    for (int i = 0; i < 64; i++)
+        if (list_tails[i].pool == pool || !list_tails[i].pool) {
+            list_tails[i].pool = pool;
+            return &list_tails[i].tail;
+        }
+    return &list_tails[63].tail;
+}
 static struct fpool default_pool = {0x706f6f6cull, 0, {0}, {0}, 0, 1, -1, 0, 0};
 static uint64_t pool_va_next = 0x7d0000000000ull;
 static int lie_armed, ambig_armed;
@@ -650,7 +666,9 @@ API CUresult cuMemPoolDestroy(void *pool)
 }
 static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
 {
-    struct prec *r = calloc(1, sizeof *r);
+    const char *lay0 = getenv("FAKE_POOL_LAYOUT");
+    /* list: records far apart in the heap (no block read shows the next) */
+    struct prec *r = calloc(1, lay0 && !strcmp(lay0, "list") ? 2048 : sizeof *r);
     r->tag = 0x63686e6bull;
     r->va = va;
     r->client = CUDA_CLIENT;
@@ -677,6 +695,15 @@ static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
         r->alloc->inner->junk[1] = 0x6161;
         r->alloc->inner->hmem = r->hmem;
         r->hmem = 0;
+    }
+    if (lay && !strcmp(lay, "list")) {
+        /* the pool holds its first record; each record the next one (the
+         * n-th chunk's record lies n pointers deep) */
+        struct prec **t = list_tail(p);
+        if (*t) (*t)->next = r;
+        else p->recs[p->nrec++] = r;
+        *t = keep(r);
+        return r;
     }
     if (p->nrec < 16) p->recs[p->nrec++] = r;
     return r;

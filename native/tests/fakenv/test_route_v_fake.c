@@ -175,6 +175,22 @@ int main(void)
         }
     }
 
+    /* a pool of many chunks: the last one's record may lie deeper than any
+     * walk from the pool reaches (FAKE_POOL_LAYOUT=list: 14 pointers) */
+    {
+        void *lp = NULL;
+        uint64_t a[14] = {0};
+        CHECK(cuMemPoolCreate(&lp, NULL) == 0, "long pool");
+        for (int i = 0; i < 14; i++)
+            CHECK(cuMemAllocFromPoolAsync(&a[i], 3u << 20, lp, NULL) == 0, "long pool alloc %d", i);
+        fill(a[13], 3u << 20, 77);
+        fill(a[6], 3u << 20, 66);
+        rc = pin_roundtrip(ctx, "long pool, last chunk", a[13], 3u << 20, 8192);
+        CHECK(rc == 0, "long pool, last chunk: %s", gdrpy_last_error());
+        rc = pin_roundtrip(ctx, "long pool, 7th chunk", a[6], 3u << 20, 64);
+        CHECK(rc == 0, "long pool, 7th chunk: %s", gdrpy_last_error());
+    }
+
     /* records that name a decoy object: the read-only identity check refuses */
     fake_arm_lie(1);
     uint64_t vl = vmm_alloc(C);

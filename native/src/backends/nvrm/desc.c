@@ -320,6 +320,79 @@ int nvrm_desc_pool_lookup_w(const struct nvrm_pool_desc *d, uint64_t pool, uint6
     return n;
 }
 
+/* The last resort of a lookup: every field holding mbase in this process's
+ * anonymous private writable memory (the heaps where CUDA keeps its
+ * records; regions backed by a file or a device, the stack and managed
+ * memory are never read), each with the words around it as a block; the
+ * same layouts are applied there.  A pool with many chunks may keep the
+ * record of one of them deeper in a list than any walk from the pool
+ * reaches. */
+enum { HEAP_WIN = 256,
+       HEAP_MAX_BLOCKS = 4096 };
+static int heap_blocks(uint64_t mbase, struct nvrm_blk *b, int maxb, uint64_t *scanned)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f) return 0;
+    const size_t piece = 1u << 20;
+    uint8_t *buf = malloc(piece);
+    int n = 0;
+    char line[512];
+    *scanned = 0;
+    while (buf && n < maxb && fgets(line, sizeof line, f)) {
+        unsigned long long lo = 0, hi = 0, off = 0;
+        char perm[8] = "", dev[16] = "";
+        unsigned long ino = 0;
+        int pos = 0;
+        if (sscanf(line, "%llx-%llx %7s %llx %15s %lu %n", &lo, &hi, perm, &off, dev, &ino, &pos) < 6)
+            continue;
+        const char *path = line + pos;
+        while (*path == ' ') path++;
+        int anon = *path == '\n' || *path == 0 || !strncmp(path, "[heap]", 6);
+        if (strncmp(perm, "rw-p", 4) || !anon || ino != 0) continue;
+        if (*scanned + (hi - lo) > (8ull << 30)) break; /* 8 GiB at most */
+        for (uint64_t a = lo; a < hi && n < maxb; a += piece) {
+            size_t len = hi - a < piece ? (size_t)(hi - a) : piece;
+            if (nvrm_safe_read(a, buf, len)) continue;
+            *scanned += len;
+            for (size_t o = 0; o + 8 <= len && n < maxb; o += 8) {
+                uint64_t v;
+                memcpy(&v, buf + o, 8);
+                if (v != mbase) continue;
+                uint64_t at = a + o, w0 = at >= HEAP_WIN ? at - HEAP_WIN : 0;
+                ssize_t got = read_some(w0, b[n].d, 2 * HEAP_WIN + 8);
+                if (got < (ssize_t)(at - w0 + 8)) continue;
+                b[n].addr = w0;
+                b[n].parent = -1;
+                b[n].off = 0;
+                b[n].len = (uint16_t)(got & ~7);
+                b[n].level = 0;
+                n++;
+            }
+        }
+    }
+    free(buf);
+    fclose(f);
+    return n;
+}
+
+int nvrm_desc_pool_lookup_heap(const struct nvrm_pool_desc *d, uint64_t mbase, uint64_t msize,
+                               uint32_t *cli, uint32_t *obj, int max, struct nvrm_pool_look *st)
+{
+    memset(st, 0, sizeof *st);
+    struct nvrm_blk *b = malloc((size_t)HEAP_MAX_BLOCKS * sizeof *b);
+    if (!b) return -1;
+    uint64_t scanned = 0;
+    int nb = heap_blocks(mbase, b, HEAP_MAX_BLOCKS, &scanned);
+    st->nb = nb;
+    st->full = nb >= HEAP_MAX_BLOCKS;
+    st->wide = 2;
+    int n = nb ? nvrm_pool_scan(d, b, nb, mbase, msize, cli, obj, max, st) : 0;
+    gp_log(1, "nvrm: heap scan for 0x%llx: %llu MiB read, %d fields hold it, %d candidates",
+           (unsigned long long)mbase, (unsigned long long)(scanned >> 20), nb, n);
+    free(b);
+    return n;
+}
+
 int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
                               uint64_t msize, uint32_t *cli, uint32_t *obj, int max)
 {

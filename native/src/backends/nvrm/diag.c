@@ -23,7 +23,9 @@ int nvrm_pool_diag_on(void)
 void nvrm_look_str(const struct nvrm_pool_look *st, char *s, size_t n)
 {
     size_t u = (size_t)snprintf(s, n, "walk %d blocks%s%s, base at %d places (shallowest level %d)",
-                                st->nb, st->full ? " (cap)" : "", st->wide ? " (wide)" : "",
+                                st->nb, st->full ? " (cap)" : "",
+                                st->wide == 2 ? " (heap)" : st->wide ? " (wide)"
+                                                                     : "",
                                 st->places, st->places ? st->minlvl : -1);
     for (int k = 0; k < st->nrec && u < n; k++)
         u += (size_t)snprintf(s + u, n - u, "%s cand%d: lvl %d rule %d", k ? "," : ";", k,

@@ -304,6 +304,11 @@ GP_HIDDEN int nvrm_desc_pool_lookup_w(const struct nvrm_pool_desc *d, uint64_t p
                                       uint64_t mbase, uint64_t msize, uint32_t *cli,
                                       uint32_t *obj, int max, struct nvrm_pool_look *st,
                                       int wide_only);
+/* The same over every field holding mbase in this process's anonymous
+ * private writable memory (st->wide = 2): when no walk reaches the record. */
+GP_HIDDEN int nvrm_desc_pool_lookup_heap(const struct nvrm_pool_desc *d, uint64_t mbase,
+                                         uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
+                                         struct nvrm_pool_look *st);
 GP_HIDDEN int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool,
                                         uint64_t mbase, uint64_t msize, uint32_t *cli,
                                         uint32_t *obj, int max);

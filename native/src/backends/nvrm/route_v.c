@@ -138,6 +138,15 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
                (unsigned long long)anchor, ls, ncand);
         bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
     }
+    if (bad && nalive == 0) {
+        /* the record lies deeper than any walk reaches (a long list of
+         * chunks): every field holding the base in CUDA's heaps */
+        ncand = nvrm_desc_pool_lookup_heap(&d, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk);
+        nvrm_look_str(&lk, ls, sizeof ls);
+        gp_log(1, "nvrm: pool lookup 0x%llx, heap: %s; %d candidates", (unsigned long long)anchor,
+               ls, ncand);
+        bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
+    }
     o->ncand = ncand < 0 ? 0 : ncand;
     o->nalive = nalive;
     o->cli0 = ncand > 0 ? cc[0] : 0;
