@@ -210,6 +210,25 @@ static int find_first(struct nvrm_ctx *nc, const struct vscratch *s, const struc
     return -1;
 }
 
+/* Does the place's u32 lie inside the heap block that holds it?  The block
+ * is where the path's last pointer leads; glibc keeps a chunk's size (flags
+ * in the low 3 bits) in the 8 bytes before it.  Unknown sizes count as
+ * inside (a preference, not a proof: the proof is the per-pin rule). */
+static int place_inside(uint64_t root, const struct nvrm_path *p)
+{
+    uint64_t a = root;
+    for (int h = 0; h < p->hops; h++) {
+        uint64_t v;
+        if (nvrm_safe_read(a + p->off[h], &v, 8)) return 1;
+        a = v;
+    }
+    uint64_t sz = 0;
+    if (nvrm_safe_read(a - 8, &sz, 8)) return 1;
+    sz &= ~7ull;
+    if (sz < 32 || sz > (1u << 20)) return 1;
+    return (uint64_t)p->off[p->hops] + 4 <= sz - 8;
+}
+
 static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
 {
     char *why = dstate[slot].vwhy;
@@ -322,6 +341,30 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         if (!wrong && right == nall) kept.obj[kept.nobj++] = d.obj[i];
     }
     d = kept;
+    /* fewest places: one that alone picks every allocation is kept alone
+     * (on the H100 a second place, right on every scratch allocation, named
+     * a pool chunk for an allocation of a busy process: the pin was refused
+     * as ambiguous) */
+    for (int pass = 0, done = 0; pass < 2 && !done && d.nobj > 1; pass++)
+        for (int i = 0; i < d.nobj && !done; i++) {
+            /* first the places inside the heap block that holds them (glibc's
+         * chunk size before the block): one past its end is a neighbour's */
+            if (pass == 0 && !place_inside((uint64_t)h1, &d.obj[i])) continue;
+            struct nvrm_vmm_desc one = d;
+            one.nobj = 1;
+            one.obj[0] = d.obj[i];
+            int all_ok = one.cli_fixed || one.ncli > 0;
+            for (int a = 0; a < nall && all_ok; a++) {
+                uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+                all_ok = nvrm_lrule_picks(
+                    nc, cc, oo, nvrm_desc_vmm_candidates(&one, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
+                    all[a]->size, 0, all[a]->pat);
+            }
+            if (all_ok) {
+                d = one;
+                done = 1;
+            }
+        }
     /* the per-pin rule must pick the right object on every allocation */
     int ok = d.nobj > 0 && (d.cli_fixed || d.ncli > 0);
     for (int a = 0; a < nall && ok; a++) {

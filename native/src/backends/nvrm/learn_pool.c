@@ -392,11 +392,12 @@ static void pool_rules_hop2_any(struct nvrm_ctx *nc, const struct pscratch *s, i
  * a wrong object (video memory large enough, without the pattern). */
 struct verdict {
     int right, wrong;
+    uint32_t rmask; /* the allocations (bit = index over both pools) it named */
 };
 
 /* Judges every raw layout on live allocation i of s (one walk of the pool). */
 static void judge(struct nvrm_ctx *nc, const struct raw_rules *raw, const struct pscratch *s, int i,
-                  struct verdict *v)
+                  int bit, struct verdict *v)
 {
     struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
     if (!b) return;
@@ -427,6 +428,7 @@ static void judge(struct nvrm_ctx *nc, const struct raw_rules *raw, const struct
             nvrm_live_add(&nc->n_mem, -1);
         }
         v[k].right += right;
+        if (right) v[k].rmask |= 1u << bit;
     }
     free(b);
 }
@@ -515,7 +517,7 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
     for (int p = 0; p < 2; p++)
         for (int i = 0; i < s[p].nva; i++)
             if (s[p].live[i]) {
-                judge(nc, &raw, &s[p], i, v);
+                judge(nc, &raw, &s[p], i, nlive, v);
                 nlive++;
             }
     for (int k = 0; k < raw.n; k++) {
@@ -526,14 +528,38 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
                u->has_size ? "at " : "none ", u->ds, v[k].right, nlive, v[k].wrong);
     }
     /* the fewest, most general sound layouts that pick every allocation:
-     * those right on all first, then down to those right on fewer */
+     * those right on all first (as many as fit), else a greedy cover of the
+     * allocations by sound layouts, then down to those right on fewer */
     int ok = 0, bad_i = -1, bad_p = 0, nsound = 0;
+    const uint32_t all = nlive >= 32 ? ~0u : (1u << nlive) - 1;
     for (int k = 0; k < raw.n; k++) nsound += !v[k].wrong && v[k].right > 0;
-    for (int t = nlive; t > 0 && !ok; t--) {
+    for (int t = nlive + 1; t > 0 && !ok; t--) {
         memset(&d, 0, sizeof d);
-        for (int want = nlive; want >= t; want--)
-            for (int k = 0; k < raw.n && d.n < NVRM_DESC_RULES; k++)
-                if (!v[k].wrong && v[k].right == want) d.r[d.n++] = raw.r[k];
+        if (t == nlive) {
+            /* greedy cover: the layout naming most of what is left, each time */
+            uint32_t cov = 0;
+            int used[RAW_RULES] = {0};
+            while (cov != all && d.n < NVRM_DESC_RULES) {
+                int best = -1, bn = 0;
+                for (int k = 0; k < raw.n; k++) {
+                    if (used[k] || v[k].wrong) continue;
+                    int nn = __builtin_popcount(v[k].rmask & ~cov);
+                    if (nn > bn) {
+                        bn = nn;
+                        best = k;
+                    }
+                }
+                if (best < 0) break;
+                used[best] = 1;
+                cov |= v[best].rmask;
+                d.r[d.n++] = raw.r[best];
+            }
+        } else {
+            const int t2 = t > nlive ? nlive : t;
+            for (int want = nlive; want >= t2; want--)
+                for (int k = 0; k < raw.n && d.n < NVRM_DESC_RULES; k++)
+                    if (!v[k].wrong && v[k].right == want) d.r[d.n++] = raw.r[k];
+        }
         if (!d.n) continue;
         ok = 1;
         for (int p = 0; p < 2 && ok; p++)
@@ -543,7 +569,10 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
                     bad_p = p;
                     bad_i = i;
                 }
-        gp_log(1, "nvrm: pool learn: %d layouts right on >= %d allocations: %s", d.n, t,
+        gp_log(1, "nvrm: pool learn: %d layouts (%s, %d allocations): %s", d.n,
+               t > nlive ? "right on all" : t == nlive ? "greedy cover"
+                                                       : "right on fewer",
+               nlive,
                ok ? "pick every allocation" : "miss one");
     }
     if (!ok) {
