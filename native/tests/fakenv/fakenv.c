@@ -23,7 +23,7 @@
  * chunk's RM handle in a block its record points to; FAKE_POOL_LAYOUT=first
  * adds to each record a pointer to the pool's first chunk record (right only
  * in a pool of one chunk); FAKE_POOL_LAYOUT=hop2 keeps the handle two
- * pointers away (record -> allocation record -> inner block), as the H100
+ * pointers away (record -> allocation record -> inner block), as the round-5 GPU
  * showed for pools without handle types.  FAKE_DEFAULT_POOL_LAYOUT gives the
  * default pool a layout of its own (the others keep FAKE_POOL_LAYOUT's);
  * FAKE_POOL_LAYOUT=list chains a pool's chunk records in a list.
@@ -146,7 +146,7 @@ struct prec {
     struct palloc *alloc; /* FAKE_POOL_LAYOUT=hop2: an allocation record of its own */
     struct prec *next;    /* FAKE_POOL_LAYOUT=list: the next chunk's record */
 };
-/* hop2: as CUDA 13 keeps pool chunks without handle types (H100, 580.159):
+/* hop2: as CUDA 13 keeps pool chunks without handle types (round-5 GPU run):
  * the record points to an allocation record whose inner block (+0x60) holds
  * the RM handle (+0x38 there, as cuMemCreate records do). */
 struct palloc {

@@ -342,7 +342,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
     }
     d = kept;
     /* fewest places: one that alone picks every allocation is kept alone
-     * (on the H100 a second place, right on every scratch allocation, named
+     * (on the round-5 GPU machine a second place, right on every scratch allocation, named
      * a pool chunk for an allocation of a busy process: the pin was refused
      * as ambiguous) */
     for (int pass = 0, done = 0; pass < 2 && !done && d.nobj > 1; pass++)
