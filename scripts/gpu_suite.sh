@@ -28,7 +28,9 @@
 #             tests, bench bandwidth by host-memory kind, bench transfer for
 #             pageable and page-locked memory
 #   kinds     memory kinds x nvrm routes (probe_kinds), libgdrapi compat on
-#             the GPU (fork after gdr_open, layouts), pytest tests/test_gpu_kinds.py
+#             the GPU (fork after gdr_open, layouts), pytest tests/test_gpu_kinds.py,
+#             pool memory after a busy warm-up (scripts/pool_probe.py warm,
+#             tests/test_gpu_pools_busy.py then test_gpu_kinds.py in one process)
 #   gdrcopy   GDRCopy's own tests on libgdrapi.so.2 (needs .ext/gdrcopy: see
 #             scripts/gdrcopy_tests.sh)
 #   ucx       ucx_perftest with and without gdr_copy (needs .ext/ucx from
@@ -101,6 +103,10 @@ if want kinds; then
     step kinds_probe 300 sh native/tests/gpu/run_probe_kinds.sh "$WORK"
     step gdrapi_compat_gpu 120 native/build/test_gdrapi_compat
     step pytest_kinds 300 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu_kinds.py
+    # pool memory in a busy process (issue 13): a warm-up of many allocations first
+    step pool_probe_warm 120 env GDRPY_LOG_LEVEL=1 python3 scripts/pool_probe.py warm
+    step pytest_pools_busy 300 python3 -m pytest -q -rs -p no:cacheprovider \
+        tests/test_gpu_pools_busy.py tests/test_gpu_kinds.py
 fi
 if want gdrcopy && [ -d .ext/gdrcopy ]; then
     step gdrcopy_tests 560 scripts/gdrcopy_tests.sh .ext/gdrcopy --work "$WORK/gdrcopy" --timeout 240

@@ -95,6 +95,7 @@ static void do_load(void)
         /* page-locked host memory and the staging ring (hostmem.c, staging.c) */
         OPT(MemPoolCreate, "cuMemPoolCreate"),
         OPT(MemPoolDestroy, "cuMemPoolDestroy"),
+        OPT(DeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool"),
         OPT(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync"),
         OPT(MemFreeAsync, "cuMemFreeAsync"),
         OPT(MemHostAlloc, "cuMemHostAlloc"),

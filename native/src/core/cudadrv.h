@@ -186,6 +186,7 @@ struct gp_cuda_api {
      * describes a pool's chunks on a scratch pool of its own) */
     CUresult (*MemPoolCreate)(void **pool, const gp_CUmemPoolProps *props);
     CUresult (*MemPoolDestroy)(void *pool);
+    CUresult (*DeviceGetDefaultMemPool)(void **pool, CUdevice dev);
     CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *p, size_t n, void *pool, CUstream s);
     CUresult (*MemFreeAsync)(CUdeviceptr p, CUstream s);
     /* page-locked host memory and events (optional: hostmem.c and staging.c

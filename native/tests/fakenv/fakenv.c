@@ -20,7 +20,13 @@
  * base, client, size, RM handle).  fake_arm_lie(1) makes later records name
  * a decoy object of the same size; fake_arm_ambiguous(1) adds a second
  * record for later chunks naming a decoy.  FAKE_POOL_LAYOUT=hop keeps a
- * chunk's RM handle in a block its record points to.
+ * chunk's RM handle in a block its record points to; FAKE_POOL_LAYOUT=first
+ * adds to each record a pointer to the pool's first chunk record (right only
+ * in a pool of one chunk); FAKE_POOL_LAYOUT=hop2 keeps the handle two
+ * pointers away (record -> allocation record -> inner block), as the round-5 GPU
+ * showed for pools without handle types.  FAKE_DEFAULT_POOL_LAYOUT gives the
+ * default pool a layout of its own (the others keep FAKE_POOL_LAYOUT's);
+ * FAKE_POOL_LAYOUT=list chains a pool's chunk records in a list.
  * Not a driver: no security, one device, no freeing of video memory.
  */
 #ifndef _GNU_SOURCE
@@ -43,7 +49,7 @@
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
 
-#define FB_SIZE (128u << 20)
+#define FB_SIZE (512u << 20) /* sparse: a memfd */
 #define CHUNK (2u << 20)
 #define VA_LEGACY 0x7e0000000000ull
 #define VA_VMM 0x7f0000000000ull
@@ -136,6 +142,20 @@ struct prec {
     uint64_t size;
     uint32_t hmem, pad;
     struct pphys *phys;
+    struct prec *first;   /* FAKE_POOL_LAYOUT=first: the pool's first chunk record */
+    struct palloc *alloc; /* FAKE_POOL_LAYOUT=hop2: an allocation record of its own */
+    struct prec *next;    /* FAKE_POOL_LAYOUT=list: the next chunk's record */
+};
+/* hop2: as CUDA 13 keeps pool chunks without handle types (round-5 GPU run):
+ * the record points to an allocation record whose inner block (+0x60) holds
+ * the RM handle (+0x38 there, as cuMemCreate records do). */
+struct palloc {
+    uint64_t junk[12];
+    struct pinner *inner; /* +0x60 */
+};
+struct pinner {
+    uint64_t junk[7];
+    uint32_t hmem, pad; /* +0x38 */
 };
 struct fpool {
     uint64_t magic;
@@ -145,6 +165,20 @@ struct fpool {
     int nrec, live, chunk_obj;
     uint64_t chunk_va, used;
 };
+/* FAKE_POOL_LAYOUT=list: each pool's last record, kept outside the pool */
+static struct {
+    void *pool;
+    struct prec *tail;
+} list_tails[64];
+static struct prec **list_tail(void *pool)
+{
+    for (int i = 0; i < 64; i++)
+        if (list_tails[i].pool == pool || !list_tails[i].pool) {
+            list_tails[i].pool = pool;
+            return &list_tails[i].tail;
+        }
+    return &list_tails[63].tail;
+}
 static struct fpool default_pool = {0x706f6f6cull, 0, {0}, {0}, 0, 1, -1, 0, 0};
 static uint64_t pool_va_next = 0x7d0000000000ull;
 static int lie_armed, ambig_armed;
@@ -632,26 +666,52 @@ API CUresult cuMemPoolDestroy(void *pool)
 }
 static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
 {
-    struct prec *r = calloc(1, sizeof *r);
+    const char *lay0 = getenv("FAKE_POOL_LAYOUT");
+    /* list: records far apart in the heap (no block read shows the next) */
+    struct prec *r = calloc(1, lay0 && !strcmp(lay0, "list") ? 2048 : sizeof *r);
     r->tag = 0x63686e6bull;
     r->va = va;
     r->client = CUDA_CLIENT;
     r->flags = 3;
     r->size = objs[obj].size;
     r->hmem = objs[obj].h;
-    const char *lay = getenv("FAKE_POOL_LAYOUT");
+    /* FAKE_DEFAULT_POOL_LAYOUT: the default pool keeps its chunks otherwise */
+    const char *lay = p == &default_pool && getenv("FAKE_DEFAULT_POOL_LAYOUT")
+                          ? getenv("FAKE_DEFAULT_POOL_LAYOUT")
+                          : getenv("FAKE_POOL_LAYOUT");
     if (lay && !strcmp(lay, "hop")) {
         r->phys = calloc(1, sizeof *r->phys);
         r->phys->junk[0] = 0x5555;
         r->phys->hmem = r->hmem;
         r->hmem = 0;
     }
+    /* a pointer next to the base that leads to the right record only while
+     * the pool has one chunk (a learner that saw one chunk per pool keeps it) */
+    if (lay && !strcmp(lay, "first")) r->first = p->nrec ? p->recs[0] : r;
+    if (lay && !strcmp(lay, "hop2")) {
+        r->alloc = keep(calloc(1, 4096)); /* large: its inner block lies beyond one hop */
+        r->alloc->junk[0] = 0x5151;
+        r->alloc->inner = keep(calloc(1, sizeof *r->alloc->inner));
+        r->alloc->inner->junk[1] = 0x6161;
+        r->alloc->inner->hmem = r->hmem;
+        r->hmem = 0;
+    }
+    if (lay && !strcmp(lay, "list")) {
+        /* the pool holds its first record; each record the next one (the
+         * n-th chunk's record lies n pointers deep) */
+        struct prec **t = list_tail(p);
+        if (*t) (*t)->next = r;
+        else p->recs[p->nrec++] = r;
+        *t = keep(r);
+        return r;
+    }
     if (p->nrec < 16) p->recs[p->nrec++] = r;
     return r;
 }
 static void prec_set_handle(struct prec *r, uint32_t h)
 {
-    if (r->phys) r->phys->hmem = h;
+    if (r->alloc) r->alloc->inner->hmem = h;
+    else if (r->phys) r->phys->hmem = h;
     else r->hmem = h;
 }
 API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t n, void *pool, void *stream)

@@ -70,11 +70,33 @@ int nvrm_is_client(uint32_t x) { return (x & 0xfff00000u) == RS_CLIENT_HANDLE_BA
 
 static int plausible_ptr(uint64_t v) { return v >= 0x10000 && v < (1ull << 47) && !(v & 7); }
 
+/* Addresses already in the walk: open addressing, capacity a power of two
+ * at least twice the block cap (so a lookup always ends). */
+struct addr_set {
+    uint64_t *t;
+    uint32_t mask;
+};
+static int aset_add(struct addr_set *s, uint64_t v)
+{
+    uint32_t i = (uint32_t)((v >> 3) * 0x9e3779b97f4a7c15ull >> 40) & s->mask;
+    while (s->t[i]) {
+        if (s->t[i] == v) return 0;
+        i = (i + 1) & s->mask;
+    }
+    s->t[i] = v;
+    return 1;
+}
+
 int nvrm_walk(uint64_t root, struct nvrm_blk *b, int maxb, int levels)
 {
     int n = 0;
     ssize_t k = read_some(root, b[0].d, NVRM_WALK_L0);
     if (k < 64) return 0;
+    uint32_t cap = 64;
+    while (cap < 2u * (uint32_t)maxb) cap <<= 1;
+    struct addr_set seen = {calloc(cap, sizeof(uint64_t)), cap - 1};
+    if (!seen.t) return 0;
+    aset_add(&seen, root);
     b[0].addr = root;
     b[0].parent = -1;
     b[0].off = 0;
@@ -86,10 +108,7 @@ int nvrm_walk(uint64_t root, struct nvrm_blk *b, int maxb, int levels)
         for (uint32_t o = 0; o + 8 <= b[i].len && n < maxb; o += 8) {
             uint64_t v;
             memcpy(&v, b[i].d + o, 8);
-            if (!plausible_ptr(v)) continue;
-            int seen = 0;
-            for (int j = 0; j < n && !seen; j++) seen = b[j].addr == v;
-            if (seen) continue;
+            if (!plausible_ptr(v) || !aset_add(&seen, v)) continue;
             ssize_t got = read_some(v, b[n].d, NVRM_WALK_BLK);
             if (got < 64) continue;
             b[n].addr = v;
@@ -100,6 +119,7 @@ int nvrm_walk(uint64_t root, struct nvrm_blk *b, int maxb, int levels)
             n++;
         }
     }
+    free(seen.t);
     return n;
 }
 
@@ -209,17 +229,21 @@ int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle, uin
     return n;
 }
 
-int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
-                              uint64_t msize, uint32_t *cli, uint32_t *obj, int max)
+/* Applies d's rules at every place of the walk b[nb] that holds mbase. */
+int nvrm_pool_scan(const struct nvrm_pool_desc *d, const struct nvrm_blk *b, int nb,
+                   uint64_t mbase, uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
+                   struct nvrm_pool_look *st)
 {
-    struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
-    if (!b) return -1;
-    int nb = nvrm_walk(pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L), n = 0;
+    int n = 0;
     for (int i = 0; i < nb; i++)
         for (uint32_t o = 0; o + 8 <= b[i].len; o += 8) {
             uint64_t v;
             memcpy(&v, b[i].d + o, 8);
             if (v != mbase) continue;
+            if (st) {
+                if (!st->places || b[i].level < st->minlvl) st->minlvl = b[i].level;
+                st->places++;
+            }
             for (int r = 0; r < d->n; r++) {
                 const struct nvrm_pool_rule *u = &d->r[r];
                 int64_t ph = (int64_t)o + u->dh, pc = (int64_t)o + u->dc, ps = (int64_t)o + u->ds;
@@ -238,7 +262,11 @@ int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uin
                 if (u->hop) {
                     uint64_t p;
                     memcpy(&p, b[i].d + o + u->dp, 8);
-                    if (!plausible_ptr(p) || nvrm_safe_read(p + (uint64_t)u->dh, &x, 4)) continue;
+                    if (!plausible_ptr(p)) continue;
+                    if (u->hop == 2 && (u->dp2 < 0 || nvrm_safe_read(p + (uint64_t)u->dp2, &p, 8) ||
+                                        !plausible_ptr(p)))
+                        continue;
+                    if (nvrm_safe_read(p + (uint64_t)u->dh, &x, 4)) continue;
                 } else {
                     memcpy(&x, b[i].d + ph, 4);
                 }
@@ -246,11 +274,129 @@ int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uin
                     if (pc < 0 || pc + 4 > b[i].len) continue;
                     memcpy(&c, b[i].d + pc, 4);
                 }
+                int before = n;
                 n = add_pair(cli, obj, n, max, c, x);
+                if (st && n > before && st->nrec < NVRM_LOOK_REC) {
+                    st->rec_lvl[st->nrec] = b[i].level;
+                    st->rec_rule[st->nrec++] = (uint8_t)r;
+                }
             }
         }
+    return n;
+}
+
+int nvrm_desc_pool_lookup(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
+                          uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
+                          struct nvrm_pool_look *st)
+{
+    return nvrm_desc_pool_lookup_w(d, pool, mbase, msize, cli, obj, max, st, 0);
+}
+
+int nvrm_desc_pool_lookup_w(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
+                            uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
+                            struct nvrm_pool_look *st, int wide_only)
+{
+    static const int caps[2][2] = {{NVRM_WALK_POOL_B, NVRM_WALK_POOL_L},
+                                   {NVRM_WALK_POOL_BIG_B, NVRM_WALK_POOL_BIG_L}};
+    struct nvrm_pool_look dummy;
+    if (!st) st = &dummy;
+    memset(st, 0, sizeof *st);
+    int n = -1;
+    /* the usual walk first; a pool with many chunks (or many other records
+     * before them) may keep the chunk's record further away: a wider walk,
+     * with the same rules (it only finds more places to apply them) */
+    for (int w = wide_only ? 1 : 0; w < 2 && n <= 0; w++) {
+        struct nvrm_blk *b = malloc((size_t)caps[w][0] * sizeof *b);
+        if (!b) return -1;
+        int nb = nvrm_walk(pool, b, caps[w][0], caps[w][1]);
+        memset(st, 0, sizeof *st);
+        st->nb = nb;
+        st->full = nb >= caps[w][0];
+        st->wide = w;
+        n = nb ? nvrm_pool_scan(d, b, nb, mbase, msize, cli, obj, max, st) : -1;
+        free(b);
+        if (!nb) break;
+    }
+    return n;
+}
+
+/* The last resort of a lookup: every field holding mbase in this process's
+ * anonymous private writable memory (the heaps where CUDA keeps its
+ * records; regions backed by a file or a device, the stack and managed
+ * memory are never read), each with the words around it as a block; the
+ * same layouts are applied there.  A pool with many chunks may keep the
+ * record of one of them deeper in a list than any walk from the pool
+ * reaches. */
+enum { HEAP_WIN = 256,
+       HEAP_MAX_BLOCKS = 4096 };
+static int heap_blocks(uint64_t mbase, struct nvrm_blk *b, int maxb, uint64_t *scanned)
+{
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f) return 0;
+    const size_t piece = 1u << 20;
+    uint8_t *buf = malloc(piece);
+    int n = 0;
+    char line[512];
+    *scanned = 0;
+    while (buf && n < maxb && fgets(line, sizeof line, f)) {
+        unsigned long long lo = 0, hi = 0, off = 0;
+        char perm[8] = "", dev[16] = "";
+        unsigned long ino = 0;
+        int pos = 0;
+        if (sscanf(line, "%llx-%llx %7s %llx %15s %lu %n", &lo, &hi, perm, &off, dev, &ino, &pos) < 6)
+            continue;
+        const char *path = line + pos;
+        while (*path == ' ') path++;
+        int anon = *path == '\n' || *path == 0 || !strncmp(path, "[heap]", 6);
+        if (strncmp(perm, "rw-p", 4) || !anon || ino != 0) continue;
+        if (*scanned + (hi - lo) > (8ull << 30)) break; /* 8 GiB at most */
+        for (uint64_t a = lo; a < hi && n < maxb; a += piece) {
+            size_t len = hi - a < piece ? (size_t)(hi - a) : piece;
+            if (nvrm_safe_read(a, buf, len)) continue;
+            *scanned += len;
+            for (size_t o = 0; o + 8 <= len && n < maxb; o += 8) {
+                uint64_t v;
+                memcpy(&v, buf + o, 8);
+                if (v != mbase) continue;
+                uint64_t at = a + o, w0 = at >= HEAP_WIN ? at - HEAP_WIN : 0;
+                ssize_t got = read_some(w0, b[n].d, 2 * HEAP_WIN + 8);
+                if (got < (ssize_t)(at - w0 + 8)) continue;
+                b[n].addr = w0;
+                b[n].parent = -1;
+                b[n].off = 0;
+                b[n].len = (uint16_t)(got & ~7);
+                b[n].level = 0;
+                n++;
+            }
+        }
+    }
+    free(buf);
+    fclose(f);
+    return n;
+}
+
+int nvrm_desc_pool_lookup_heap(const struct nvrm_pool_desc *d, uint64_t mbase, uint64_t msize,
+                               uint32_t *cli, uint32_t *obj, int max, struct nvrm_pool_look *st)
+{
+    memset(st, 0, sizeof *st);
+    struct nvrm_blk *b = malloc((size_t)HEAP_MAX_BLOCKS * sizeof *b);
+    if (!b) return -1;
+    uint64_t scanned = 0;
+    int nb = heap_blocks(mbase, b, HEAP_MAX_BLOCKS, &scanned);
+    st->nb = nb;
+    st->full = nb >= HEAP_MAX_BLOCKS;
+    st->wide = 2;
+    int n = nb ? nvrm_pool_scan(d, b, nb, mbase, msize, cli, obj, max, st) : 0;
+    gp_log(1, "nvrm: heap scan for 0x%llx: %llu MiB read, %d fields hold it, %d candidates",
+           (unsigned long long)mbase, (unsigned long long)(scanned >> 20), nb, n);
     free(b);
-    return nb ? n : -1;
+    return n;
+}
+
+int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uint64_t mbase,
+                              uint64_t msize, uint32_t *cli, uint32_t *obj, int max)
+{
+    return nvrm_desc_pool_lookup(d, pool, mbase, msize, cli, obj, max, NULL);
 }
 
 int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,

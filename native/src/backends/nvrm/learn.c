@@ -13,14 +13,15 @@
  * (or pool) are read without faulting (desc.c); a candidate RM handle counts
  * only if its duplicate in our client is video memory whose bytes, read
  * through BAR1 at the expected offset, are the pattern.  Every place the
- * proven handle was seen is then tried on further scratch allocations (VMM:
- * a second one without the RDMA flag; pools: a second allocation at an
- * offset in the same chunk and one in a second pool), and only the places
- * that named the right memory every time are kept.  Finally the per-pin rule
- * itself (desc.c: exactly one candidate may be video memory large enough)
- * must pick the right object on those allocations.  Otherwise the kind stays
- * refused, with the reason.  Costs tens of milliseconds, once, at the first
- * pin of such memory (not at open).
+ * proven handle was seen is then tried on a second scratch allocation
+ * without the RDMA flag, and only the places that named the right memory
+ * every time are kept.  Finally the per-pin rule itself (desc.c: exactly one
+ * candidate may be video memory large enough) must pick the right object on
+ * both.  Otherwise the kind stays refused, with the reason.  Pools are
+ * learned by learn_pool.c (on scratch pools of several chunks); this file
+ * keeps what was learned per device, and learns pools again when CUDA's
+ * client changed.  Costs tens of milliseconds, once, at the first pin of
+ * such memory (not at open).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -35,14 +36,12 @@
 #include "internal.h"
 #include "nvrm.h"
 
-enum { PAT = 64,          /* pattern bytes */
-       POOL_WIN = 192,    /* bytes either side of a mapping-base field */
-       MAX_TRIES = 12000, /* candidate dups per client while learning */
+enum { MAX_TRIES = 12000, /* candidate dups per client while learning */
        MAX_CLI = 6 };
 
 /* ---- scratch memory of our own ----------------------------------------- */
 
-static void pattern(uint8_t *p, size_t n, uint64_t salt)
+void nvrm_lpattern(uint8_t *p, size_t n, uint64_t salt)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -56,16 +55,16 @@ static void pattern(uint8_t *p, size_t n, uint64_t salt)
 }
 
 /* Does RM object h (our dup) hold `pat` at rm_off?  Read only. */
-static int holds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_off, const uint8_t *pat)
+int nvrm_lholds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_off, const uint8_t *pat)
 {
     const uint64_t hp = (uint64_t)nvrm_host_page();
     struct nvrm_map m;
-    if ((rm_off & 7) || nvrm_map_range(nc, h, rm_off, PAT, &m)) return 0;
-    uint8_t got[PAT];
+    if ((rm_off & 7) || nvrm_map_range(nc, h, rm_off, NVRM_LPAT, &m)) return 0;
+    uint8_t got[NVRM_LPAT];
     const volatile uint8_t *base = (const volatile uint8_t *)m.mm + (rm_off & (hp - 1));
-    nvrm_read_mapped(base, rm_off, rm_off, PAT, got);
+    nvrm_read_mapped(base, rm_off, rm_off, NVRM_LPAT, got);
     nvrm_unmap_range(nc, h, &m);
-    return memcmp(got, pat, PAT) == 0;
+    return memcmp(got, pat, NVRM_LPAT) == 0;
 }
 
 static void drop(struct nvrm_ctx *nc, uint32_t h)
@@ -75,24 +74,24 @@ static void drop(struct nvrm_ctx *nc, uint32_t h)
 }
 
 /* Is (cli, obj) video memory holding pat at rm_off?  (Dup freed again.) */
-static int names(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
-                 const uint8_t *pat)
+int nvrm_lnames(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
+                const uint8_t *pat)
 {
     uint32_t h = 0;
     if (!obj || obj == cli || nvrm_dup(nc, cli, obj, &h, "learning: candidate")) return 0;
-    int ok = nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER && holds(nc, h, rm_off, pat);
+    int ok = nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER && nvrm_lholds(nc, h, rm_off, pat);
     drop(nc, h);
     return ok;
 }
 
 /* The per-pin rule picks, among `n` candidates, the one holding pat. */
-static int rule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,
-                      uint64_t need, uint64_t rm_off, const uint8_t *pat)
+int nvrm_lrule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,
+                     uint64_t need, uint64_t rm_off, const uint8_t *pat)
 {
     uint32_t h = 0;
     int alive = 0;
     if (n <= 0 || nvrm_keep_one(nc, cli, obj, n, need, &h, &alive)) return 0;
-    int ok = holds(nc, h, rm_off, pat);
+    int ok = nvrm_lholds(nc, h, rm_off, pat);
     drop(nc, h);
     return ok;
 }
@@ -102,7 +101,7 @@ struct vscratch {
     size_t size;
     CUmemGenericAllocationHandle h;
     int mapped, reserved, created;
-    uint8_t pat[PAT];
+    uint8_t pat[NVRM_LPAT];
 };
 
 static int vscratch_alloc(int device, int rdma, struct vscratch *s)
@@ -129,8 +128,8 @@ static int vscratch_alloc(int device, int rdma, struct vscratch *s)
     s->mapped = 1;
     gp_CUmemAccessDesc ad = {CU_MEM_LOCATION_TYPE_DEVICE, device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     if ((r = gp_cu.MemSetAccess(s->va, g, &ad, 1))) goto fail;
-    pattern(s->pat, PAT, s->va);
-    return gp_cuda_memcpy(device, 0, s->va, s->pat, PAT, NULL);
+    nvrm_lpattern(s->pat, NVRM_LPAT, s->va);
+    return gp_cuda_memcpy(device, 0, s->va, s->pat, NVRM_LPAT, NULL);
 fail:
     return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemCreate/cuMemMap", "scratch VMM allocation");
 }
@@ -153,9 +152,10 @@ static struct {
     char vwhy[320];
     /* pools, [0] without and [1] with an exportable handle type: CUDA keeps
      * the two kinds' chunks differently, so each is learned on its own kind */
-    int pstate[2];
-    struct nvrm_pool_desc p[2];
-    char pwhy[2][320];
+    int pstate[NVRM_POOL_KINDS], ptries[NVRM_POOL_KINDS];
+    uint32_t pcli[NVRM_POOL_KINDS]; /* route C's client when they were learned */
+    struct nvrm_pool_desc p[NVRM_POOL_KINDS];
+    char pwhy[NVRM_POOL_KINDS][320];
 } dstate[MAX_DEV];
 
 /* ---- VMM ----------------------------------------------------------------- */
@@ -200,7 +200,7 @@ static int find_first(struct nvrm_ctx *nc, const struct vscratch *s, const struc
                 for (uint32_t q = 0; q < o && !earlier; q += 4) earlier = !memcmp(b[i].d + q, &x, 4);
                 if (earlier) continue;
                 tries++;
-                if (names(nc, cs[c], x, 0, s->pat)) {
+                if (nvrm_lnames(nc, cs[c], x, 0, s->pat)) {
                     *cli = cs[c];
                     *obj = x;
                     return 0;
@@ -210,13 +210,35 @@ static int find_first(struct nvrm_ctx *nc, const struct vscratch *s, const struc
     return -1;
 }
 
+/* Does the place's u32 lie inside the heap block that holds it?  The block
+ * is where the path's last pointer leads; glibc keeps a chunk's size (flags
+ * in the low 3 bits) in the 8 bytes before it.  Unknown sizes count as
+ * inside (a preference, not a proof: the proof is the per-pin rule). */
+static int place_inside(uint64_t root, const struct nvrm_path *p)
+{
+    uint64_t a = root;
+    for (int h = 0; h < p->hops; h++) {
+        uint64_t v;
+        if (nvrm_safe_read(a + p->off[h], &v, 8)) return 1;
+        a = v;
+    }
+    uint64_t sz = 0;
+    if (nvrm_safe_read(a - 8, &sz, 8)) return 1;
+    sz &= ~7ull;
+    if (sz < 32 || sz > (1u << 20)) return 1;
+    return (uint64_t)p->off[p->hops] + 4 <= sz - 8;
+}
+
 static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
 {
     char *why = dstate[slot].vwhy;
     const size_t wl = sizeof dstate[slot].vwhy;
-    struct vscratch s1, s2;
+    enum { VMM_EXTRA = 3 };
+    struct vscratch s1, s2, sx[VMM_EXTRA];
+    CUmemGenericAllocationHandle hx[VMM_EXTRA] = {0};
     memset(&s1, 0, sizeof s1);
     memset(&s2, 0, sizeof s2);
+    memset(sx, 0, sizeof sx);
     struct nvrm_blk *b = malloc(NVRM_WALK_VMM_B * sizeof *b);
     if (!b || vscratch_alloc(device, 1, &s1)) {
         snprintf(why, wl, "scratch allocation: %s", b ? gdrpy_last_error() : "out of memory");
@@ -258,7 +280,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         for (int i = 0; i < np && !good; i++) {
             uint32_t o2 = 0;
             good = nvrm_path_read((uint64_t)h2, &P[i], &o2, 4) == 0 && o2 != obj &&
-                   names(nc, c2, o2, 0, s2.pat);
+                   nvrm_lnames(nc, c2, o2, 0, s2.pat);
         }
         if (good) d.cli[d.ncli++] = Q[j];
     }
@@ -269,20 +291,92 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
         int n = nvrm_desc_vmm_candidates(&one, (uint64_t)h2, cc, oo, NVRM_MAX_CAND);
         int good = 0;
-        for (int k = 0; k < n && !good; k++) good = oo[k] != obj && names(nc, cc[k], oo[k], 0, s2.pat);
+        for (int k = 0; k < n && !good; k++) good = oo[k] != obj && nvrm_lnames(nc, cc[k], oo[k], 0, s2.pat);
         if (good) d.obj[d.nobj++] = P[i];
     }
-    /* the per-pin rule must pick the right object on both allocations */
-    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+    /* soundness, as a busy process needs it: with more allocations alive, a
+     * place that names another allocation's object (a neighbour in CUDA's
+     * lists) is dropped; kept are the places right on every allocation and
+     * never naming a wrong live object */
+    const struct vscratch *all[2 + VMM_EXTRA] = {&s1, &s2};
+    CUmemGenericAllocationHandle ha[2 + VMM_EXTRA] = {h1, h2};
+    int nall = 2;
+    for (int k = 0; k < VMM_EXTRA; k++) {
+        if (vscratch_alloc(device, k != 1, &sx[k]) ||
+            gp_cu.MemRetainAllocationHandle(&hx[k], (void *)(uintptr_t)sx[k].va)) {
+            snprintf(why, wl, "scratch allocation %d: %s", 3 + k, gdrpy_last_error());
+            goto out;
+        }
+        all[nall] = &sx[k];
+        ha[nall++] = hx[k];
+    }
+    struct nvrm_vmm_desc kept = d;
+    kept.nobj = 0;
+    for (int i = 0; i < d.nobj; i++) {
+        struct nvrm_vmm_desc one = d;
+        one.nobj = 1;
+        one.obj[0] = d.obj[i];
+        int right = 0, wrong = 0;
+        for (int a = 0; a < nall; a++) {
+            uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+            int n = nvrm_desc_vmm_candidates(&one, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND), r = 0;
+            for (int k = 0; k < n; k++) {
+                uint32_t h = 0;
+                if (nvrm_dup(nc, cc[k], oo[k], &h, "learning: judging a candidate")) continue;
+                uint64_t sz = 0;
+                if (nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
+                    ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= all[a]->size)) {
+                    if (nvrm_lholds(nc, h, 0, all[a]->pat)) r = 1;
+                    else wrong++;
+                }
+                drop(nc, h);
+            }
+            right += r;
+        }
+        char ps[96];
+        nvrm_path_str(&d.obj[i], ps, sizeof ps);
+        gp_log(1, "nvrm: route V learning: place %s right on %d of %d scratch allocations, wrong "
+                  "objects %d",
+               ps, right, nall, wrong);
+        if (!wrong && right == nall) kept.obj[kept.nobj++] = d.obj[i];
+    }
+    d = kept;
+    /* fewest places: one that alone picks every allocation is kept alone
+     * (on the round-5 GPU machine a second place, right on every scratch allocation, named
+     * a pool chunk for an allocation of a busy process: the pin was refused
+     * as ambiguous) */
+    for (int pass = 0, done = 0; pass < 2 && !done && d.nobj > 1; pass++)
+        for (int i = 0; i < d.nobj && !done; i++) {
+            /* first the places inside the heap block that holds them (glibc's
+         * chunk size before the block): one past its end is a neighbour's */
+            if (pass == 0 && !place_inside((uint64_t)h1, &d.obj[i])) continue;
+            struct nvrm_vmm_desc one = d;
+            one.nobj = 1;
+            one.obj[0] = d.obj[i];
+            int all_ok = one.cli_fixed || one.ncli > 0;
+            for (int a = 0; a < nall && all_ok; a++) {
+                uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+                all_ok = nvrm_lrule_picks(
+                    nc, cc, oo, nvrm_desc_vmm_candidates(&one, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
+                    all[a]->size, 0, all[a]->pat);
+            }
+            if (all_ok) {
+                d = one;
+                done = 1;
+            }
+        }
+    /* the per-pin rule must pick the right object on every allocation */
     int ok = d.nobj > 0 && (d.cli_fixed || d.ncli > 0);
-    ok = ok && rule_picks(nc, cc, oo, nvrm_desc_vmm_candidates(&d, (uint64_t)h1, cc, oo, NVRM_MAX_CAND),
-                          s1.size, 0, s1.pat);
-    ok = ok && rule_picks(nc, cc, oo, nvrm_desc_vmm_candidates(&d, (uint64_t)h2, cc, oo, NVRM_MAX_CAND),
-                          s2.size, 0, s2.pat);
+    for (int a = 0; a < nall && ok; a++) {
+        uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+        ok = nvrm_lrule_picks(nc, cc, oo,
+                              nvrm_desc_vmm_candidates(&d, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
+                              all[a]->size, 0, all[a]->pat);
+    }
     if (!ok) {
         snprintf(why, wl, "the %d places that named the memory of one scratch allocation did "
-                          "not name exactly the memory of a second one (%d kept)",
-                 np, d.nobj);
+                          "not name exactly the memory of %d others (%d kept)",
+                 np, nall - 1, d.nobj);
         goto out;
     }
     dstate[slot].v = d;
@@ -291,9 +385,13 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
     nvrm_path_str(&d.obj[0], ps, sizeof ps);
     if (!d.cli_fixed) nvrm_path_str(&d.cli[0], cs, sizeof cs);
     gp_log(1, "nvrm: route V learned: RM memory handle at %s (%d places), client %s "
-              "(confirmed on two scratch allocations)",
-           ps, d.nobj, cs);
+              "(confirmed on %d scratch allocations)",
+           ps, d.nobj, cs, nall);
 out:
+    for (int k = 0; k < VMM_EXTRA; k++) {
+        if (hx[k]) gp_cu.MemRelease(hx[k]);
+        vscratch_free(&sx[k]);
+    }
     if (h1) gp_cu.MemRelease(h1);
     if (h2) gp_cu.MemRelease(h2);
     vscratch_free(&s2);
@@ -320,261 +418,35 @@ int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out)
                   why);
 }
 
-/* ---- pools --------------------------------------------------------------- */
-
-struct pscratch {
-    void *pool;
-    int nva;
-    CUdeviceptr va[2];
-    uint64_t mbase[2], msize[2];
-    uint8_t pat[2][PAT];
-};
-
-static int pscratch_alloc(int device, int fdkind, struct pscratch *s, size_t n0, size_t n1)
-{
-    memset(s, 0, sizeof *s);
-    if (!gp_cu.MemPoolCreate || !gp_cu.MemPoolDestroy || !gp_cu.MemAllocFromPoolAsync ||
-        !gp_cu.MemFreeAsync)
-        return gp_err(GDRPY_ENOTSUP, "the CUDA driver lacks the memory-pool calls");
-    gp_CUmemPoolProps pp;
-    memset(&pp, 0, sizeof pp);
-    pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    pp.location_type = CU_MEM_LOCATION_TYPE_DEVICE;
-    pp.location_id = device;
-    pp.handleTypes = fdkind ? CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR : 0;
-    CUresult r = gp_cu.MemPoolCreate(&s->pool, &pp);
-    if (r) {
-        s->pool = NULL;
-        return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemPoolCreate", "scratch pool");
-    }
-    size_t sz[2] = {n0, n1};
-    for (int i = 0; i < 2 && sz[i]; i++) {
-        r = gp_cu.MemAllocFromPoolAsync(&s->va[i], sz[i], s->pool, GP_CU_STREAM_LEGACY);
-        if (!r) r = gp_cu.StreamSynchronize(GP_CU_STREAM_LEGACY);
-        if (r) return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemAllocFromPoolAsync", "scratch pool");
-        s->nva++;
-        if (gp_cu.PointerGetAttribute(&s->mbase[i], CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
-                                      s->va[i]) ||
-            gp_cu.PointerGetAttribute(&s->msize[i], CU_POINTER_ATTRIBUTE_MAPPING_SIZE,
-                                      s->va[i]) ||
-            !s->mbase[i] || s->va[i] < s->mbase[i])
-            return gp_err(GDRPY_ENOTSUP, "CUDA gives no mapping base/size for pool memory");
-        pattern(s->pat[i], PAT, s->va[i] + (uint64_t)i);
-        if (gp_cuda_memcpy(device, 0, s->va[i], s->pat[i], PAT, NULL)) return GDRPY_EIO;
-    }
-    return 0;
-}
-
-static void pscratch_free(struct pscratch *s)
-{
-    for (int i = 0; i < s->nva; i++) gp_cu.MemFreeAsync(s->va[i], GP_CU_STREAM_LEGACY);
-    if (s->nva) gp_cu.StreamSynchronize(GP_CU_STREAM_LEGACY);
-    if (s->pool) gp_cu.MemPoolDestroy(s->pool);
-    memset(s, 0, sizeof *s);
-}
-
-/* A set of values already tried (open addressing; cap a power of two). */
-struct seen {
-    uint32_t *t;
-    uint32_t cap;
-};
-static int seen_add(struct seen *s, uint32_t x)
-{
-    uint32_t i = (x * 2654435761u) & (s->cap - 1);
-    while (s->t[i]) {
-        if (s->t[i] == x) return 0;
-        i = (i + 1) & (s->cap - 1);
-    }
-    s->t[i] = x;
-    return 1;
-}
-
-/* The mapping size next to the base field at o, if the record holds it. */
-static void size_field(const uint8_t *blk, int lo, int hi, int o, uint64_t msize,
-                       struct nvrm_pool_rule *u)
-{
-    for (int z = lo - lo % 8; z + 8 <= hi; z += 8) {
-        uint64_t sz;
-        memcpy(&sz, blk + z, 8);
-        if (z != o && sz == msize) {
-            u->has_size = 1;
-            u->ds = z - o;
-            return;
-        }
-    }
-}
-
-/* Raw rules found on the first allocation (more than a descriptor keeps:
- * places that only name the memory by accident are weeded out later). */
-enum { RAW_RULES = 32 };
-struct raw_rules {
-    int n;
-    struct nvrm_pool_rule r[RAW_RULES];
-};
-
-static void add_rule(struct raw_rules *d, const struct nvrm_pool_rule *u)
-{
-    for (int k = 0; k < d->n; k++)
-        if (!memcmp(&d->r[k], u, sizeof *u)) return;
-    if (d->n < RAW_RULES) d->r[d->n++] = *u;
-}
-
-/* Rules from allocation 0 of s: every handle next to a mapping-base field
- * (or in a block a pointer there points to) that holds the pattern. */
-static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, uint32_t ipc_cli,
-                      struct raw_rules *d, int *nplaces)
-{
-    struct nvrm_blk *b = malloc(NVRM_WALK_POOL_B * sizeof *b);
-    if (!b) return -1;
-    int nb = nvrm_walk((uint64_t)(uintptr_t)s->pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L);
-    const uint64_t off0 = s->va[0] - s->mbase[0];
-    struct seen sn = {calloc(16384, 4), 16384};
-    *nplaces = 0;
-    d->n = 0;
-    for (int i = 0; i < nb && d->n < RAW_RULES; i++)
-        for (uint32_t o = 0; o + 8 <= b[i].len && d->n < RAW_RULES; o += 8) {
-            uint64_t v;
-            memcpy(&v, b[i].d + o, 8);
-            if (v != s->mbase[0]) continue;
-            (*nplaces)++;
-            int lo = (int)o - POOL_WIN < 0 ? 0 : (int)o - POOL_WIN;
-            int hi = (int)o + POOL_WIN > b[i].len ? b[i].len : (int)o + POOL_WIN;
-            for (int q = lo; q + 4 <= hi && d->n < RAW_RULES; q += 4) {
-                if (q >= (int)o && q < (int)o + 8) continue;
-                uint32_t x;
-                memcpy(&x, b[i].d + q, 4);
-                if (!x || nvrm_is_client(x)) continue;
-                /* the client: route C's, else one in the record */
-                int qc = -1;
-                uint32_t c = ipc_cli;
-                if (!c || !names(nc, c, x, off0, s->pat[0])) {
-                    c = 0;
-                    for (int z = lo; z + 4 <= hi && !c; z += 4) {
-                        uint32_t y;
-                        memcpy(&y, b[i].d + z, 4);
-                        if (nvrm_is_client(y) && y != ipc_cli && names(nc, y, x, off0, s->pat[0])) {
-                            c = y;
-                            qc = z;
-                        }
-                    }
-                    if (!c) continue;
-                }
-                struct nvrm_pool_rule u = {.dh = q - (int)o,
-                                           .dc = qc < 0 ? 0 : qc - (int)o,
-                                           .cli_fixed = qc < 0 ? c : 0};
-                size_field(b[i].d, lo, hi, (int)o, s->msize[0], &u);
-                add_rule(d, &u);
-            }
-            /* one pointer away: a block a pointer next to the base points to */
-            if (!ipc_cli || !sn.t) continue;
-            memset(sn.t, 0, sn.cap * 4);
-            for (int q = lo - lo % 8; q + 8 <= hi && d->n < RAW_RULES; q += 8) {
-                uint64_t p;
-                memcpy(&p, b[i].d + q, 8);
-                uint8_t blk[NVRM_WALK_BLK];
-                if (q == (int)o || p < 0x10000 || p >= (1ull << 47) || (p & 7) ||
-                    nvrm_safe_read(p, blk, sizeof blk))
-                    continue;
-                for (int r = 0; r + 4 <= (int)sizeof blk && d->n < RAW_RULES; r += 4) {
-                    uint32_t x;
-                    memcpy(&x, blk + r, 4);
-                    if (!x || nvrm_is_client(x) || !seen_add(&sn, x)) continue;
-                    if (!names(nc, ipc_cli, x, off0, s->pat[0])) continue;
-                    struct nvrm_pool_rule u = {
-                        .hop = 1, .dp = q - (int)o, .dh = r, .cli_fixed = ipc_cli};
-                    size_field(b[i].d, lo, hi, (int)o, s->msize[0], &u);
-                    add_rule(d, &u);
-                }
-            }
-        }
-    free(sn.t);
-    free(b);
-    return d->n ? 0 : -1;
-}
-
-/* Does rule set d name, among its candidates, the memory of allocation i of s? */
-static int pool_names(struct nvrm_ctx *nc, const struct nvrm_pool_desc *d,
-                      const struct pscratch *s, int i)
-{
-    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
-    int n = nvrm_desc_pool_candidates(d, (uint64_t)(uintptr_t)s->pool, s->mbase[i], s->msize[i],
-                                      cc, oo, NVRM_MAX_CAND);
-    for (int k = 0; k < n; k++)
-        if (names(nc, cc[k], oo[k], s->va[i] - s->mbase[i], s->pat[i])) return 1;
-    return 0;
-}
-
-static int pool_rule_picks(struct nvrm_ctx *nc, const struct nvrm_pool_desc *d,
-                           const struct pscratch *s, int i)
-{
-    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
-    int n = nvrm_desc_pool_candidates(d, (uint64_t)(uintptr_t)s->pool, s->mbase[i], s->msize[i],
-                                      cc, oo, NVRM_MAX_CAND);
-    return rule_picks(nc, cc, oo, n, s->msize[i], s->va[i] - s->mbase[i], s->pat[i]);
-}
-
-static void learn_pool(int device, struct nvrm_ctx *nc, int slot, int fdkind)
-{
-    char *why = dstate[slot].pwhy[fdkind];
-    const size_t wl = sizeof dstate[slot].pwhy[fdkind];
-    struct pscratch s1, s2;
-    memset(&s2, 0, sizeof s2);
-    struct raw_rules cand;
-    struct nvrm_pool_desc d;
-    memset(&d, 0, sizeof d);
-    int np = 0;
-    /* pool 1: two allocations (the second usually in the same chunk, at an
-     * offset); pool 2: one */
-    if (pscratch_alloc(device, fdkind, &s1, 1u << 20, 64u << 10) ||
-        pscratch_alloc(device, fdkind, &s2, 1u << 20, 0)) {
-        snprintf(why, wl, "scratch pools: %s", gdrpy_last_error());
-        goto out;
-    }
-    uint32_t ipc_cli = nvrm_cuda_client();
-    if (pool_rules(nc, &s1, ipc_cli, &cand, &np)) {
-        snprintf(why, wl, "no RM handle within %d bytes of the chunk's mapping base in the "
-                          "scratch pool's records holds its pattern (the base was found at %d "
-                          "places)",
-                 POOL_WIN, np);
-        goto out;
-    }
-    for (int k = 0; k < cand.n && d.n < NVRM_DESC_RULES; k++) {
-        struct nvrm_pool_desc one = {1, {cand.r[k]}};
-        if (pool_names(nc, &one, &s1, 1) && pool_names(nc, &one, &s2, 0)) d.r[d.n++] = cand.r[k];
-    }
-    if (!d.n || !pool_rule_picks(nc, &d, &s1, 0) || !pool_rule_picks(nc, &d, &s1, 1) ||
-        !pool_rule_picks(nc, &d, &s2, 0)) {
-        snprintf(why, wl, "of %d record layouts that named the memory of one scratch "
-                          "allocation, %d named the others, and they did not pick exactly the "
-                          "right object on all three",
-                 cand.n, d.n);
-        goto out;
-    }
-    dstate[slot].p[fdkind] = d;
-    dstate[slot].pstate[fdkind] = 1;
-    char rs[256];
-    size_t u = 0;
-    for (int k = 0; k < d.n && u < sizeof rs; k++)
-        u += (size_t)(d.r[k].hop ? snprintf(rs + u, sizeof rs - u, " [%+d]->+0x%x", d.r[k].dp, d.r[k].dh)
-                                 : snprintf(rs + u, sizeof rs - u, " %+d", d.r[k].dh));
-    gp_log(1, "nvrm: pool records learned (pools %s handle types): RM handle relative to a "
-              "mapping-base field at%s; "
-              "client %s, size %s (confirmed on three scratch allocations in two pools)",
-           fdkind ? "with" : "without", rs, d.r[0].cli_fixed ? "route C's" : "in the record",
-           d.r[0].has_size ? "checked" : "not in the record");
-out:
-    pscratch_free(&s2);
-    pscratch_free(&s1);
-}
+/* ---- pools (learn_pool.c learns) ---------------------------------------- */
 
 int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool_desc *out)
 {
     int slot = device >= 0 && device < MAX_DEV ? device : 0;
-    fdkind = fdkind != 0;
+    if (fdkind < 0 || fdkind >= NVRM_POOL_KINDS) fdkind = NVRM_POOL_PLAIN;
+    /* The layouts name CUDA's client as route C sees it; if that changed
+     * (CUDA's context was destroyed and made anew), what was learned is
+     * stale: learn again.  A failed learning is retried a few times (at
+     * later pins), not at every pin. */
+    uint32_t cli = nvrm_cuda_client();
     pthread_mutex_lock(&d_lock);
-    if (!dstate[slot].pstate[fdkind]) {
-        dstate[slot].pstate[fdkind] = -1;
-        learn_pool(device, nc, slot, fdkind);
+    int st = dstate[slot].pstate[fdkind];
+    if (st && cli && dstate[slot].pcli[fdkind] != cli && dstate[slot].ptries[fdkind] < 8) {
+        gp_log(1, "nvrm: pool records (%s) were learned with CUDA's client 0x%x, now 0x%x: "
+                  "learning again",
+               nvrm_pool_kind_name(fdkind), dstate[slot].pcli[fdkind], cli);
+        st = 0;
+    } else if (st < 0 && dstate[slot].ptries[fdkind] < 3) {
+        st = 0;
+    }
+    if (!st) {
+        dstate[slot].ptries[fdkind]++;
+        dstate[slot].pcli[fdkind] = cli;
+        dstate[slot].pstate[fdkind] =
+            nvrm_learn_pool(device, nc, fdkind, &dstate[slot].p[fdkind], dstate[slot].pwhy[fdkind],
+                            sizeof dstate[slot].pwhy[fdkind]) == 0
+                ? 1
+                : -1;
     }
     int ok = dstate[slot].pstate[fdkind] == 1;
     if (ok) *out = dstate[slot].p[fdkind];
@@ -582,7 +454,7 @@ int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool
     snprintf(why, sizeof why, "%s", dstate[slot].pwhy[fdkind]);
     pthread_mutex_unlock(&d_lock);
     if (ok) return 0;
-    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of the chunks of a pool %s could "
-                                 "not be learned on this driver: %s",
-                  fdkind ? "with an exportable handle type" : "without handle types", why);
+    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of the chunks of %s could not be "
+                                 "learned on this driver: %s",
+                  nvrm_pool_kind_name(fdkind), why);
 }

@@ -205,7 +205,7 @@ GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_p
 /* ---- desc.c, learn.c ---------------------------------------------------- */
 #define NVRM_CLASS_LOCAL_USER 0x40 /* NV01_MEMORY_LOCAL_USER: video memory */
 #define NVRM_DESC_RULES 8
-#define NVRM_MAX_CAND 32 /* candidates per lookup; a lookup that fills it is refused */
+#define NVRM_MAX_CAND 64 /* candidates per lookup; a lookup that fills it is refused */
 
 /* A place in CUDA's memory: from a root address, `hops` (<= 5) pointers read at
  * off[0..hops-1] of successive blocks, then the value at off[hops]. */
@@ -225,8 +225,10 @@ struct nvrm_vmm_desc {
 /* Where a pool's record of a chunk names its RM memory: byte offsets from a
  * u64 field holding the chunk's mapping base address (learned by learn.c). */
 struct nvrm_pool_rule {
-    int hop;          /* 1: the handle is in the block a pointer at dp points to */
+    int hop;          /* 1: the handle is in the block a pointer at dp points to;
+                         2: in the block a pointer at dp2 in that block points to */
     int dp;           /* that pointer (u64), when hop */
+    int dp2;          /* the second pointer's offset, when hop == 2 */
     int dh;           /* the RM memory handle (u32); when hop, its offset in that block */
     int dc;           /* the RM client (u32), unless cli_fixed */
     int ds, has_size; /* the mapping size (u64), when the record holds it */
@@ -242,6 +244,8 @@ enum { NVRM_WALK_VMM_B = 192,  /* blocks behind a VMM allocation handle */
        NVRM_WALK_VMM_L = 2,    /* pointer levels below it */
        NVRM_WALK_POOL_B = 768, /* blocks behind a pool (its chunk records) */
        NVRM_WALK_POOL_L = 4,
+       NVRM_WALK_POOL_BIG_B = 12288, /* the wider walk when those name nothing */
+       NVRM_WALK_POOL_BIG_L = 8,
        NVRM_WALK_L0 = 1024,
        NVRM_WALK_BLK = 512 };
 struct nvrm_blk {
@@ -272,6 +276,39 @@ GP_HIDDEN uint32_t nvrm_cuda_client(void);
  * allocation; the count (pools: -1 if the pool is unreadable). */
 GP_HIDDEN int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle,
                                        uint32_t *cli, uint32_t *obj, int max);
+/* What a pool lookup saw (logged on refusals). */
+#define NVRM_LOOK_REC 8
+struct nvrm_pool_look {
+    int nb, full, wide; /* blocks walked, the cap was reached, the wider walk ran */
+    int places, minlvl; /* fields holding the mapping base; the shallowest level */
+    int nrec;           /* candidates recorded below: their level and rule */
+    uint8_t rec_lvl[NVRM_LOOK_REC], rec_rule[NVRM_LOOK_REC];
+};
+/* Applies d's rules at every field of the walk b[nb] holding mbase. */
+GP_HIDDEN int nvrm_pool_scan(const struct nvrm_pool_desc *d, const struct nvrm_blk *b, int nb,
+                             uint64_t mbase, uint64_t msize, uint32_t *cli, uint32_t *obj,
+                             int max, struct nvrm_pool_look *st);
+GP_HIDDEN int nvrm_desc_pool_lookup(const struct nvrm_pool_desc *d, uint64_t pool,
+                                    uint64_t mbase, uint64_t msize, uint32_t *cli,
+                                    uint32_t *obj, int max, struct nvrm_pool_look *st);
+/* diag.c: logs of what route V saw (GDRPY_LOG_LEVEL=1); the wide dump of a
+ * chunk's records only with GDRPY_NVRM_POOL_DIAG=1. */
+GP_HIDDEN int nvrm_pool_diag_on(void);
+GP_HIDDEN void nvrm_look_str(const struct nvrm_pool_look *st, char *s, size_t n);
+GP_HIDDEN void nvrm_cand_log(struct nvrm_ctx *nc, const char *tag, const uint32_t *cli,
+                             const uint32_t *obj, int n, uint64_t need);
+GP_HIDDEN void nvrm_pool_diag(const char *tag, uint64_t pool, uint64_t mbase, uint64_t msize);
+/* The same, with wide_only: only the wider walk (a lookup whose candidates
+ * named no live object in the usual walk). */
+GP_HIDDEN int nvrm_desc_pool_lookup_w(const struct nvrm_pool_desc *d, uint64_t pool,
+                                      uint64_t mbase, uint64_t msize, uint32_t *cli,
+                                      uint32_t *obj, int max, struct nvrm_pool_look *st,
+                                      int wide_only);
+/* The same over every field holding mbase in this process's anonymous
+ * private writable memory (st->wide = 2): when no walk reaches the record. */
+GP_HIDDEN int nvrm_desc_pool_lookup_heap(const struct nvrm_pool_desc *d, uint64_t mbase,
+                                         uint64_t msize, uint32_t *cli, uint32_t *obj, int max,
+                                         struct nvrm_pool_look *st);
 GP_HIDDEN int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool,
                                         uint64_t mbase, uint64_t msize, uint32_t *cli,
                                         uint32_t *obj, int max);
@@ -284,8 +321,35 @@ GP_HIDDEN int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint
  * on scratch memory of our own, inside a CUDA scope of the device); ENOTSUP
  * with the reason if they could not be learned and confirmed. */
 GP_HIDDEN int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out);
-/* fdkind: the pool was created with an exportable handle type (learned
- * separately: CUDA keeps those chunks differently). */
+/* fdkind: an NVRM_POOL_* kind (learned separately: CUDA keeps those chunks
+ * differently). */
+/* Pool kinds learned apart: pools created without / with an exportable
+ * handle type, and the device's default pool (learned on allocations of our
+ * own in it, only when the created pools' layouts do not name its chunk). */
+enum { NVRM_POOL_PLAIN = 0,
+       NVRM_POOL_FD = 1,
+       NVRM_POOL_DEFAULT = 2,
+       NVRM_POOL_KINDS = 3 };
+static inline const char *nvrm_pool_kind_name(int k)
+{
+    return k == NVRM_POOL_DEFAULT ? "the default pool"
+           : k == NVRM_POOL_FD    ? "pools with handle types"
+                                  : "pools without handle types";
+}
+/* learn_pool.c: learns the pool layouts (0, or -1 with why). */
+GP_HIDDEN int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind,
+                              struct nvrm_pool_desc *out, char *why, size_t wl);
+/* learn.c's scratch helpers, shared with learn_pool.c: a random pattern; does
+ * our dup h hold it at rm_off (read through BAR1); is (cli, obj) video memory
+ * holding it; does the per-pin rule pick, among n candidates, the one holding
+ * it. */
+#define NVRM_LPAT 64
+GP_HIDDEN void nvrm_lpattern(uint8_t *p, size_t n, uint64_t salt);
+GP_HIDDEN int nvrm_lholds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_off, const uint8_t *pat);
+GP_HIDDEN int nvrm_lnames(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
+                          const uint8_t *pat);
+GP_HIDDEN int nvrm_lrule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
+                               int n, uint64_t need, uint64_t rm_off, const uint8_t *pat);
 GP_HIDDEN int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind,
                              struct nvrm_pool_desc *out);
 

@@ -71,6 +71,7 @@ static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_
     int n = nvrm_desc_vmm_candidates(&d, (uint64_t)h, cc, oo, NVRM_MAX_CAND), alive = 0;
     gp_cu.MemRelease(h);
     if (n <= 0 || nvrm_keep_one(nc, cc, oo, n, need, hOut, &alive)) {
+        nvrm_cand_log(nc, "vmm lookup", cc, oo, n, need);
         char ps[96];
         nvrm_path_str(&d.obj[0], ps, sizeof ps);
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s created without an exportable handle type; "
@@ -99,6 +100,76 @@ static void pool_statuses(uint64_t anchor, char *out, size_t n)
              gp_cuda_errname(r1), gp_cuda_errname(r2));
 }
 
+/* What one pool lookup found (for the refusal). */
+struct pool_try_out {
+    int learned, ncand, nalive;
+    uint32_t cli0, obj0;
+};
+
+/* The layouts of pool kind `pk` applied to the chunk at mbase: the usual
+ * walk, then the wider one if nothing named is live memory.  0 with *hOut
+ * (exactly one live object large enough), else -1 (o says why). */
+static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_cuda_ptr *cp,
+                    uint64_t mbase, int pk, uint32_t *hOut, struct pool_try_out *o)
+{
+    memset(o, 0, sizeof *o);
+    struct nvrm_pool_desc d;
+    if (nvrm_desc_pool(ctx->device, nc, pk, &d)) return -1;
+    o->learned = 1;
+    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
+    struct nvrm_pool_look lk;
+    int ncand = nvrm_desc_pool_lookup(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk),
+        nalive = 0;
+    char ls[256];
+    nvrm_look_str(&lk, ls, sizeof ls);
+    gp_log(1, "nvrm: pool lookup 0x%llx (pool 0x%llx, chunk 0x%llx+0x%llx, layouts of %s): %s; "
+              "%d candidates; client in the layout 0x%x",
+           (unsigned long long)anchor, (unsigned long long)cp->pool, (unsigned long long)mbase,
+           (unsigned long long)cp->size, nvrm_pool_kind_name(pk), ls, ncand, d.r[0].cli_fixed);
+    const uint64_t need = cp->base + cp->size - mbase;
+    int bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
+    if (bad && !lk.wide && nalive == 0) {
+        /* nothing named is live memory: in a busy process the pool's
+         * records of this chunk may lie beyond the usual walk */
+        ncand = nvrm_desc_pool_lookup_w(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk,
+                                        1);
+        nvrm_look_str(&lk, ls, sizeof ls);
+        gp_log(1, "nvrm: pool lookup 0x%llx, wider walk: %s; %d candidates",
+               (unsigned long long)anchor, ls, ncand);
+        bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
+    }
+    if (bad && nalive == 0) {
+        /* the record lies deeper than any walk reaches (a long list of
+         * chunks): every field holding the base in CUDA's heaps */
+        ncand = nvrm_desc_pool_lookup_heap(&d, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk);
+        nvrm_look_str(&lk, ls, sizeof ls);
+        gp_log(1, "nvrm: pool lookup 0x%llx, heap: %s; %d candidates", (unsigned long long)anchor,
+               ls, ncand);
+        bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
+    }
+    o->ncand = ncand < 0 ? 0 : ncand;
+    o->nalive = nalive;
+    o->cli0 = ncand > 0 ? cc[0] : 0;
+    o->obj0 = ncand > 0 ? oo[0] : 0;
+    if (bad) {
+        nvrm_cand_log(nc, "pool lookup", cc, oo, ncand, need);
+        nvrm_pool_diag("user chunk", cp->pool, mbase, cp->size);
+    }
+    return bad ? -1 : 0;
+}
+
+/* Per device: the default pool's chunks were named only by its own layouts. */
+static int dflt_own[64];
+
+static int is_default_pool(int device, uint64_t pool)
+{
+    CUdevice dev = 0;
+    void *dp = NULL;
+    return gp_cu.DeviceGetDefaultMemPool && gp_cu.DeviceGet(&dev, device) == CUDA_SUCCESS &&
+           gp_cu.DeviceGetDefaultMemPool(&dp, dev) == CUDA_SUCCESS &&
+           (uint64_t)(uintptr_t)dp == pool;
+}
+
 static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_cuda_ptr *cp,
                        uint64_t mbase, uint32_t *hOut, char *how, size_t howlen)
 {
@@ -109,24 +180,44 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
                       (unsigned long long)anchor, kind, WORKS);
     char st[160];
     pool_statuses(anchor, st, sizeof st);
-    struct nvrm_pool_desc d;
-    int rc = nvrm_desc_pool(ctx->device, nc,
-                            (cp->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) != 0, &d);
-    if (rc)
+    const int pk = (cp->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ? NVRM_POOL_FD
+                                                                                 : NVRM_POOL_PLAIN;
+    struct pool_try_out o;
+    const int dslot = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
+    const int dflt = pk == NVRM_POOL_PLAIN && is_default_pool(ctx->device, cp->pool);
+    if (dflt && __atomic_load_n(&dflt_own[dslot], __ATOMIC_RELAXED)) {
+        /* this default pool already needed its own layouts: those first */
+        if (pool_try(ctx, nc, anchor, cp, mbase, NVRM_POOL_DEFAULT, hOut, &o) == 0) {
+            snprintf(how, howlen, "default pool record");
+            return 0;
+        }
+    }
+    int rc = pool_try(ctx, nc, anchor, cp, mbase, pk, hOut, &o);
+    if (rc && dflt) {
+        /* the device's default pool may keep its chunks otherwise than
+         * created pools: its own layouts, learned on allocations of ours
+         * in it */
+        gp_log(1, "nvrm: 0x%llx: the layouts of created pools name no single chunk of the "
+                  "default pool; trying the default pool's own",
+               (unsigned long long)anchor);
+        rc = pool_try(ctx, nc, anchor, cp, mbase, NVRM_POOL_DEFAULT, hOut, &o);
+        if (!rc) {
+            __atomic_store_n(&dflt_own[dslot], 1, __ATOMIC_RELAXED);
+            snprintf(how, howlen, "default pool record");
+            return 0;
+        }
+    }
+    if (rc && !o.learned)
         return gp_err_prefix(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s); %s",
                              (unsigned long long)anchor, kind, st, WORKS);
-    uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
-    int ncand = nvrm_desc_pool_candidates(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND), nalive = 0;
-    if (ncand <= 0 ||
-        nvrm_keep_one(nc, cc, oo, ncand, cp->base + cp->size - mbase, hOut, &nalive))
+    if (rc)
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s), and the "
                                      "pool's records name %d candidate RM objects for its chunk "
                                      "[0x%llx, +0x%llx) (first: client 0x%x, object 0x%x), of which "
                                      "%d are video memory of this process large enough: exactly one "
                                      "must be, so it is refused; %s",
-                      (unsigned long long)anchor, kind, st, ncand < 0 ? 0 : ncand,
-                      (unsigned long long)mbase, (unsigned long long)cp->size,
-                      ncand > 0 ? cc[0] : 0, ncand > 0 ? oo[0] : 0, nalive, WORKS);
+                      (unsigned long long)anchor, kind, st, o.ncand, (unsigned long long)mbase,
+                      (unsigned long long)cp->size, o.cli0, o.obj0, o.nalive, WORKS);
     snprintf(how, howlen, "pool record");
     return 0;
 }
