@@ -349,10 +349,9 @@ static int heap_blocks(uint64_t mbase, struct nvrm_blk *b, int maxb, uint64_t *s
         while (*path == ' ') path++;
         int anon = *path == '\n' || *path == 0 || !strncmp(path, "[heap]", 6);
         if (strncmp(perm, "rw-p", 4) || !anon || ino != 0) continue;
-        /* An anonymous mapping over 1 GiB other than the brk heap is not an
-         * arena of records (a large array, a sanitizer's shadow): skip it
-         * rather than end the scan there. */
-        if (hi - lo > (1ull << 30) && strncmp(path, "[heap]", 6)) continue;
+        /* A mapping larger than the whole budget (a sanitizer's shadow) is
+         * skipped; it used to end the scan before the heaps after it. */
+        if (hi - lo > (8ull << 30)) continue;
         if (*scanned + (hi - lo) > (8ull << 30)) break; /* 8 GiB at most */
         for (uint64_t a = lo; a < hi && n < maxb; a += piece) {
             size_t len = hi - a < piece ? (size_t)(hi - a) : piece;
