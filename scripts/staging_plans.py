@@ -98,8 +98,11 @@ def main(argv: list[str] | None = None) -> int:
                 plan = calibrate_plan(ctx, budget_s=5.0)
                 dt = time.perf_counter() - t0
                 print(f"calibration {i + 1}: {dt:.1f} s -> {plan.as_dict()}", flush=True)
-                for line in getattr(plan, "notes", ()):
-                    print("   ", line)
+                for e in plan.sweep:
+                    if "round" in e:
+                        print(f"    round {e['round']} {e['write_kind']}/{e['read_kind']}/"
+                              f"{e['chunk'] >> 10}K/{e['depth']}/{e['threads']}: worst "
+                              f"{100 * e['worst']:.1f}% of pinned")
         finally:
             locked = np.empty(0, np.uint8)   # lets go of the buffer export
             hb.close()
