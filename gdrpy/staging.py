@@ -295,10 +295,10 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
        and 64 MiB (:func:`ring_sizes`), both directions, median of 3 calls
        each; a candidate's score is its worst cell over all rounds, as a
        fraction of the pinned copy-engine rate at that size and direction
-       (a page-locked gdrpy host buffer, timed first).  After the first round
-       only the better half is timed again, until 60% of ``budget_s`` is
-       spent or 4 rounds are done; ties (within 2%) go to the earlier
-       candidate.
+       (a page-locked gdrpy host buffer, timed first).  After each round
+       only the better half (at least two) is timed again, until 60% of
+       ``budget_s`` is spent or 5 rounds are done; ties (within 2%) go to the
+       earlier candidate.
     2. ``staged_min`` per direction: direct and staged copies, interleaved,
        at 64 KiB .. ``max_bytes`` (powers of two), and the threshold that
        minimises the summed relative time (:func:`pick_staged_min`).
@@ -334,7 +334,7 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
         order = sp.candidates(tmax, max(max_bytes, MIB))
         results: dict = {}
         live = list(order)
-        for rnd in range(4):
+        for rnd in range(5):
             for cand in (live if rnd % 2 == 0 else live[::-1]):
                 if rnd and time.perf_counter() > deadline:
                     break
@@ -351,9 +351,7 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
             if time.perf_counter() > deadline:
                 break
             live = sp.survivors({c: results[c] for c in live if c in results}, live,
-                                max(1, len(live) // 2))
-            if len(live) == 1 and rnd >= 1:
-                break
+                                max(2, len(live) // 2))
         best = sp.rank({c: results[c] for c in live if c in results}, order)[0]
         plan.write_kind, plan.read_kind, plan.chunk, plan.depth, plan.threads = best
         plan.apply(ctx)
