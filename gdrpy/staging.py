@@ -48,7 +48,7 @@ __all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env", "p
 
 KIB = 1 << 10
 MIB = 1 << 20
-SCHEMA = 3   # 3: ring kinds (plans measured without them are recalibrated)
+SCHEMA = 4   # 3: ring kinds; 4: worst-cell candidate rounds (older plans are recalibrated)
 KINDS = ("plain", "nt", "wc", "evict", "ntevict")
 NEVER = 1 << 62
 
