@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import math
 import os
 import statistics
 import threading
@@ -49,7 +48,7 @@ __all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env", "p
 
 KIB = 1 << 10
 MIB = 1 << 20
-SCHEMA = 3   # 3: ring kinds (plans measured without them are recalibrated)
+SCHEMA = 4   # 3: ring kinds; 4: worst-cell candidate rounds (older plans are recalibrated)
 KINDS = ("plain", "nt", "wc", "evict", "ntevict")
 NEVER = 1 << 62
 
@@ -266,20 +265,40 @@ def pick_staged_min(points: list[tuple[int, float, float]]) -> int:
     return best_t
 
 
+def _pinned_rates(ctx, pin: Any, sizes: tuple[int, ...]) -> dict:
+    """Bytes/s of the copy engines from a page-locked gdrpy host buffer per
+    (direction, size), or {} when no page-locked buffer can be had."""
+    from . import memory
+    try:
+        hb = memory.host_alloc(max(sizes), ctx=ctx)
+    except Exception:
+        return {}
+    try:
+        locked = hb.numpy()
+        locked[:] = 1
+        out = {}
+        for n in sizes:
+            for d in ("h2d", "d2h"):
+                out[(d, n)] = n / _timer(functools.partial(_ce, pin, d, locked[:n], "locked"), 3)
+        return out
+    finally:
+        locked = None
+        hb.close()
+
+
 def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
                    progress: Callable[[str], None] | None = None) -> StagingPlan:
     """Measure the staging ring on ``ctx`` and return a plan.
 
-    0. Ring kinds per direction ('plain', 'nt', 'wc', 'evict', 'ntevict'), scored
-       by the geometric mean of that direction's staged rates at the sizes
-       below with a middle ring (2 MiB slots, depth 4, 8 threads); again
-       after step 1 with the ring found there.
-    1. Ring parameters by coordinate search, scored by the geometric mean of
-       the staged put and get rates at 4, 16 and 64 MiB (:func:`ring_sizes`),
-       median of 5 calls each: memcpy threads (1, 2, 4, 8, 12, 14, 16, at most
-       the CPUs less 2), the slot size (512 KiB, 1, 2, 4, 8 MiB), the depth (2, 3, 4, 6),
-       twice over (shapes already scored are not timed again); a change must
-       gain 3%.
+    1. The ring (kinds, slot size, depth, threads) from the fixed candidate
+       list of :mod:`gdrpy.staging_pick`, timed in interleaved rounds at 4, 16
+       and 64 MiB (:func:`ring_sizes`), both directions, median of 3 calls
+       each; a candidate's score is its worst cell over all rounds, as a
+       fraction of the pinned copy-engine rate at that size and direction
+       (a page-locked gdrpy host buffer, timed first).  After each round
+       only the better half (at least two) is timed again, until 60% of
+       ``budget_s`` is spent or 5 rounds are done; ties (within 2%) go to the
+       earlier candidate.
     2. ``staged_min`` per direction: direct and staged copies, interleaved,
        at 64 KiB .. ``max_bytes`` (powers of two), and the threshold that
        minimises the summed relative time (:func:`pick_staged_min`).
@@ -287,6 +306,7 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
     import numpy as np
 
     from . import memory
+    from . import staging_pick as sp
     t_start = time.perf_counter()
     deadline = t_start + 0.6 * budget_s     # ring search; the staged_min sweep gets the rest
     buf = memory.alloc(max_bytes, ctx=ctx)
@@ -297,77 +317,43 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
     say = progress or (lambda msg: None)
     sizes = ring_sizes(max_bytes)
     try:
-        def score(reps: int = 5, dirs: tuple[str, ...] = ("h2d", "d2h")) -> float:
-            logs = []
+        ref = _pinned_rates(ctx, pin, sizes)
+
+        def cells() -> dict:
+            out = {}
             for n in sizes:
                 src = host[:n]
-                for d in dirs:
-                    t = _timer(functools.partial(_ce, pin, d, src, "staged"), reps)
-                    logs.append(math.log(n / t))
-            return math.exp(sum(logs) / len(logs))
-
-        def pick_kinds(chunk: int, depth: int, threads: int) -> None:
-            for d, attr in (("h2d", "write_kind"), ("d2h", "read_kind")):
-                rates = {}
-                for k in KINDS:
-                    if d == "h2d" and k == "ntevict":   # the same as 'nt' for writes
-                        continue
-                    kw = {attr: k}
-                    _core.staging_config(ctx, chunk, depth, threads, **kw)
-                    rates[k] = score(dirs=(d,))
-                    sweep.append({"chunk": chunk, "depth": depth, "threads": threads,
-                                  attr: k, "gbps": rates[k] / 1e9})
-                    say(f"{attr} {k}: {rates[k] / 1e9:.1f} GB/s")
-                best_k = max(rates, key=lambda k: rates[k])
-                # the current kind stays unless another gains 3%
-                cur = getattr(plan, attr)
-                if rates[best_k] <= rates[cur] * 1.03:
-                    best_k = cur
-                setattr(plan, attr, best_k)
-                _core.staging_config(ctx, chunk, depth, threads, **{attr: best_k})
-
-        tried: dict = {}
-
-        def try_cfg(chunk: int, depth: int, threads: int) -> float:
-            key = (chunk, depth, threads)
-            if key in tried:
-                return tried[key]
-            _core.staging_config(ctx, chunk, depth, threads)
-            r = score()
-            tried[key] = r
-            sweep.append({"chunk": chunk, "depth": depth, "threads": threads,
-                          "gbps": r / 1e9})
-            say(f"chunk {chunk >> 10} KiB depth {depth} threads {threads}: {r / 1e9:.1f} GB/s")
-            return r
+                for d in ("h2d", "d2h"):
+                    t = _timer(functools.partial(_ce, pin, d, src, "staged"), 3)
+                    rate = n / t
+                    out[(d, n)] = rate / ref[(d, n)] if ref else rate
+            return out
 
         ncpu = os.cpu_count() or 1
         tmax = max(1, min(16, ncpu - 2))      # leave the caller's core and one more
-        threads_c = [t for t in (1, 2, 4, 8, 12, 14, 16) if t <= tmax]
-        chunk_c = [c for c in (512 * KIB, 1 * MIB, 2 * MIB, 4 * MIB, 8 * MIB)
-                   if c <= max(max_bytes, MIB)]
-        depth_c = (2, 3, 4, 6)
-        best: tuple[int, int, int] = (2 * MIB, 4, min(8, tmax))
-        pick_kinds(*best)
-        best_r = try_cfg(*best)
-
-        def search(axis: int, values) -> None:
-            nonlocal best, best_r
-            for v in values:
-                if time.perf_counter() > deadline:
-                    return
-                cfg = list(best)
-                cfg[axis] = v
-                r = try_cfg(*cfg)
-                if r > best_r * 1.03:
-                    best, best_r = (cfg[0], cfg[1], cfg[2]), r
-
-        for _ in range(2):      # two passes: the best depth/chunk depends on the threads
-            search(2, threads_c)
-            search(0, chunk_c)
-            search(1, depth_c)
-        plan.chunk, plan.depth, plan.threads = best
-        if time.perf_counter() < deadline + 0.1 * budget_s:
-            pick_kinds(*best)
+        order = sp.candidates(tmax, max(max_bytes, MIB))
+        results: dict = {}
+        live = list(order)
+        for rnd in range(5):
+            for cand in (live if rnd % 2 == 0 else live[::-1]):
+                if rnd and time.perf_counter() > deadline:
+                    break
+                w, r, c, dp, th = cand
+                _core.staging_config(ctx, c, dp, th, write_kind=w, read_kind=r)
+                got = cells()
+                results.setdefault(cand, []).append(got)
+                low = min(got.values())
+                sweep.append({"round": rnd, "write_kind": w, "read_kind": r, "chunk": c,
+                              "depth": dp, "threads": th, "worst": low,
+                              "gbps": min(v * ref.get(k, 1.0) for k, v in got.items()) / 1e9})
+                say(f"round {rnd} {w}/{r} chunk {c >> 10} KiB depth {dp} threads {th}: "
+                    f"worst {low:.3f}")
+            if time.perf_counter() > deadline:
+                break
+            live = sp.survivors({c: results[c] for c in live if c in results}, live,
+                                max(2, len(live) // 2))
+        best = sp.rank({c: results[c] for c in live if c in results}, order)[0]
+        plan.write_kind, plan.read_kind, plan.chunk, plan.depth, plan.threads = best
         plan.apply(ctx)
 
         for d in ("h2d", "d2h"):

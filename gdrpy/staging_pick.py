@@ -1,0 +1,86 @@
+"""Choosing the staging ring's plan robustly (issue 14).
+
+A plan is judged by its *worst* cell, not a mean: the staged rate as a
+fraction of the pinned copy-engine rate at each scored size and direction,
+and the lowest such fraction over all rounds.  Candidates are timed in
+interleaved rounds (every candidate once per round, the order alternating)
+so that drift in the machine hits all of them alike, and a plan that is
+fast only some of the time (an unlucky ring build, a size where it falls
+off) loses to one that is never slow.  After the first round only the
+better half is timed again, which bounds the calibration time.
+
+The candidate list is pruned to the class that held up on the H100 (write
+kinds ``evict``/``wc``/``nt``, read kind ``ntevict``/``evict``/``nt``,
+2-8 MiB slots, 8-12 memcpy threads); its order is the prior: when two
+candidates score within :data:`TIE` of each other the earlier one wins, so
+repeated calibrations on one machine settle on the same plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+KIB = 1 << 10
+MIB = 1 << 20
+
+#: (write_kind, read_kind, chunk, depth, threads), in order of preference
+CANDIDATES: tuple[tuple[str, str, int, int, int], ...] = (
+    ("evict", "ntevict", 2 * MIB, 4, 12),
+    ("wc", "ntevict", 2 * MIB, 4, 12),
+    ("evict", "ntevict", 4 * MIB, 4, 8),
+    ("evict", "evict", 2 * MIB, 4, 12),
+    ("nt", "ntevict", 2 * MIB, 4, 12),
+    ("wc", "ntevict", 4 * MIB, 4, 8),
+    ("evict", "ntevict", 2 * MIB, 6, 8),
+    ("nt", "nt", 8 * MIB, 4, 8),
+)
+
+#: relative margin within which the earlier (preferred) candidate wins
+TIE = 0.02
+
+Cand = tuple[str, str, int, int, int]
+Cell = tuple[str, int]          # (direction, nbytes)
+
+
+def candidates(tmax: int, max_chunk: int,
+               base: Iterable[Cand] = CANDIDATES) -> list[Cand]:
+    """``base`` fitted to this host: threads at most ``tmax`` (at least 1),
+    slots at most ``max_chunk``; duplicates after fitting are dropped, the
+    order kept."""
+    out: list[Cand] = []
+    for w, r, c, d, t in base:
+        cand = (w, r, min(c, max(max_chunk, 64 * KIB)), d, max(1, min(t, tmax)))
+        if cand not in out:
+            out.append(cand)
+    return out
+
+
+def worst(rounds: Sequence[dict[Cell, float]]) -> float:
+    """The lowest value of any cell in any round (0.0 when nothing was timed)."""
+    vals = [v for rnd in rounds for v in rnd.values()]
+    return min(vals) if vals else 0.0
+
+
+def rank(results: dict[Cand, list[dict[Cell, float]]], order: Sequence[Cand]) -> list[Cand]:
+    """Candidates best first by :func:`worst` score; a candidate earlier in
+    ``order`` goes ahead of a later one whose score is within :data:`TIE`
+    (relative) of its own.  Candidates not in ``results`` are left out."""
+    cands = [c for c in order if c in results and results[c]]
+    scores = {c: worst(results[c]) for c in cands}
+    ranked: list[Cand] = []
+    left = list(cands)
+    while left:
+        top = max(scores[c] for c in left)
+        # the earliest candidate within TIE of the best score
+        pick = next(c for c in left if scores[c] >= top * (1 - TIE))
+        ranked.append(pick)
+        left.remove(pick)
+    return ranked
+
+
+def survivors(results: dict[Cand, list[dict[Cell, float]]], order: Sequence[Cand],
+              keep: int) -> list[Cand]:
+    """The ``keep`` best candidates (at least 1) by :func:`rank`, in ``order``'s order
+    (so the next round interleaves them as before)."""
+    best = set(rank(results, order)[:max(1, keep)])
+    return [c for c in order if c in best]

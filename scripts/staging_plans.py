@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Time fixed staging plans side by side, interleaved, against the pinned
+copy-engine rate measured in the same run (issue 14: which plans are robust).
+
+    PYTHONPATH=. python3 scripts/staging_plans.py [--backend nvrm] [--sizes 4M,16M,64M]
+        [--plans wc/ntevict/4M/4/8,evict/ntevict/2M/4/12] [--rounds 3] [--reps 5]
+        [--calibrate N]
+
+A plan is WRITE_KIND/READ_KIND/CHUNK/DEPTH/THREADS.  Every round times every
+plan once (median of --reps calls per size and direction), so drift in the
+machine hits all plans alike; the table shows each plan's worst round per
+cell as a % of pinned, and its worst cell overall.  --calibrate N also runs
+N fresh calibrations (gdrpy.staging.calibrate_plan) and prints the plan each
+chose with its time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+import gdrpy
+from gdrpy import _core
+from gdrpy._sizes import parse_size
+from gdrpy.staging import _timer as _median_s  # median seconds after one warm-up
+from gdrpy.staging import calibrate_plan
+
+DEFAULT_PLANS = ("evict/ntevict/2M/4/12,nt/nt/8M/4/8,wc/ntevict/4M/4/8,wc/ntevict/2M/4/12,"
+                 "evict/ntevict/4M/4/8,nt/ntevict/2M/4/12,wc/evict/2M/4/12,plain/plain/2M/4/8")
+
+
+def parse_plan(text: str) -> tuple[str, str, int, int, int]:
+    w, r, c, d, t = text.split("/")
+    return w, r, parse_size(c), int(d), int(t)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--backend", default="nvrm")
+    ap.add_argument("--sizes", default="4M,16M,64M")
+    ap.add_argument("--plans", default=DEFAULT_PLANS)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--calibrate", type=int, default=0)
+    a = ap.parse_args(argv)
+    sizes = [parse_size(x) for x in a.sizes.split(",") if x.strip()]
+    plans = [parse_plan(p) for p in a.plans.split(",") if p.strip()]
+    top = max(sizes)
+    with gdrpy.open(0, a.backend) as ctx:
+        buf = gdrpy.memory.alloc(top, ctx=ctx)
+        pin = ctx.pin(buf)
+        hb = gdrpy.memory.host_alloc(top, ctx=ctx)
+        locked = hb.numpy()
+        locked[:] = 1
+        host = np.ones(top, np.uint8)
+        try:
+            ref = {}
+            for n in sizes:
+                tw = _median_s(lambda n=n: pin.ce_write(0, locked[:n], method="locked"), a.reps)
+                tr = _median_s(lambda n=n: pin.ce_read(0, n, locked[:n], method="locked"),
+                               a.reps)
+                ref[n] = {"put": n / tw / 1e9, "get": n / tr / 1e9}
+                print(f"pinned {n >> 20:3d} MiB: put {ref[n]['put']:5.1f} GB/s  "
+                      f"get {ref[n]['get']:5.1f} GB/s", flush=True)
+            # pct[plan][(dir, n)] = list of % per round
+            pct: dict = {p: {} for p in plans}
+            for rnd in range(a.rounds):
+                order = plans if rnd % 2 == 0 else plans[::-1]
+                for p in order:
+                    w, r, c, d, t = p
+                    _core.staging_config(ctx, c, d, t, write_kind=w, read_kind=r)
+                    for n in sizes:
+                        src = host[:n]
+                        tw = _median_s(lambda src=src: pin.ce_write(0, src, method="staged"),
+                                       a.reps)
+                        tr = _median_s(lambda src=src, n=n: pin.ce_read(0, n, src,
+                                                                         method="staged"),
+                                       a.reps)
+                        for key, tt in (("put", tw), ("get", tr)):
+                            pct[p].setdefault((key, n), []).append(
+                                100 * n / tt / 1e9 / ref[n][key])
+            head = "plan (w/r/chunk/depth/thr)   " + " ".join(
+                f"{k} {n >> 20:>2d}M" for k in ("put", "get") for n in sizes) + "   worst  mean"
+            print(f"worst round per cell, % of pinned ({a.rounds} rounds):")
+            print(head)
+            for p in plans:
+                cells = [min(pct[p][(k, n)]) for k in ("put", "get") for n in sizes]
+                allv = [v for vs in pct[p].values() for v in vs]
+                w, r, c, d, t = p
+                name = f"{w}/{r}/{c >> 20 or c >> 10}{'M' if c >> 20 else 'K'}/{d}/{t}"
+                print(f"{name:28s} " + " ".join(f"{v:7.1f}" for v in cells)
+                      + f"   {min(cells):5.1f} {sum(allv) / len(allv):5.1f}", flush=True)
+            for i in range(a.calibrate):
+                t0 = time.perf_counter()
+                plan = calibrate_plan(ctx, budget_s=5.0)
+                dt = time.perf_counter() - t0
+                print(f"calibration {i + 1}: {dt:.1f} s -> {plan.as_dict()}", flush=True)
+                for e in plan.sweep:
+                    if "round" in e:
+                        print(f"    round {e['round']} {e['write_kind']}/{e['read_kind']}/"
+                              f"{e['chunk'] >> 10}K/{e['depth']}/{e['threads']}: worst "
+                              f"{100 * e['worst']:.1f}% of pinned")
+        finally:
+            locked = np.empty(0, np.uint8)   # lets go of the buffer export
+            hb.close()
+            pin.close()
+            buf.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
