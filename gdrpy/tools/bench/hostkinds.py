@@ -41,7 +41,9 @@ class HostKinds:
         self.pinned = self.hb.numpy()
         self.reg_arr = np.zeros(env.size, np.uint8)
         self.reg = ctx.register(self.reg_arr)
-        self.page = np.zeros(env.size, np.uint8)   # pageable, never registered
+        # pageable, never registered; filled so every page is present before timing, as
+        # a caller's buffer would be (np.zeros maps the shared zero page until written)
+        self.page = np.full(env.size, 1, np.uint8)
         self.cu = None
         self.torch: Any = None
         self.notes: list = []
