@@ -71,7 +71,7 @@ class HostKinds:
         self.tdev = dev
         self.tpin = torch.empty(self.env.size, dtype=torch.uint8, pin_memory=True)
         self.tpin_np = self.tpin.numpy()
-        self.tpage_np = np.zeros(self.env.size, np.uint8)
+        self.tpage_np = np.full(self.env.size, 1, np.uint8)   # present pages, as self.page
         self.tpage = torch.from_numpy(self.tpage_np)
 
     def kinds_text(self) -> str:
