@@ -6,7 +6,10 @@ copy-engine rate measured in the same run (issue 14: which plans are robust).
         [--plans wc/ntevict/4M/4/8,evict/ntevict/2M/4/12] [--rounds 3] [--reps 5]
         [--calibrate N]
 
-A plan is WRITE_KIND/READ_KIND/CHUNK/DEPTH/THREADS.  Every round times every
+A plan is WRITE_KIND/READ_KIND/CHUNK/DEPTH/THREADS, optionally followed by
+/ppt=N (GDRPY_STAGING_PPT, pieces per thread and chunk) and /dry=nocopy or
+/dry=nodma (GDRPY_STAGING_DRY, diagnostics: one side of the pipeline alone,
+moving stale data; the bound the other side sets).  Every round times every
 plan once (median of --reps calls per size and direction), so drift in the
 machine hits all plans alike; the table shows each plan's worst round per
 cell as a % of pinned, and its worst cell overall.  --calibrate N also runs
@@ -17,6 +20,7 @@ chose with its time.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
@@ -32,9 +36,41 @@ DEFAULT_PLANS = ("evict/ntevict/2M/4/12,nt/nt/8M/4/8,wc/ntevict/4M/4/8,wc/ntevic
                  "evict/ntevict/4M/4/8,nt/ntevict/2M/4/12,wc/evict/2M/4/12,plain/plain/2M/4/8")
 
 
-def parse_plan(text: str) -> tuple[str, str, int, int, int]:
-    w, r, c, d, t = text.split("/")
-    return w, r, parse_size(c), int(d), int(t)
+ENV_KEYS = {"ppt": "GDRPY_STAGING_PPT", "dry": "GDRPY_STAGING_DRY"}
+
+Plan = tuple[str, str, int, int, int, tuple[tuple[str, str], ...]]
+
+
+def parse_plan(text: str) -> Plan:
+    w, r, c, d, t, *extra = text.split("/")
+    env = []
+    for kv in extra:
+        key, _, val = kv.partition("=")
+        if key not in ENV_KEYS or not val:
+            raise SystemExit(f"plan {text!r}: unknown field {kv!r} (known: "
+                             f"{', '.join(k + '=...' for k in ENV_KEYS)})")
+        env.append((ENV_KEYS[key], val))
+    return w, r, parse_size(c), int(d), int(t), tuple(env)
+
+
+def apply_plan(ctx, pin, host, p: Plan) -> None:
+    """Configures the ring for plan p; the environment fields are read when the
+    ring is built, so a tiny ring is built first to force a rebuild."""
+    w, r, c, d, t, env = p
+    for var in ENV_KEYS.values():
+        os.environ.pop(var, None)
+    os.environ.update(dict(env))
+    _core.staging_config(ctx, 64 << 10, 2, 1)
+    pin.ce_write(0, host[:1], method="staged")
+    _core.staging_config(ctx, c, d, t, write_kind=w, read_kind=r)
+    pin.ce_write(0, host[:1], method="staged")
+
+
+def plan_name(p: Plan) -> str:
+    w, r, c, d, t, env = p
+    size = f"{c >> 20}M" if c >= 1 << 20 else f"{c >> 10}K"
+    extra = "".join(f"/{k}={dict(env)[v]}" for k, v in ENV_KEYS.items() if v in dict(env))
+    return f"{w}/{r}/{size}/{d}/{t}{extra}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
             for rnd in range(a.rounds):
                 order = plans if rnd % 2 == 0 else plans[::-1]
                 for p in order:
-                    w, r, c, d, t = p
-                    _core.staging_config(ctx, c, d, t, write_kind=w, read_kind=r)
+                    apply_plan(ctx, pin, host, p)
                     for n in sizes:
                         src = host[:n]
                         tw = _median_s(lambda src=src: pin.ce_write(0, src, method="staged"),
@@ -82,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                         for key, tt in (("put", tw), ("get", tr)):
                             pct[p].setdefault((key, n), []).append(
                                 100 * n / tt / 1e9 / ref[n][key])
+            for var in ENV_KEYS.values():
+                os.environ.pop(var, None)
             head = "plan (w/r/chunk/depth/thr)   " + " ".join(
                 f"{k} {n >> 20:>2d}M" for k in ("put", "get") for n in sizes) + "   worst  mean"
             print(f"worst round per cell, % of pinned ({a.rounds} rounds):")
@@ -89,9 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             for p in plans:
                 cells = [min(pct[p][(k, n)]) for k in ("put", "get") for n in sizes]
                 allv = [v for vs in pct[p].values() for v in vs]
-                w, r, c, d, t = p
-                name = f"{w}/{r}/{c >> 20 or c >> 10}{'M' if c >> 20 else 'K'}/{d}/{t}"
-                print(f"{name:28s} " + " ".join(f"{v:7.1f}" for v in cells)
+                print(f"{plan_name(p):28s} " + " ".join(f"{v:7.1f}" for v in cells)
                       + f"   {min(cells):5.1f} {sum(allv) / len(allv):5.1f}", flush=True)
             for i in range(a.calibrate):
                 t0 = time.perf_counter()
