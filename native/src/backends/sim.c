@@ -237,7 +237,8 @@ static int sim_unpin(gp_ctx *c, gp_pin *p)
 static int sim_map(gp_ctx *c, gp_pin *p)
 {
     sim_alloc *a = p->bpriv;
-    void *m = mmap(NULL, p->len, PROT_READ | PROT_WRITE, MAP_SHARED, a->fd,
+    /* MAP_POPULATE: every page present at return, as a BAR1 mapping is */
+    void *m = mmap(NULL, p->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, a->fd,
                    (off_t)(p->va - a->base));
     if (m == MAP_FAILED)
         return gp_err(GDRPY_ENOMEM, "mmap of %llu bytes failed: %s",
