@@ -111,7 +111,10 @@ typedef struct mh_slot {
     _Atomic int state;
     /* Relaxed atomics: published by the release store of `state`. */
     _Atomic unsigned fork_gen; /* gdrpy_fork_generation when mapped */
-    _Atomic(char *) lo;        /* gdrpy's mapping: [lo, lo + span) */
+    /* 1: small writes through this mapping may be restartable sequences
+     * (set when mapped; see rseq_may_use) */
+    _Atomic unsigned rseq_ok;
+    _Atomic(char *) lo; /* gdrpy's mapping: [lo, lo + span) */
     _Atomic size_t span;
     /* cold: owner's g->lock */
     struct gdr *g;
@@ -266,6 +269,27 @@ _Static_assert(offsetof(mh_slot, gen) == 0 && offsetof(mh_slot, state) == 4,
 _Static_assert(offsetof(mh_slot, lo) == GP_RSEQ_SLOT_LO, "lo");
 _Static_assert(offsetof(mh_slot, span) == GP_RSEQ_SLOT_SPAN, "span");
 static int g_rseq; /* GP_RSEQ_SSE2/AVX2: writes of <= GP_RSEQ_PUT_MAX bytes are restartable */
+
+/* Whether small writes through a mapping of `ctx` may be restartable
+ * sequences.  A restart happens only when the writer returns to user mode,
+ * so a store inside the section must never fault: a store that faults (a
+ * page not yet in the page tables) and is still being handled in the kernel
+ * when the unmap's membarrier has returned and munmap removed the range
+ * ends in SIGSEGV, not in a restart.  The nvrm and gdrdrv backends map BAR1
+ * with io_remap_pfn_range at mmap time: every page is present until the
+ * munmap, so the section never faults.  Other mappings (sim's shared memory,
+ * dma-buf mmaps) may fault on first touch, or again after reclaim or
+ * migration: their copies announce themselves in the records, which the
+ * unmap waits for.  GDRPY_GDRAPI_RSEQ=force or sse2 (tests) use the section
+ * on every backend. */
+static int rseq_may_use(gdrpy_ctx_t ctx)
+{
+    if (!g_rseq) return 0;
+    if (gp_rseq_any_backend()) return 1;
+    gdrpy_ctx_info_t ci;
+    if (gdrpy_ctx_get_info(ctx, &ci) != 0) return 0;
+    return ci.backend == GDRPY_BACKEND_NVRM || ci.backend == GDRPY_BACKEND_GDRDRV;
+}
 
 static hz_rec *_Atomic hz_all;
 static pthread_key_t hz_key;
@@ -1047,6 +1071,7 @@ static int do_map(struct gdr *g, gdr_mh_t handle, void **va, size_t size, int fl
     s->map_size = size;
     s->mapping_type = (int)pi.mapping_type;
     atomic_store_explicit(&s->fork_gen, gdrpy_fork_generation, memory_order_relaxed);
+    atomic_store_explicit(&s->rseq_ok, (unsigned)rseq_may_use(s->ctx), memory_order_relaxed);
     atomic_store_explicit(&s->state, MH_MAPPED, memory_order_release);
     *va = s->map_ret;
     LOGD("%s: handle 0x%lx mapped at %p (%zu bytes, type %d)", what, handle.h, s->map_ret, size,
@@ -1213,10 +1238,14 @@ int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, siz
     if (__builtin_expect(g_rseq, 1) && size - 1 < GP_RSEQ_PUT_MAX && h_ptr) {
         uint32_t gen;
         mh_slot *s = mh_lookup(handle, &gen);
+        /* rseq_ok belongs to the slot's generation: the section re-checks
+         * the generation, so a value read from an older mapping of another
+         * pin is never acted on */
         if (__builtin_expect(s != NULL, 1) &&
             __builtin_expect(atomic_load_explicit(&s->fork_gen, memory_order_relaxed) ==
                                  gdrpy_fork_generation,
-                             1))
+                             1) &&
+            __builtin_expect(atomic_load_explicit(&s->rseq_ok, memory_order_relaxed), 1))
             return g_rseq == GP_RSEQ_AVX2
                        ? gp_rseq_put_avx2(s, gen | (uint64_t)MH_MAPPED << 32, map_d_ptr, h_ptr,
                                           size)

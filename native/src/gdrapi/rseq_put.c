@@ -146,16 +146,31 @@ GP_RSEQ_SECTION(gp_rseq_put_avx2, "avx2",
                 "    vmovdqu %ymm1, -32(%rdx,%r8)\n"
                 "    vzeroupper\n");
 
+static int rseq_any_backend;
+
 /* GDRPY_GDRAPI_RSEQ: unset or 1 = use restartable writes where possible,
- * 0 = never, sse2 = only the SSE2 section (to test it on an AVX2 CPU). */
+ * 0 = never; for tests: force = also on mappings that can fault, sse2 = the
+ * same with only the SSE2 section (to test it on an AVX2 CPU). */
 static int rseq_wanted(void)
 {
     const char *e = getenv("GDRPY_GDRAPI_RSEQ");
     if (!e || !*e || !strcmp(e, "1")) return GP_RSEQ_AVX2;
     if (!strcmp(e, "0")) return 0;
-    if (!strcmp(e, "sse2")) return GP_RSEQ_SSE2;
-    gp_log(GP_LOG_CONFIG, "GDRPY_GDRAPI_RSEQ=%s is not 0, 1 or sse2; using 1", e);
+    if (!strcmp(e, "force")) {
+        rseq_any_backend = 1;
+        return GP_RSEQ_AVX2;
+    }
+    if (!strcmp(e, "sse2")) {
+        rseq_any_backend = 1;
+        return GP_RSEQ_SSE2;
+    }
+    gp_log(GP_LOG_CONFIG, "GDRPY_GDRAPI_RSEQ=%s is not 0, 1, force or sse2; using 1", e);
     return GP_RSEQ_AVX2;
+}
+
+int gp_rseq_any_backend(void)
+{
+    return rseq_any_backend;
 }
 
 int gp_rseq_init(void)
@@ -193,6 +208,11 @@ int gp_rseq_barrier(void)
 }
 
 #else /* no restartable writes on this architecture yet */
+
+int gp_rseq_any_backend(void)
+{
+    return 0;
+}
 
 int gp_rseq_init(void)
 {

@@ -14,6 +14,11 @@
  * rseq_cs pointer is set once and stays set until the kernel clears it at a
  * preemption outside a section (then it is set again, one store).
  *
+ * The section must never fault: a restart happens when the writer returns to
+ * user mode, and a store that faults while the unmap removes the range ends in
+ * SIGSEGV first.  So libgdrapi uses it only on mappings whose pages are all
+ * present from mmap to munmap (BAR1 remapped by the driver at mmap time).
+ *
  * x86-64 with glibc's rseq registration (glibc >= 2.35) and a kernel with
  * membarrier's RSEQ commands (Linux >= 5.10); elsewhere, or with
  * GDRPY_GDRAPI_RSEQ=0, gp_rseq_init() returns 0 and libgdrapi announces every
@@ -41,6 +46,10 @@
 /* Whether restartable writes are usable in this process, and which section
  * (call once, at load); registers membarrier's RSEQ command. */
 __attribute__((visibility("hidden"))) int gp_rseq_init(void);
+/* Whether GDRPY_GDRAPI_RSEQ asked for the section on every backend (force,
+ * sse2: tests), also on mappings whose pages can fault (see gdrapi.c,
+ * rseq_may_use).  Valid after gp_rseq_init(). */
+__attribute__((visibility("hidden"))) int gp_rseq_any_backend(void);
 /* In a fork child of a process where gp_rseq_init() returned nonzero: registers
  * the child's address space with membarrier again (the rseq area itself is
  * inherited); 1 if restartable writes stay usable.  Calls no dlsym, so it is
