@@ -51,6 +51,8 @@ MIB = 1 << 20
 SCHEMA = 4   # 3: ring kinds; 4: worst-cell candidate rounds (older plans are recalibrated)
 KINDS = ("plain", "nt", "wc", "evict", "ntevict")
 NEVER = 1 << 62
+MAX_DEPTH = 64          # ring slots (gdrpy_staging_set)
+MAX_RING = 256 * MIB    # chunk x depth: the ring's page-locked memory
 
 _plans: dict = {}
 _plans_lock = threading.Lock()
@@ -160,7 +162,8 @@ def load_plan(identity: dict) -> StagingPlan | None:
                            locked_gain_min=int(p["locked_gain_min"]), source="cache",
                            write_kind=str(p["write_kind"]), read_kind=str(p["read_kind"]),
                            sweep=list(doc.get("sweep", [])))
-        if not (64 * KIB <= plan.chunk <= 64 * MIB and 2 <= plan.depth <= 8 and
+        if not (64 * KIB <= plan.chunk <= 64 * MIB and 2 <= plan.depth <= MAX_DEPTH and
+                plan.chunk * plan.depth <= MAX_RING and
                 1 <= plan.threads <= 16 and all(v >= 0 for v in plan.staged_min.values()) and
                 plan.write_kind in KINDS and plan.read_kind in KINDS):
             return None

@@ -234,9 +234,12 @@ def _stream(ctx):
 
 
 def test_staging_config_rejects_bad_values(ctx):
-    for bad in ((1000, 0, 0), (65 * MIB, 0, 0), (0, 1, 0), (0, 9, 0), (0, 0, 17)):
+    for bad in ((1000, 0, 0), (65 * MIB, 0, 0), (0, 1, 0), (0, 65, 0), (0, 0, 17),
+                (64 * MIB, 8, 0)):   # the last: a ring over 256 MiB
         with pytest.raises(InvalidArgumentError):
             _core.staging_config(ctx, *bad)
+    _core.staging_config(ctx, 4 * MIB, 64, 0)           # 256 MiB: the largest ring
+    _core.staging_config(ctx, 2 * MIB, 4, 0)
 
 
 def test_unknown_ce_method_is_refused(ctx, dev):
@@ -451,7 +454,9 @@ def test_plan_calibration_runs_and_its_cache_round_trips(tmp_path, monkeypatch):
     with gdrpy.open(0, "sim") as c:
         plan = calibrate_plan(c, budget_s=0.5, max_bytes=4 * MIB)
         assert plan.source == "calibration"
-        assert 64 * KIB <= plan.chunk <= 64 * MIB and 2 <= plan.depth <= 8
+        from gdrpy.staging import MAX_DEPTH, MAX_RING
+        assert 64 * KIB <= plan.chunk <= 64 * MIB and 2 <= plan.depth <= MAX_DEPTH
+        assert plan.chunk * plan.depth <= MAX_RING
         assert set(plan.staged_min) == {"h2d", "d2h"}
         assert any("gbps" in s for s in plan.sweep)
         ident = host_identity(c)

@@ -48,6 +48,10 @@ def test_candidates_fit_the_host():
     got = sp.candidates(tmax=2, max_chunk=4 * MIB)
     assert all(t <= 2 and c <= 4 * MIB for _, _, c, _, t in got)
     assert len(set(got)) == len(got)
-    assert got[0] == ("evict", "ntevict", 2 * MIB, 4, 2)
+    w, r, c, d, _ = sp.CANDIDATES[0]
+    assert got[0] == (w, r, min(c, 4 * MIB), d, 2)
+    # every candidate's ring fits the library's limit (gdrpy_staging_set)
+    from gdrpy.staging import MAX_DEPTH, MAX_RING
+    assert all(2 <= d <= MAX_DEPTH and c * d <= MAX_RING for _, _, c, d, _ in sp.CANDIDATES)
     full = sp.candidates(tmax=14, max_chunk=64 * MIB)
     assert full == list(sp.CANDIDATES)

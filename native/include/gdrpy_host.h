@@ -67,8 +67,8 @@ GDRPY_API int gdrpy_host_kind_known(const void *p, size_t size);
 GDRPY_API uint64_t gdrpy_host_live(void);
 
 /* Staging ring parameters of a context; 0 keeps a value.  chunk: 64 KiB ..
- * 64 MiB (multiple of 4 KiB), depth 2..8, threads 1..16.  The ring is
- * (re)allocated on the next staged copy. */
+ * 64 MiB (multiple of 4 KiB), depth 2..64, chunk x depth <= 256 MiB, threads
+ * 1..16.  The ring is (re)allocated on the next staged copy. */
 GDRPY_API int gdrpy_staging_set(gdrpy_ctx_t ctx, size_t chunk, unsigned depth,
                                 unsigned threads);
 GDRPY_API int gdrpy_staging_get(gdrpy_ctx_t ctx, size_t *chunk, unsigned *depth,

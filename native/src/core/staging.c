@@ -54,7 +54,8 @@
 #include "gdrpy_host.h"
 #include "stage_trace.h"
 
-#define ST_MAX_DEPTH 8
+#define ST_MAX_DEPTH 64
+#define ST_MAX_RING (256u << 20) /* chunk x depth: the page-locked memory of one ring */
 #define ST_MAX_THREADS 16
 #define ST_MIN_CHUNK (64u << 10)
 #define ST_MAX_CHUNK (64u << 20)
@@ -1303,8 +1304,15 @@ int gdrpy_staging_set(gdrpy_ctx_t h, size_t chunk, unsigned depth, unsigned thre
     gp_stage *st;
     int rc = stage_config_lock(h, "staging_set", &c, &st);
     if (rc) return rc;
-    if (chunk) st->chunk = chunk;
-    if (depth) st->depth = depth;
+    size_t nc = chunk ? chunk : st->chunk;
+    unsigned nd = depth ? depth : st->depth;
+    if ((uint64_t)nc * nd > ST_MAX_RING) {
+        stage_config_unlock(c, st);
+        return gp_err(GDRPY_EINVAL, "staging_set: a ring of %u slots of %zu bytes exceeds %u MiB",
+                      nd, nc, ST_MAX_RING >> 20);
+    }
+    st->chunk = nc;
+    st->depth = nd;
     if (threads) st->threads = threads;
     stage_config_unlock(c, st);
     return 0;
