@@ -16,9 +16,10 @@ the same plan.  First the large rings (32 slots of 2 MiB, 64 MiB of
 page-locked memory): a get's DMA rewrites a slot only after the CPU's
 private caches have let go of the lines it copied out of that slot, so the
 engine is not slowed by snoops and the copy-out needs no eviction (round 6,
-H100: gets 77-80% of pinned at 4 MiB, 87-94% at 16-64 MiB, against 59-67%
-with a 4-slot ring and evicted lines); then the 4-8 slot rings that keep
-the ring small with streaming or evicting copies.
+H100, fresh calibrations: gets of 16-64 MiB at 85-93% of pinned against
+72-78% with a 4-slot ring and evicted lines; 4 MiB gets unchanged at 60-65%,
+see docs/large-messages.md); then the 4-8 slot rings that keep the ring
+small with streaming or evicting copies.
 """
 
 from __future__ import annotations
