@@ -11,8 +11,8 @@ A plan is WRITE_KIND/READ_KIND/CHUNK/DEPTH/THREADS, optionally followed by
 /dry=nodma (GDRPY_STAGING_DRY, diagnostics: one side of the pipeline alone,
 moving stale data; the bound the other side sets).  Every round times every
 plan once (median of --reps calls per size and direction), so drift in the
-machine hits all plans alike; the table shows each plan's worst round per
-cell as a % of pinned, and its worst cell overall.  --calibrate N also runs
+machine hits all plans alike; the tables show each plan's worst and median
+round per cell as a % of pinned, and its worst cell overall.  --calibrate N also runs
 N fresh calibrations (gdrpy.staging.calibrate_plan) and prints the plan each
 chose with its time.
 """
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 
@@ -121,13 +122,14 @@ def main(argv: list[str] | None = None) -> int:
                 os.environ.pop(var, None)
             head = "plan (w/r/chunk/depth/thr)   " + " ".join(
                 f"{k} {n >> 20:>2d}M" for k in ("put", "get") for n in sizes) + "   worst  mean"
-            print(f"worst round per cell, % of pinned ({a.rounds} rounds):")
-            print(head)
-            for p in plans:
-                cells = [min(pct[p][(k, n)]) for k in ("put", "get") for n in sizes]
-                allv = [v for vs in pct[p].values() for v in vs]
-                print(f"{plan_name(p):28s} " + " ".join(f"{v:7.1f}" for v in cells)
-                      + f"   {min(cells):5.1f} {sum(allv) / len(allv):5.1f}", flush=True)
+            for label, pick in (("worst", min), ("median", statistics.median)):
+                print(f"{label} round per cell, % of pinned ({a.rounds} rounds):")
+                print(head)
+                for p in plans:
+                    cells = [pick(pct[p][(k, n)]) for k in ("put", "get") for n in sizes]
+                    allv = [v for vs in pct[p].values() for v in vs]
+                    print(f"{plan_name(p):28s} " + " ".join(f"{v:7.1f}" for v in cells)
+                          + f"   {min(cells):5.1f} {sum(allv) / len(allv):5.1f}", flush=True)
             for i in range(a.calibrate):
                 t0 = time.perf_counter()
                 plan = calibrate_plan(ctx, budget_s=5.0)
