@@ -48,7 +48,7 @@ __all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env", "p
 
 KIB = 1 << 10
 MIB = 1 << 20
-SCHEMA = 4   # 3: ring kinds; 4: worst-cell candidate rounds (older plans are recalibrated)
+SCHEMA = 5   # 3: ring kinds; 4: worst-cell candidate rounds; 5: up to 64 slots, median rounds
 KINDS = ("plain", "nt", "wc", "evict", "ntevict")
 NEVER = 1 << 62
 MAX_DEPTH = 64          # ring slots (gdrpy_staging_set)
@@ -296,8 +296,9 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
     1. The ring (kinds, slot size, depth, threads) from the fixed candidate
        list of :mod:`gdrpy.staging_pick`, timed in interleaved rounds at 4, 16
        and 64 MiB (:func:`ring_sizes`), both directions, median of 3 calls
-       each; a candidate's score is its worst cell over all rounds, as a
-       fraction of the pinned copy-engine rate at that size and direction
+       each; a candidate's score is its lowest cell (each cell's median over
+       the rounds), as a fraction of the pinned copy-engine rate at that size
+       and direction
        (a page-locked gdrpy host buffer, timed first).  After each round
        only the better half (at least two) is timed again, until 60% of
        ``budget_s`` is spent or 5 rounds are done; ties (within 2%) go to the

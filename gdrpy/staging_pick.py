@@ -2,11 +2,10 @@
 
 A plan is judged by its *worst* cell, not a mean: the staged rate as a
 fraction of the pinned copy-engine rate at each scored size and direction,
-and the lowest such fraction over all rounds.  Candidates are timed in
+each cell's median over the rounds, and the lowest cell.  Candidates are timed in
 interleaved rounds (every candidate once per round, the order alternating)
-so that drift in the machine hits all of them alike, and a plan that is
-fast only some of the time (an unlucky ring build, a size where it falls
-off) loses to one that is never slow.  After the first round only the
+so that drift in the machine hits all of them alike, and a plan that falls
+off at one size loses to one that is never slow there.  After the first round only the
 better half is timed again, which bounds the calibration time.
 
 The candidate list is pruned to the class that held up on the H100; its
@@ -24,6 +23,7 @@ small with streaming or evicting copies.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Iterable, Sequence
 
 KIB = 1 << 10
@@ -62,9 +62,16 @@ def candidates(tmax: int, max_chunk: int,
 
 
 def worst(rounds: Sequence[dict[Cell, float]]) -> float:
-    """The lowest value of any cell in any round (0.0 when nothing was timed)."""
-    vals = [v for rnd in rounds for v in rnd.values()]
-    return min(vals) if vals else 0.0
+    """The lowest cell, each cell taken as its median over the rounds (0.0 when
+    nothing was timed).  A median, not the lowest round: on a VM one round
+    in a few can stall for milliseconds (hypervisor steal), and the lowest
+    round then picks a plan at random; a plan slow at one size every time
+    still scores low."""
+    cells: dict[Cell, list[float]] = {}
+    for rnd in rounds:
+        for k, v in rnd.items():
+            cells.setdefault(k, []).append(v)
+    return min(statistics.median(vs) for vs in cells.values()) if cells else 0.0
 
 
 def rank(results: dict[Cand, list[dict[Cell, float]]], order: Sequence[Cand]) -> list[Cand]:
