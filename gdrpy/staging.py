@@ -295,12 +295,12 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
 
     1. The ring (kinds, slot size, depth, threads) from the fixed candidate
        list of :mod:`gdrpy.staging_pick`, timed in interleaved rounds at 4, 16
-       and 64 MiB (:func:`ring_sizes`), both directions, median of 3 calls
+       and 64 MiB (:func:`ring_sizes`), both directions, median of 5 calls
        each; a candidate's score is its lowest cell (each cell's median over
        the rounds), as a fraction of the pinned copy-engine rate at that size
        and direction
-       (a page-locked gdrpy host buffer, timed first).  After each round
-       only the better half (at least two) is timed again, until 60% of
+       (a page-locked gdrpy host buffer, timed first).  From the second
+       round on only the better half (at least two) is timed again, until 60% of
        ``budget_s`` is spent or 5 rounds are done; ties (within 2%) go to the
        earlier candidate.
     2. ``staged_min`` per direction: direct and staged copies, interleaved,
@@ -328,7 +328,7 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
             for n in sizes:
                 src = host[:n]
                 for d in ("h2d", "d2h"):
-                    t = _timer(functools.partial(_ce, pin, d, src, "staged"), 3)
+                    t = _timer(functools.partial(_ce, pin, d, src, "staged"), 5)
                     rate = n / t
                     out[(d, n)] = rate / ref[(d, n)] if ref else rate
             return out
@@ -354,8 +354,9 @@ def calibrate_plan(ctx, budget_s: float = 3.0, max_bytes: int = 64 * MIB,
                     f"worst {low:.3f}")
             if time.perf_counter() > deadline:
                 break
-            live = sp.survivors({c: results[c] for c in live if c in results}, live,
-                                max(2, len(live) // 2))
+            if rnd >= 1:    # every candidate gets two rounds: one stalled round prunes none
+                live = sp.survivors({c: results[c] for c in live if c in results}, live,
+                                    max(2, len(live) // 2))
         best = sp.rank({c: results[c] for c in live if c in results}, order)[0]
         plan.write_kind, plan.read_kind, plan.chunk, plan.depth, plan.threads = best
         plan.apply(ctx)
