@@ -25,16 +25,16 @@ import statistics
 import sys
 import time
 
-import numpy as np
+from staging_bench import pinned_rates, staging_bench
 
-import gdrpy
 from gdrpy import _core
 from gdrpy._sizes import parse_size
 from gdrpy.staging import _timer as _median_s  # median seconds after one warm-up
 from gdrpy.staging import calibrate_plan
+from gdrpy.staging_pick import CANDIDATES
 
-DEFAULT_PLANS = ("evict/ntevict/2M/4/12,nt/nt/8M/4/8,wc/ntevict/4M/4/8,wc/ntevict/2M/4/12,"
-                 "evict/ntevict/4M/4/8,nt/ntevict/2M/4/12,wc/evict/2M/4/12,plain/plain/2M/4/8")
+#: the calibration's candidates (gdrpy.staging_pick.CANDIDATES)
+DEFAULT_PLANS = ",".join(f"{w}/{r}/{c >> 20}M/{d}/{t}" for w, r, c, d, t in CANDIDATES)
 
 
 ENV_KEYS = {"ppt": "GDRPY_STAGING_PPT", "dry": "GDRPY_STAGING_DRY"}
@@ -86,65 +86,47 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [parse_size(x) for x in a.sizes.split(",") if x.strip()]
     plans = [parse_plan(p) for p in a.plans.split(",") if p.strip()]
     top = max(sizes)
-    with gdrpy.open(0, a.backend) as ctx:
-        buf = gdrpy.memory.alloc(top, ctx=ctx)
-        pin = ctx.pin(buf)
-        hb = gdrpy.memory.host_alloc(top, ctx=ctx)
-        locked = hb.numpy()
-        locked[:] = 1
-        host = np.ones(top, np.uint8)
-        try:
-            ref = {}
-            for n in sizes:
-                tw = _median_s(lambda n=n: pin.ce_write(0, locked[:n], method="locked"), a.reps)
-                tr = _median_s(lambda n=n: pin.ce_read(0, n, locked[:n], method="locked"),
-                               a.reps)
-                ref[n] = {"put": n / tw / 1e9, "get": n / tr / 1e9}
-                print(f"pinned {n >> 20:3d} MiB: put {ref[n]['put']:5.1f} GB/s  "
-                      f"get {ref[n]['get']:5.1f} GB/s", flush=True)
-            # pct[plan][(dir, n)] = list of % per round
-            pct: dict = {p: {} for p in plans}
-            for rnd in range(a.rounds):
-                order = plans if rnd % 2 == 0 else plans[::-1]
-                for p in order:
-                    apply_plan(ctx, pin, host, p)
-                    for n in sizes:
-                        src = host[:n]
-                        tw = _median_s(lambda src=src: pin.ce_write(0, src, method="staged"),
-                                       a.reps)
-                        tr = _median_s(lambda src=src, n=n: pin.ce_read(0, n, src,
-                                                                         method="staged"),
-                                       a.reps)
-                        for key, tt in (("put", tw), ("get", tr)):
-                            pct[p].setdefault((key, n), []).append(
-                                100 * n / tt / 1e9 / ref[n][key])
-            for var in ENV_KEYS.values():
-                os.environ.pop(var, None)
-            head = "plan (w/r/chunk/depth/thr)   " + " ".join(
-                f"{k} {n >> 20:>2d}M" for k in ("put", "get") for n in sizes) + "   worst  mean"
-            for label, pick in (("worst", min), ("median", statistics.median)):
-                print(f"{label} round per cell, % of pinned ({a.rounds} rounds):")
-                print(head)
-                for p in plans:
-                    cells = [pick(pct[p][(k, n)]) for k in ("put", "get") for n in sizes]
-                    allv = [v for vs in pct[p].values() for v in vs]
-                    print(f"{plan_name(p):28s} " + " ".join(f"{v:7.1f}" for v in cells)
-                          + f"   {min(cells):5.1f} {sum(allv) / len(allv):5.1f}", flush=True)
-            for i in range(a.calibrate):
-                t0 = time.perf_counter()
-                plan = calibrate_plan(ctx, budget_s=5.0)
-                dt = time.perf_counter() - t0
-                print(f"calibration {i + 1}: {dt:.1f} s -> {plan.as_dict()}", flush=True)
-                for e in plan.sweep:
-                    if "round" in e:
-                        print(f"    round {e['round']} {e['write_kind']}/{e['read_kind']}/"
-                              f"{e['chunk'] >> 10}K/{e['depth']}/{e['threads']}: worst "
-                              f"{100 * e['worst']:.1f}% of pinned")
-        finally:
-            locked = np.empty(0, np.uint8)   # lets go of the buffer export
-            hb.close()
-            pin.close()
-            buf.close()
+    with staging_bench(a.backend, top) as b:
+        ctx, pin, host = b.ctx, b.pin, b.host
+        ref = pinned_rates(b, sizes, a.reps)
+        # pct[plan][(dir, n)] = list of % per round
+        pct: dict = {p: {} for p in plans}
+        for rnd in range(a.rounds):
+            order = plans if rnd % 2 == 0 else plans[::-1]
+            for p in order:
+                apply_plan(ctx, pin, host, p)
+                for n in sizes:
+                    src = host[:n]
+                    tw = _median_s(lambda src=src: pin.ce_write(0, src, method="staged"),
+                                   a.reps)
+                    tr = _median_s(lambda src=src, n=n: pin.ce_read(0, n, src,
+                                                                     method="staged"),
+                                   a.reps)
+                    for key, tt in (("put", tw), ("get", tr)):
+                        pct[p].setdefault((key, n), []).append(
+                            100 * n / tt / 1e9 / ref[n][key])
+        for var in ENV_KEYS.values():
+            os.environ.pop(var, None)
+        head = "plan (w/r/chunk/depth/thr)   " + " ".join(
+            f"{k} {n >> 20:>2d}M" for k in ("put", "get") for n in sizes) + "   worst  mean"
+        for label, pick in (("worst", min), ("median", statistics.median)):
+            print(f"{label} round per cell, % of pinned ({a.rounds} rounds):")
+            print(head)
+            for p in plans:
+                cells = [pick(pct[p][(k, n)]) for k in ("put", "get") for n in sizes]
+                allv = [v for vs in pct[p].values() for v in vs]
+                print(f"{plan_name(p):28s} " + " ".join(f"{v:7.1f}" for v in cells)
+                      + f"   {min(cells):5.1f} {sum(allv) / len(allv):5.1f}", flush=True)
+        for i in range(a.calibrate):
+            t0 = time.perf_counter()
+            plan = calibrate_plan(ctx, budget_s=5.0)
+            dt = time.perf_counter() - t0
+            print(f"calibration {i + 1}: {dt:.1f} s -> {plan.as_dict()}", flush=True)
+            for e in plan.sweep:
+                if "round" in e:
+                    print(f"    round {e['round']} {e['write_kind']}/{e['read_kind']}/"
+                          f"{e['chunk'] >> 10}K/{e['depth']}/{e['threads']}: worst "
+                          f"{100 * e['worst']:.1f}% of pinned")
     return 0
 
 

@@ -20,8 +20,8 @@ import sys
 from collections.abc import Callable
 
 import numpy as np
+from staging_bench import pinned_rates, staging_bench
 
-import gdrpy
 from gdrpy import _core
 from gdrpy._sizes import parse_size
 from gdrpy.staging import _timer as _median_s  # median seconds after one warm-up
@@ -49,7 +49,7 @@ def _bar1(pin, host, sizes: list[int], threads: list[int], ref: dict, reps: int)
                             f.result()
                     gb = n / _median_s(op, reps) / 1e9
                     print(f"BAR1 write {t:2d} threads {n >> 20:3d} MiB: {gb:5.1f} GB/s "
-                          f"({100 * gb / ref[n][0]:3.0f}% of pinned put)", flush=True)
+                          f"({100 * gb / ref[n]['put']:3.0f}% of pinned put)", flush=True)
     finally:
         m.close()
 
@@ -72,68 +72,52 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     sizes = _list(a.sizes, parse_size)
     top = max(sizes)
-    with gdrpy.open(0, a.backend) as ctx:
-        buf = gdrpy.memory.alloc(top, ctx=ctx)
-        pin = ctx.pin(buf)
-        hb = gdrpy.memory.host_alloc(top, ctx=ctx)
-        locked = hb.numpy()
-        locked[:] = 1
-        host = np.ones(top, np.uint8)
-        try:
-            ref = {}
+    with staging_bench(a.backend, top) as b:
+        ctx, pin, host = b.ctx, b.pin, b.host
+        ref = pinned_rates(b, sizes, a.reps)
+        for n in sizes:
+            tc = _median_s(lambda n=n: np.copyto(b.locked[:n], host[:n]), a.reps)
+            print(f"numpy copy pageable->pinned {n >> 20:3d} MiB: {n / tc / 1e9:5.1f} GB/s "
+                  f"(1 thread)")
+        best: dict = {}
+        if a.bar1:
+            _bar1(pin, host, sizes, _list(a.bar1, int), ref, a.reps)
+        head = "mode        threads  chunk  depth  " + "  ".join(
+            f"put {n >> 20:>3d}M       get {n >> 20:>3d}M      " for n in sizes)
+        print(head)
+        shapes = [(nt, t, c, d) for nt in a.modes.split(",") for t in _list(a.threads, int)
+                  for c in _list(a.chunks, parse_size) for d in _list(a.depths, int)]
+        mode = None
+        for nt, t, c, d in shapes:
+            if mode != nt:
+                mode = nt
+                for var in ("NT", "DRY", "PPT", "SPIN_US", "WC", "WKIND", "RKIND"):
+                    os.environ.pop("GDRPY_STAGING_" + var, None)
+                key, _, val = nt.partition("=")
+                if key != "base":
+                    os.environ["GDRPY_STAGING_" + key.upper()] = val
+                _core.staging_config(ctx, 64 << 10, 2, 1)   # read when the ring is built:
+                pin.ce_write(0, host[:1], method="staged")  # force a rebuild
+            _core.staging_config(ctx, c, d, t)
+            cells = []
             for n in sizes:
-                tw = _median_s(lambda n=n: pin.ce_write(0, locked[:n], method="locked"), a.reps)
-                tr = _median_s(lambda n=n: pin.ce_read(0, n, locked[:n], method="locked"),
+                src = host[:n]
+                tw = _median_s(lambda src=src: pin.ce_write(0, src, method="staged"),
                                a.reps)
-                tc = _median_s(lambda n=n: np.copyto(locked[:n], host[:n]), a.reps)
-                ref[n] = (n / tw / 1e9, n / tr / 1e9)
-                print(f"pinned {n >> 20:3d} MiB: put {ref[n][0]:5.1f} GB/s  get "
-                      f"{ref[n][1]:5.1f} GB/s   numpy copy pageable->pinned "
-                      f"{n / tc / 1e9:5.1f} GB/s (1 thread)")
-            best: dict = {}
-            if a.bar1:
-                _bar1(pin, host, sizes, _list(a.bar1, int), ref, a.reps)
-            head = "mode        threads  chunk  depth  " + "  ".join(
-                f"put {n >> 20:>3d}M       get {n >> 20:>3d}M      " for n in sizes)
-            print(head)
-            shapes = [(nt, t, c, d) for nt in a.modes.split(",") for t in _list(a.threads, int)
-                      for c in _list(a.chunks, parse_size) for d in _list(a.depths, int)]
-            mode = None
-            for nt, t, c, d in shapes:
-                if mode != nt:
-                    mode = nt
-                    for var in ("NT", "DRY", "PPT", "SPIN_US", "WC", "WKIND", "RKIND"):
-                        os.environ.pop("GDRPY_STAGING_" + var, None)
-                    key, _, val = nt.partition("=")
-                    if key != "base":
-                        os.environ["GDRPY_STAGING_" + key.upper()] = val
-                    _core.staging_config(ctx, 64 << 10, 2, 1)   # read when the ring is built:
-                    pin.ce_write(0, host[:1], method="staged")  # force a rebuild
-                _core.staging_config(ctx, c, d, t)
-                cells = []
-                for n in sizes:
-                    src = host[:n]
-                    tw = _median_s(lambda src=src: pin.ce_write(0, src, method="staged"),
-                                   a.reps)
-                    tr = _median_s(lambda src=src, n=n: pin.ce_read(0, n, src,
-                                                                     method="staged"),
-                                   a.reps)
-                    for key, gb, r in (("put", n / tw / 1e9, ref[n][0]),
-                                       ("get", n / tr / 1e9, ref[n][1])):
-                        cells.append(f"{gb:5.1f} ({100 * gb / r:3.0f}%)")
-                        if gb > best.get((key, n), (0.0,))[0]:
-                            best[(key, n)] = (gb, nt, t, c, d)
-                print(f"{nt:10s}  {t:7d}  {c >> 10:4d}K  {d:5d}  " + "  ".join(cells),
-                      flush=True)
-            for (key, n), (gb, nt, t, c, d) in sorted(best.items()):
-                print(f"best {key} {n >> 20} MiB: {gb:.1f} GB/s "
-                      f"({100 * gb / ref[n][0 if key == 'put' else 1]:.0f}% of pinned) "
-                      f"nt {nt} threads {t} chunk {c >> 10}K depth {d}")
-        finally:
-            locked = np.empty(0, np.uint8)   # lets go of the buffer export
-            hb.close()
-            pin.close()
-            buf.close()
+                tr = _median_s(lambda src=src, n=n: pin.ce_read(0, n, src,
+                                                                 method="staged"),
+                               a.reps)
+                for key, gb, r in (("put", n / tw / 1e9, ref[n]["put"]),
+                                   ("get", n / tr / 1e9, ref[n]["get"])):
+                    cells.append(f"{gb:5.1f} ({100 * gb / r:3.0f}%)")
+                    if gb > best.get((key, n), (0.0,))[0]:
+                        best[(key, n)] = (gb, nt, t, c, d)
+            print(f"{nt:10s}  {t:7d}  {c >> 10:4d}K  {d:5d}  " + "  ".join(cells),
+                  flush=True)
+        for (key, n), (gb, nt, t, c, d) in sorted(best.items()):
+            print(f"best {key} {n >> 20} MiB: {gb:.1f} GB/s "
+                  f"({100 * gb / ref[n][key]:.0f}% of pinned) "
+                  f"nt {nt} threads {t} chunk {c >> 10}K depth {d}")
     return 0
 
 

@@ -144,3 +144,28 @@ def test_before_after_own_cost_cancels_the_process_level(tmp_path):
     assert own["old_ns"] == pytest.approx(0.0)       # (+1, -1)
     assert own["new_ns"] == pytest.approx(9.0)       # (+1, +17)
     assert own["new_pct"] == pytest.approx((1 / 120 + 17 / 158) / 2 * 100)
+
+
+@pytest.mark.parametrize("script, args", [
+    ("staging_plans.py", ["--plans", "nt/nt/1M/4/2,wc/ntevict/1M/4/2/ppt=1/dry=nocopy",
+                          "--rounds", "2"]),
+    ("staging_sweep.py", ["--threads", "1,2", "--chunks", "1M", "--depths", "4"]),
+])
+def test_staging_diagnostics_run_on_sim(script, args):
+    """The staging diagnostics (scripts/staging_*.py, on their shared helper
+    scripts/staging_bench.py) run end to end on sim and print every row."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, os.path.join(root, "scripts", script), "--backend", "sim",
+                        "--sizes", "1M,2M", "--reps", "2", *args],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=root))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.stdout.count("pinned ") >= 2          # a reference row per size
+    if script == "staging_plans.py":
+        assert "median round per cell" in r.stdout
+        assert "wc/ntevict/1M/4/2/ppt=1/dry=nocopy" in r.stdout
+    else:
+        assert "best get 2 MiB" in r.stdout
