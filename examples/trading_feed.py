@@ -79,7 +79,14 @@ def main(argv=None) -> int:
     p.add_argument("--udp-rates", type=_rates, default=None)
     p.add_argument("--shm-rates", type=_rates, default=None)
     p.add_argument("--proof-seconds", type=float, default=10.0)
-    p.add_argument("--no-proof", action="store_true")
+    p.add_argument("--no-proof", action="store_true",
+                   help="sweep without the 10 s proof points (and without the half-capacity "
+                        "points unless --half-capacity)")
+    p.add_argument("--half-capacity", action="store_true",
+                   help="with --no-proof: still run the half-capacity latency points (half "
+                        "of each zero-loss UDP capacity this sweep measured)")
+    p.add_argument("--half-seconds", type=float, default=3.0,
+                   help="duration of each half-capacity point (default 3)")
     p.add_argument("--ring", type=int, default=4096, help="channel slots (power of two)")
     p.add_argument("--shm-slots", type=int, default=1 << 18,
                    help="shared-memory source ring slots (power of two; default 262144, "
@@ -208,6 +215,8 @@ def main(argv=None) -> int:
                             pts.append(r)
                             log(sweep.fmt_row(r))
                             log(sweep.stage_row(r))
+                            if sweep.tail_row(r):
+                                log(sweep.tail_row(r))
                             if a.stages:
                                 log(osinfo.evidence_row(r))
             rep = {"points": pts, "threads": note}

@@ -20,6 +20,8 @@ SHM_HDR, SHM_SLOT, SHM_MAGIC = 4096, 64, 0x4D48534445454646
 OUT_SYM = 64
 HBUCKETS = 1024 + 40 * 512
 H_E2E, H_SOCKET, H_HANDLER, H_GPU, H_RECV_ACK = range(5)
+TA_BUCKETS, TA_FIELDS = 160, 7          # feedcore.h: FEED_TA_*
+TA_STAGES = ("socket", "handler", "ring_ack")
 ST_NAMES = {0: "none", 1: "running", 2: "stopped", 3: "timeout"}
 SIM_LABEL = "SIM: CPU thread stands in for the GPU kernel"
 
@@ -140,6 +142,7 @@ def lib():
         "feed_ctx_close": (None, [u64]), "feed_last_error": (ctypes.c_char_p, []),
         "feed_now_ns": (u64, []),
         "feed_acks_thread_info": (None, [vp, vp]),
+        "feed_acks_tail": (None, [vp, vp]), "feed_ta_edge_ns": (ctypes.c_double, [i32]),
         "feed_acks_stamp": (i32, [vp, u64, u32, vp, u32, u64]),
         "feed_udp_rx_new": (vp, [i32, vp, u32, u32, vp, vp, u64]),
         "feed_udp_rx": (i32, [vp]), "feed_udp_rx_free": (None, [vp]),
@@ -172,6 +175,38 @@ def hist_stats(L, acks, k: int) -> dict:
         i = int(np.searchsorted(cum, q * n, side="left"))
         out[name] = float(min(L.hist_values[min(i, HBUCKETS - 1)], mx)) / 1e3
     out.update(max=mx / 1e3, min=mn / 1e3, mean=total / n / 1e3)
+    return out
+
+
+def tail_attribution(L, acks, quantiles=(0.5, 0.9, 0.99, 0.999)) -> dict:
+    """Which stage makes the slow ticks slow (feed_acks_tail).  For each
+    quantile q: the ticks whose end-to-end latency lies at or above the
+    bucket holding q (0.5 us wide below 64 us), their mean socket
+    (send->recv), handler (recv->written) and ring+consumer+ack
+    (written->ack) times in us, and the share of them whose largest stage
+    each one was.  Also the same for the ticks over 10 us ("over_10us")."""
+    raw = (ctypes.c_uint64 * (TA_BUCKETS * TA_FIELDS))()
+    L.feed_acks_tail(acks, raw)
+    t = np.frombuffer(raw, dtype=np.uint64).reshape(TA_BUCKETS, TA_FIELDS).astype(np.float64)
+    n = t[:, 0]
+    total = n.sum()
+    if total == 0:
+        return {}
+
+    def above(k0: int, **extra) -> dict:
+        r = t[k0:].sum(axis=0)
+        if r[0] == 0:
+            return {"ticks": 0, **extra}
+        return {"from_us": L.feed_ta_edge_ns(k0) / 1e3, "ticks": int(r[0]), **extra,
+                "mean_us": {s: r[1 + i] / r[0] / 1e3 for i, s in enumerate(TA_STAGES)},
+                "largest_share": {s: r[4 + i] / r[0] for i, s in enumerate(TA_STAGES)}}
+
+    cum = np.cumsum(n)
+    out = {}
+    for q in quantiles:
+        k = int(np.searchsorted(cum, q * total, side="left"))
+        out[f"p{q * 100:g}"] = above(min(k, TA_BUCKETS - 1))
+    out["over_10us"] = above(20)            # 20 x 0.5 us
     return out
 
 

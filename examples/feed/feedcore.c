@@ -100,7 +100,44 @@ struct feed_acks {
     uint64_t first_ns, last_ns, stamp_waits;
     uint64_t max_gap_ns, gaps_50us, ctx_invol, ctx_vol, minflt;
     feed_hist_t h[FEED_H_COUNT];
+    /* tail attribution (feed_acks_tail): per end-to-end bucket, the ticks,
+     * their summed stages (socket, handler, ring+consumer+ack) and how often
+     * each stage was the tick's largest */
+    uint64_t ta[FEED_TA_BUCKETS][FEED_TA_FIELDS];
 };
+
+/* e2e bucket of the tail attribution: 0.5 us wide below 64 us, then one
+ * per power of two (64 us, 128 us, ... up to ~2 s) */
+static inline unsigned ta_bucket(uint64_t ns)
+{
+    if (ns < 64000) return (unsigned)(ns / 500);
+    unsigned k = 128 + (unsigned)(63 - __builtin_clzll(ns / 64000));
+    return k < FEED_TA_BUCKETS ? k : FEED_TA_BUCKETS - 1;
+}
+
+double feed_ta_edge_ns(int k)
+{
+    if (k < 128) return 500.0 * k;
+    return 64000.0 * (double)(1ull << (k - 128));
+}
+
+static inline void ta_add(feed_acks_t *a, int64_t e2e, int64_t s, int64_t h, int64_t g)
+{
+    if (e2e < 0) e2e = 0;
+    uint64_t *r = a->ta[ta_bucket((uint64_t)e2e)];
+    int64_t v[3] = {s > 0 ? s : 0, h > 0 ? h : 0, g > 0 ? g : 0};
+    int big = v[0] >= v[1] ? (v[0] >= v[2] ? 0 : 2) : (v[1] >= v[2] ? 1 : 2);
+    r[0]++;
+    r[1] += (uint64_t)v[0];
+    r[2] += (uint64_t)v[1];
+    r[3] += (uint64_t)v[2];
+    r[4 + big]++;
+}
+
+void feed_acks_tail(feed_acks_t *a, uint64_t *out)
+{
+    memcpy(out, a->ta, sizeof a->ta);
+}
 
 /* This thread's context switches and minor page faults so far. */
 static void thread_usage(uint64_t *invol, uint64_t *vol, uint64_t *minflt)
@@ -214,6 +251,8 @@ static void *acks_main(void *arg)
                 hadd(&a->h[FEED_H_HANDLER], (int64_t)(e->wr_ns - e->recv_ns));
                 hadd(&a->h[FEED_H_GPU], (int64_t)(t - e->wr_ns));
                 hadd(&a->h[FEED_H_RECV_ACK], (int64_t)(t - e->recv_ns));
+                ta_add(a, (int64_t)(t - e->send_ns), (int64_t)(e->recv_ns - e->send_ns),
+                       (int64_t)(e->wr_ns - e->recv_ns), (int64_t)(t - e->wr_ns));
             }
             done = c;
             st_rel(&a->done, done);
@@ -242,6 +281,7 @@ int feed_acks_start(feed_acks_t *a, const volatile uint64_t *consumed, int cpu)
     a->first_ns = a->last_ns = a->stamp_waits = 0;
     a->max_gap_ns = a->gaps_50us = a->ctx_invol = a->ctx_vol = a->minflt = 0;
     memset(a->h, 0, sizeof a->h);
+    memset(a->ta, 0, sizeof a->ta);
     memset(a->ts, 0, (a->mask + 1) * sizeof(feed_ts_t));
     int rc = pthread_create(&a->th, NULL, acks_main, a);
     if (rc) return rc;

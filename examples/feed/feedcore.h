@@ -100,6 +100,18 @@ typedef struct feed_hstats {
     char msg[160];
 } feed_hstats_t;
 
+/* Tail attribution: which stage makes the slow ticks slow.  For each
+ * end-to-end bucket k (feed_ta_edge_ns(k) = its lower edge: 0.5 us wide
+ * below 64 us, then powers of two), FEED_TA_FIELDS u64: ticks, summed
+ * socket (send->recv) ns, summed handler (recv->written) ns, summed
+ * ring+consumer+ack (written->ack seen) ns, then the ticks whose largest
+ * stage was the socket, the handler, the ring+ack.  feed_acks_tail copies
+ * FEED_TA_BUCKETS x FEED_TA_FIELDS u64 to out. */
+#define FEED_TA_BUCKETS 160
+#define FEED_TA_FIELDS 7
+FEED_API void feed_acks_tail(feed_acks_t *a, uint64_t *out);
+FEED_API double feed_ta_edge_ns(int k);
+
 FEED_API int feed_handler_run(const feed_hcfg_t *cfg, feed_hstats_t *st);
 
 /* ---- ack collector ---------------------------------------------------- */

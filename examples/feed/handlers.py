@@ -103,6 +103,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         H_SOCKET,
         hist_stats,
         reference_sums,
+        tail_attribution,
     )
     L = env.lib
     c_snd, c_hnd, c_ack, c_con = cpus
@@ -215,6 +216,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
            "ring_consumer_ack": hist_stats(L, env.acks, H_GPU),
            "recv_to_ack": hist_stats(L, env.acks, H_RECV_ACK)}
     rec["latency_us"] = lat
+    rec["tail"] = tail_attribution(L, env.acks)
     rec["stamp_waits"] = int(L.feed_acks_stamp_waits(env.acks))
     st = rec.get("handler_stats")
     snd = rec.get("sender", {})

@@ -163,6 +163,45 @@ def stage_row(r: dict) -> str:
     return "      stages p50/p99 us: " + ", ".join(parts)
 
 
+def tail_row(r: dict) -> str:
+    """Per end-to-end percentile: the mean of each stage over the ticks at or
+    above it and how often each stage was a tick's largest (feed_acks_tail)."""
+    ta = r.get("tail") or {}
+    parts = []
+    for k, v in ta.items():
+        if not v.get("ticks"):
+            continue
+        m, sh = v["mean_us"], v["largest_share"]
+        parts.append(f"{k} (>= {v['from_us']:.1f} us, {v['ticks']:,} ticks): "
+                     + " / ".join(f"{m[s]:.2f}" for s in m) + " us, largest "
+                     + " / ".join(f"{sh[s]:.0%}" for s in sh))
+    if not parts:
+        return ""
+    return ("      tail, mean socket / handler / ring+ack over the ticks at or above: "
+            + "; ".join(parts))
+
+
+def tail_bound(r: dict, key: str = "p99") -> str:
+    """The stage that is largest for most ticks at or above the p99."""
+    v = (r.get("tail") or {}).get(key) or {}
+    if not v.get("ticks"):
+        return ""
+    sh, m = v["largest_share"], v["mean_us"]
+    s = max(sh, key=lambda k: sh[k])
+    return (f"; ticks at or above the {key} ({v['from_us']:.1f} us): {s} the largest stage "
+            f"for {sh[s]:.0%} of them (means socket {m['socket']:.2f}, handler "
+            f"{m['handler']:.2f}, ring+ack {m['ring_ack']:.2f} us)")
+
+
+def _log_point(log, r: dict, suffix: str = "") -> None:
+    log(fmt_row(r) + suffix)
+    log(stage_row(r))
+    t = tail_row(r)
+    if t:
+        log(t)
+    log(osinfo.evidence_row(r))
+
+
 class ConsumerStuck(RuntimeError):
     """A consumer did not stop: later kernels would queue behind it."""
 
@@ -225,29 +264,33 @@ def _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, sec
                     r = _run(env, log, h, p, src, rate, secs, **common)
                     r["kind"] = "sweep"
                     points.append(r)
-                    log(fmt_row(r))
                     if a.stages:
-                        log(stage_row(r))
-                        log(osinfo.evidence_row(r))
+                        _log_point(log, r)
+                    else:
+                        log(fmt_row(r))
                     if (r.get("processed_per_s") or 0) < 0.5 * rate or r.get("error"):
                         log(f"     ({src}/{h}/{p}: higher rates skipped: this one is already "
                             "at twice the capacity or more)")
                         break
     cap = report["zero_loss_capacity"] = _capacity(points)
-    if a.quick or a.no_proof:
+    half = getattr(a, "half_capacity", False)
+    if a.quick or (a.no_proof and not half):
         return
     proof_s = a.proof_seconds
-    log(f"\nproof points ({proof_s:.0f} s each, gdrpy path) and half-capacity latency:")
+    log("\nzero-loss capacity in this run: " + ", ".join(f"{k} {v:,.0f}/s"
+                                                       for k, v in cap.items()))
+    log("half-capacity latency (proof points skipped):" if a.no_proof else
+        f"proof points ({proof_s:.0f} s each, gdrpy path) and half-capacity latency:")
     log(HEADER)
     for (src, h), rate in TARGETS.items():
+        if a.no_proof:
+            break
         if src not in sources or h not in handlers or "gdrpy" not in paths:
             continue
         r = _run(env, log, h, "gdrpy", src, rate, proof_s, **common)
         r["kind"] = "proof"
         points.append(r)
-        log(fmt_row(r))
-        log(stage_row(r))
-        log(osinfo.evidence_row(r))
+        _log_point(log, r)
         b = bound_stage(r)
         if src == "udp" and a.per_packet == 1 and b.startswith(("sender", "socket")):
             # one datagram per tick is bound by the kernel's UDP path: the
@@ -256,9 +299,7 @@ def _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, sec
             r = _run(env, log, h, "gdrpy", src, rate, proof_s, **{**common, "per_packet": 4})
             r["kind"] = "proof_packed"
             points.append(r)
-            log(fmt_row(r) + "  [4 ticks/datagram]")
-            log(stage_row(r))
-            log(osinfo.evidence_row(r))
+            _log_point(log, r, "  [4 ticks/datagram]")
     if "udp" in sources:
         for h in handlers:
             for p in paths:
@@ -268,25 +309,24 @@ def _phases(env, a, log, points, report, handlers, paths, sources, udp, shm, sec
                 # a feed at half its peak is paced, not catching up: the
                 # latency sender (one datagram per send, each stamped just
                 # before its own call, busy-wait pacing; LATENCY_SENDER)
-                r = _run(env, log, h, p, "udp", c / 2, 3.0, **{**common, **LATENCY_SENDER,
-                                                               "burst": a.per_packet})
+                hs = getattr(a, "half_seconds", 3.0)
+                r = _run(env, log, h, p, "udp", c / 2, hs, **{**common, **LATENCY_SENDER,
+                                                              "burst": a.per_packet})
                 r["kind"] = "half_capacity"
+                r["capacity_per_s"] = c
                 points.append(r)
-                log(fmt_row(r))
-                log(stage_row(r))
-                log(osinfo.evidence_row(r))
+                _log_point(log, r)
                 if a.per_packet == 1 and bound_stage(r).startswith("sender"):
                     # one send call per tick cannot offer the rate (about 2.3 us
                     # a call on the H100 VM): the same sender, a datagram now
                     # carrying the ticks already due when it goes (at most 4;
                     # none waits for a datagram to fill)
-                    r = _run(env, log, h, p, "udp", c / 2, 3.0,
+                    r = _run(env, log, h, p, "udp", c / 2, hs,
                              **{**common, **LATENCY_SENDER, "per_packet": 4, "burst": 4})
                     r["kind"] = "half_capacity"
+                    r["capacity_per_s"] = c
                     points.append(r)
-                    log(fmt_row(r) + "  [<= 4 ticks/datagram, those already due]")
-                    log(stage_row(r))
-                    log(osinfo.evidence_row(r))
+                    _log_point(log, r, "  [<= 4 ticks/datagram, those already due]")
 
 
 def path_stalls(r: dict) -> str:
@@ -363,10 +403,14 @@ def done_when(points: list[dict]) -> list[dict]:
             why += (f" (the sender's CPU spent {snd_os['softirq_ms'] / r['seconds'] / 10:.0f}% "
                     "of the point in softirq: the kernel's loopback receive work runs there; "
                     f"sender max gap {(r.get('sender') or {}).get('max_gap_us', 0) / 1e3:.1f} ms)")
+        why += tail_bound(r)
         why += f"; handler busy {(r.get('handler_busy') or 0):.0%}"
         why += path_stalls(r)
+        cap = r.get("capacity_per_s")
+        capn = f" of the {cap:,.0f}/s zero-loss capacity measured in this run" if cap else ""
         out.append({"what": f"udp {r['handler']} handler end-to-end p99 <= {P99_LIMIT_US} us at "
-                            f"half capacity ({r['offered_per_s']:,.0f}/s; {sender_mode(r)})",
+                            f"half capacity ({r['offered_per_s']:,.0f}/s{capn}; "
+                            f"{sender_mode(r)})",
                     "ok": ok,
                     "measured": f"p99 {p99:.2f} us (p50 {e.get('median', 0):.2f}); stage p99s: "
                                 + ", ".join(f"{k} {v:.2f}" for k, v in stages.items()),
