@@ -92,7 +92,11 @@ def test_measure_group_reports_a_failing_method_and_times_the_others():
     bad = bench.Op("bad", "bad", "bad", "test", "h2d", 8, fn=lambda: 1 / 0)
     bench.measure_group([bad, good], cfg)
     assert bad.error and "ZeroDivisionError" in bad.error and not bad.samples
-    assert good.error is None and len(good.samples) == 6 and good.batch >= 2
+    assert good.error is None and len(good.samples) == 6
+    # a fast call is timed in batches; where the host makes even len() slow
+    # (qemu-user: ~3.5 us a call) it is timed call by call, as the rule says
+    from gdrpy.tools.bench.common import BATCH_BELOW_NS
+    assert (good.batch >= 2) == (good.est_ns < BATCH_BELOW_NS), (good.batch, good.est_ns)
 
 
 def test_latency_on_sim_prints_the_sim_note_and_writes_json(tmp_path, capsys, monkeypatch):
