@@ -19,7 +19,10 @@
  * inner block names the RM object; pools keep one record per chunk (mapping
  * base, client, size, RM handle).  fake_arm_lie(1) makes later records name
  * a decoy object of the same size; fake_arm_ambiguous(1) adds a second
- * record for later chunks naming a decoy.  FAKE_POOL_LAYOUT=hop keeps a
+ * record for later chunks naming a decoy, fake_arm_ambiguous(2) one naming a
+ * second handle of the same memory; GET_SURFACE_PHYS_ATTR answers (video
+ * memory offsets) unless fake_deny_phys(1), as for a caller without
+ * CAP_SYS_ADMIN.  FAKE_POOL_LAYOUT=hop keeps a
  * chunk's RM handle in a block its record points to; FAKE_POOL_LAYOUT=first
  * adds to each record a pointer to the pool's first chunk record (right only
  * in a pool of one chunk); FAKE_POOL_LAYOUT=hop2 keeps the handle two
@@ -181,7 +184,7 @@ static struct prec **list_tail(void *pool)
 }
 static struct fpool default_pool = {0x706f6f6cull, 0, {0}, {0}, 0, 1, -1, 0, 0};
 static uint64_t pool_va_next = 0x7d0000000000ull;
-static int lie_armed, ambig_armed;
+static int lie_armed, ambig_armed, phys_denied;
 
 static uint64_t htod_log_va[4096], htod_log_n[4096];
 static int htod_logged;
@@ -203,6 +206,16 @@ static int new_obj(uint64_t size)
     int i = nobjs++;
     objs[i] = (struct obj){0xcaf00000u + (uint32_t)i * 16 + 3, fb_used, size, 1};
     fb_used += size;
+    return i;
+}
+
+/* A second RM handle of object o's memory (CUDA may keep more than one). */
+static int new_alias(int o)
+{
+    if (nobjs >= MAXO) return -1;
+    int i = nobjs++;
+    objs[i] = objs[o];
+    objs[i].h = 0xcaf00000u + (uint32_t)i * 16 + 3;
     return i;
 }
 
@@ -232,7 +245,8 @@ static uint8_t *host_of(uint64_t va, size_t n)
 /* ---- test hooks --------------------------------------------------------- */
 API void fake_arm_skew(int64_t s) { skew_armed = s; }
 API void fake_arm_lie(int on) { lie_armed = on; }
-API void fake_arm_ambiguous(int on) { ambig_armed = on; }
+API void fake_arm_ambiguous(int mode) { ambig_armed = mode; }
+API void fake_deny_phys(int on) { phys_denied = on; }
 API void fake_htod_reset(void)
 {
     pthread_mutex_lock(&L);
@@ -736,7 +750,9 @@ API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t n, void *pool, voi
             if (d >= 0) prec_set_handle(r, objs[d].h);
         }
         if (ambig_armed) {
-            int d = new_obj(objs[o].size);
+            /* 1: a record naming other memory of the same size; 2: one
+             * naming a second handle of the same memory */
+            int d = ambig_armed == 2 ? new_alias(o) : new_obj(objs[o].size);
             if (d >= 0) new_prec(p, d, p->chunk_va);
         }
     }
@@ -1020,6 +1036,26 @@ static int rm(unsigned nr, unsigned size, uint8_t *a)
                                                              : 0x80;
             if (pu[1] == 2) memcpy(p + 8, &cls, 8);
             u[7] = pu[1] == 2 ? 0 : 0x1f;
+        } else if (cmd == 0x410103) { /* GET_SURFACE_PHYS_ATTR: privileged */
+            struct handle *h = h_find(u[0], u[1]);
+            if (psz != 48 || !h || h->obj < 0) {
+                u[7] = psz != 48 ? 0x3a : 0x33;
+                return 0;
+            }
+            if (phys_denied) {
+                u[7] = 0x1b; /* NV_ERR_INSUFFICIENT_PERMISSIONS */
+                return 0;
+            }
+            uint64_t off;
+            memcpy(&off, p, 8);
+            if (off >= objs[h->obj].size) {
+                u[7] = 0x1f;
+                return 0;
+            }
+            off += objs[h->obj].fb_off;
+            memcpy(p, &off, 8);
+            memset(p + 8, 0, 40); /* format, compression, aperture 0 = video memory, ... */
+            u[7] = 0;
         } else if (cmd == 0x410110) { /* GET_SURFACE_INFO on hObject */
             struct handle *h = h_find(u[0], u[1]);
             if (psz != 16 || !h || h->obj < 0) {

@@ -31,6 +31,7 @@ static void (*fake_htod_reset)(void);
 static uint64_t (*fake_htod_into)(uint64_t, uint64_t);
 static void (*fake_arm_lie)(int);
 static void (*fake_arm_ambiguous)(int);
+static void (*fake_deny_phys)(int);
 
 
 static uint64_t vmm_alloc(size_t n)
@@ -93,6 +94,7 @@ int main(void)
     fake_htod_into = (uint64_t (*)(uint64_t, uint64_t))sym("fake_htod_into");
     fake_arm_lie = (void (*)(int))sym("fake_arm_lie");
     fake_arm_ambiguous = (void (*)(int))sym("fake_arm_ambiguous");
+    fake_deny_phys = (void (*)(int))sym("fake_deny_phys");
     gdrpy_ctx_t ctx;
     if (gdrpy_open(0, GDRPY_BACKEND_NVRM, &ctx)) {
         printf("FAIL open: %s\n", gdrpy_last_error());
@@ -210,17 +212,39 @@ int main(void)
           "lying pool record: rc %d: %s", rc, gdrpy_last_error());
     fake_arm_lie(0);
 
-    /* two records for one chunk, both naming video memory: refused */
-    fake_arm_ambiguous(1);
-    void *pool3 = NULL;
-    uint64_t qa = 0;
-    cuMemPoolCreate(&pool3, NULL);
-    CHECK(cuMemAllocFromPoolAsync(&qa, 1u << 20, pool3, NULL) == 0, "pool alloc (ambiguous)");
-    fill(qa, 1u << 20, 8);
-    rc = pin_roundtrip(ctx, "pool, two records", qa, 1u << 20, 0);
-    CHECK(rc == GDRPY_ENOTSUP && strstr(gdrpy_last_error(), "exactly one"),
-          "ambiguous pool records: rc %d: %s", rc, gdrpy_last_error());
+    /* two records for one chunk, both naming live video memory of the right
+     * size (a busy process, issue 13): the read-only proof must leave exactly
+     * one, or the pin is refused */
+    struct {
+        int mode, deny_phys, filled, want_rc;
+        const char *what, *says;
+    } amb[] = {
+        {1, 0, 1, 0, "other memory, the caller's bytes differ", NULL},
+        {1, 1, 1, 0, "other memory, bytes differ, no physical addresses", NULL},
+        {2, 0, 1, 0, "a second handle of the same memory", NULL},
+        {2, 0, 0, 0, "a second handle of the same memory, never written", NULL},
+        {2, 1, 1, GDRPY_ENOTSUP, "a second handle, no physical addresses", "CAP_SYS_ADMIN"},
+        {1, 0, 0, GDRPY_ENOTSUP, "other memory, both never written", "different physical memory"},
+    };
+    for (size_t t = 0; t < sizeof amb / sizeof amb[0]; t++) {
+        fake_arm_ambiguous(amb[t].mode);
+        fake_deny_phys(amb[t].deny_phys);
+        void *pool3 = NULL;
+        uint64_t qa = 0;
+        cuMemPoolCreate(&pool3, NULL);
+        CHECK(cuMemAllocFromPoolAsync(&qa, 1u << 20, pool3, NULL) == 0, "pool alloc (%s)",
+              amb[t].what);
+        if (amb[t].filled) fill(qa, 1u << 20, (uint8_t)(8 + t));
+        char what[96];
+        snprintf(what, sizeof what, "pool, two records: %s", amb[t].what);
+        rc = pin_roundtrip(ctx, what, qa, 1u << 20, 4096);
+        CHECK(rc == amb[t].want_rc &&
+                  (!amb[t].says || (strstr(gdrpy_last_error(), amb[t].says) &&
+                                    strstr(gdrpy_last_error(), "exactly one"))),
+              "%s: rc %d (want %d): %s", what, rc, amb[t].want_rc, gdrpy_last_error());
+    }
     fake_arm_ambiguous(0);
+    fake_deny_phys(0);
 
     uint64_t live = 1;
     gdrpy_ctx_live_objects(ctx, &live);

@@ -34,6 +34,7 @@
 #define CTRL_GET_HANDLE_INFO 0xd02
 #define HANDLE_INFO_CLASSID 2
 #define CTRL_GET_SURFACE_INFO 0x410110
+#define CTRL_GET_SURFACE_PHYS_ATTR 0x410103 /* privileged: CAP_SYS_ADMIN */
 #define SURFACE_INFO_PHYS_SIZE_LO 2
 #define SURFACE_INFO_PHYS_SIZE_HI 3
 #define RS_CLIENT_HANDLE_BASE_ 0xc1d00000u /* RM-generated client handles */
@@ -186,6 +187,33 @@ uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h)
                       "GET_SURFACE_INFO"))
         return 0;
     return ((uint64_t)l[1].data << 32) | l[0].data;
+}
+
+int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint64_t *pa,
+                   uint32_t *aperture)
+{
+    /* NV0041_CTRL_GET_SURFACE_PHYS_ATTR_PARAMS (the same on 535..595) */
+    struct {
+        uint64_t memOffset;
+        uint32_t memFormat, comprOffset, comprFormat, memAperture;
+        uint32_t gpuCacheAttr, gpuP2PCacheAttr, mmuContext, pad;
+        uint64_t contigSegmentSize;
+    } prm;
+    memset(&prm, 0, sizeof prm);
+    prm.memOffset = off;
+    nv_os54_t a;
+    memset(&a, 0, sizeof a);
+    a.hClient = nc->hClient;
+    a.hObject = h;
+    a.cmd = CTRL_GET_SURFACE_PHYS_ATTR;
+    a.params = (uint64_t)(uintptr_t)&prm;
+    a.paramsSize = sizeof prm;
+    int rc = nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status,
+                           "GET_SURFACE_PHYS_ATTR");
+    if (rc) return rc;
+    *pa = prm.memOffset;
+    *aperture = prm.memAperture;
+    return 0;
 }
 
 uint32_t nvrm_cuda_client(void)
@@ -402,34 +430,32 @@ int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uin
     return nvrm_desc_pool_lookup(d, pool, mbase, msize, cli, obj, max, NULL);
 }
 
-int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,
-                  uint64_t need, uint32_t *hOut, int *nalive)
+int nvrm_dup_alive(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,
+                   uint64_t need, uint32_t *keep)
 {
-    uint32_t keep = 0;
-    *nalive = 0;
     if (n >= NVRM_MAX_CAND) return -1; /* the lookup may have dropped some */
+    int kept = 0;
     for (int k = 0; k < n; k++) {
         uint32_t h = 0;
         if (nvrm_dup(nc, cli[k], obj[k], &h, "route V: an RM object CUDA's record names"))
             continue;
         uint64_t sz = 0;
-        int good = nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
-                   ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= need);
-        if (good) (*nalive)++;
-        if (good && !keep) {
-            keep = h;
+        if (nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
+            ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= need)) {
+            keep[kept++] = h;
             continue;
         }
         nvrm_rm_free(nc, nc->hDevice, h, "route V: freeing a candidate");
         nvrm_live_add(&nc->n_mem, -1);
     }
-    if (*nalive == 1) {
-        *hOut = keep;
-        return 0;
-    }
-    if (keep) {
-        nvrm_rm_free(nc, nc->hDevice, keep, "route V: freeing an ambiguous candidate");
+    return kept;
+}
+
+void nvrm_free_dups(struct nvrm_ctx *nc, const uint32_t *h, int n, const char *what)
+{
+    for (int k = 0; k < n; k++) {
+        if (!h[k]) continue;
+        nvrm_rm_free(nc, nc->hDevice, h[k], what);
         nvrm_live_add(&nc->n_mem, -1);
     }
-    return -1;
 }

@@ -84,16 +84,18 @@ int nvrm_lnames(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off
     return ok;
 }
 
-/* The per-pin rule picks, among `n` candidates, the one holding pat. */
+/* The per-pin rule picks, among `n` candidates, the one holding pat: a
+ * layout is confirmed only where it names exactly one live video-memory
+ * object and that one holds pat (stricter than a user's pin, where route V
+ * may tell several apart). */
 int nvrm_lrule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,
                      uint64_t need, uint64_t rm_off, const uint8_t *pat)
 {
-    uint32_t h = 0;
-    int alive = 0;
-    if (n <= 0 || nvrm_keep_one(nc, cli, obj, n, need, &h, &alive)) return 0;
-    int ok = nvrm_lholds(nc, h, rm_off, pat);
-    drop(nc, h);
-    return ok;
+    uint32_t h[NVRM_MAX_CAND];
+    int kept = n > 0 ? nvrm_dup_alive(nc, cli, obj, n, need, h) : -1, holders = 0;
+    for (int k = 0; k < kept; k++) holders += nvrm_lholds(nc, h[k], rm_off, pat);
+    if (kept > 0) nvrm_free_dups(nc, h, kept, "learning: freeing a candidate");
+    return kept == 1 && holders == 1;
 }
 
 struct vscratch {

@@ -176,6 +176,12 @@ GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_pt
  * writes anywhere.  0, or EIO naming the bytes that differ. */
 GP_HIDDEN int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem,
                                    uint64_t va, uint64_t rm_off, uint64_t addr, uint64_t size);
+/* The same comparison, read-only, at up to 256 windows of 64 bytes spread
+ * evenly over [addr, addr + size): *differs = 1 where a stable byte of hMem
+ * differs from CUDA's copy.  0, or the error of a mapping or copy.  Used to
+ * tell apart candidates that all passed nvrm_verify_identity. */
+GP_HIDDEN int nvrm_compare_spread(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
+                                  uint64_t rm_off, uint64_t addr, uint64_t size, int *differs);
 /* 8-byte-load reads / writes through a mapping (BAR1: never byte by byte). */
 GP_HIDDEN void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a,
                                 size_t n, uint8_t *out);
@@ -312,11 +318,21 @@ GP_HIDDEN int nvrm_desc_pool_lookup_heap(const struct nvrm_pool_desc *d, uint64_
 GP_HIDDEN int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool,
                                         uint64_t mbase, uint64_t msize, uint32_t *cli,
                                         uint32_t *obj, int max);
-/* RM_DUP_OBJECT of each pair into our client; exactly one may be video
- * memory of at least `need` bytes: 0 with *hOut (our dup, counted in n_mem),
- * else -1 (*nalive says how many passed). */
-GP_HIDDEN int nvrm_keep_one(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
-                            int n, uint64_t need, uint32_t *hOut, int *nalive);
+/* RM_DUP_OBJECT of each pair into our client: the dups that are video
+ * memory (NV01_MEMORY_LOCAL_USER) of at least `need` bytes are kept in keep[]
+ * (room for NVRM_MAX_CAND; counted in n_mem), the rest freed.  Returns how
+ * many were kept, or -1 (nothing kept) when the lookup filled its list and
+ * may have dropped some.  Which of several is the caller's memory is for
+ * route V's proof (route_v.c) to decide. */
+GP_HIDDEN int nvrm_dup_alive(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
+                             int n, uint64_t need, uint32_t *keep);
+/* Frees our dups h[0..n) (zero entries skipped). */
+GP_HIDDEN void nvrm_free_dups(struct nvrm_ctx *nc, const uint32_t *h, int n, const char *what);
+/* The physical address and aperture (0 video memory, 1 system memory) of
+ * byte `off` of our RM memory object h (NV0041_CTRL_CMD_GET_SURFACE_PHYS_ATTR;
+ * the driver answers only callers with CAP_SYS_ADMIN).  0, or the error. */
+GP_HIDDEN int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint64_t *pa,
+                             uint32_t *aperture);
 /* The learned descriptors of `device` (learn.c: learned at the first call,
  * on scratch memory of our own, inside a CUDA scope of the device); ENOTSUP
  * with the reason if they could not be learned and confirmed. */

@@ -40,9 +40,10 @@ static const char *WORKS = "what works: cuMemAlloc/cudaMalloc memory and cuMemCr
                            "with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (gdrpy.memory "
                            "allocates so)";
 
-/* VMM: export (route A's door) or the learned record; *rm_off = va - mbase. */
+/* VMM: export (route A's door: one object) or the learned record (the live
+ * video-memory objects it names, for nvrm_route_v's proof). */
 static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_t need,
-                      uint32_t *hOut, char *how, size_t howlen)
+                      uint32_t *cand, int *ncand, char *how, size_t howlen)
 {
     const char *kind = gp_cuda_kind_name(GP_CUMEM_VMM);
     CUmemGenericAllocationHandle h = 0;
@@ -57,7 +58,8 @@ static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_
     if (er == CUDA_SUCCESS && fd >= 0) {
         gp_cu.MemRelease(h);
         snprintf(how, howlen, "export");
-        return nvrm_import_fd(ctx, nc, anchor, fd, hOut);
+        *ncand = 1;
+        return nvrm_import_fd(ctx, nc, anchor, fd, &cand[0]);
     }
     struct nvrm_vmm_desc d;
     int rc = nvrm_desc_vmm(ctx->device, nc, &d);
@@ -68,21 +70,25 @@ static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_
                              (unsigned long long)anchor, kind, gp_cuda_errname(er), WORKS);
     }
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
-    int n = nvrm_desc_vmm_candidates(&d, (uint64_t)h, cc, oo, NVRM_MAX_CAND), alive = 0;
+    int n = nvrm_desc_vmm_candidates(&d, (uint64_t)h, cc, oo, NVRM_MAX_CAND);
     gp_cu.MemRelease(h);
-    if (n <= 0 || nvrm_keep_one(nc, cc, oo, n, need, hOut, &alive)) {
+    int kept = n > 0 ? nvrm_dup_alive(nc, cc, oo, n, need, cand) : -1;
+    if (kept <= 0) {
         nvrm_cand_log(nc, "vmm lookup", cc, oo, n, need);
         char ps[96];
         nvrm_path_str(&d.obj[0], ps, sizeof ps);
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s created without an exportable handle type; "
                                      "CUDA's record of it (RM handle at %s and %d other places) "
-                                     "names %d RM objects (first: client 0x%x, object 0x%x), of "
-                                     "which %d are video memory of this process of at least %llu "
-                                     "bytes: exactly one must be, so it is refused; %s",
+                                     "names %d RM objects (first: client 0x%x, object 0x%x), %s: "
+                                     "exactly one must be proven to hold its bytes, so it is "
+                                     "refused; %s",
                       (unsigned long long)anchor, kind, ps, d.nobj - 1, n > 0 ? n : 0,
-                      n > 0 ? cc[0] : 0, n > 0 ? oo[0] : 0, alive, (unsigned long long)need,
+                      n > 0 ? cc[0] : 0, n > 0 ? oo[0] : 0,
+                      kept < 0 && n > 0 ? "too many to weigh"
+                                        : "none of them video memory of this process large enough",
                       WORKS);
     }
+    *ncand = kept;
     snprintf(how, howlen, "record");
     return 0;
 }
@@ -107,10 +113,11 @@ struct pool_try_out {
 };
 
 /* The layouts of pool kind `pk` applied to the chunk at mbase: the usual
- * walk, then the wider one if nothing named is live memory.  0 with *hOut
- * (exactly one live object large enough), else -1 (o says why). */
+ * walk, then the wider one, then the heap scan, while nothing named is live
+ * memory.  0 with the live video-memory objects named in cand[0..*nk) (for
+ * nvrm_route_v's proof), else -1 (o says why). */
 static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_cuda_ptr *cp,
-                    uint64_t mbase, int pk, uint32_t *hOut, struct pool_try_out *o)
+                    uint64_t mbase, int pk, uint32_t *cand, int *nk, struct pool_try_out *o)
 {
     memset(o, 0, sizeof *o);
     struct nvrm_pool_desc d;
@@ -118,8 +125,7 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
     o->learned = 1;
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     struct nvrm_pool_look lk;
-    int ncand = nvrm_desc_pool_lookup(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk),
-        nalive = 0;
+    int ncand = nvrm_desc_pool_lookup(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk);
     char ls[256];
     nvrm_look_str(&lk, ls, sizeof ls);
     gp_log(1, "nvrm: pool lookup 0x%llx (pool 0x%llx, chunk 0x%llx+0x%llx, layouts of %s): %s; "
@@ -127,8 +133,8 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
            (unsigned long long)anchor, (unsigned long long)cp->pool, (unsigned long long)mbase,
            (unsigned long long)cp->size, nvrm_pool_kind_name(pk), ls, ncand, d.r[0].cli_fixed);
     const uint64_t need = cp->base + cp->size - mbase;
-    int bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
-    if (bad && !lk.wide && nalive == 0) {
+    int kept = ncand > 0 ? nvrm_dup_alive(nc, cc, oo, ncand, need, cand) : -1;
+    if (kept <= 0 && !lk.wide) {
         /* nothing named is live memory: in a busy process the pool's
          * records of this chunk may lie beyond the usual walk */
         ncand = nvrm_desc_pool_lookup_w(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk,
@@ -136,26 +142,29 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
         nvrm_look_str(&lk, ls, sizeof ls);
         gp_log(1, "nvrm: pool lookup 0x%llx, wider walk: %s; %d candidates",
                (unsigned long long)anchor, ls, ncand);
-        bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
+        kept = ncand > 0 ? nvrm_dup_alive(nc, cc, oo, ncand, need, cand) : -1;
     }
-    if (bad && nalive == 0) {
+    if (kept <= 0) {
         /* the record lies deeper than any walk reaches (a long list of
          * chunks): every field holding the base in CUDA's heaps */
         ncand = nvrm_desc_pool_lookup_heap(&d, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk);
         nvrm_look_str(&lk, ls, sizeof ls);
         gp_log(1, "nvrm: pool lookup 0x%llx, heap: %s; %d candidates", (unsigned long long)anchor,
                ls, ncand);
-        bad = ncand <= 0 || nvrm_keep_one(nc, cc, oo, ncand, need, hOut, &nalive);
+        kept = ncand > 0 ? nvrm_dup_alive(nc, cc, oo, ncand, need, cand) : -1;
     }
     o->ncand = ncand < 0 ? 0 : ncand;
-    o->nalive = nalive;
+    o->nalive = kept < 0 ? 0 : kept;
     o->cli0 = ncand > 0 ? cc[0] : 0;
     o->obj0 = ncand > 0 ? oo[0] : 0;
-    if (bad) {
+    if (kept <= 0) {
         nvrm_cand_log(nc, "pool lookup", cc, oo, ncand, need);
         nvrm_pool_diag("user chunk", cp->pool, mbase, cp->size);
+        return -1;
     }
-    return bad ? -1 : 0;
+    if (kept > 1) nvrm_cand_log(nc, "pool lookup (several live)", cc, oo, ncand, need);
+    *nk = kept;
+    return 0;
 }
 
 /* Per device: the default pool's chunks were named only by its own layouts. */
@@ -171,7 +180,7 @@ static int is_default_pool(int device, uint64_t pool)
 }
 
 static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_cuda_ptr *cp,
-                       uint64_t mbase, uint32_t *hOut, char *how, size_t howlen)
+                       uint64_t mbase, uint32_t *cand, int *nk, char *how, size_t howlen)
 {
     const char *kind = gp_cuda_kind_name(GP_CUMEM_POOL);
     if (!cp->pool)
@@ -187,20 +196,20 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
     const int dflt = pk == NVRM_POOL_PLAIN && is_default_pool(ctx->device, cp->pool);
     if (dflt && __atomic_load_n(&dflt_own[dslot], __ATOMIC_RELAXED)) {
         /* this default pool already needed its own layouts: those first */
-        if (pool_try(ctx, nc, anchor, cp, mbase, NVRM_POOL_DEFAULT, hOut, &o) == 0) {
+        if (pool_try(ctx, nc, anchor, cp, mbase, NVRM_POOL_DEFAULT, cand, nk, &o) == 0) {
             snprintf(how, howlen, "default pool record");
             return 0;
         }
     }
-    int rc = pool_try(ctx, nc, anchor, cp, mbase, pk, hOut, &o);
+    int rc = pool_try(ctx, nc, anchor, cp, mbase, pk, cand, nk, &o);
     if (rc && dflt) {
         /* the device's default pool may keep its chunks otherwise than
          * created pools: its own layouts, learned on allocations of ours
          * in it */
-        gp_log(1, "nvrm: 0x%llx: the layouts of created pools name no single chunk of the "
+        gp_log(1, "nvrm: 0x%llx: the layouts of created pools name no live chunk of the "
                   "default pool; trying the default pool's own",
                (unsigned long long)anchor);
-        rc = pool_try(ctx, nc, anchor, cp, mbase, NVRM_POOL_DEFAULT, hOut, &o);
+        rc = pool_try(ctx, nc, anchor, cp, mbase, NVRM_POOL_DEFAULT, cand, nk, &o);
         if (!rc) {
             __atomic_store_n(&dflt_own[dslot], 1, __ATOMIC_RELAXED);
             snprintf(how, howlen, "default pool record");
@@ -213,13 +222,114 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
     if (rc)
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s), and the "
                                      "pool's records name %d candidate RM objects for its chunk "
-                                     "[0x%llx, +0x%llx) (first: client 0x%x, object 0x%x), of which "
-                                     "%d are video memory of this process large enough: exactly one "
-                                     "must be, so it is refused; %s",
+                                     "[0x%llx, +0x%llx) (first: client 0x%x, object 0x%x), %s: "
+                                     "exactly one must be proven to hold its bytes, so it is "
+                                     "refused; %s",
                       (unsigned long long)anchor, kind, st, o.ncand, (unsigned long long)mbase,
-                      (unsigned long long)cp->size, o.cli0, o.obj0, o.nalive, WORKS);
+                      (unsigned long long)cp->size, o.cli0, o.obj0,
+                      o.ncand >= NVRM_MAX_CAND ? "too many to weigh"
+                                               : "none of them video memory of this process "
+                                                 "large enough",
+                      WORKS);
     snprintf(how, howlen, "pool record");
     return 0;
+}
+
+/* Which of the n live candidates (our dups, freed here unless chosen) holds
+ * the caller's memory, proven without writing anything:
+ *  1. the identity check (first and last page of the request) on each;
+ *  2. where several pass: if the driver gives the same physical address for
+ *     them at both ends, they are handles of one allocation (CUDA may keep
+ *     more than one) and any is right;
+ *  3. else the comparison at up to 256 places spread over the request must
+ *     leave exactly one.
+ * Several distinct objects holding the same bytes everywhere compared (e.g.
+ * never-written chunks, all zero) cannot be told apart: refused. */
+static int pick_proven(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t *c, int n, uint64_t va,
+                       uint64_t rm_off, uint64_t lo, uint64_t len, uint32_t *hOut, char *proof,
+                       size_t prooflen)
+{
+    int m = 0, rc = 0;
+    for (int k = 0; k < n; k++) {
+        int r = nvrm_verify_identity(ctx, nc, c[k], va, rm_off, lo, len);
+        if (r) {
+            rc = r;
+            nvrm_free_dups(nc, &c[k], 1, "freeing a refused route V object");
+        } else {
+            c[m++] = c[k];
+        }
+    }
+    if (m == 0)
+        return n == 1 ? rc
+                      : gp_err_prefix(rc, "none of the %d live RM objects named for the "
+                                          "allocation holds its bytes",
+                                      n);
+    if (m == 1) {
+        if (n > 1) gp_err_clear(); /* the others' identity failures are not the caller's */
+        *hOut = c[0];
+        snprintf(proof, prooflen, n == 1 ? "identity check passed" : "identity check passed; it ruled out the %d other "
+                                                                     "live candidates",
+                 n - 1);
+        return 0;
+    }
+    /* 2: one allocation under several handles? */
+    const uint64_t off[2] = {rm_off + (lo - va), rm_off + (lo + len - 1 - va)};
+    uint64_t pa0[2] = {0, 0};
+    uint32_t ap0[2] = {0, 0};
+    int phys = 1, same = 1;
+    for (int j = 0; j < 2 && phys; j++) phys = !nvrm_phys_addr(nc, c[0], off[j], &pa0[j], &ap0[j]);
+    for (int k = 1; k < m && phys; k++)
+        for (int j = 0; j < 2 && phys; j++) {
+            uint64_t pa = 0;
+            uint32_t ap = 0;
+            phys = !nvrm_phys_addr(nc, c[k], off[j], &pa, &ap);
+            same = same && phys && pa == pa0[j] && ap == ap0[j];
+        }
+    if (phys && same) {
+        gp_err_clear();
+        gp_log(1, "nvrm: route V: %d live candidates are one allocation (video memory 0x%llx at "
+                  "the first byte in each)",
+               m, (unsigned long long)pa0[0]);
+        *hOut = c[0];
+        nvrm_free_dups(nc, c + 1, m - 1, "route V: freeing a second handle of the allocation");
+        snprintf(proof, prooflen, "identity check passed; %d handles of one allocation (the "
+                                  "driver's physical addresses agree)",
+                 m);
+        return 0;
+    }
+    /* 3: bytes spread over the request */
+    const int passed = m;
+    int left = 0;
+    for (int k = 0; k < m; k++) {
+        int differs = 0;
+        if (nvrm_compare_spread(ctx, nc, c[k], va, rm_off, lo, len, &differs) == 0 && !differs)
+            c[left++] = c[k];
+        else
+            nvrm_free_dups(nc, &c[k], 1, "route V: freeing a candidate ruled out");
+    }
+    if (left == 1) {
+        gp_err_clear();
+        *hOut = c[0];
+        snprintf(proof, prooflen, "identity check and a comparison at up to 256 places ruled out "
+                                  "the %d other live candidates",
+                 n - 1);
+        return 0;
+    }
+    nvrm_free_dups(nc, c, left, "route V: freeing ambiguous candidates");
+    if (left == 0)
+        return gp_err(GDRPY_ENOTSUP, "none of the %d live RM objects named for the allocation "
+                                     "holds its bytes at every place compared",
+                      passed);
+    return gp_err(GDRPY_ENOTSUP, "%d distinct RM objects named for the allocation hold its bytes "
+                                 "at every place compared (the first and last page of the request "
+                                 "and up to 256 places between), and %s; which one is its memory "
+                                 "cannot be proven without writing to it, so exactly one must be "
+                                 "and it is refused (write the memory once, e.g. zero it with a "
+                                 "pattern of your own, or run with CAP_SYS_ADMIN)",
+                  left,
+                  phys ? "the driver reports different physical memory for them"
+                       : "the driver's physical-address query (NV0041_CTRL_CMD_GET_SURFACE_PHYS_ATTR) "
+                         "was refused: it answers only callers with CAP_SYS_ADMIN");
 }
 
 int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
@@ -243,22 +353,22 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
     if (ihi <= ilo)
         return gp_err(GDRPY_EINVAL, "route V: the request does not meet the allocation at 0x%llx",
                       (unsigned long long)anchor);
+    uint32_t cand[NVRM_MAX_CAND];
+    int nk = 0;
     int rc = cp->kind == GP_CUMEM_POOL
-                 ? pool_object(ctx, nc, anchor, cp, mbase, hOut, how, howlen)
-                 : vmm_object(ctx, nc, anchor, cp->base + cp->size - mbase, hOut, how, howlen);
+                 ? pool_object(ctx, nc, anchor, cp, mbase, cand, &nk, how, howlen)
+                 : vmm_object(ctx, nc, anchor, cp->base + cp->size - mbase, cand, &nk, how,
+                              howlen);
     if (rc) return rc;
     *rm_off = va - mbase;
-    rc = nvrm_verify_identity(ctx, nc, *hOut, va, *rm_off, ilo, ihi - ilo);
-    if (rc) {
-        nvrm_rm_free(nc, nc->hDevice, *hOut, "freeing a refused route V object");
-        nvrm_live_add(&nc->n_mem, -1);
+    char proof[160];
+    rc = pick_proven(ctx, nc, cand, nk, va, *rm_off, ilo, ihi - ilo, hOut, proof, sizeof proof);
+    if (rc)
         return gp_err_prefix(GDRPY_ENOTSUP, "route V (%s): refusing 0x%llx (%s)", how,
                              (unsigned long long)p->addr, WORKS);
-    }
-    gp_log(1, "nvrm: route V (%s): 0x%llx+%llu is RM memory 0x%x at offset 0x%llx (read-only "
-              "identity check passed)",
+    gp_log(1, "nvrm: route V (%s): 0x%llx+%llu is RM memory 0x%x at offset 0x%llx (read only: %s)",
            how, (unsigned long long)p->addr, (unsigned long long)p->size, *hOut,
-           (unsigned long long)*rm_off);
+           (unsigned long long)*rm_off, proof);
     return 0;
 }
 

@@ -280,6 +280,46 @@ static int dtoh(gp_ctx *ctx, void *dst, uint64_t src, size_t n)
  * Nothing is ever written: a kernel or thread writing the buffer at the same
  * time loses nothing.
  */
+/* One window of the read-only comparison: bytes [s, s + n) (n <= 64, inside
+ * one host page) read through a BAR1 mapping of `hMem` (rm_off corresponds
+ * to va) around a cuMemcpyDtoH of the same bytes, up to 3 tries: only a byte
+ * that is stable across both BAR1 reads and differs from CUDA's copy counts
+ * (a wrong object differs every time, a concurrent writer only now and
+ * then).  0 with *bad = first differing offset or -1, *stable = bytes
+ * compared; else the error of the mapping or the copy. */
+static int compare_window(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
+                          uint64_t rm_off, uint64_t s, uint64_t n, int *bad, size_t *stable,
+                          uint8_t seen[64], uint8_t cuda[64])
+{
+    const uint64_t hp = (uint64_t)nvrm_host_page();
+    const uint64_t page = gp_round_down(s, hp);
+    const uint64_t wlo = page > va ? page : va; /* never map before va */
+    struct nvrm_map m;
+    int rc = nvrm_map_range(nc, hMem, rm_off + (wlo - va), page + hp - wlo, &m);
+    if (rc) return rc;
+    const volatile uint8_t *base =
+        (const volatile uint8_t *)m.mm + ((rm_off + (wlo - va)) & (hp - 1));
+    uint8_t r2[64];
+    *bad = -1;
+    *stable = 0;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        nvrm_read_mapped(base, wlo, s, n, seen);
+        rc = dtoh(ctx, cuda, s, n);
+        if (rc) break;
+        nvrm_read_mapped(base, wlo, s, n, r2);
+        *bad = -1;
+        *stable = 0;
+        for (uint64_t k = 0; k < n; k++) {
+            if (seen[k] != r2[k]) continue;
+            ++*stable;
+            if (cuda[k] != seen[k] && *bad < 0) *bad = (int)k;
+        }
+        if (*bad < 0) break;
+    }
+    nvrm_unmap_range(nc, hMem, &m);
+    return rc;
+}
+
 int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
                          uint64_t rm_off, uint64_t addr, uint64_t size)
 {
@@ -299,44 +339,49 @@ int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64
             n = end - win[1] < SAMPLE ? end - win[1] : SAMPLE;
             s = end - n;
         }
-        uint8_t r1[SAMPLE], d[SAMPLE], r2[SAMPLE];
-        struct nvrm_map m;
-        uint64_t wlo = win[i] > va ? win[i] : va; /* never map before va */
-        int rc = nvrm_map_range(nc, hMem, rm_off + (wlo - va), win[i] + hp - wlo, &m);
-        if (rc) return gp_err_prefix(rc, "identity check of the pin");
-        const volatile uint8_t *base = (const volatile uint8_t *)m.mm + ((rm_off + (wlo - va)) & ((uint64_t)nvrm_host_page() - 1));
-        int bad = -1;
-        size_t stable = 0;
-        /* Up to 3 tries: only a byte that is stable across both BAR1 reads
-         * and differs from CUDA's copy counts; a wrong mapping differs every
-         * time, a concurrent writer only now and then. */
-        for (int attempt = 0; attempt < 3; attempt++) {
-            nvrm_read_mapped(base, wlo, s, n, r1);
-            rc = dtoh(ctx, d, s, n);
-            if (rc) break;
-            nvrm_read_mapped(base, wlo, s, n, r2);
-            bad = -1;
-            stable = 0;
-            for (uint64_t k = 0; k < n; k++) {
-                if (r1[k] != r2[k]) continue;
-                stable++;
-                if (d[k] != r1[k] && bad < 0) bad = (int)k;
-            }
-            if (bad < 0) break;
-        }
-        nvrm_unmap_range(nc, hMem, &m);
+        uint8_t seen[SAMPLE], cuda[SAMPLE];
+        int bad;
+        size_t stable;
+        int rc = compare_window(ctx, nc, hMem, va, rm_off, s, n, &bad, &stable, seen, cuda);
         if (rc) return gp_err_prefix(rc, "identity check of the pin");
         if (bad >= 0)
             return gp_err(GDRPY_EIO, "identity check failed: byte 0x%llx read through BAR1 "
                                      "is 0x%02x where cuMemcpyDtoH sees 0x%02x (stable across reads, 3 "
                                      "tries), so the RM object found for this allocation does not "
                                      "hold its bytes on this driver (%s): refusing to pin",
-                          (unsigned long long)(s + (uint64_t)bad), r1[bad], d[bad],
+                          (unsigned long long)(s + (uint64_t)bad), seen[bad], cuda[bad],
                           nc->version);
         stable_total += stable;
     }
     gp_log(1, "nvrm: identity of 0x%llx+%llu: %zu stable sampled bytes agree (no writes)",
            (unsigned long long)addr,
            (unsigned long long)size, stable_total);
+    return 0;
+}
+
+int nvrm_compare_spread(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
+                        uint64_t rm_off, uint64_t addr, uint64_t size, int *differs)
+{
+    enum { SAMPLE = 64,
+           MAXWIN = 256 };
+    const uint64_t hp = (uint64_t)nvrm_host_page();
+    *differs = 0;
+    if (size == 0) return 0;
+    const uint64_t pages = (gp_round_up(addr + size, hp) - gp_round_down(addr, hp)) / hp;
+    const uint64_t nwin = pages < MAXWIN ? pages : MAXWIN;
+    for (uint64_t i = 0; i < nwin && !*differs; i++) {
+        /* window i starts at an evenly spread place, 8-aligned, inside one page */
+        uint64_t s = nwin > 1 ? addr + (size - 1) * i / (nwin - 1) : addr;
+        s = gp_round_down(s, 8) < addr ? addr : gp_round_down(s, 8);
+        uint64_t n = addr + size - s < SAMPLE ? addr + size - s : SAMPLE;
+        const uint64_t page_end = gp_round_down(s, hp) + hp;
+        if (s + n > page_end) n = page_end - s;
+        uint8_t seen[SAMPLE], cuda[SAMPLE];
+        int bad;
+        size_t stable;
+        int rc = compare_window(ctx, nc, hMem, va, rm_off, s, n, &bad, &stable, seen, cuda);
+        if (rc) return rc;
+        *differs = bad >= 0;
+    }
     return 0;
 }
