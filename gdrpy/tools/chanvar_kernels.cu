@@ -23,6 +23,14 @@
  *
  * Macros (defaults = the library's current design):
  *   VAR_FLOOR 0 | 1 pplat flag-only | 2 pplat data+flag (thread 0, volatile, no fences)
+ *   floor-flag taken a step towards the channel's traffic (VAR_FLOOR 1 only):
+ *   VAR_FRING 1: the flag word moves through the ring's 64 slot lines (message
+ *             i = seq32 | data << 32 in slot i's word 0), not one fixed line
+ *   VAR_CRING 1: the answer moves through the 64 completion lines
+ *   VAR_AW    0/1: answer = one 8-byte store | 2: two 8-byte stores (word 1,
+ *             then word 0), each carrying seq32 | 8: the whole 64-byte line,
+ *             four lanes x 16 bytes (every word = the answer word)
+ *   (VAR_MLINE, host only: the message is written as a whole 64-byte line)
  *   VAR_WARP  1 every lane polls slot head+lane, ballot (library) | 0 lane 0 alone
  *   VAR_POLL  0 ld.acquire.sys | 1 ld.acquire.gpu | 2 ld.relaxed.sys + fence.acq_rel.sys
  *             | 3 ld.volatile + fence.acq_rel.gpu | 4 ld.volatile alone
@@ -53,6 +61,15 @@ typedef unsigned int u32;
 #endif
 #ifndef VAR_CONS
 #define VAR_CONS 2
+#endif
+#ifndef VAR_FRING
+#define VAR_FRING 0
+#endif
+#ifndef VAR_CRING
+#define VAR_CRING 0
+#endif
+#ifndef VAR_AW
+#define VAR_AW 0
 #endif
 
 #define CV_NSLOTS 64u
@@ -195,7 +212,9 @@ extern "C" __global__ void gdrpy_chanvar(u64 dev_p, u64 host_p, u64 start, u64 i
     u64 head = start, t_idle = 0, nbad = 0;
     unsigned spins = 0;
     u32 status = 2;
-#if VAR_FLOOR || !VAR_WARP
+#if VAR_FLOOR == 1 && VAR_AW == 8
+    if (lane >= 4) return; /* lanes 0..3 poll the same word and store a quarter line each */
+#elif VAR_FLOOR || !VAR_WARP
     if (lane != 0) return;
 #endif
     if (lane == 0) {
@@ -209,9 +228,17 @@ extern "C" __global__ void gdrpy_chanvar(u64 dev_p, u64 host_p, u64 start, u64 i
 #if VAR_FLOOR
     /* pplat: thread 0 polls a flag with volatile loads and answers with
      * volatile stores into mapped host memory; no fences. */
-    const volatile u64 *flag = (const volatile u64 *)(dev + 64);
     for (;;) {
-        if (*flag != head + 1) {
+#if VAR_FRING
+        const volatile u64 *flag = (const volatile u64 *)(dev + CV_RING + (head & (CV_NSLOTS - 1)) * 64u);
+        const u64 w = *flag;
+        const bool ready = (u32)w == (u32)(head + 1);
+#else
+        const volatile u64 *flag = (const volatile u64 *)(dev + 64);
+        const u64 w = *flag;
+        const bool ready = w == head + 1;
+#endif
+        if (!ready) {
             u32 st = cv_idle(dev, idle_ns, &spins, &t_idle);
             if (st) { status = st; break; }
             continue;
@@ -222,11 +249,25 @@ extern "C" __global__ void gdrpy_chanvar(u64 dev_p, u64 host_p, u64 start, u64 i
         u32 data = *(const volatile u32 *)(dev + 72);
         if (data != cv_pat(head)) cv_note_bad(host, head, &nbad);
         *(volatile u32 *)(host + 72) = data * 2654435761u + (u32)(head + 1);
-#endif
         *(volatile u64 *)(host + 64) = head + 1;
+#else
+#if VAR_FRING
+        if ((u32)(w >> 32) != cv_pat(head) && lane == 0) cv_note_bad(host, head, &nbad);
+#endif
+        unsigned char *c = VAR_CRING ? host + CV_COMP + (head & (CV_NSLOTS - 1)) * 64u : host + 64;
+#if VAR_AW == 2
+        const u64 aw = (u64)(u32)(head + 1) | ((u64)cv_pat(head) * 2654435761u + (u32)(head + 1)) << 32;
+        *(volatile u64 *)(c + 8) = aw;
+        *(volatile u64 *)c = aw;
+#elif VAR_AW == 8
+        asm volatile("st.volatile.global.v2.u64 [%0], {%1, %1};" :: "l"(c + 16u * lane), "l"(head + 1) : "memory");
+#else
+        *(volatile u64 *)c = head + 1;
+#endif
+#endif
         ++head;
     }
-    cv_stop(host, head, status);
+    if (lane == 0) cv_stop(host, head, status);
 #else
     for (;;) {
 #if VAR_WARP

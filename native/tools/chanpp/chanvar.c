@@ -60,81 +60,111 @@ typedef struct {
                   * here: lib_roundtrip_inline; 10, 11, 12: -DGDRPY_CHAN_POLL_PIPE=2, 4, 8;
                   * 13: library again, a control row; 14: -DGDRPY_PP_FAST=0; 15, 16:
                   * rings of 8 and 256 slots: lib_cfg) */
+    /* floor-flag (floor 1) taken a step towards the channel's traffic:
+     * FX_FRING: the flag moves through the ring's slot lines (message packed
+     * seq32 | data); FX_CRING: the answer moves through the completion lines;
+     * FX_AW2 / FX_AW8: the answer is two 8-byte stores / the whole line by
+     * four lanes (else one 8-byte store); FX_MLINE: the host writes the
+     * message as a whole 64-byte line */
+    int fx; /* FX_* bits; 0 elsewhere */
 } variant_t;
+enum { FX_FRING = 1,
+       FX_CRING = 2,
+       FX_AW2 = 4,
+       FX_AW8 = 8,
+       FX_MLINE = 16 };
+#define V_FRING(v) (((v)->fx & FX_FRING) != 0)
+#define V_CRING(v) (((v)->fx & FX_CRING) != 0)
+#define V_AW(v) ((v)->fx & FX_AW8 ? 8 : (v)->fx & FX_AW2 ? 2 \
+                                                         : 1)
+#define V_MLINE(v) (((v)->fx & FX_MLINE) != 0)
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
  * one thing from it; floors and combinations say what they are.  `model`:
  * see docs/channel.md "Variants" for the argument of each row. */
 static const variant_t VARIANTS[] = {
     {"library", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped (LL)", 1},
+     "gdrpy_chan_send/recv + gdrpy_pp_serve (channel_kernels.cu): the channel as shipped (LL)", 1, 0},
     {"library-timed", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library-nofast built with -DGDRPY_PP_TIMING (counts its own cycles; an empty poll = one call: up to 16 samples)", 5},
+     "library-nofast built with -DGDRPY_PP_TIMING (counts its own cycles; an empty poll = one call: up to 16 samples)", 5, 0},
     {"library-poll32", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library, but 32 slots polled also while idle (-DGDRPY_PP_POLL_ONE=0)", 9},
+     "library, but 32 slots polled also while idle (-DGDRPY_PP_POLL_ONE=0)", 9, 0},
     {"library-alane", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library, each answer written by its own lane (3 x 16-byte stores), not as one line", 6},
+     "library, each answer written by its own lane (3 x 16-byte stores), not as one line", 6, 0},
     {"lib-inline64", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library kernel; host speaks LL inline (no calls): 64-byte line, sfence; spins on the answer",
-     7},
+     7, 0},
     {"lib-inline24", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "lib-inline64, but the message is 3 8-byte stores (24 bytes; full line on the first lap)", 8},
+     "lib-inline64, but the message is 3 8-byte stores (24 bytes; full line on the first lap)", 8, 0},
     {"library-again", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "the library row once more, on its own memory (control: what placement alone changes)", 13},
+     "the library row once more, on its own memory (control: what placement alone changes)", 13, 0},
     {"library-pipe4", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, idle poll with 4 loads in flight, answer from the poll (-DGDRPY_CHAN_POLL_PIPE=4)",
-     11},
+     11, 0},
     {"library-pipe2", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library, idle poll with 2 loads in flight (-DGDRPY_CHAN_POLL_PIPE=2)", 10},
+     "library, idle poll with 2 loads in flight (-DGDRPY_CHAN_POLL_PIPE=2)", 10, 0},
     {"library-ring8", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library on a ring of 8 slots and 8 completion slots (64: fewer lines in turn)", 15},
+     "library on a ring of 8 slots and 8 completion slots (64: fewer lines in turn)", 15, 0},
     {"library-ring256", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library on a ring of 256 slots and 256 completion slots (as bench pingpong's C run)", 16},
+     "library on a ring of 256 slots and 256 completion slots (as bench pingpong's C run)", 16, 0},
     {"library-nofast", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
      "library, the poll returns and the loop answers (-DGDRPY_PP_FAST=0: no answer from the poll)",
-     14},
+     14, 0},
     {"library-pipe8", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library, idle poll with 8 loads in flight (-DGDRPY_CHAN_POLL_PIPE=8)", 12},
+     "library, idle poll with 8 loads in flight (-DGDRPY_CHAN_POLL_PIPE=8)", 12, 0},
     {"library-plain", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "the same channel with GDRPY_CHAN_PLAIN slots (acquire poll, release completions)", 2},
+     "the same channel with GDRPY_CHAN_PLAIN slots (acquire poll, release completions)", 2, 0},
     {"library-poll1", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "library (LL), but lane 0 alone polls (GDRPY_CHAN_POLL_LANES=1: no batches)", 3},
+     "library (LL), but lane 0 alone polls (GDRPY_CHAN_POLL_LANES=1: no batches)", 3, 0},
     {"floor-flag", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
-     "pplat flag-only: host flag store+sfence; thread 0 volatile poll, volatile answer", 0},
+     "pplat flag-only: host flag store+sfence; thread 0 volatile poll, volatile answer", 0, 0},
     {"floor-data", 2, 0, 4, 0, 4, 0, 1, 0, 0, 0,
-     "pplat data+flag: data,sfence,flag,sfence; volatile loads/stores, no GPU fences", 0},
+     "pplat data+flag: data,sfence,flag,sfence; volatile loads/stores, no GPU fences", 0, 0},
+    {"floor-ring", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-flag, but the flag (seq32|data) moves through the 64 slot lines", 0, FX_FRING},
+    {"floor-cring", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-flag, but the answer moves through the 64 completion lines", 0, FX_CRING},
+    {"floor-2w", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-flag, answer = two 8-byte stores each carrying seq32 (host checks both)", 0, FX_AW2},
+    {"floor-aline", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-flag, answer = the whole 64-byte line, 4 lanes x 16 bytes (as the library)", 0, FX_AW8},
+    {"floor-mline", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-flag, the host writes the flag as a whole 64-byte line (as the library)", 0, FX_MLINE},
+    {"floor-all", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-ring + floor-cring + floor-aline + floor-mline: the library's traffic, floor's kernel",
+     0, FX_FRING | FX_CRING | FX_AW8 | FX_MLINE},
     {"lib-like", 0, 1, 0, 0, 0, 2, 1, 0, 0, 1,
      "the library's choices: 32 lanes poll (acquire.sys) + ballot, st.release.sys seq, "
      "consumed, 2 sfence",
-     0},
-    {"lane0", 0, 0, 0, 0, 0, 2, 1, 0, 0, 1, "lib-like, but lane 0 alone polls and answers", 0},
+     0, 0},
+    {"lane0", 0, 0, 0, 0, 0, 2, 1, 0, 0, 1, "lib-like, but lane 0 alone polls and answers", 0, 0},
     {"poll-relaxed+fsys", 0, 0, 2, 0, 0, 2, 1, 0, 0, 1,
-     "lane0; poll ld.relaxed.sys, then fence.acq_rel.sys", 0},
-    {"poll-acq.gpu", 0, 0, 1, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.acquire.gpu", 0},
+     "lane0; poll ld.relaxed.sys, then fence.acq_rel.sys", 0, 0},
+    {"poll-acq.gpu", 0, 0, 1, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.acquire.gpu", 0, 0},
     {"poll-vol+fgpu", 0, 0, 3, 0, 0, 2, 1, 0, 0, 0,
-     "lane0; poll ld.volatile, then fence.acq_rel.gpu (__threadfence)", 0},
-    {"poll-vol", 0, 0, 4, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.volatile, no fence", 0},
+     "lane0; poll ld.volatile, then fence.acq_rel.gpu (__threadfence)", 0, 0},
+    {"poll-vol", 0, 0, 4, 0, 0, 2, 1, 0, 0, 0, "lane0; poll ld.volatile, no fence", 0, 0},
     {"pub-fsc.sys", 0, 0, 0, 0, 1, 2, 1, 0, 0, 1,
-     "lane0; publish __threadfence_system + volatile seq", 0},
+     "lane0; publish __threadfence_system + volatile seq", 0, 0},
     {"pub-facqrel.sys", 0, 0, 0, 0, 2, 2, 1, 0, 0, 1,
-     "lane0; publish fence.acq_rel.sys + volatile seq", 0},
+     "lane0; publish fence.acq_rel.sys + volatile seq", 0, 0},
     {"pub-LL", 0, 0, 0, 0, 3, 3, 1, 0, 0, 1,
-     "lane0; completion words each carry seq32 (no fence); consumed st.release.sys every 32", 0},
-    {"pub-vol", 0, 0, 0, 0, 4, 0, 1, 0, 0, 0, "lane0; volatile payload, volatile seq, no fence", 0},
+     "lane0; completion words each carry seq32 (no fence); consumed st.release.sys every 32", 0, 0},
+    {"pub-vol", 0, 0, 0, 0, 4, 0, 1, 0, 0, 0, "lane0; volatile payload, volatile seq, no fence", 0, 0},
     {"no-consumed", 0, 0, 0, 0, 0, 0, 1, 0, 0, 1,
-     "lane0; no consumed store (the release completion is the credit)", 0},
-    {"sfence1", 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, "lane0; host: no sfence after the seq store", 0},
-    {"pause", 0, 0, 0, 0, 0, 2, 1, 1, 0, 1, "lane0; host spins with PAUSE", 0},
+     "lane0; no consumed store (the release completion is the credit)", 0, 0},
+    {"sfence1", 0, 0, 0, 0, 0, 2, 0, 0, 0, 1, "lane0; host: no sfence after the seq store", 0, 0},
+    {"pause", 0, 0, 0, 0, 0, 2, 1, 1, 0, 1, "lane0; host spins with PAUSE", 0, 0},
     {"hcredit", 0, 0, 0, 0, 0, 2, 1, 0, 1, 1,
-     "lane0; host stores its completion count (+sfence) every message", 0},
+     "lane0; host stores its completion count (+sfence) every message", 0, 0},
     {"msg-packed", 0, 0, 0, 1, 0, 2, 1, 0, 0, 1,
-     "lane0; message = one 8-byte store seq32|data, then sfence", 0},
+     "lane0; message = one 8-byte store seq32|data, then sfence", 0, 0},
     {"best-model", 0, 0, 0, 1, 3, 3, 1, 0, 0, 1,
-     "lane0 acquire.sys poll, packed msg, LL completion, lazy release consumed", 0},
+     "lane0 acquire.sys poll, packed msg, LL completion, lazy release consumed", 0, 0},
     {"packed-vol", 0, 0, 4, 1, 3, 3, 1, 0, 0, 1,
-     "best-model with a volatile poll: the whole message is in the polled word", 0},
+     "best-model with a volatile poll: the whole message is in the polled word", 0, 0},
     {"best-empirical", 0, 0, 4, 1, 3, 0, 1, 0, 0, 0,
-     "lane0 volatile poll, packed msg, LL completion, no consumed", 0},
+     "lane0 volatile poll, packed msg, LL completion, no consumed", 0, 0},
 };
 #define NV ((int)(sizeof VARIANTS / sizeof VARIANTS[0]))
 
@@ -154,8 +184,8 @@ static void defines(const variant_t *v, char *out, size_t n)
         return;
     }
     snprintf(out, n, "-DVAR_FLOOR=%d -DVAR_WARP=%d -DVAR_POLL=%d -DVAR_MSG=%d -DVAR_PUB=%d "
-                     "-DVAR_CONS=%d",
-             v->floor, v->warp, v->poll, v->msg, v->pub, v->cons);
+                     "-DVAR_CONS=%d -DVAR_FRING=%d -DVAR_CRING=%d -DVAR_AW=%d",
+             v->floor, v->warp, v->poll, v->msg, v->pub, v->cons, V_FRING(v), V_CRING(v), V_AW(v) == 1 ? 0 : V_AW(v));
 }
 
 /* ---- layout (chanvar_kernels.cu) -------------------------------------- */
@@ -495,7 +525,8 @@ static void *sim_kernel(void *arg)
     for (;;) {
         int ready;
         char *slot = dev + CV_RING + (head & (CV_NSLOTS - 1)) * 64u;
-        if (v->floor) ready = ld64(dev + 64) == head + 1;
+        if (v->floor && V_FRING(v)) ready = (uint32_t)ld64(slot) == (uint32_t)(head + 1);
+        else if (v->floor) ready = ld64(dev + 64) == head + 1;
         else if (v->msg) ready = (uint32_t)ld64(slot) == (uint32_t)(head + 1);
         else ready = ld64(slot) == head + 1;
         if (!ready) {
@@ -515,7 +546,8 @@ static void *sim_kernel(void *arg)
         idle_since = 0;
         uint32_t data, bad;
         if (v->floor) {
-            data = v->floor == 2 ? ld32(dev + 72) : cv_pat(head);
+            data = v->floor == 2 ? ld32(dev + 72) : V_FRING(v) ? (uint32_t)(ld64(slot) >> 32)
+                                                               : cv_pat(head);
             bad = data != cv_pat(head);
         } else if (v->msg) {
             uint64_t w = ld64(slot);
@@ -536,8 +568,18 @@ static void *sim_kernel(void *arg)
         }
         uint32_t cs = data * 2654435761u + (uint32_t)(head + 1);
         if (v->floor) {
+            char *c = V_CRING(v) ? host + CV_COMP + (head & (CV_NSLOTS - 1)) * 64u : host + 64;
             if (v->floor == 2) __atomic_store_n((uint32_t *)(host + 72), cs, __ATOMIC_RELAXED);
-            __atomic_store_n((uint64_t *)(host + 64), head + 1, __ATOMIC_RELEASE);
+            if (v->floor == 1 && V_AW(v) == 2) {
+                const uint64_t aw = (uint32_t)(head + 1) | ((uint64_t)cs << 32);
+                __atomic_store_n((uint64_t *)(c + 8), aw, __ATOMIC_RELAXED);
+                __atomic_store_n((uint64_t *)c, aw, __ATOMIC_RELEASE);
+            } else if (v->floor == 1 && V_AW(v) == 8) {
+                for (int k = 7; k >= 0; k--)
+                    __atomic_store_n((uint64_t *)(c + 8 * k), head + 1, __ATOMIC_RELEASE);
+            } else {
+                __atomic_store_n((uint64_t *)c, head + 1, __ATOMIC_RELEASE);
+            }
         } else {
             char *c = host + CV_COMP + (head & (CV_NSLOTS - 1)) * 64u;
             if (v->pub == 3) {
@@ -575,7 +617,12 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
             st32(dev + 72, cv_pat(i));
             cv_sfence();
         }
-        st64(dev + 64, seq);
+        char *f = V_FRING(v) ? dev + CV_RING + (i & (CV_NSLOTS - 1)) * 64u : dev + 64;
+        const uint64_t w = V_FRING(v) ? (uint32_t)seq | ((uint64_t)cv_pat(i) << 32) : seq;
+        if (V_MLINE(v)) /* the whole line, word 0 last (one write-combined line) */
+            for (int k = 7; k >= 0; k--) st64(f + 8 * k, w);
+        else
+            st64(f, w);
         cv_sfence();
     } else {
         if (v->cons && i - s->credit >= CV_NSLOTS) { /* slot reuse: wait for the release */
@@ -604,12 +651,16 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
         }
     }
     /* receive */
-    const char *c = v->floor ? host + 64 : host + CV_COMP + (i & (CV_NSLOTS - 1)) * 64u;
+    const char *c = v->floor && !V_CRING(v) ? host + 64 : host + CV_COMP + (i & (CV_NSLOTS - 1)) * 64u;
     int64_t end = 0;
     uint32_t cs, bad = 0;
     for (unsigned n = 0;; n++) {
         int ok;
-        if (v->floor) ok = ld64(c) == seq;
+        if (v->floor == 1 && V_AW(v) == 2)
+            ok = (uint32_t)ld64(c) == (uint32_t)seq && (uint32_t)ld64(c + 8) == (uint32_t)seq;
+        else if (v->floor == 1 && V_AW(v) == 8)
+            ok = ld64(c) == seq && ld64(c + 56) == seq;
+        else if (v->floor) ok = ld64(c) == seq;
         else if (v->pub == 3)
             ok = (uint32_t)ld64(c) == (uint32_t)seq && (uint32_t)ld64(c + 8) == (uint32_t)seq;
         else ok = ld64(c) == seq;
@@ -622,7 +673,8 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
             return -1;
         }
     }
-    if (v->floor == 1) cs = cv_csum(i);
+    if (v->floor == 1 && V_AW(v) == 2) cs = (uint32_t)(ld64(c + 8) >> 32);
+    else if (v->floor == 1) cs = cv_csum(i);
     else if (v->floor == 2) cs = ld32(host + 72);
     else if (v->pub == 3) {
         cs = (uint32_t)(ld64(c) >> 32);
