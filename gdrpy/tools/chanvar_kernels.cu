@@ -27,9 +27,12 @@
  *   VAR_FRING 1: the flag word moves through the ring's 64 slot lines (message
  *             i = seq32 | data << 32 in slot i's word 0), not one fixed line
  *   VAR_CRING 1: the answer moves through the 64 completion lines
+ *   VAR_CS    bytes between completions with VAR_CRING (64: one per line; 8,
+ *             16, 32: several completions share a line)
  *   VAR_AW    0/1: answer = one 8-byte store | 2: two 8-byte stores (word 1,
  *             then word 0), each carrying seq32 | 8: the whole 64-byte line,
- *             four lanes x 16 bytes (every word = the answer word)
+ *             four lanes x 16 bytes (every word = the answer word) | 16: one
+ *             16-byte store | 32: two lanes x 16 bytes
  *   (VAR_MLINE, host only: the message is written as a whole 64-byte line)
  *   VAR_WARP  1 every lane polls slot head+lane, ballot (library) | 0 lane 0 alone
  *   VAR_POLL  0 ld.acquire.sys | 1 ld.acquire.gpu | 2 ld.relaxed.sys + fence.acq_rel.sys
@@ -70,6 +73,9 @@ typedef unsigned int u32;
 #endif
 #ifndef VAR_AW
 #define VAR_AW 0
+#endif
+#ifndef VAR_CS
+#define VAR_CS 64
 #endif
 
 #define CV_NSLOTS 64u
@@ -212,8 +218,8 @@ extern "C" __global__ void gdrpy_chanvar(u64 dev_p, u64 host_p, u64 start, u64 i
     u64 head = start, t_idle = 0, nbad = 0;
     unsigned spins = 0;
     u32 status = 2;
-#if VAR_FLOOR == 1 && VAR_AW == 8
-    if (lane >= 4) return; /* lanes 0..3 poll the same word and store a quarter line each */
+#if VAR_FLOOR == 1 && (VAR_AW == 8 || VAR_AW == 32)
+    if (lane >= (VAR_AW == 8 ? 4u : 2u)) return; /* lanes poll the same word, store 16 bytes each */
 #elif VAR_FLOOR || !VAR_WARP
     if (lane != 0) return;
 #endif
@@ -254,12 +260,12 @@ extern "C" __global__ void gdrpy_chanvar(u64 dev_p, u64 host_p, u64 start, u64 i
 #if VAR_FRING
         if ((u32)(w >> 32) != cv_pat(head) && lane == 0) cv_note_bad(host, head, &nbad);
 #endif
-        unsigned char *c = VAR_CRING ? host + CV_COMP + (head & (CV_NSLOTS - 1)) * 64u : host + 64;
+        unsigned char *c = VAR_CRING ? host + CV_COMP + (head & (CV_NSLOTS - 1)) * (u32)VAR_CS : host + 64;
 #if VAR_AW == 2
         const u64 aw = (u64)(u32)(head + 1) | ((u64)cv_pat(head) * 2654435761u + (u32)(head + 1)) << 32;
         *(volatile u64 *)(c + 8) = aw;
         *(volatile u64 *)c = aw;
-#elif VAR_AW == 8
+#elif VAR_AW == 8 || VAR_AW == 16 || VAR_AW == 32
         asm volatile("st.volatile.global.v2.u64 [%0], {%1, %1};" :: "l"(c + 16u * lane), "l"(head + 1) : "memory");
 #else
         *(volatile u64 *)c = head + 1;

@@ -68,15 +68,35 @@ typedef struct {
      * message as a whole 64-byte line */
     int fx; /* FX_* bits; 0 elsewhere */
 } variant_t;
-enum { FX_FRING = 1,
-       FX_CRING = 2,
-       FX_AW2 = 4,
-       FX_AW8 = 8,
-       FX_MLINE = 16 };
+enum {
+    FX_FRING = 1,
+    FX_CRING = 2,
+    FX_AW2 = 4,
+    FX_AW8 = 8,
+    FX_MLINE = 16,
+    FX_AW16 = 32,  /* answer: one 16-byte store */
+    FX_AW32 = 64,  /* answer: two lanes x 16 bytes */
+    FX_CS8 = 128,  /* with FX_CRING: completions 8 bytes apart (else 64) */
+    FX_CS16 = 256, /* ... 16 bytes apart */
+    FX_CS32 = 512, /* ... 32 bytes apart */
+};
 #define V_FRING(v) (((v)->fx & FX_FRING) != 0)
 #define V_CRING(v) (((v)->fx & FX_CRING) != 0)
-#define V_AW(v) ((v)->fx & FX_AW8 ? 8 : (v)->fx & FX_AW2 ? 2 \
-                                                         : 1)
+static inline int v_aw(int fx)
+{
+    return fx & FX_AW8 ? 8 : fx & FX_AW2 ? 2
+                         : fx & FX_AW16  ? 16
+                         : fx & FX_AW32  ? 32
+                                         : 1;
+}
+static inline unsigned v_cs(int fx)
+{
+    return fx & FX_CS8 ? 8u : fx & FX_CS16 ? 16u
+                          : fx & FX_CS32   ? 32u
+                                           : 64u;
+}
+#define V_AW(v) v_aw((v)->fx)
+#define V_CS(v) v_cs((v)->fx)
 #define V_MLINE(v) (((v)->fx & FX_MLINE) != 0)
 
 /* lane0 = lib-like with lane 0 polling alone; every "lane0; ..." row changes
@@ -133,6 +153,20 @@ static const variant_t VARIANTS[] = {
     {"floor-all", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
      "floor-ring + floor-cring + floor-aline + floor-mline: the library's traffic, floor's kernel",
      0, FX_FRING | FX_CRING | FX_AW8 | FX_MLINE},
+    {"floor-a16", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-flag, answer = one 16-byte store (one lane)", 0, FX_AW16},
+    {"floor-a32", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-flag, answer = 32 bytes, two lanes x 16", 0, FX_AW32},
+    {"floor-cring8", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-cring, completions 8 bytes apart (8 to a line)", 0, FX_CRING | FX_CS8},
+    {"floor-cring16", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-cring, completions of two 8-byte words, 16 bytes apart (4 to a line)", 0,
+     FX_CRING | FX_CS16 | FX_AW2},
+    {"floor-cring16v", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-cring16, the completion as one 16-byte store", 0, FX_CRING | FX_CS16 | FX_AW16},
+    {"floor-cring32", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-cring, completions of 32 bytes (two lanes), 32 bytes apart (2 to a line)", 0,
+     FX_CRING | FX_CS32 | FX_AW32},
     {"lib-like", 0, 1, 0, 0, 0, 2, 1, 0, 0, 1,
      "the library's choices: 32 lanes poll (acquire.sys) + ballot, st.release.sys seq, "
      "consumed, 2 sfence",
@@ -184,8 +218,8 @@ static void defines(const variant_t *v, char *out, size_t n)
         return;
     }
     snprintf(out, n, "-DVAR_FLOOR=%d -DVAR_WARP=%d -DVAR_POLL=%d -DVAR_MSG=%d -DVAR_PUB=%d "
-                     "-DVAR_CONS=%d -DVAR_FRING=%d -DVAR_CRING=%d -DVAR_AW=%d",
-             v->floor, v->warp, v->poll, v->msg, v->pub, v->cons, V_FRING(v), V_CRING(v), V_AW(v) == 1 ? 0 : V_AW(v));
+                     "-DVAR_CONS=%d -DVAR_FRING=%d -DVAR_CRING=%d -DVAR_AW=%d -DVAR_CS=%u",
+             v->floor, v->warp, v->poll, v->msg, v->pub, v->cons, V_FRING(v), V_CRING(v), V_AW(v) == 1 ? 0 : V_AW(v), V_CS(v));
 }
 
 /* ---- layout (chanvar_kernels.cu) -------------------------------------- */
@@ -568,14 +602,14 @@ static void *sim_kernel(void *arg)
         }
         uint32_t cs = data * 2654435761u + (uint32_t)(head + 1);
         if (v->floor) {
-            char *c = V_CRING(v) ? host + CV_COMP + (head & (CV_NSLOTS - 1)) * 64u : host + 64;
+            char *c = V_CRING(v) ? host + CV_COMP + (head & (CV_NSLOTS - 1)) * V_CS(v) : host + 64;
             if (v->floor == 2) __atomic_store_n((uint32_t *)(host + 72), cs, __ATOMIC_RELAXED);
             if (v->floor == 1 && V_AW(v) == 2) {
                 const uint64_t aw = (uint32_t)(head + 1) | ((uint64_t)cs << 32);
                 __atomic_store_n((uint64_t *)(c + 8), aw, __ATOMIC_RELAXED);
                 __atomic_store_n((uint64_t *)c, aw, __ATOMIC_RELEASE);
-            } else if (v->floor == 1 && V_AW(v) == 8) {
-                for (int k = 7; k >= 0; k--)
+            } else if (v->floor == 1 && V_AW(v) >= 8) {
+                for (int k = (V_AW(v) == 8 ? 64 : V_AW(v)) / 8 - 1; k >= 0; k--)
                     __atomic_store_n((uint64_t *)(c + 8 * k), head + 1, __ATOMIC_RELEASE);
             } else {
                 __atomic_store_n((uint64_t *)c, head + 1, __ATOMIC_RELEASE);
@@ -651,15 +685,17 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
         }
     }
     /* receive */
-    const char *c = v->floor && !V_CRING(v) ? host + 64 : host + CV_COMP + (i & (CV_NSLOTS - 1)) * 64u;
+    const char *c = v->floor && !V_CRING(v) ? host + 64
+                    : v->floor              ? host + CV_COMP + (i & (CV_NSLOTS - 1)) * V_CS(v)
+                                            : host + CV_COMP + (i & (CV_NSLOTS - 1)) * 64u;
     int64_t end = 0;
     uint32_t cs, bad = 0;
     for (unsigned n = 0;; n++) {
         int ok;
         if (v->floor == 1 && V_AW(v) == 2)
             ok = (uint32_t)ld64(c) == (uint32_t)seq && (uint32_t)ld64(c + 8) == (uint32_t)seq;
-        else if (v->floor == 1 && V_AW(v) == 8)
-            ok = ld64(c) == seq && ld64(c + 56) == seq;
+        else if (v->floor == 1 && V_AW(v) >= 8) /* 8: a 64-byte line; 16, 32: bytes */
+            ok = ld64(c) == seq && ld64(c + (V_AW(v) == 8 ? 56 : V_AW(v) - 8)) == seq;
         else if (v->floor) ok = ld64(c) == seq;
         else if (v->pub == 3)
             ok = (uint32_t)ld64(c) == (uint32_t)seq && (uint32_t)ld64(c + 8) == (uint32_t)seq;
