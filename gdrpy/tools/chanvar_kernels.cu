@@ -32,7 +32,10 @@
  *   VAR_AW    0/1: answer = one 8-byte store | 2: two 8-byte stores (word 1,
  *             then word 0), each carrying seq32 | 8: the whole 64-byte line,
  *             four lanes x 16 bytes (every word = the answer word) | 16: one
- *             16-byte store | 32: two lanes x 16 bytes
+ *             16-byte store | 32: two lanes x 16 bytes | 40: a 32-byte answer
+ *             on the fixed line (two lanes), then the whole 64-byte completion
+ *             line in the ring (four lanes): a mailbox the host reads, and the
+ *             ring a channel must keep
  *   (VAR_MLINE, host only: the message is written as a whole 64-byte line)
  *   VAR_WARP  1 every lane polls slot head+lane, ballot (library) | 0 lane 0 alone
  *   VAR_POLL  0 ld.acquire.sys | 1 ld.acquire.gpu | 2 ld.relaxed.sys + fence.acq_rel.sys
@@ -218,8 +221,8 @@ extern "C" __global__ void gdrpy_chanvar(u64 dev_p, u64 host_p, u64 start, u64 i
     u64 head = start, t_idle = 0, nbad = 0;
     unsigned spins = 0;
     u32 status = 2;
-#if VAR_FLOOR == 1 && (VAR_AW == 8 || VAR_AW == 32)
-    if (lane >= (VAR_AW == 8 ? 4u : 2u)) return; /* lanes poll the same word, store 16 bytes each */
+#if VAR_FLOOR == 1 && (VAR_AW == 8 || VAR_AW == 32 || VAR_AW == 40)
+    if (lane >= (VAR_AW == 32 ? 2u : 4u)) return; /* lanes poll the same word, store 16 bytes each */
 #elif VAR_FLOOR || !VAR_WARP
     if (lane != 0) return;
 #endif
@@ -265,6 +268,10 @@ extern "C" __global__ void gdrpy_chanvar(u64 dev_p, u64 host_p, u64 start, u64 i
         const u64 aw = (u64)(u32)(head + 1) | ((u64)cv_pat(head) * 2654435761u + (u32)(head + 1)) << 32;
         *(volatile u64 *)(c + 8) = aw;
         *(volatile u64 *)c = aw;
+#elif VAR_AW == 40
+        if (lane < 2)
+            asm volatile("st.volatile.global.v2.u64 [%0], {%1, %1};" :: "l"(host + 64 + 16u * lane), "l"(head + 1) : "memory");
+        asm volatile("st.volatile.global.v2.u64 [%0], {%1, %1};" :: "l"(host + CV_COMP + (head & (CV_NSLOTS - 1)) * 64u + 16u * lane), "l"(head + 1) : "memory");
 #elif VAR_AW == 8 || VAR_AW == 16 || VAR_AW == 32
         asm volatile("st.volatile.global.v2.u64 [%0], {%1, %1};" :: "l"(c + 16u * lane), "l"(head + 1) : "memory");
 #else

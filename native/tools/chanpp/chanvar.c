@@ -74,11 +74,12 @@ enum {
     FX_AW2 = 4,
     FX_AW8 = 8,
     FX_MLINE = 16,
-    FX_AW16 = 32,  /* answer: one 16-byte store */
-    FX_AW32 = 64,  /* answer: two lanes x 16 bytes */
-    FX_CS8 = 128,  /* with FX_CRING: completions 8 bytes apart (else 64) */
-    FX_CS16 = 256, /* ... 16 bytes apart */
-    FX_CS32 = 512, /* ... 32 bytes apart */
+    FX_AW16 = 32,   /* answer: one 16-byte store */
+    FX_AW32 = 64,   /* answer: two lanes x 16 bytes */
+    FX_CS8 = 128,   /* with FX_CRING: completions 8 bytes apart (else 64) */
+    FX_CS16 = 256,  /* ... 16 bytes apart */
+    FX_CS32 = 512,  /* ... 32 bytes apart */
+    FX_MAIL = 1024, /* answer: 32 bytes on the fixed line, then the ring's whole line */
 };
 #define V_FRING(v) (((v)->fx & FX_FRING) != 0)
 #define V_CRING(v) (((v)->fx & FX_CRING) != 0)
@@ -87,6 +88,7 @@ static inline int v_aw(int fx)
     return fx & FX_AW8 ? 8 : fx & FX_AW2 ? 2
                          : fx & FX_AW16  ? 16
                          : fx & FX_AW32  ? 32
+                         : fx & FX_MAIL  ? 40
                                          : 1;
 }
 static inline unsigned v_cs(int fx)
@@ -153,6 +155,10 @@ static const variant_t VARIANTS[] = {
     {"floor-all", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
      "floor-ring + floor-cring + floor-aline + floor-mline: the library's traffic, floor's kernel",
      0, FX_FRING | FX_CRING | FX_AW8 | FX_MLINE},
+    {"floor-mail", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
+     "floor-a32 (a 32-byte answer on the fixed line), then the whole completion line in the "
+     "ring: does the ring's write slow the mailbox?",
+     0, FX_MAIL},
     {"floor-a16", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
      "floor-flag, answer = one 16-byte store (one lane)", 0, FX_AW16},
     {"floor-a32", 1, 0, 4, 0, 4, 0, 1, 0, 0, 1,
@@ -609,8 +615,16 @@ static void *sim_kernel(void *arg)
                 __atomic_store_n((uint64_t *)(c + 8), aw, __ATOMIC_RELAXED);
                 __atomic_store_n((uint64_t *)c, aw, __ATOMIC_RELEASE);
             } else if (v->floor == 1 && V_AW(v) >= 8) {
-                for (int k = (V_AW(v) == 8 ? 64 : V_AW(v)) / 8 - 1; k >= 0; k--)
+                /* 40: the 32-byte mailbox on the fixed line, then the ring's line */
+                for (int k = (V_AW(v) == 8 ? 64 : V_AW(v) == 40 ? 32
+                                                                : V_AW(v)) /
+                                 8 -
+                             1;
+                     k >= 0; k--)
                     __atomic_store_n((uint64_t *)(c + 8 * k), head + 1, __ATOMIC_RELEASE);
+                char *r = host + CV_COMP + (head & (CV_NSLOTS - 1)) * 64u;
+                for (int k = 0; V_AW(v) == 40 && k < 8; k++)
+                    __atomic_store_n((uint64_t *)(r + 8 * k), head + 1, __ATOMIC_RELAXED);
             } else {
                 __atomic_store_n((uint64_t *)c, head + 1, __ATOMIC_RELEASE);
             }
@@ -695,7 +709,9 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
         if (v->floor == 1 && V_AW(v) == 2)
             ok = (uint32_t)ld64(c) == (uint32_t)seq && (uint32_t)ld64(c + 8) == (uint32_t)seq;
         else if (v->floor == 1 && V_AW(v) >= 8) /* 8: a 64-byte line; 16, 32: bytes */
-            ok = ld64(c) == seq && ld64(c + (V_AW(v) == 8 ? 56 : V_AW(v) - 8)) == seq;
+            ok = ld64(c) == seq &&
+                 ld64(c + (V_AW(v) == 8 ? 56 : V_AW(v) == 40 ? 24
+                                                             : V_AW(v) - 8)) == seq;
         else if (v->floor) ok = ld64(c) == seq;
         else if (v->pub == 3)
             ok = (uint32_t)ld64(c) == (uint32_t)seq && (uint32_t)ld64(c + 8) == (uint32_t)seq;
