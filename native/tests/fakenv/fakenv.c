@@ -22,7 +22,9 @@
  * record for later chunks naming a decoy, fake_arm_ambiguous(2) one naming a
  * second handle of the same memory; GET_SURFACE_PHYS_ATTR answers (video
  * memory offsets) unless fake_deny_phys(1), as for a caller without
- * CAP_SYS_ADMIN.  FAKE_POOL_LAYOUT=hop keeps a
+ * CAP_SYS_ADMIN.  RM_MAP_MEMORY returns the bus address of the video memory
+ * itself (BAR1 physical mode), or with fake_bar1_dynamic(1) a BAR1 range of
+ * its own for every mapping.  FAKE_POOL_LAYOUT=hop keeps a
  * chunk's RM handle in a block its record points to; FAKE_POOL_LAYOUT=first
  * adds to each record a pointer to the pool's first chunk record (right only
  * in a pool of one chunk); FAKE_POOL_LAYOUT=hop2 keeps the handle two
@@ -184,7 +186,8 @@ static struct prec **list_tail(void *pool)
 }
 static struct fpool default_pool = {0x706f6f6cull, 0, {0}, {0}, 0, 1, -1, 0, 0};
 static uint64_t pool_va_next = 0x7d0000000000ull;
-static int lie_armed, ambig_armed, phys_denied;
+static int lie_armed, ambig_armed, phys_denied, bar1_dynamic;
+static uint64_t bar1_next = 0x200000000000ull;
 
 static uint64_t htod_log_va[4096], htod_log_n[4096];
 static int htod_logged;
@@ -247,6 +250,7 @@ API void fake_arm_skew(int64_t s) { skew_armed = s; }
 API void fake_arm_lie(int on) { lie_armed = on; }
 API void fake_arm_ambiguous(int mode) { ambig_armed = mode; }
 API void fake_deny_phys(int on) { phys_denied = on; }
+API void fake_bar1_dynamic(int on) { bar1_dynamic = on; }
 API void fake_htod_reset(void)
 {
     pthread_mutex_lock(&L);
@@ -1118,7 +1122,15 @@ static int rm(unsigned nr, unsigned size, uint8_t *a)
             return 0;
         }
         d->pending_fb = (int64_t)((o->fb_off + off) & ~4095ull);
-        *(uint64_t *)(a + 32) = 0x100000000000ull + o->fb_off + off;
+        /* the bus address of the first byte: BAR1 "physical mode" (one
+         * address per page of video memory), or, fake_bar1_dynamic(1), a
+         * BAR1 range of its own for every mapping */
+        if (bar1_dynamic) {
+            *(uint64_t *)(a + 32) = bar1_next + (off & 4095u);
+            bar1_next += (len + (off & 4095u) + 4095u) & ~4095ull;
+        } else {
+            *(uint64_t *)(a + 32) = 0x100000000000ull + o->fb_off + off;
+        }
         u[11] = 2u << 23;
         u[10] = 0;
         return 0;

@@ -32,6 +32,7 @@ static uint64_t (*fake_htod_into)(uint64_t, uint64_t);
 static void (*fake_arm_lie)(int);
 static void (*fake_arm_ambiguous)(int);
 static void (*fake_deny_phys)(int);
+static void (*fake_bar1_dynamic)(int);
 
 
 static uint64_t vmm_alloc(size_t n)
@@ -95,6 +96,7 @@ int main(void)
     fake_arm_lie = (void (*)(int))sym("fake_arm_lie");
     fake_arm_ambiguous = (void (*)(int))sym("fake_arm_ambiguous");
     fake_deny_phys = (void (*)(int))sym("fake_deny_phys");
+    fake_bar1_dynamic = (void (*)(int))sym("fake_bar1_dynamic");
     gdrpy_ctx_t ctx;
     if (gdrpy_open(0, GDRPY_BACKEND_NVRM, &ctx)) {
         printf("FAIL open: %s\n", gdrpy_last_error());
@@ -216,19 +218,23 @@ int main(void)
      * size (a busy process, issue 13): the read-only proof must leave exactly
      * one, or the pin is refused */
     struct {
-        int mode, deny_phys, filled, want_rc;
+        int mode, deny_phys, dynamic, filled, want_rc;
         const char *what, *says;
     } amb[] = {
-        {1, 0, 1, 0, "other memory, the caller's bytes differ", NULL},
-        {1, 1, 1, 0, "other memory, bytes differ, no physical addresses", NULL},
-        {2, 0, 1, 0, "a second handle of the same memory", NULL},
-        {2, 0, 0, 0, "a second handle of the same memory, never written", NULL},
-        {2, 1, 1, GDRPY_ENOTSUP, "a second handle, no physical addresses", "CAP_SYS_ADMIN"},
-        {1, 0, 0, GDRPY_ENOTSUP, "other memory, both never written", "different physical memory"},
+        {1, 0, 0, 1, 0, "other memory, the caller's bytes differ", NULL},
+        {1, 1, 1, 1, 0, "other memory, bytes differ, no physical addresses", NULL},
+        {2, 0, 0, 1, 0, "a second handle of the same memory", NULL},
+        {2, 1, 0, 0, 0, "a second handle, never written, BAR1 addresses agree", NULL},
+        {2, 0, 1, 0, 0, "a second handle, never written, physical addresses agree", NULL},
+        {2, 1, 1, 1, GDRPY_ENOTSUP, "a second handle, no address to compare", "CAP_SYS_ADMIN"},
+        {1, 0, 0, 0, GDRPY_ENOTSUP, "other memory, both never written", "different physical memory"},
+        {1, 1, 0, 0, GDRPY_ENOTSUP, "other memory, never written, BAR1 addresses differ",
+         "CAP_SYS_ADMIN"},
     };
     for (size_t t = 0; t < sizeof amb / sizeof amb[0]; t++) {
         fake_arm_ambiguous(amb[t].mode);
         fake_deny_phys(amb[t].deny_phys);
+        fake_bar1_dynamic(amb[t].dynamic);
         void *pool3 = NULL;
         uint64_t qa = 0;
         cuMemPoolCreate(&pool3, NULL);
@@ -243,6 +249,7 @@ int main(void)
                                     strstr(gdrpy_last_error(), "exactly one"))),
               "%s: rc %d (want %d): %s", what, rc, amb[t].want_rc, gdrpy_last_error());
     }
+    fake_bar1_dynamic(0);
     fake_arm_ambiguous(0);
     fake_deny_phys(0);
 

@@ -199,6 +199,10 @@ int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint64_t *pa,
         uint32_t gpuCacheAttr, gpuP2PCacheAttr, mmuContext, pad;
         uint64_t contigSegmentSize;
     } prm;
+    /* GDRPY_NVRM_NO_PRIV=1 (tests): as for a caller without CAP_SYS_ADMIN */
+    const char *np = getenv("GDRPY_NVRM_NO_PRIV");
+    if (np && np[0] == '1')
+        return gp_err(GDRPY_EACCES, "GET_SURFACE_PHYS_ATTR: not asked (GDRPY_NVRM_NO_PRIV=1)");
     memset(&prm, 0, sizeof prm);
     prm.memOffset = off;
     nv_os54_t a;

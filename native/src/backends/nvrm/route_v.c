@@ -235,12 +235,64 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
     return 0;
 }
 
+/* Are the m candidates handles of one allocation, at the bytes off[0] and
+ * off[1] of each?  Proven, never guessed, in one of two ways:
+ *  - BAR1: CPU mappings of the same bytes of each, alive at the same time,
+ *    start at the same bus address (RM_MAP_MEMORY returns it): one BAR1
+ *    address reaches one page of video memory at a time.  Where RM gives
+ *    every mapping its own BAR1 range the addresses differ even for one
+ *    allocation, and this says nothing;
+ *  - the driver's physical addresses (CAP_SYS_ADMIN only; *refused is set
+ *    when it answered no).
+ * Returns how it was shown, or NULL. */
+static const char *one_allocation(struct nvrm_ctx *nc, const uint32_t *c, int m,
+                                  const uint64_t off[2], int *refused)
+{
+    int bar1 = 1;
+    for (int j = 0; j < 2 && bar1; j++) {
+        struct nvrm_map m0;
+        if (nvrm_map_range(nc, c[0], off[j], 8, &m0)) {
+            bar1 = 0;
+            break;
+        }
+        for (int k = 1; k < m && bar1; k++) {
+            struct nvrm_map mk;
+            bar1 = !nvrm_map_range(nc, c[k], off[j], 8, &mk);
+            if (bar1) {
+                bar1 = mk.plinear == m0.plinear;
+                nvrm_unmap_range(nc, c[k], &mk);
+            }
+        }
+        nvrm_unmap_range(nc, c[0], &m0);
+    }
+    if (bar1) return "their BAR1 mappings start at the same bus address";
+    uint64_t pa0[2] = {0, 0};
+    uint32_t ap0[2] = {0, 0};
+    for (int j = 0; j < 2; j++)
+        if (nvrm_phys_addr(nc, c[0], off[j], &pa0[j], &ap0[j])) {
+            *refused = 1;
+            return NULL;
+        }
+    for (int k = 1; k < m; k++)
+        for (int j = 0; j < 2; j++) {
+            uint64_t pa = 0;
+            uint32_t ap = 0;
+            if (nvrm_phys_addr(nc, c[k], off[j], &pa, &ap)) {
+                *refused = 1;
+                return NULL;
+            }
+            if (pa != pa0[j] || ap != ap0[j]) return NULL;
+        }
+    return "the driver's physical addresses agree";
+}
+
 /* Which of the n live candidates (our dups, freed here unless chosen) holds
  * the caller's memory, proven without writing anything:
  *  1. the identity check (first and last page of the request) on each;
- *  2. where several pass: if the driver gives the same physical address for
- *     them at both ends, they are handles of one allocation (CUDA may keep
- *     more than one) and any is right;
+ *  2. where several pass: if they are shown to be handles of one allocation
+ *     at both ends of the request (one_allocation: BAR1 bus addresses, or the
+ *     driver's physical addresses), any is right (CUDA may keep more than
+ *     one handle);
  *  3. else the comparison at up to 256 places spread over the request must
  *     leave exactly one.
  * Several distinct objects holding the same bytes everywhere compared (e.g.
@@ -274,27 +326,15 @@ static int pick_proven(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t *c, int n, uin
     }
     /* 2: one allocation under several handles? */
     const uint64_t off[2] = {rm_off + (lo - va), rm_off + (lo + len - 1 - va)};
-    uint64_t pa0[2] = {0, 0};
-    uint32_t ap0[2] = {0, 0};
-    int phys = 1, same = 1;
-    for (int j = 0; j < 2 && phys; j++) phys = !nvrm_phys_addr(nc, c[0], off[j], &pa0[j], &ap0[j]);
-    for (int k = 1; k < m && phys; k++)
-        for (int j = 0; j < 2 && phys; j++) {
-            uint64_t pa = 0;
-            uint32_t ap = 0;
-            phys = !nvrm_phys_addr(nc, c[k], off[j], &pa, &ap);
-            same = same && phys && pa == pa0[j] && ap == ap0[j];
-        }
-    if (phys && same) {
+    int phys_refused = 0;
+    const char *by = one_allocation(nc, c, m, off, &phys_refused);
+    if (by) {
         gp_err_clear();
-        gp_log(1, "nvrm: route V: %d live candidates are one allocation (video memory 0x%llx at "
-                  "the first byte in each)",
-               m, (unsigned long long)pa0[0]);
+        gp_log(1, "nvrm: route V: %d live candidates are one allocation (%s)", m, by);
         *hOut = c[0];
         nvrm_free_dups(nc, c + 1, m - 1, "route V: freeing a second handle of the allocation");
-        snprintf(proof, prooflen, "identity check passed; %d handles of one allocation (the "
-                                  "driver's physical addresses agree)",
-                 m);
+        snprintf(proof, prooflen, "identity check passed; %d handles of one allocation (%s)", m,
+                 by);
         return 0;
     }
     /* 3: bytes spread over the request */
@@ -327,9 +367,10 @@ static int pick_proven(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t *c, int n, uin
                                  "and it is refused (write the memory once, e.g. zero it with a "
                                  "pattern of your own, or run with CAP_SYS_ADMIN)",
                   left,
-                  phys ? "the driver reports different physical memory for them"
-                       : "the driver's physical-address query (NV0041_CTRL_CMD_GET_SURFACE_PHYS_ATTR) "
-                         "was refused: it answers only callers with CAP_SYS_ADMIN");
+                  !phys_refused ? "the driver reports different physical memory for them"
+                                : "their BAR1 mappings do not share addresses, and the driver's "
+                                  "physical-address query (NV0041_CTRL_CMD_GET_SURFACE_PHYS_ATTR) "
+                                  "was refused: it answers only callers with CAP_SYS_ADMIN");
 }
 
 int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
