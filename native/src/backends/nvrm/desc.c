@@ -167,6 +167,20 @@ uint32_t nvrm_class_of(struct nvrm_ctx *nc, uint32_t h)
     return (uint32_t)hi.result;
 }
 
+/* RM_CONTROL `cmd` on our object h (its params at p, n bytes). */
+static int obj_control(struct nvrm_ctx *nc, uint32_t h, uint32_t cmd, void *p, uint32_t n,
+                       const char *what)
+{
+    nv_os54_t a;
+    memset(&a, 0, sizeof a);
+    a.hClient = nc->hClient;
+    a.hObject = h;
+    a.cmd = cmd;
+    a.params = (uint64_t)(uintptr_t)p;
+    a.paramsSize = n;
+    return nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status, what);
+}
+
 uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h)
 {
     struct {
@@ -176,16 +190,7 @@ uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h)
         uint32_t n, pad;
         uint64_t list;
     } prm = {2, 0, (uint64_t)(uintptr_t)l};
-    nv_os54_t a;
-    memset(&a, 0, sizeof a);
-    a.hClient = nc->hClient;
-    a.hObject = h;
-    a.cmd = CTRL_GET_SURFACE_INFO;
-    a.params = (uint64_t)(uintptr_t)&prm;
-    a.paramsSize = sizeof prm;
-    if (nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status,
-                      "GET_SURFACE_INFO"))
-        return 0;
+    if (obj_control(nc, h, CTRL_GET_SURFACE_INFO, &prm, sizeof prm, "GET_SURFACE_INFO")) return 0;
     return ((uint64_t)l[1].data << 32) | l[0].data;
 }
 
@@ -205,15 +210,8 @@ int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint64_t *pa,
         return gp_err(GDRPY_EACCES, "GET_SURFACE_PHYS_ATTR: not asked (GDRPY_NVRM_NO_PRIV=1)");
     memset(&prm, 0, sizeof prm);
     prm.memOffset = off;
-    nv_os54_t a;
-    memset(&a, 0, sizeof a);
-    a.hClient = nc->hClient;
-    a.hObject = h;
-    a.cmd = CTRL_GET_SURFACE_PHYS_ATTR;
-    a.params = (uint64_t)(uintptr_t)&prm;
-    a.paramsSize = sizeof prm;
-    int rc = nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status,
-                           "GET_SURFACE_PHYS_ATTR");
+    int rc = obj_control(nc, h, CTRL_GET_SURFACE_PHYS_ATTR, &prm, sizeof prm,
+                         "GET_SURFACE_PHYS_ATTR");
     if (rc) return rc;
     *pa = prm.memOffset;
     *aperture = prm.memAperture;
