@@ -24,7 +24,8 @@
  * memory offsets) unless fake_deny_phys(1), as for a caller without
  * CAP_SYS_ADMIN.  RM_MAP_MEMORY returns the bus address of the video memory
  * itself (BAR1 physical mode), or with fake_bar1_dynamic(1) a BAR1 range of
- * its own for every mapping.  FAKE_POOL_LAYOUT=hop keeps a
+ * its own for every mapping; fake_unmappable_decoys(1) makes such second
+ * records name objects that cannot be mapped.  FAKE_POOL_LAYOUT=hop keeps a
  * chunk's RM handle in a block its record points to; FAKE_POOL_LAYOUT=first
  * adds to each record a pointer to the pool's first chunk record (right only
  * in a pool of one chunk); FAKE_POOL_LAYOUT=hop2 keeps the handle two
@@ -82,6 +83,7 @@ struct obj {
     uint32_t h;
     uint64_t fb_off, size;
     int live;
+    int nomap; /* RM_MAP_MEMORY fails (fake_unmappable_decoys) */
 };
 static struct obj objs[MAXO]; /* CUDA's RM objects (client CUDA_CLIENT) */
 static int nobjs;
@@ -186,7 +188,7 @@ static struct prec **list_tail(void *pool)
 }
 static struct fpool default_pool = {0x706f6f6cull, 0, {0}, {0}, 0, 1, -1, 0, 0};
 static uint64_t pool_va_next = 0x7d0000000000ull;
-static int lie_armed, ambig_armed, phys_denied, bar1_dynamic;
+static int lie_armed, ambig_armed, phys_denied, bar1_dynamic, decoys_nomap;
 static uint64_t bar1_next = 0x200000000000ull;
 
 static uint64_t htod_log_va[4096], htod_log_n[4096];
@@ -251,6 +253,7 @@ API void fake_arm_lie(int on) { lie_armed = on; }
 API void fake_arm_ambiguous(int mode) { ambig_armed = mode; }
 API void fake_deny_phys(int on) { phys_denied = on; }
 API void fake_bar1_dynamic(int on) { bar1_dynamic = on; }
+API void fake_unmappable_decoys(int on) { decoys_nomap = on; }
 API void fake_htod_reset(void)
 {
     pthread_mutex_lock(&L);
@@ -757,6 +760,7 @@ API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t n, void *pool, voi
             /* 1: a record naming other memory of the same size; 2: one
              * naming a second handle of the same memory */
             int d = ambig_armed == 2 ? new_alias(o) : new_obj(objs[o].size);
+            if (d >= 0) objs[d].nomap = decoys_nomap;
             if (d >= 0) new_prec(p, d, p->chunk_va);
         }
     }
@@ -1110,6 +1114,10 @@ static int rm(unsigned nr, unsigned size, uint8_t *a)
         struct obj *o = &objs[h->obj];
         if (off > o->size || len > o->size - off || !len) {
             u[10] = 0x2e;
+            return 0;
+        }
+        if (o->nomap) {
+            u[10] = 0x56; /* NV_ERR_NOT_SUPPORTED */
             return 0;
         }
         struct dfd *d = fd_of(*(int32_t *)(a + 48));

@@ -33,6 +33,7 @@ static void (*fake_arm_lie)(int);
 static void (*fake_arm_ambiguous)(int);
 static void (*fake_deny_phys)(int);
 static void (*fake_bar1_dynamic)(int);
+static void (*fake_unmappable_decoys)(int);
 
 
 static uint64_t vmm_alloc(size_t n)
@@ -97,6 +98,7 @@ int main(void)
     fake_arm_ambiguous = (void (*)(int))sym("fake_arm_ambiguous");
     fake_deny_phys = (void (*)(int))sym("fake_deny_phys");
     fake_bar1_dynamic = (void (*)(int))sym("fake_bar1_dynamic");
+    fake_unmappable_decoys = (void (*)(int))sym("fake_unmappable_decoys");
     gdrpy_ctx_t ctx;
     if (gdrpy_open(0, GDRPY_BACKEND_NVRM, &ctx)) {
         printf("FAIL open: %s\n", gdrpy_last_error());
@@ -250,6 +252,22 @@ int main(void)
               "%s: rc %d (want %d): %s", what, rc, amb[t].want_rc, gdrpy_last_error());
     }
     fake_bar1_dynamic(0);
+    /* a candidate that cannot be compared is not ruled out: no other one
+     * can be proven the only one */
+    {
+        fake_arm_ambiguous(1);
+        fake_deny_phys(0);
+        fake_unmappable_decoys(1);
+        void *pool4 = NULL;
+        uint64_t qu = 0;
+        cuMemPoolCreate(&pool4, NULL);
+        CHECK(cuMemAllocFromPoolAsync(&qu, 1u << 20, pool4, NULL) == 0, "pool alloc (unmappable)");
+        fill(qu, 1u << 20, 99);
+        rc = pin_roundtrip(ctx, "pool, two records, one not mappable", qu, 1u << 20, 4096);
+        CHECK(rc != 0 && strstr(gdrpy_last_error(), "could not be compared"),
+              "one candidate not comparable: rc %d: %s", rc, gdrpy_last_error());
+        fake_unmappable_decoys(0);
+    }
     fake_arm_ambiguous(0);
     fake_deny_phys(0);
 

@@ -176,6 +176,10 @@ GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_pt
  * writes anywhere.  0, or EIO naming the bytes that differ. */
 GP_HIDDEN int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem,
                                    uint64_t va, uint64_t rm_off, uint64_t addr, uint64_t size);
+/* The same, telling a refusal for a stable difference (*differs = 1) from a
+ * mapping or copy that failed (*differs = 0: nothing was learnt). */
+GP_HIDDEN int nvrm_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
+                            uint64_t rm_off, uint64_t addr, uint64_t size, int *differs);
 /* The same comparison, read-only, at up to 256 windows of 64 bytes spread
  * evenly over [addr, addr + size): *differs = 1 where a stable byte of hMem
  * differs from CUDA's copy.  0, or the error of a mapping or copy.  Used to

@@ -303,7 +303,17 @@ static int pick_proven(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t *c, int n, uin
 {
     int m = 0, rc = 0;
     for (int k = 0; k < n; k++) {
-        int r = nvrm_verify_identity(ctx, nc, c[k], va, rm_off, lo, len);
+        int differs = 0;
+        int r = nvrm_identity(ctx, nc, c[k], va, rm_off, lo, len, &differs);
+        if (r && !differs && n > 1) {
+            /* not ruled out, not proven: no other candidate can be proven
+             * the only one */
+            nvrm_free_dups(nc, c + k, n - k, "route V: freeing undecided candidates");
+            nvrm_free_dups(nc, c, m, "route V: freeing undecided candidates");
+            return gp_err_prefix(r, "route V: %d live RM objects are named for the allocation "
+                                    "and one of them could not be compared",
+                                 n);
+        }
         if (r) {
             rc = r;
             nvrm_free_dups(nc, &c[k], 1, "freeing a refused route V object");
@@ -342,7 +352,15 @@ static int pick_proven(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t *c, int n, uin
     int left = 0;
     for (int k = 0; k < m; k++) {
         int differs = 0;
-        if (nvrm_compare_spread(ctx, nc, c[k], va, rm_off, lo, len, &differs) == 0 && !differs)
+        int r = nvrm_compare_spread(ctx, nc, c[k], va, rm_off, lo, len, &differs);
+        if (r) { /* not ruled out, not proven */
+            nvrm_free_dups(nc, c + k, m - k, "route V: freeing undecided candidates");
+            nvrm_free_dups(nc, c, left, "route V: freeing undecided candidates");
+            return gp_err_prefix(r, "route V: comparing %d live RM objects named for the "
+                                    "allocation",
+                                 m);
+        }
+        if (!differs)
             c[left++] = c[k];
         else
             nvrm_free_dups(nc, &c[k], 1, "route V: freeing a candidate ruled out");

@@ -323,6 +323,13 @@ static int compare_window(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint6
 int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
                          uint64_t rm_off, uint64_t addr, uint64_t size)
 {
+    return nvrm_identity(ctx, nc, hMem, va, rm_off, addr, size, NULL);
+}
+
+int nvrm_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va, uint64_t rm_off,
+                  uint64_t addr, uint64_t size, int *differs)
+{
+    if (differs) *differs = 0;
     const uint64_t hp = (uint64_t)nvrm_host_page();
     const uint64_t end = addr + size;
     enum { SAMPLE = 64 };
@@ -344,6 +351,7 @@ int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64
         size_t stable;
         int rc = compare_window(ctx, nc, hMem, va, rm_off, s, n, &bad, &stable, seen, cuda);
         if (rc) return gp_err_prefix(rc, "identity check of the pin");
+        if (bad >= 0 && differs) *differs = 1;
         if (bad >= 0)
             return gp_err(GDRPY_EIO, "identity check failed: byte 0x%llx read through BAR1 "
                                      "is 0x%02x where cuMemcpyDtoH sees 0x%02x (stable across reads, 3 "
