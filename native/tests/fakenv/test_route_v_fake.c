@@ -80,6 +80,19 @@ static int pin_roundtrip(gdrpy_ctx_t ctx, const char *what, uint64_t va, size_t 
     return 0;
 }
 
+/* A fresh pool's 1 MiB allocation (filled with `seed` unless 0), pinned and
+ * round-tripped at 4096; returns the pin rc. */
+static int fresh_pool_pin(gdrpy_ctx_t ctx, const char *what, uint8_t seed)
+{
+    void *pool = NULL;
+    uint64_t q = 0;
+    cuMemPoolCreate(&pool, NULL);
+    CHECK(cuMemAllocFromPoolAsync(&q, 1u << 20, pool, NULL) == 0, "pool alloc (%s)", what);
+    if (!q) return -1;
+    if (seed) fill(q, 1u << 20, seed);
+    return pin_roundtrip(ctx, what, q, 1u << 20, 4096);
+}
+
 int main(void)
 {
     cuMemcpyHtoD = (CUresult (*)(uint64_t, const void *, size_t))sym("cuMemcpyHtoD_v2");
@@ -237,15 +250,9 @@ int main(void)
         fake_arm_ambiguous(amb[t].mode);
         fake_deny_phys(amb[t].deny_phys);
         fake_bar1_dynamic(amb[t].dynamic);
-        void *pool3 = NULL;
-        uint64_t qa = 0;
-        cuMemPoolCreate(&pool3, NULL);
-        CHECK(cuMemAllocFromPoolAsync(&qa, 1u << 20, pool3, NULL) == 0, "pool alloc (%s)",
-              amb[t].what);
-        if (amb[t].filled) fill(qa, 1u << 20, (uint8_t)(8 + t));
         char what[96];
         snprintf(what, sizeof what, "pool, two records: %s", amb[t].what);
-        rc = pin_roundtrip(ctx, what, qa, 1u << 20, 4096);
+        rc = fresh_pool_pin(ctx, what, amb[t].filled ? (uint8_t)(8 + t) : 0);
         CHECK(rc == amb[t].want_rc &&
                   (!amb[t].says || (strstr(gdrpy_last_error(), amb[t].says) &&
                                     strstr(gdrpy_last_error(), "exactly one"))),
@@ -258,12 +265,7 @@ int main(void)
         fake_arm_ambiguous(1);
         fake_deny_phys(0);
         fake_unmappable_decoys(1);
-        void *pool4 = NULL;
-        uint64_t qu = 0;
-        cuMemPoolCreate(&pool4, NULL);
-        CHECK(cuMemAllocFromPoolAsync(&qu, 1u << 20, pool4, NULL) == 0, "pool alloc (unmappable)");
-        fill(qu, 1u << 20, 99);
-        rc = pin_roundtrip(ctx, "pool, two records, one not mappable", qu, 1u << 20, 4096);
+        rc = fresh_pool_pin(ctx, "pool, two records, one not mappable", 99);
         CHECK(rc != 0 && strstr(gdrpy_last_error(), "could not be compared"),
               "one candidate not comparable: rc %d: %s", rc, gdrpy_last_error());
         fake_unmappable_decoys(0);
