@@ -97,6 +97,15 @@ static inline unsigned v_cs(int fx)
                           : fx & FX_CS32   ? 32u
                                            : 64u;
 }
+/* floor rows whose answer is whole 16-byte stores of the sequence (VAR_AW 8,
+ * 16, 32, 40): how many 8-byte words of the polled line it covers; 0 else */
+static inline int v_aw_words(int fx)
+{
+    const int aw = v_aw(fx);
+    return aw == 8 ? 8 : aw == 16           ? 2
+                     : aw == 32 || aw == 40 ? 4
+                                            : 0;
+}
 #define V_AW(v) v_aw((v)->fx)
 #define V_CS(v) v_cs((v)->fx)
 #define V_MLINE(v) (((v)->fx & FX_MLINE) != 0)
@@ -614,14 +623,10 @@ static void *sim_kernel(void *arg)
                 const uint64_t aw = (uint32_t)(head + 1) | ((uint64_t)cs << 32);
                 __atomic_store_n((uint64_t *)(c + 8), aw, __ATOMIC_RELAXED);
                 __atomic_store_n((uint64_t *)c, aw, __ATOMIC_RELEASE);
-            } else if (v->floor == 1 && V_AW(v) >= 8) {
-                /* 40: the 32-byte mailbox on the fixed line, then the ring's line */
-                for (int k = (V_AW(v) == 8 ? 64 : V_AW(v) == 40 ? 32
-                                                                : V_AW(v)) /
-                                 8 -
-                             1;
-                     k >= 0; k--)
+            } else if (v->floor == 1 && v_aw_words(v->fx)) {
+                for (int k = v_aw_words(v->fx) - 1; k >= 0; k--)
                     __atomic_store_n((uint64_t *)(c + 8 * k), head + 1, __ATOMIC_RELEASE);
+                /* 40: the 32-byte mailbox on the fixed line, then the ring's line */
                 char *r = host + CV_COMP + (head & (CV_NSLOTS - 1)) * 64u;
                 for (int k = 0; V_AW(v) == 40 && k < 8; k++)
                     __atomic_store_n((uint64_t *)(r + 8 * k), head + 1, __ATOMIC_RELAXED);
@@ -708,10 +713,8 @@ static int roundtrip(vstate_t *s, int64_t tmo_ns, int64_t *dt)
         int ok;
         if (v->floor == 1 && V_AW(v) == 2)
             ok = (uint32_t)ld64(c) == (uint32_t)seq && (uint32_t)ld64(c + 8) == (uint32_t)seq;
-        else if (v->floor == 1 && V_AW(v) >= 8) /* 8: a 64-byte line; 16, 32: bytes */
-            ok = ld64(c) == seq &&
-                 ld64(c + (V_AW(v) == 8 ? 56 : V_AW(v) == 40 ? 24
-                                                             : V_AW(v) - 8)) == seq;
+        else if (v->floor == 1 && v_aw_words(v->fx)) /* its first and last word */
+            ok = ld64(c) == seq && ld64(c + 8 * (v_aw_words(v->fx) - 1)) == seq;
         else if (v->floor) ok = ld64(c) == seq;
         else if (v->pub == 3)
             ok = (uint32_t)ld64(c) == (uint32_t)seq && (uint32_t)ld64(c + 8) == (uint32_t)seq;
