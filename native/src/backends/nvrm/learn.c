@@ -92,10 +92,10 @@ int nvrm_lrule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *o
                      uint64_t need, uint64_t rm_off, const uint8_t *pat)
 {
     uint32_t h[NVRM_MAX_CAND];
-    int kept = n > 0 ? nvrm_dup_alive(nc, cli, obj, n, need, h) : -1, holders = 0;
-    for (int k = 0; k < kept; k++) holders += nvrm_lholds(nc, h[k], rm_off, pat);
+    int kept = n > 0 ? nvrm_dup_alive(nc, cli, obj, n, need, h) : -1;
+    int ok = kept == 1 && nvrm_lholds(nc, h[0], rm_off, pat);
     if (kept > 0) nvrm_free_dups(nc, h, kept, "learning: freeing a candidate");
-    return kept == 1 && holders == 1;
+    return ok;
 }
 
 struct vscratch {
