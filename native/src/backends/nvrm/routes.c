@@ -264,22 +264,6 @@ static int dtoh(gp_ctx *ctx, void *dst, uint64_t src, size_t n)
     return gp_cuda_memcpy(ctx->device, 1, src, dst, n, NULL);
 }
 
-/*
- * Route C identity check, read only.  Why it is enough (docs/nvrm.md has the
- * long form):
- *  - what the IPC words mean was proven by the self-test on scratch memory
- *    of its own, where it may write: a pattern written by CUDA was read
- *    through the mapping and the reverse;
- *  - the words are CUDA's own description of this allocation (what another
- *    process would import), checked above against the allocation's size, page
- *    congruence, the RM object's size and, where the self-test found CUDA
- *    reports it, the documented mapping base address;
- *  - here, bytes read through BAR1 around a cuMemcpyDtoH of the same range
- *    must agree wherever they are stable (a concurrent writer can change
- *    bytes between the reads: those are not compared).  A mismatch refuses.
- * Nothing is ever written: a kernel or thread writing the buffer at the same
- * time loses nothing.
- */
 /* One window of the read-only comparison: bytes [s, s + n) (n <= 64, inside
  * one host page) read through a BAR1 mapping of `hMem` (rm_off corresponds
  * to va) around a cuMemcpyDtoH of the same bytes, up to 3 tries: only a byte
@@ -320,6 +304,22 @@ static int compare_window(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint6
     return rc;
 }
 
+/*
+ * Route C identity check, read only.  Why it is enough (docs/nvrm.md has the
+ * long form):
+ *  - what the IPC words mean was proven by the self-test on scratch memory
+ *    of its own, where it may write: a pattern written by CUDA was read
+ *    through the mapping and the reverse;
+ *  - the words are CUDA's own description of this allocation (what another
+ *    process would import), checked above against the allocation's size, page
+ *    congruence, the RM object's size and, where the self-test found CUDA
+ *    reports it, the documented mapping base address;
+ *  - here, bytes read through BAR1 around a cuMemcpyDtoH of the same range
+ *    must agree wherever they are stable (a concurrent writer can change
+ *    bytes between the reads: those are not compared).  A mismatch refuses.
+ * Nothing is ever written: a kernel or thread writing the buffer at the same
+ * time loses nothing.
+ */
 int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
                          uint64_t rm_off, uint64_t addr, uint64_t size)
 {
