@@ -13,6 +13,9 @@
  *  - gdrpy_close sets `closing` (new calls get EBADF), waits for the calls
  *    already inside to leave (bounded: gp_wait_idle; EBUSY naming the
  *    context if they do not), then tears down and frees the context.
+ *    `closing` stays set until gdrpy_open reuses the slot (after storing the
+ *    new generation), and calls check it before the generation, so a call
+ *    that raced the close never dereferences the freed context.
  *  - `ctx->lock` guards the pin table and pin state.  Validated copies
  *    (gdrpy_write/read/ce_*) raise pin->inflight under ctx->lock and drop it
  *    (atomically) without it; unmap/unpin mark the pin `tearing` (new copies
@@ -39,7 +42,7 @@ volatile unsigned gdrpy_fork_generation = 0;
 struct gp_ctx_slot {
     _Atomic uint32_t gen; /* generation of the handle now valid */
     _Atomic int users;    /* calls inside the context */
-    _Atomic int closing;  /* gdrpy_close in progress */
+    _Atomic int closing;  /* set by gdrpy_close; cleared when gdrpy_open reuses the slot */
     gp_ctx *_Atomic ctx;  /* NULL: free */
 };
 
@@ -243,7 +246,9 @@ static int ctx_enter_(gdrpy_ctx_t h, gp_ctx **out, const char *what, int hot)
     struct gp_ctx_slot *s = &g_slots[idx];
     atomic_fetch_add(&s->users, 1);
     gp_ctx *c = atomic_load(&s->ctx);
-    if (!c || atomic_load(&s->gen) != gen || atomic_load(&s->closing)) {
+    /* `closing` before the generation: a context closed and its slot reused
+     * in between shows either `closing` still set or the new generation */
+    if (!c || atomic_load(&s->closing) || atomic_load(&s->gen) != gen) {
         int closing = c && atomic_load(&s->gen) == gen;
         atomic_fetch_sub_explicit(&s->users, 1, memory_order_release);
         return gp_err(GDRPY_EBADF, "%s: context 0x%llx is %s", what, (unsigned long long)h,
@@ -454,8 +459,11 @@ int gdrpy_close(gdrpy_ctx_t h)
                       (unsigned long long)h, c->device, c->be->name, n, waited);
     }
     pthread_mutex_lock(&g_tab_lock);
+    /* `closing` stays set until the slot is reused (gdrpy_open clears it
+     * after the new generation): a call that loaded the context pointer just
+     * before it was cleared still sees `closing` and never touches the
+     * context freed below */
     atomic_store(&s->ctx, NULL);
-    atomic_store(&s->closing, 0);
     pthread_mutex_unlock(&g_tab_lock);
 
     int first = 0;
