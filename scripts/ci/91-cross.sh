@@ -3,8 +3,9 @@
 # and riscv64 with the generic kernel and that architecture's fences
 # (native/src/copy/fence.h), and the copy-kernel tests pass under qemu-user;
 # an architecture without fences stops the build with the #error naming what
-# is missing.  Installs what it needs (apt-get); about 1.5 min (25 s once
-# the packages are installed).
+# is missing.  Installs what it needs (apt-get: the cross compilers and
+# their C libraries, which --no-install-recommends does not bring); about
+# 1.5 min (25 s once the packages are installed).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SUDO=
@@ -12,7 +13,8 @@ if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq --no-install-recommends qemu-user-static make \
-    gcc-powerpc64le-linux-gnu gcc-riscv64-linux-gnu > /dev/null
+    gcc-powerpc64le-linux-gnu gcc-riscv64-linux-gnu \
+    libc6-dev-ppc64el-cross libc6-dev-riscv64-cross > /dev/null
 W=$(mktemp -d /tmp/gdrpy-cross.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 
