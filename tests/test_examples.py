@@ -86,6 +86,13 @@ def test_pingpong_sim_json_has_every_statistic():
             assert (s, path) in got, (s, path, got)
     for path in ("python-tick", "python-batch32", "c-tick", "c-batch32"):
         assert (32, path) in got, (path, got)
+    # the C batch taken apart (the same batches, timed from one start each):
+    # send_batch alone <= up to the first completion <= up to the second
+    parts = {r["path"]: r["stats_us"]["median"] for r in res["results"]
+             if r["path"].startswith("c-batch32")}
+    assert set(parts) == {"c-batch32", "c-batch32-send", "c-batch32-first",
+                          "c-batch32-second"}, parts
+    assert parts["c-batch32-send"] <= parts["c-batch32-first"] <= parts["c-batch32-second"], parts
     for r in res["results"]:
         st = r["stats_us"]
         assert st["n"] == (40 if r["path"] in ("python", "c", "cuMemcpy") else st["n"])

@@ -465,8 +465,12 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
                 elif row["path"] == "c-avg10" and row["size"] in sizes:
                     res["results"].append({"size": row["size"], "path": "c-avg10",
                                            "stats_us": _c_stats(row)})
-                elif row["path"] == "c-batch":
-                    res["results"].append({"size": row["size"], "path": f"c-batch{batch}",
+                elif row["path"] in ("c-batch", "c-batch-send", "c-batch-first",
+                                     "c-batch-second"):
+                    # the batch, and the same batches taken apart (send_batch
+                    # alone; up to the first and the second completion)
+                    path = row["path"].replace("c-batch", f"c-batch{batch}")
+                    res["results"].append({"size": row["size"], "path": path,
                                            "stats_us": _c_stats(row)})
         if with_baseline:
             for s in sizes:

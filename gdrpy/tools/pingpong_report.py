@@ -140,7 +140,8 @@ def format_report(res: dict) -> str:
             if st:
                 lines.append(stats_row(f"{fmt_size(s):>8s}  {p}", st))
     b = res["batch"]
-    for p in ("python-tick", f"python-batch{b}", "c-tick", f"c-batch{b}"):
+    for p in ("python-tick", f"python-batch{b}", "c-tick", f"c-batch{b}", f"c-batch{b}-send",
+              f"c-batch{b}-first", f"c-batch{b}-second"):
         st = _get(res, p, res["tick"])
         if st:
             lines.append(stats_row(f"{fmt_size(res['tick']):>8s}  {p}", st))

@@ -4,7 +4,7 @@
  *
  *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
- *                [--alloc cumemalloc|vmm] [--plain]
+ *                [--alloc cumemalloc|vmm] [--plain] [--rounds]
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
  *   gdrpy_chanpp --variants ... (protocol variants side by side: tools/chanpp/chanvar.c)
  *
@@ -24,6 +24,11 @@
  *   {"path":"c-avg10","size":4,...}   blocks of 10 round trips timed together
  *        (per round trip; GDRCopy pplat's method: one timer pair per block)
  *   {"path":"c-batch","size":...,"batch":32,...}   (send_batch of 32 + recv of 32)
+ *   {"path":"c-batch-send"|"c-batch-first"|"c-batch-second",...}   a second
+ *        batch run, taken apart: send_batch alone; up to the first, the
+ *        second completion
+ *   {"path":"kernel-rounds",...}   --rounds, with a kernel built with
+ *        -DGDRPY_PP_ROUNDS: how its busy rounds found their messages
  * Exit status 0, or 1 with a message on stderr.
  */
 #include <dlfcn.h>
@@ -160,6 +165,7 @@ int main(int argc, char **argv)
             return chanvar_main(argc, argv);
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0;
+    int rounds = 0;
     const char *alloc_kind = "cumemalloc";
     double timeout_s = 5.0;
     for (int i = 1; i < argc; i++) {
@@ -171,6 +177,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--plain")) {
             plain = 1;
+            continue;
+        }
+        if (!strcmp(a, "--rounds")) {
+            rounds = 1;
             continue;
         }
         if (!v) die("option %s needs a value", a);
@@ -371,6 +381,46 @@ int main(int argc, char **argv)
             if (i >= warmup) t[i - warmup] = pt_ns(t1 - t0);
         }
         if (!rc) report("c-batch", s, batch, t, (size_t)bi);
+        /* the same batches taken apart: when send_batch returned, when the
+         * first and the second completion came (recv_many of 1, 1, the rest) */
+        int64_t *tf = malloc(sizeof(int64_t) * (size_t)bi * 2), *t2 = tf ? tf + bi : NULL;
+        for (int i = 0; i < warmup + bi && !rc && tf; i++) {
+            size_t got = 0;
+            uint64_t t0 = pt_now();
+            rc = gdrpy_chan_send_batch(ch, bm, (size_t)batch, tmo);
+            uint64_t ts = pt_now(), tfirst = ts, tsecond = ts;
+            if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], NULL, NULL, 1, 1, tmo, &got);
+            tfirst = pt_now();
+            if (!rc && batch > 1)
+                rc = gdrpy_chan_recv_many(ch, &ans[1], sizeof ans[0], NULL, NULL, 1, 1, tmo, &got);
+            tsecond = pt_now();
+            if (!rc && batch > 2)
+                rc = gdrpy_chan_recv_many(ch, &ans[2], sizeof ans[0], NULL, NULL, (size_t)batch - 2,
+                                          (size_t)batch - 2, tmo, &got);
+            if (rc) {
+                fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
+                break;
+            }
+            for (int k = 0; k < batch; k++)
+                if (ans[k].seq != seq + 1 + (uint64_t)k ||
+                    ans[k].csum != gdrpy_chan_checksum(bm[k].buf, s)) {
+                    fprintf(stderr, "gdrpy_chanpp: batch (parts): wrong answer %d\n", k);
+                    rc = 1;
+                    break;
+                }
+            seq += (uint64_t)batch;
+            if (i >= warmup) {
+                t[i - warmup] = pt_ns(ts - t0);
+                tf[i - warmup] = pt_ns(tfirst - t0);
+                t2[i - warmup] = pt_ns(tsecond - t0);
+            }
+        }
+        if (!rc && tf) {
+            report("c-batch-send", s, batch, t, (size_t)bi);
+            report("c-batch-first", s, batch, tf, (size_t)bi);
+            report("c-batch-second", s, batch, t2, (size_t)bi);
+        }
+        free(tf);
     }
     gdrpy_chan_stats_t stats;
     int src = gdrpy_chan_shutdown(ch, GDRPY_CHAN_DRAIN, 10000000000LL, &stats);
@@ -382,6 +432,14 @@ int main(int argc, char **argv)
     else {
         int64_t end = now_ns() + 10000000000LL;
         while (cu.StreamQuery(st) != 0 && now_ns() < end) {}
+    }
+    if (rounds && !sim) { /* a kernel built with -DGDRPY_PP_ROUNDS left its counts */
+        const volatile uint64_t *r =
+            (const volatile uint64_t *)((char *)gdrpy_chan_host_block(ch) + 24);
+        printf("{\"path\": \"kernel-rounds\", \"idle_finds\": %llu, \"bursts\": %llu, "
+               "\"burst_cycles\": %llu, \"burst_poll_cycles\": %llu, \"burst_rest_cycles\": %llu}\n",
+               (unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2],
+               (unsigned long long)r[3], (unsigned long long)r[4]);
     }
     gdrpy_chan_destroy(ch);
     gdrpy_unmap(ctx, pin);
