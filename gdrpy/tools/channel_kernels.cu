@@ -267,6 +267,49 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
 #define GDRPY_PP_T_REPORT() ((void)0)
 #endif
 
+/* -DGDRPY_PP_ROUNDS (diagnostics, `gdrpy_chanpp --rounds`): lane 0 counts
+ * the rounds that found messages by the idle poll (one message) and by the
+ * 32-slot look after a busy round (a burst), and for bursts the SM cycles
+ * from the end of the busy round before to the end of the burst's, of which
+ * the 32-slot poll and the rest (checksums, answers, bookkeeping); they are
+ * left in the host block's spare words [24..63] before the kernel reports
+ * stopped: u64 idle finds, bursts, burst cycles, poll cycles, rest cycles. */
+#ifdef GDRPY_PP_ROUNDS
+#define GDRPY_PP_R_DECL u64 r_idle = 0, r_burst = 0, r_cyc = 0, r_pcyc = 0, r_acyc = 0, r_end = 0, \
+                            r_tp = 0;                                               \
+    bool r_prev = false
+#define GDRPY_PP_R_POLLED() (r_tp = clock64())
+#define GDRPY_PP_R_ROUND(one, t_poll)                                              \
+    do {                                                                           \
+        const u64 r_now = clock64();                                              \
+        if (one) ++r_idle;                                                         \
+        if (!(one) && r_prev) {                                                    \
+            ++r_burst;                                                             \
+            r_cyc += r_now - r_end;                                               \
+            r_pcyc += r_tp - (u64)(t_poll);                                       \
+            r_acyc += r_now - r_tp;                                               \
+        }                                                                          \
+        r_end = r_now;                                                             \
+        r_prev = true;                                                             \
+    } while (0)
+#define GDRPY_PP_R_EMPTY() (r_prev = false)
+#define GDRPY_PP_R_REPORT()                                                        \
+    do {                                                                           \
+        volatile u64 *r = (volatile u64 *)(d.host_ctrl + 24u);                    \
+        r[0] = r_idle;                                                             \
+        r[1] = r_burst;                                                            \
+        r[2] = r_cyc;                                                              \
+        r[3] = r_pcyc;                                                             \
+        r[4] = r_acyc;                                                             \
+    } while (0)
+#else
+#define GDRPY_PP_R_DECL
+#define GDRPY_PP_R_POLLED() ((void)0)
+#define GDRPY_PP_R_ROUND(one, t_poll) ((void)0)
+#define GDRPY_PP_R_EMPTY() ((void)0)
+#define GDRPY_PP_R_REPORT() ((void)0)
+#endif
+
 /* -DGDRPY_PP_ANSWER_LANE=1 (the `--variants` row "library-alane" only):
  * each message's lane writes its answer alone (answer(): three 16-byte
  * stores, the header pair last) instead of four lanes writing the line. */
@@ -376,6 +419,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
     GDRPY_PP_T_DECL;
+    GDRPY_PP_R_DECL;
     u32 status = GDRPY_CHAN_ST_STOPPED;
     bool burst = false; /* the last round found messages: look at 32 slots */
     for (;;) {
@@ -405,12 +449,14 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         unsigned n = one ? pp_poll<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, fast, al, pre_slot,
                                                          pre_a, pre_b, &answered)
                          : gdrpy_chan_poll_warp_in(d, head, &in);
+        GDRPY_PP_R_POLLED();
         /* an empty pipelined call: learn the spacing from what it took */
         if (GDRPY_CHAN_POLL_PIPE > 1 && one && n == 0 && ll)
             gap = gdrpy_chan_pipe_gap(gap, clock64() - t_poll, GDRPY_CHAN_POLL_PIPE, 4u);
         burst = n != 0;
         if (n == 0) {
             GDRPY_PP_POLL();
+            GDRPY_PP_R_EMPTY();
             u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
             if (stop) { status = stop; break; }
             if (ll && spins == 64u && lane == 0) gdrpy_chan_consume_lazy(d, head, &published, true);
@@ -497,6 +543,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         }
         }
         GDRPY_PP_T1();
+        GDRPY_PP_R_ROUND(one, t_poll);
         __syncwarp();
         u32 mode = 0;
         if (lane == 0) {
@@ -518,6 +565,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     __syncwarp();
     if (lane == 0) {
         GDRPY_PP_T_REPORT();
+        GDRPY_PP_R_REPORT();
         /* the learned per-load time of the poll, where the start-up
          * measurement was (before the stop's fence and status) */
         if (GDRPY_CHAN_POLL_PIPE > 1) *(volatile u32 *)(d.host_ctrl + 20u) = gap * GDRPY_CHAN_POLL_PIPE;
