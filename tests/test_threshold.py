@@ -552,7 +552,12 @@ def test_cache_round_trip(picker_factory):
     json.dumps(st)                                      # introspection is JSON-able
 
 
-def test_cache_dir_resolution(monkeypatch, tmp_path):
+@pytest.mark.parametrize("hide_platformdirs", [False, True], ids=["as-installed", "fallback"])
+def test_cache_dir_resolution(monkeypatch, tmp_path, hide_platformdirs):
+    # fallback: gdrpy installed without its dependencies (pip --no-deps, as on
+    # the GPU machines) follows the same XDG rule without platformdirs
+    if hide_platformdirs:
+        monkeypatch.setitem(sys.modules, "platformdirs", None)
     for v in ("GDRPY_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(v, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
