@@ -101,7 +101,7 @@ def test_every_variant_compiles_for_sm90(tmp_path):
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
 def test_library_kernel_diagnostics_compile_for_sm90(tmp_path):
     """The serving kernel's diagnostic builds that no variant row uses:
-    -DGDRPY_PP_ROUNDS (`gdrpy_chanpp --rounds`)."""
+    -DGDRPY_PP_ROUNDS (`gdrpy_chanpp --kernel-rounds`)."""
     here = os.path.dirname(__import__("gdrpy.tools", fromlist=["x"]).__file__)
     inc = os.path.join(os.path.dirname(os.path.dirname(here)), "native", "include")
     out = tmp_path / "rounds.cubin"

@@ -267,7 +267,7 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
 #define GDRPY_PP_T_REPORT() ((void)0)
 #endif
 
-/* -DGDRPY_PP_ROUNDS (diagnostics, `gdrpy_chanpp --rounds`): lane 0 counts
+/* -DGDRPY_PP_ROUNDS (diagnostics, `gdrpy_chanpp --kernel-rounds`): lane 0 counts
  * the rounds that found messages by the idle poll (one message) and by the
  * 32-slot look after a busy round (a burst), and for bursts the SM cycles
  * from the end of the busy round before to the end of the burst's, of which

@@ -4,7 +4,7 @@
  *
  *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
- *                [--alloc cumemalloc|vmm] [--plain] [--rounds]
+ *                [--alloc cumemalloc|vmm] [--plain] [--kernel-rounds]
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
  *   gdrpy_chanpp --variants ... (protocol variants side by side: tools/chanpp/chanvar.c)
  *
@@ -27,7 +27,7 @@
  *   {"path":"c-batch-send"|"c-batch-first"|"c-batch-second",...}   a second
  *        batch run, taken apart: send_batch alone; up to the first, the
  *        second completion
- *   {"path":"kernel-rounds",...}   --rounds, with a kernel built with
+ *   {"path":"kernel-rounds",...}   --kernel-rounds, with a kernel built with
  *        -DGDRPY_PP_ROUNDS: how its busy rounds found their messages
  * Exit status 0, or 1 with a message on stderr.
  */
@@ -165,7 +165,7 @@ int main(int argc, char **argv)
             return chanvar_main(argc, argv);
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0;
-    int rounds = 0;
+    int kernel_rounds = 0;
     const char *alloc_kind = "cumemalloc";
     double timeout_s = 5.0;
     for (int i = 1; i < argc; i++) {
@@ -179,8 +179,8 @@ int main(int argc, char **argv)
             plain = 1;
             continue;
         }
-        if (!strcmp(a, "--rounds")) {
-            rounds = 1;
+        if (!strcmp(a, "--kernel-rounds")) {
+            kernel_rounds = 1;
             continue;
         }
         if (!v) die("option %s needs a value", a);
@@ -433,7 +433,7 @@ int main(int argc, char **argv)
         int64_t end = now_ns() + 10000000000LL;
         while (cu.StreamQuery(st) != 0 && now_ns() < end) {}
     }
-    if (rounds && !sim) { /* a kernel built with -DGDRPY_PP_ROUNDS left its counts */
+    if (kernel_rounds && !sim) { /* a kernel built with -DGDRPY_PP_ROUNDS left its counts */
         const volatile uint64_t *r =
             (const volatile uint64_t *)((char *)gdrpy_chan_host_block(ch) + 24);
         printf("{\"path\": \"kernel-rounds\", \"idle_finds\": %llu, \"bursts\": %llu, "
