@@ -156,6 +156,19 @@ typedef struct {
     uint32_t csum, len;
 } answer_t;
 
+/* After a batch's send and receive returned rc == 0: 0 when answer k is
+ * message seq + k's (sequence and checksum), else 1 with a message. */
+static int check_batch(const answer_t *ans, const gdrpy_chan_msg_t *bm, int batch, uint64_t seq,
+                       size_t s)
+{
+    for (int k = 0; k < batch; k++)
+        if (ans[k].seq != seq + 1 + (uint64_t)k || ans[k].csum != gdrpy_chan_checksum(bm[k].buf, s)) {
+            fprintf(stderr, "gdrpy_chanpp: batch: wrong answer %d\n", k);
+            return 1;
+        }
+    return 0;
+}
+
 int chanvar_main(int argc, char **argv); /* chanvar.c: --variants */
 
 int main(int argc, char **argv)
@@ -366,17 +379,9 @@ int main(int argc, char **argv)
             if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], NULL, NULL, (size_t)batch,
                                                (size_t)batch, tmo, &got);
             uint64_t t1 = pt_now();
-            if (rc) {
-                fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
-                break;
-            }
-            for (int k = 0; k < batch; k++)
-                if (ans[k].seq != seq + 1 + (uint64_t)k ||
-                    ans[k].csum != gdrpy_chan_checksum(bm[k].buf, s)) {
-                    fprintf(stderr, "gdrpy_chanpp: batch: wrong answer %d\n", k);
-                    rc = 1;
-                    break;
-                }
+            if (rc) fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
+            else rc = check_batch(ans, bm, batch, seq, s);
+            if (rc) break;
             seq += (uint64_t)batch;
             if (i >= warmup) t[i - warmup] = pt_ns(t1 - t0);
         }
@@ -388,26 +393,18 @@ int main(int argc, char **argv)
             size_t got = 0;
             uint64_t t0 = pt_now();
             rc = gdrpy_chan_send_batch(ch, bm, (size_t)batch, tmo);
-            uint64_t ts = pt_now(), tfirst = ts, tsecond = ts;
+            uint64_t ts = pt_now();
             if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], NULL, NULL, 1, 1, tmo, &got);
-            tfirst = pt_now();
+            uint64_t tfirst = pt_now();
             if (!rc && batch > 1)
                 rc = gdrpy_chan_recv_many(ch, &ans[1], sizeof ans[0], NULL, NULL, 1, 1, tmo, &got);
-            tsecond = pt_now();
+            uint64_t tsecond = pt_now();
             if (!rc && batch > 2)
                 rc = gdrpy_chan_recv_many(ch, &ans[2], sizeof ans[0], NULL, NULL, (size_t)batch - 2,
                                           (size_t)batch - 2, tmo, &got);
-            if (rc) {
-                fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
-                break;
-            }
-            for (int k = 0; k < batch; k++)
-                if (ans[k].seq != seq + 1 + (uint64_t)k ||
-                    ans[k].csum != gdrpy_chan_checksum(bm[k].buf, s)) {
-                    fprintf(stderr, "gdrpy_chanpp: batch (parts): wrong answer %d\n", k);
-                    rc = 1;
-                    break;
-                }
+            if (rc) fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
+            else rc = check_batch(ans, bm, batch, seq, s);
+            if (rc) break;
             seq += (uint64_t)batch;
             if (i >= warmup) {
                 t[i - warmup] = pt_ns(ts - t0);
