@@ -238,6 +238,23 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
     return bad;
 }
 
+/* The diagnostic builds below leave five u64 in the host block's spare
+ * words [24..63] (gdrpy_channel.h: unused by the protocol), before the
+ * kernel reports stopped; so at most one of them per build. */
+__device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 a, u64 b, u64 c,
+                                                u64 e, u64 f)
+{
+    volatile u64 *r = (volatile u64 *)(d.host_ctrl + 24u);
+    r[0] = a;
+    r[1] = b;
+    r[2] = c;
+    r[3] = e;
+    r[4] = f;
+}
+#if defined(GDRPY_PP_TIMING) && defined(GDRPY_PP_ROUNDS)
+#error "GDRPY_PP_TIMING and GDRPY_PP_ROUNDS both report in the host block's spare words: pick one"
+#endif
+
 /* -DGDRPY_PP_TIMING (the `--variants` row "library-timed" only): lane 0
  * counts SM clock cycles from seeing messages to having stored their
  * answers, busy rounds, empty polls and the kernel's cycles and globaltimer
@@ -251,14 +268,7 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
 #define GDRPY_PP_T0() (t_a = clock64())
 #define GDRPY_PP_T1() (t_busy += clock64() - t_a, ++t_rounds)
 #define GDRPY_PP_T_REPORT()                                                        \
-    do {                                                                           \
-        volatile u64 *r = (volatile u64 *)(d.host_ctrl + 24u);                    \
-        r[0] = t_busy;                                                             \
-        r[1] = t_rounds;                                                           \
-        r[2] = t_polls;                                                            \
-        r[3] = clock64() - t_c0;                                                   \
-        r[4] = gdrpy_globaltimer() - t_n0;                                         \
-    } while (0)
+    pp_spare_report(d, t_busy, t_rounds, t_polls, clock64() - t_c0, gdrpy_globaltimer() - t_n0)
 #else
 #define GDRPY_PP_T_DECL
 #define GDRPY_PP_POLL() ((void)0)
@@ -293,15 +303,7 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
         r_prev = true;                                                             \
     } while (0)
 #define GDRPY_PP_R_EMPTY() (r_prev = false)
-#define GDRPY_PP_R_REPORT()                                                        \
-    do {                                                                           \
-        volatile u64 *r = (volatile u64 *)(d.host_ctrl + 24u);                    \
-        r[0] = r_idle;                                                             \
-        r[1] = r_burst;                                                            \
-        r[2] = r_cyc;                                                              \
-        r[3] = r_pcyc;                                                             \
-        r[4] = r_acyc;                                                             \
-    } while (0)
+#define GDRPY_PP_R_REPORT() pp_spare_report(d, r_idle, r_burst, r_cyc, r_pcyc, r_acyc)
 #else
 #define GDRPY_PP_R_DECL
 #define GDRPY_PP_R_POLLED() ((void)0)
