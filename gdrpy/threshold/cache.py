@@ -64,9 +64,8 @@ def cache_dir(env: Mapping[str, str] | None = None) -> pathlib.Path | None:
         import platformdirs
         p = platformdirs.user_cache_path("gdrpy", appauthor=False)
     except ImportError:         # a dependency, but keep working where it is missing:
-        xdg = env.get("XDG_CACHE_HOME", "")     # the same rule, written out
-        p = pathlib.Path(xdg) if os.path.isabs(xdg) else pathlib.Path("~/.cache").expanduser()
-        p = p / "gdrpy"
+        xdg = env.get("XDG_CACHE_HOME", "")     # platformdirs' rule (a relative one: below)
+        p = (pathlib.Path(xdg) if xdg else pathlib.Path("~/.cache").expanduser()) / "gdrpy"
     if not p.is_absolute():     # relative $XDG_CACHE_HOME, or no home to expand ~ into
         try:
             p = pathlib.Path.home() / ".cache" / "gdrpy"
