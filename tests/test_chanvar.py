@@ -99,13 +99,15 @@ def test_every_variant_compiles_for_sm90(tmp_path):
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
-def test_library_kernel_diagnostics_compile_for_sm90(tmp_path):
+@pytest.mark.parametrize("macro", ["-DGDRPY_PP_ROUNDS", "-DGDRPY_PP_AB"])
+def test_library_kernel_diagnostics_compile_for_sm90(tmp_path, macro):
     """The serving kernel's diagnostic builds that no variant row uses:
-    -DGDRPY_PP_ROUNDS (`gdrpy_chanpp --kernel-rounds`)."""
+    -DGDRPY_PP_ROUNDS (`gdrpy_chanpp --kernel-rounds`) and -DGDRPY_PP_AB
+    (`gdrpy_chanpp --ab-answer`, the in-place A/B)."""
     here = os.path.dirname(__import__("gdrpy.tools", fromlist=["x"]).__file__)
     inc = os.path.join(os.path.dirname(os.path.dirname(here)), "native", "include")
-    out = tmp_path / "rounds.cubin"
-    p = subprocess.run([NVCC, "-cubin", "-arch=sm_90", f"-I{inc}", "-DGDRPY_PP_ROUNDS", "-o",
+    out = tmp_path / "diag.cubin"
+    p = subprocess.run([NVCC, "-cubin", "-arch=sm_90", f"-I{inc}", macro, "-o",
                         str(out), os.path.join(here, "channel_kernels.cu")],
                        capture_output=True, text=True, timeout=300, env=_TOOL_ENV)
     assert p.returncode == 0 and out.stat().st_size > 0, p.stderr

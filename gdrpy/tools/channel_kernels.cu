@@ -214,6 +214,50 @@ __device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, const a
     }
 }
 
+/* Lanes 0..3 store the answer line to one short message: pairs 1 and 3
+ * and pair 0's length word were computed before the poll (pre_*); the tag,
+ * checksum and length come with the message.
+ * -DGDRPY_PP_AB (an experiment build for `gdrpy_chanpp --ab-answer`): the
+ * host picks the answer's shape for the next messages in the device
+ * block's spare word GDRPY_PP_AB_WORD - 0: this line; 1: the checksum as
+ * the tag of a 0-byte completion, 16 bytes from lane 0; 2: a 4-byte
+ * completion (the checksum), 32 bytes from lanes 0 and 1; 3: the same 32
+ * bytes from lane 0 alone (two stores). */
+#define GDRPY_PP_AB_WORD 32u
+#define GDRPY_PP_AB_OLD_POLL 256u /* bit 8: the round-8 idle poll (one sample per serve() pass) */
+__device__ __forceinline__ void single_answer(const answer_lane &al, u64 pre_slot, u64 pre_a,
+                                              u64 pre_b, u32 c, u32 len, u32 tag, u32 ab_mode)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    const u32 f = (u32)pre_a;
+#ifdef GDRPY_PP_AB
+    if (ab_mode != 0u) {
+        unsigned char *base = (unsigned char *)pre_slot - 16u * al.pair;
+        if (ab_mode == 1u) {
+            if (lane == 0u) gdrpy_st_relaxed_v2(base, gdrpy_llword(f, c), gdrpy_llword(f, 0u));
+        } else if (ab_mode == 2u) {
+            if (lane == 0u) gdrpy_st_relaxed_v2(base, gdrpy_llword(f, tag), gdrpy_llword(f, 4u));
+            if (lane == 1u) gdrpy_st_relaxed_v2(base + 16, gdrpy_llword(f, c), gdrpy_llword(f, 0u));
+        } else if (lane == 0u) {
+            gdrpy_st_relaxed_v2(base + 16, gdrpy_llword(f, c), gdrpy_llword(f, 0u));
+            gdrpy_st_relaxed_v2(base, gdrpy_llword(f, tag), gdrpy_llword(f, 4u));
+        }
+        return;
+    }
+#else
+    (void)ab_mode;
+#endif
+    if (lane < 4u) {
+        u64 a = pre_a, b = pre_b;
+        if (al.pair == 0u) a = gdrpy_llword(f, tag);
+        if (al.pair == 2u) {
+            a = gdrpy_llword(f, c & al.am);
+            b = gdrpy_llword(f, len & al.bm);
+        }
+        gdrpy_st_relaxed_v2((void *)pre_slot, a, b);
+    }
+}
+
 /* 1 when a completion in [j, j + n) is on a lap that rewrites every LL
  * word (see gdrpy_chan_comp_fill) - n <= 32, far below any nslots' laps of
  * 2^31 messages, so the two ends cover the range. */
@@ -251,8 +295,8 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
     r[3] = e;
     r[4] = f;
 }
-#if defined(GDRPY_PP_TIMING) && defined(GDRPY_PP_ROUNDS)
-#error "GDRPY_PP_TIMING and GDRPY_PP_ROUNDS both report in the host block's spare words: pick one"
+#if (defined(GDRPY_PP_TIMING) + defined(GDRPY_PP_ROUNDS) + defined(GDRPY_PP_AB)) > 1
+#error "GDRPY_PP_TIMING, GDRPY_PP_ROUNDS and GDRPY_PP_AB all report in the host block's spare words: pick one"
 #endif
 
 /* -DGDRPY_PP_TIMING (the `--variants` row "library-timed" only): lane 0
@@ -324,12 +368,116 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
 #define GDRPY_PP_POLL_ONE 1
 #endif
 
-/* With GDRPY_CHAN_POLL_PIPE > 1 only: the poll answers a short message
- * itself; -DGDRPY_PP_FAST=0 (the `--variants` row "library-nofast"): the
- * poll returns what it found and the loop answers it. */
+/* The poll answers a short message itself; -DGDRPY_PP_FAST=0 (the
+ * `--variants` row "library-nofast"): the poll returns what it found and
+ * the loop answers it (and samples the slot once per serve() pass). */
 #ifndef GDRPY_PP_FAST
 #define GDRPY_PP_FAST 1
 #endif
+/* Samples of the slot per idle pp_poll() call with one load in flight
+ * (GDRPY_CHAN_POLL_PIPE == 1), taken back to back: each sample's loads are
+ * issued as soon as the last one has been looked at, and a short message
+ * is answered in the poll.  Only while the last messages were short (<= 8
+ * bytes, serve()'s short_last): measured in place on the H100 (round 9,
+ * `gdrpy_chanpp --ab-answer`), back-to-back samples took 0.10 us off the
+ * 4-byte round trip but added 0.12 us to the 32-byte one against one
+ * sample per serve() pass, which is what longer messages keep.  serve()'s
+ * idle work (shutdown word, clock, lazy consumed count) runs once per call. */
+#ifndef GDRPY_PP_IDLE_SAMPLES
+#define GDRPY_PP_IDLE_SAMPLES 16u
+#endif
+
+#ifdef GDRPY_PP_AB
+/* -DGDRPY_PP_AB with GDRPY_PP_AB_FLOOR: GDRCopy pplat's flag-only round trip
+ * inside this kernel, on this channel's memory: the flag is word 0 of slot
+ * `head` (the next message's, whose line the host overwrites when the
+ * channel resumes; the floor's values have a zero low half, which no LL
+ * word carries) - GDRPY_PP_AB_FLOOR_CTRL: the device block's word 48, one
+ * fixed line - and the answer the host block's spare word 96.  Lane 0 polls
+ * the flag and copies every new value to the answer, until the host stores
+ * one with bit 63 set (copied too); then the host's next mode is read.
+ * ~2^31 SM cycles without a new value end it as well.  On entry lane 0
+ * measures the load latency of the flag's line and of the device block
+ * (SM cycles, to host block words 104 and 112). */
+#define GDRPY_PP_AB_FLOOR 4096u
+#define GDRPY_PP_AB_FLOOR_CTRL 33554432u
+/* GDRPY_PP_AB_LEAN: the idle poll's sample is the slot's first 32 bytes, and a
+ * message of at most 8 bytes is answered without a vote */
+#define GDRPY_PP_AB_LEAN 67108864u
+__device__ __forceinline__ u32 ab_floor(const gdrpy_chan_desc_t &d, u64 head, u32 mode)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    const unsigned char *s = (mode & GDRPY_PP_AB_FLOOR_CTRL) ? (const unsigned char *)(d.dev_ctrl + 48u)
+                                                             : gdrpy_chan_slot(d, head);
+    volatile u64 *ans = (volatile u64 *)(d.host_ctrl + 96u);
+    u64 prev = 0;
+    if (lane == 0) {
+        prev = *ans; /* the last value answered: a flag stored before we got here is new */
+        /* 32 dependent loads each of the flag's line and of the device
+         * block's first word: SM cycles per load to host block [104], [112] */
+        const unsigned char *lines[2] = {s, (const unsigned char *)d.dev_ctrl};
+        for (int q = 0; q < 2; ++q) {
+            const unsigned char *p = lines[q];
+            u64 v = 0;
+            const long long t0 = clock64();
+#pragma unroll 1
+            for (int k = 0; k < 32; ++k) {
+                v = *(const volatile u64 *)p;
+                p = lines[q] + ((v >> 63) & 8u);
+            }
+            ans[1 + q] = (u64)((clock64() - t0) / 32) + (v == 0x5a5a5a5a5a5a5a5aull);
+        }
+    }
+    if (lane == 0) {
+        long long t = clock64();
+        for (;;) {
+            const u64 v = *(const volatile u64 *)s;
+            if (v != prev && (u32)v == 0u) {
+                *ans = v;
+                prev = v;
+                t = clock64();
+                if (v >> 63) break;
+            } else if (clock64() - t > (1ll << 31)) {
+                break;
+            }
+        }
+    }
+    u32 next = 0;
+    if (lane == 0) next = *(const volatile u32 *)(d.dev_ctrl + GDRPY_PP_AB_WORD);
+    return __shfl_sync(0xffffffffu, next, 0);
+}
+#endif
+
+/* -DGDRPY_PP_AB: the SM-cycle timeline of pp_poll's back-to-back samples
+ * (reported in the host block's spare words at the end, pp_spare_report):
+ * samples taken and their cycles, then per message answered from a sample
+ * the cycles from that sample's issue to the check that took it, and from
+ * there to the answer's store. */
+struct ab_timeline {
+    u64 samples, sample_cyc, found, seen_cyc, answer_cyc;
+};
+__device__ __forceinline__ void ab_sampled(ab_timeline *tl, long long cyc)
+{
+#ifdef GDRPY_PP_AB
+    tl->samples++;
+    tl->sample_cyc += (u64)cyc;
+#else
+    (void)tl;
+    (void)cyc;
+#endif
+}
+__device__ __forceinline__ void ab_answered(ab_timeline *tl, long long seen, long long answer)
+{
+#ifdef GDRPY_PP_AB
+    tl->found++;
+    tl->seen_cyc += (u64)seen;
+    tl->answer_cyc += (u64)answer;
+#else
+    (void)tl;
+    (void)seen;
+    (void)answer;
+#endif
+}
 
 /* serve()'s idle poll: gdrpy_chan_poll_warp_pipe<K>, and when `fast` (an LL
  * channel whose next completion slot is known to be free and needs no
@@ -342,11 +490,68 @@ template <int K>
 __device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head,
                                             gdrpy_chan_in_t *in, unsigned gap, bool fast,
                                             const answer_lane &al, u64 pre_slot, u64 pre_a,
-                                            u64 pre_b, bool *answered)
+                                            u64 pre_b, u32 ab_mode, bool *answered,
+                                            ab_timeline *tl)
 {
     const unsigned full = 0xffffffffu;
-    const unsigned lane = threadIdx.x & 31u;
-    if (K <= 1 || !fast) return gdrpy_chan_poll_warp_pipe<K>(d, head, in, gap, 4u);
+    if (!fast) return gdrpy_chan_poll_warp_pipe<K>(d, head, in, gap, 4u);
+#ifdef GDRPY_PP_AB
+    if (K <= 1 && (ab_mode & GDRPY_PP_AB_LEAN)) {
+        /* the slot's first 32 bytes per sample; a whole message of at most
+         * 8 bytes is answered without a vote (this assumes what the
+         * hardware does: one request, the same words in every lane);
+         * anything else is taken by gdrpy_chan_take in the same sample */
+        const unsigned char *s = gdrpy_chan_slot(d, head);
+        const u32 f = (u32)(head + 1);
+#pragma unroll 1
+        for (unsigned r = 0; r < GDRPY_PP_IDLE_SAMPLES; ++r) {
+            const long long t_iss = clock64();
+            u64 w0, w1, w2, w3;
+            gdrpy_ld_relaxed_v2(s, &w0, &w1);
+            gdrpy_ld_relaxed_v2(s + 16, &w2, &w3);
+            const bool hdr = (u32)w0 == f && (u32)w1 == f;
+            const long long t_seen = clock64();
+            ab_sampled(tl, t_seen - t_iss);
+            if (!hdr) continue;
+            const u32 len = (u32)(w1 >> 32);
+            if (len <= 8u && (u32)w2 == f && (len <= 4u || (u32)w3 == f)) {
+                in->plain = nullptr;
+                in->len = len;
+                in->tag = (u32)(w0 >> 32);
+                in->buf[0] = (u32)(w2 >> 32);
+                in->buf[1] = len > 4u ? (u32)(w3 >> 32) : 0u;
+                single_answer(al, pre_slot, pre_a, pre_b, words_checksum(in->buf, len), len,
+                              in->tag, ab_mode & 3u);
+                *answered = true;
+                ab_answered(tl, t_seen - t_iss, clock64() - t_seen);
+                return 1u;
+            }
+            if (__all_sync(full, gdrpy_chan_take(d, head, in))) return 1u;
+        }
+        return 0u;
+    }
+#endif
+    if (K <= 1) {
+        /* back-to-back samples; each loads every LL word the slot can hold
+         * at once (gdrpy_chan_take: one load latency, whatever the length) */
+#pragma unroll 1
+        for (unsigned r = 0; r < GDRPY_PP_IDLE_SAMPLES; ++r) {
+            const long long t_iss = clock64();
+            const bool got = __all_sync(full, gdrpy_chan_take(d, head, in));
+            const long long t_seen = clock64();
+            ab_sampled(tl, t_seen - t_iss);
+            if (got) {
+                if (!in->plain && in->len <= 8u) {
+                    single_answer(al, pre_slot, pre_a, pre_b, words_checksum(in->buf, in->len),
+                                  in->len, in->tag, ab_mode & 3u);
+                    *answered = true;
+                    ab_answered(tl, t_seen - t_iss, clock64() - t_seen);
+                }
+                return 1u;
+            }
+        }
+        return 0u;
+    }
     const unsigned char *s = gdrpy_chan_slot(d, head);
     const u32 f = (u32)(head + 1);
     u64 w[K > 1 ? K : 1][4];
@@ -365,17 +570,8 @@ __device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head
             rest[1] = w[k][3];
             if (__all_sync(full, gdrpy_chan_take_ll(d, f, s, w[k][0], w[k][1], rest, 2u, in))) {
                 if (!in->plain && in->len <= 8u) {
-                    const u32 c = words_checksum(in->buf, in->len);
-                    if (lane < 4u) {
-                        const u32 fc = (u32)pre_a;
-                        u64 a = pre_a, b = pre_b;
-                        if (al.pair == 0u) a = gdrpy_llword(fc, in->tag);
-                        if (al.pair == 2u) {
-                            a = gdrpy_llword(fc, c & al.am);
-                            b = gdrpy_llword(fc, in->len & al.bm);
-                        }
-                        gdrpy_st_relaxed_v2((void *)pre_slot, a, b);
-                    }
+                    single_answer(al, pre_slot, pre_a, pre_b, words_checksum(in->buf, in->len),
+                                  in->len, in->tag, ab_mode & 3u);
                     *answered = true;
                 }
                 return 1u;
@@ -424,10 +620,21 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     GDRPY_PP_R_DECL;
     u32 status = GDRPY_CHAN_ST_STOPPED;
     bool burst = false; /* the last round found messages: look at 32 slots */
+    u32 ab_mode = 0;    /* -DGDRPY_PP_AB only (single_answer) */
+    /* the last round's messages were all short (<= 8 bytes): the idle poll
+     * samples the slot back to back (pp_poll) - see GDRPY_PP_IDLE_SAMPLES */
+    bool short_last = true;
+    ab_timeline tl = {0, 0, 0, 0, 0};
     for (;;) {
         /* idle: every lane polls slot head (one request); after a round
          * that found messages: lane k looks at head + k (a burst) */
         const bool one = !burst && GDRPY_PP_POLL_ONE;
+#ifdef GDRPY_PP_AB
+        if (ab_mode & GDRPY_PP_AB_FLOOR) {
+            ab_mode = ab_floor(d, head, ab_mode);
+            continue;
+        }
+#endif
         /* what lanes 0..3 store of the answer to message head, as far as it
          * is known before the message comes (its line's address, the
          * sequence pair, the padding pair, the length word): computed here,
@@ -444,12 +651,14 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         }
         /* the poll may answer a short message itself (pp_poll): only when
          * the single-message path below would answer it the same way */
-        const bool fast = GDRPY_PP_FAST && one && ll && complete && comp_head - credit < d.comp_nslots &&
+        const bool fast = GDRPY_PP_FAST && !(ab_mode & GDRPY_PP_AB_OLD_POLL) && one && ll && complete &&
+                          (GDRPY_CHAN_POLL_PIPE > 1 || short_last) &&
+                          comp_head - credit < d.comp_nslots &&
                           (d.comp_size <= 24u || !refresh_lap(d, comp_head, 1));
         bool answered = false;
         const long long t_poll = clock64();
         unsigned n = one ? pp_poll<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, fast, al, pre_slot,
-                                                         pre_a, pre_b, &answered)
+                                                         pre_a, pre_b, ab_mode, &answered, &tl)
                          : gdrpy_chan_poll_warp_in(d, head, &in);
         GDRPY_PP_R_POLLED();
         /* an empty pipelined call: learn the spacing from what it took */
@@ -466,6 +675,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         }
         spins = 0;
         t_idle = 0;
+        short_last = __all_sync(full, lane >= n || (!in.plain && in.len <= 8u));
         GDRPY_PP_T0();
         if (complete && !gdrpy_chan_comp_wait_warp(d, comp_head + n - 1, &credit, idle_ns)) {
             status = GDRPY_CHAN_ST_TIMEOUT;
@@ -474,22 +684,9 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         if (one && ll && !in.plain && (!complete || d.comp_size <= 24u || !refresh_lap(d, comp_head, 1))) {
             /* one short LL message, the same in every lane: no vote, no
              * shuffle, no divergence on the way to its answer line */
-            if (complete && !answered) {
-                const u32 c = words_checksum(in.buf, in.len);
-                if (lane < 4u) {
-                    /* pairs 1 and 3 and pair 0's length word were computed
-                     * before the poll (pre_*); the tag, checksum and length
-                     * come with the message */
-                    const u32 f = (u32)pre_a;
-                    u64 a = pre_a, b = pre_b;
-                    if (al.pair == 0u) a = gdrpy_llword(f, in.tag);
-                    if (al.pair == 2u) {
-                        a = gdrpy_llword(f, c & al.am);
-                        b = gdrpy_llword(f, in.len & al.bm);
-                    }
-                    gdrpy_st_relaxed_v2((void *)pre_slot, a, b);
-                }
-            }
+            if (complete && !answered)
+                single_answer(al, pre_slot, pre_a, pre_b, words_checksum(in.buf, in.len), in.len,
+                              in.tag, ab_mode & 3u);
             if (check && lane == 0 && (words_pattern_errors(in.buf, in.len, head) || in.tag != (u32)head)) {
                 if (nerr++ == 0) errors[1] = head + 1;
                 errors[0] = nerr;
@@ -503,6 +700,16 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             u32 c = 0;
             if (lane < n && complete) c = in_checksum(in);
             if (complete) {
+#ifdef GDRPY_PP_AB
+                if ((ab_mode & 3u) == 1u && ll) {
+                    /* shape 1 in bursts too: one 16-byte store per completion */
+                    if (lane < n) {
+                        const u32 f = (u32)(comp_head + lane + 1);
+                        gdrpy_st_relaxed_v2(gdrpy_chan_comp_slot(d, comp_head + lane),
+                                            gdrpy_llword(f, c), gdrpy_llword(f, 0u));
+                    }
+                } else
+#endif
                 if (ll && !GDRPY_PP_ANSWER_LANE && (d.comp_size <= 24u || !refresh_lap(d, comp_head, n)))
                     answer_lines(d, al, comp_head, head, n, c, in.len, in.tag);   /* all lanes */
                 else if (lane < n)
@@ -558,7 +765,15 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
                 gdrpy_chan_consume(d, head + n);
             }
             if ((++rounds & 15u) == 0) mode = gdrpy_chan_shutdown_mode(d);
+#ifdef GDRPY_PP_AB
+            /* the host's choice for the next messages, read after this
+             * round's answers (off the next round trip's path) */
+            ab_mode = *(const volatile u32 *)(d.dev_ctrl + GDRPY_PP_AB_WORD);
+#endif
         }
+#ifdef GDRPY_PP_AB
+        ab_mode = __shfl_sync(full, ab_mode, 0);
+#endif
         if (complete) comp_head += n;
         head += n;
         mode = __shfl_sync(full, mode, 0);
@@ -568,6 +783,10 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     if (lane == 0) {
         GDRPY_PP_T_REPORT();
         GDRPY_PP_R_REPORT();
+#ifdef GDRPY_PP_AB
+        pp_spare_report(d, tl.samples, tl.sample_cyc, tl.found,
+                        tl.seen_cyc, tl.answer_cyc);
+#endif
         /* the learned per-load time of the poll, where the start-up
          * measurement was (before the stop's fence and status) */
         if (GDRPY_CHAN_POLL_PIPE > 1) *(volatile u32 *)(d.host_ctrl + 20u) = gap * GDRPY_CHAN_POLL_PIPE;

@@ -5,6 +5,7 @@
  *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
  *                [--alloc cumemalloc|vmm] [--plain] [--kernel-rounds]
+ *                [--ab-answer ROUNDS [--ab-modes M,...]]   (in-place A/B, see ab_answer)
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
  *   gdrpy_chanpp --variants ... (protocol variants side by side: tools/chanpp/chanvar.c)
  *
@@ -169,6 +170,203 @@ static int check_batch(const answer_t *ans, const gdrpy_chan_msg_t *bm, int batc
     return 0;
 }
 
+/* --ab-answer ROUNDS [--ab-modes M,...] (a kernel built with -DGDRPY_PP_AB):
+ * in-place A/B - the same channel, kernel, SM and memory, switched between
+ * modes every 200 round trips of `s` bytes (plus 40 batches of 32), ROUNDS
+ * times.  The host stores the mode in the device block's spare word 32;
+ * the kernel reads it after each busy round, so after a switch one untimed
+ * round trip lets it do so.  Modes (channel_kernels.cu):
+ *   bits 0-1  the answer's shape: 0 the 64-byte answer line; 1 a 0-byte
+ *             completion with the checksum as its tag (16 bytes, one lane;
+ *             in bursts too); 2 a 4-byte completion (32 bytes, two lanes);
+ *             3 the same from one lane
+ *   256       the idle poll of round 8 (one sample per serve() pass)
+ *   4096      GDRCopy pplat's flag-only round trip on this kernel and
+ *             memory (ab_floor_block); +33554432: its flag on a fixed line
+ *   67108864  the idle poll's lean sample (32 bytes, no vote)
+ * Every answer is checked; one "ab-modeM" (and "ab-batch32-modeM") line per
+ * mode, and after the run the kernel's "ab-timeline". */
+static int ab_ok(unsigned shape, uint32_t len, uint32_t tag, const unsigned char *ans,
+                 uint64_t seq, uint32_t want)
+{
+    uint32_t c4;
+    uint64_t sq;
+    memcpy(&c4, ans, 4);
+    memcpy(&sq, ans, 8);
+    if (shape == 0) return len == 16 && sq == seq && memcmp(ans + 8, &want, 4) == 0;
+    if (shape == 1) return len == 0 && tag == want;
+    return len == 4 && c4 == want && tag == 0;
+}
+
+/* One --ab-answer block of the flag-only floor (mode 4096): a channel round
+ * trip (the kernel reads the mode after it), then `per` timed round trips
+ * of an 8-byte flag (word 0 of the next message's slot, or the device
+ * block's word 48; store + sfence) answered in the host block's word 96;
+ * then the next mode is stored and a flag with bit 63 set sends the kernel
+ * back to the channel.  lat: the kernel's load latencies, summed. */
+static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *msg, size_t s,
+                          uint32_t want, uint64_t *seq, unsigned prev, uint64_t *fseq,
+                          const unsigned *modes, int nmodes, int mi, uint64_t *lat, int64_t *t,
+                          int per)
+{
+    unsigned char ans[16];
+    uint32_t len = 99, tag = 0;
+    int rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
+    if (!rc) rc = gdrpy_chan_recv(ch, ans, sizeof ans, &len, &tag, tmo);
+    if (rc) {
+        fprintf(stderr, "gdrpy_chanpp: ab floor: %s\n", gdrpy_last_error());
+        return 1;
+    }
+    ++*seq;
+    if (!ab_ok(prev, len, tag, ans, *seq, want) && !ab_ok(0, len, tag, ans, *seq, want)) {
+        fprintf(stderr, "gdrpy_chanpp: ab floor: wrong answer to message %llu\n",
+                (unsigned long long)*seq);
+        return 1;
+    }
+    gdrpy_chan_desc_t dsc;
+    gdrpy_chan_get_desc(ch, &dsc);
+    /* the flag: word 0 of the next message's slot (ab_floor) */
+    volatile uint64_t *flag = (volatile uint64_t *)((char *)gdrpy_chan_device_block(ch) +
+                                                    GDRPY_CHAN_DEV_CTRL +
+                                                    (size_t)(*seq & (dsc.nslots - 1)) * dsc.slot_stride);
+    if (modes[mi] & 33554432u) /* the flag in the device block's word 48 */
+        flag = (volatile uint64_t *)((char *)gdrpy_chan_device_block(ch) + 48);
+    const volatile uint64_t *answer =
+        (const volatile uint64_t *)((char *)gdrpy_chan_host_block(ch) + 96);
+    for (int i = -1; i <= per; i++) {
+        uint64_t v = ++*fseq << 32; /* a zero low half: no LL word looks like it */
+        if (i == per) {             /* leave: the next mode first */
+            *(volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 32) =
+                modes[(mi + 1) % nmodes] & ~4096u; /* the next block starts on the channel */
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+            v |= 1ull << 63;
+        }
+        uint64_t t0 = pt_now();
+        *flag = v;
+#if defined(__x86_64__)
+        __asm__ __volatile__("sfence" ::: "memory"); /* as pplat: store, sfence */
+#else
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+        uint64_t spins = 0;
+        while (*answer != v)
+            if (++spins > 2000000000ull) {
+                fprintf(stderr, "gdrpy_chanpp: ab floor: no answer to flag %llu\n",
+                        (unsigned long long)v);
+                return 1;
+            }
+        uint64_t t1 = pt_now();
+        if (i >= 0 && i < per) t[i] = pt_ns(t1 - t0);
+    }
+    /* the kernel's load latencies (SM cycles) of the flag's line and the device block */
+    lat[0] += answer[1];
+    lat[1] += answer[2];
+    lat[2]++;
+    return 0;
+}
+
+static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nmodes, size_t s,
+                     int64_t tmo, int64_t *t, uint64_t *seq)
+{
+    enum { PER = 200,
+           BPER = 40 };
+    int64_t *tb = calloc((size_t)rounds * BPER * (size_t)nmodes, sizeof *tb);
+    if (!tb) return 1;
+    uint64_t lat[16][3] = {{0}};
+    unsigned char msg[64];
+    for (size_t k = 0; k < s; k++) msg[k] = (unsigned char)(k * 7 + s);
+    const uint32_t want = gdrpy_chan_checksum(msg, s);
+    volatile uint32_t *mode_word = (volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 32);
+    unsigned prev = 0;
+    uint64_t fseq = 0;
+    for (int r = 0; r < rounds; r++)
+        for (int mi = 0; mi < nmodes; mi++) {
+            const unsigned shape = modes[mi] & 3u;
+            *mode_word = modes[mi];
+            __atomic_thread_fence(__ATOMIC_SEQ_CST); /* x86: mfence, which also drains WC */
+            if (modes[mi] & 4096u) {
+                /* the flag-only floor in the kernel (ab_floor): after one
+                 * channel round trip the kernel polls word 40 */
+                if (ab_floor_block(ch, tmo, msg, s, want, seq, prev, &fseq, modes, nmodes, mi,
+                                   lat[mi], t + (size_t)mi * rounds * PER + (size_t)r * PER, PER))
+                    return 1;
+                continue;
+            }
+            for (int i = -1; i < PER; i++) {
+                unsigned char ans[16];
+                uint32_t len = 99, tag = 0;
+                uint64_t t0 = pt_now();
+                int rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
+                if (!rc) rc = gdrpy_chan_recv(ch, ans, sizeof ans, &len, &tag, tmo);
+                uint64_t t1 = pt_now();
+                if (rc) {
+                    fprintf(stderr, "gdrpy_chanpp: ab: %s\n", gdrpy_last_error());
+                    return 1;
+                }
+                ++*seq;
+                /* a message found by the kernel's burst round (after the
+                 * last answer) is answered with the line in every mode */
+                int ok = ab_ok(shape, len, tag, ans, *seq, want) ||
+                         ab_ok(0, len, tag, ans, *seq, want) ||
+                         (i < 0 && ab_ok(prev, len, tag, ans, *seq, want));
+                if (!ok) {
+                    fprintf(stderr, "gdrpy_chanpp: ab: wrong answer to message %llu in mode %u "
+                                    "(len %u tag 0x%x)\n",
+                            (unsigned long long)*seq, modes[mi], len, tag);
+                    return 1;
+                }
+                if (i >= 0) t[(size_t)mi * rounds * PER + (size_t)r * PER + i] = pt_ns(t1 - t0);
+            }
+            prev = shape;
+            /* batches of 32 ticks in this mode */
+            for (int b = 0; b < BPER; b++) {
+                enum { NB = 32 };
+                gdrpy_chan_msg_t bm[NB];
+                unsigned char bans[NB][16];
+                uint32_t lens[NB], tags[NB];
+                for (int k = 0; k < NB; k++) {
+                    bm[k].buf = msg;
+                    bm[k].len = (uint32_t)s;
+                    bm[k].tag = (uint32_t)k;
+                }
+                size_t got = 0;
+                uint64_t t0 = pt_now();
+                int rc = gdrpy_chan_send_batch(ch, bm, NB, tmo);
+                if (!rc) rc = gdrpy_chan_recv_many(ch, bans, 16, lens, tags, NB, NB, tmo, &got);
+                uint64_t t1 = pt_now();
+                if (rc) {
+                    fprintf(stderr, "gdrpy_chanpp: ab batch: %s\n", gdrpy_last_error());
+                    return 1;
+                }
+                for (int k = 0; k < NB; k++)
+                    if (!ab_ok(shape, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want) &&
+                        !ab_ok(0, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want)) {
+                        fprintf(stderr, "gdrpy_chanpp: ab batch: wrong answer %d in mode %u\n", k,
+                                modes[mi]);
+                        return 1;
+                    }
+                *seq += NB;
+                tb[(size_t)mi * rounds * BPER + (size_t)r * BPER + b] = pt_ns(t1 - t0);
+            }
+        }
+    for (int mi = 0; mi < nmodes; mi++) {
+        char name[32];
+        snprintf(name, sizeof name, "ab-mode%u", modes[mi]);
+        report(name, s, 1, t + (size_t)mi * rounds * PER, (size_t)rounds * PER);
+        if (modes[mi] & 4096u) {
+            if (lat[mi][2])
+                printf("{\"path\": \"ab-floor-latency-mode%u\", \"flag_line_cycles\": %.0f, "
+                       "\"device_block_cycles\": %.0f}\n",
+                       modes[mi], (double)lat[mi][0] / lat[mi][2], (double)lat[mi][1] / lat[mi][2]);
+            continue;
+        }
+        snprintf(name, sizeof name, "ab-batch32-mode%u", modes[mi]);
+        report(name, s, 32, tb + (size_t)mi * rounds * BPER, (size_t)rounds * BPER);
+    }
+    free(tb);
+    return 0;
+}
+
 int chanvar_main(int argc, char **argv); /* chanvar.c: --variants */
 
 int main(int argc, char **argv)
@@ -178,7 +376,8 @@ int main(int argc, char **argv)
             return chanvar_main(argc, argv);
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0;
-    int kernel_rounds = 0;
+    int kernel_rounds = 0, ab_rounds = 0, nab = 4;
+    unsigned ab_modes[16] = {0, 1, 2, 3};
     const char *alloc_kind = "cumemalloc";
     double timeout_s = 5.0;
     for (int i = 1; i < argc; i++) {
@@ -207,7 +406,18 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--cpu")) cpu = atoi(v);
         else if (!strcmp(a, "--timeout")) timeout_s = atof(v);
         else if (!strcmp(a, "--alloc")) alloc_kind = v;
-        else die("unknown option %s", a);
+        else if (!strcmp(a, "--ab-answer")) ab_rounds = atoi(v);
+        else if (!strcmp(a, "--ab-modes")) {
+            nab = 0;
+            for (const char *p = v; *p;) {
+                char *end;
+                unsigned long m = strtoul(p, &end, 10);
+                if (end == p || (*end && *end != ',') || nab == 16) die("bad --ab-modes %s", v);
+                ab_modes[nab++] = (unsigned)m;
+                p = *end ? end + 1 : end;
+            }
+            if (nab == 0) die("bad --ab-modes %s", v);
+        } else die("unknown option %s", a);
         i++;
     }
     if (iters <= 0) die("--iters must be positive");
@@ -215,6 +425,7 @@ int main(int argc, char **argv)
     if (!vmm && strcmp(alloc_kind, "cumemalloc")) die("--alloc must be cumemalloc or vmm");
     if (warmup < 0) warmup = iters / 10 > 10 ? iters / 10 : 10;
     if (!sim && !cubin) die("--cubin FILE is required (or --sim)");
+    if (ab_rounds > 0 && sim) die("--ab-answer needs a GPU kernel built with -DGDRPY_PP_AB");
     if (cpu >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);
@@ -313,6 +524,15 @@ int main(int argc, char **argv)
     gdrpy_chan_msg_t bm[1024];
     uint64_t seq = 0;
     int rc = 0;
+    if (ab_rounds > 0) {
+        int64_t *ta = malloc(sizeof(int64_t) * (size_t)ab_rounds * 200 * (size_t)nab);
+        if (!ta) die("out of memory");
+        if (sizes[0] > 64) die("--ab-answer: the first size must be <= 64 bytes");
+        rc = ab_answer(ch, ab_rounds, ab_modes, nab, sizes[0], tmo, ta, &seq);
+        free(ta);
+        nsizes = 0; /* nothing else */
+        batch = 0;
+    }
     for (int si = 0; si < nsizes && !rc; si++) {
         size_t s = sizes[si];
         for (size_t k = 0; k < s; k++) msg[k] = (unsigned char)(k * 7 + s);
@@ -363,7 +583,7 @@ int main(int argc, char **argv)
         if (!rc) report("c-avg10", s, 10, t, (size_t)nblk);
     }
     /* batch of `batch` ticks of the smallest size vs. one tick */
-    if (!rc) {
+    if (!rc && batch > 0) {
         size_t s = sizes[0];
         for (int k = 0; k < batch; k++) {
             memset(msg + (size_t)k * s, k + 1, s);
@@ -437,6 +657,15 @@ int main(int argc, char **argv)
                "\"burst_cycles\": %llu, \"burst_poll_cycles\": %llu, \"burst_rest_cycles\": %llu}\n",
                (unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2],
                (unsigned long long)r[3], (unsigned long long)r[4]);
+    }
+    if (ab_rounds > 0 && !sim) { /* the -DGDRPY_PP_AB kernel's idle-poll timeline */
+        const volatile uint64_t *r =
+            (const volatile uint64_t *)((char *)gdrpy_chan_host_block(ch) + 24);
+        const double found = r[2] ? (double)r[2] : 1.0, samples = r[0] ? (double)r[0] : 1.0;
+        printf("{\"path\": \"ab-timeline\", \"samples\": %llu, \"cycles_per_sample\": %.0f, "
+               "\"answered\": %llu, \"issue_to_seen\": %.0f, \"seen_to_stored\": %.0f}\n",
+               (unsigned long long)r[0], (double)r[1] / samples, (unsigned long long)r[2],
+               (double)r[3] / found, (double)r[4] / found);
     }
     gdrpy_chan_destroy(ch);
     gdrpy_unmap(ctx, pin);
