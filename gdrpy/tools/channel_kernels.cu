@@ -219,11 +219,11 @@ __device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, const a
  * checksum and length come with the message.
  * -DGDRPY_PP_AB (an experiment build for `gdrpy_chanpp --ab-answer`): the
  * host picks the answer's shape for the next messages in the device
- * block's spare word GDRPY_PP_AB_WORD - 0: this line; 1: the checksum as
+ * block's spare word GDRPY_PP_AB_WORD (16) - 0: this line; 1: the checksum as
  * the tag of a 0-byte completion, 16 bytes from lane 0; 2: a 4-byte
  * completion (the checksum), 32 bytes from lanes 0 and 1; 3: the same 32
  * bytes from lane 0 alone (two stores). */
-#define GDRPY_PP_AB_WORD 32u
+#define GDRPY_PP_AB_WORD 16u
 #define GDRPY_PP_AB_OLD_POLL 256u /* bit 8: the round-8 idle poll (one sample per serve() pass) */
 __device__ __forceinline__ void single_answer(const answer_lane &al, u64 pre_slot, u64 pre_a,
                                               u64 pre_b, u32 c, u32 len, u32 tag, u32 ab_mode)
@@ -404,6 +404,10 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
 /* GDRPY_PP_AB_LEAN: the idle poll's sample is the slot's first 32 bytes, and a
  * message of at most 8 bytes is answered without a vote */
 #define GDRPY_PP_AB_LEAN 67108864u
+/* GDRPY_PP_AB_EXPRESS (with LEAN): the host also stores each short message's
+ * first four LL words on one fixed line (the device block's bytes 32..63);
+ * the idle poll samples that line, and slot head every 8th sample */
+#define GDRPY_PP_AB_EXPRESS 268435456u
 __device__ __forceinline__ u32 ab_floor(const gdrpy_chan_desc_t &d, u64 head, u32 mode)
 {
     const unsigned lane = threadIdx.x & 31u;
@@ -503,12 +507,15 @@ __device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head
          * anything else is taken by gdrpy_chan_take in the same sample */
         const unsigned char *s = gdrpy_chan_slot(d, head);
         const u32 f = (u32)(head + 1);
+        const bool express = ab_mode & GDRPY_PP_AB_EXPRESS;
 #pragma unroll 1
         for (unsigned r = 0; r < GDRPY_PP_IDLE_SAMPLES; ++r) {
             const long long t_iss = clock64();
+            const unsigned char *line =
+                express && (r & 7u) != 7u ? (const unsigned char *)(d.dev_ctrl + 32u) : s;
             u64 w0, w1, w2, w3;
-            gdrpy_ld_relaxed_v2(s, &w0, &w1);
-            gdrpy_ld_relaxed_v2(s + 16, &w2, &w3);
+            gdrpy_ld_relaxed_v2(line, &w0, &w1);
+            gdrpy_ld_relaxed_v2(line + 16, &w2, &w3);
             const bool hdr = (u32)w0 == f && (u32)w1 == f;
             const long long t_seen = clock64();
             ab_sampled(tl, t_seen - t_iss);

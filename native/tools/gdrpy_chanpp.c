@@ -173,7 +173,7 @@ static int check_batch(const answer_t *ans, const gdrpy_chan_msg_t *bm, int batc
 /* --ab-answer ROUNDS [--ab-modes M,...] (a kernel built with -DGDRPY_PP_AB):
  * in-place A/B - the same channel, kernel, SM and memory, switched between
  * modes every 200 round trips of `s` bytes (plus 40 batches of 32), ROUNDS
- * times.  The host stores the mode in the device block's spare word 32;
+ * times.  The host stores the mode in the device block's spare word 16;
  * the kernel reads it after each busy round, so after a switch one untimed
  * round trip lets it do so.  Modes (channel_kernels.cu):
  *   bits 0-1  the answer's shape: 0 the 64-byte answer line; 1 a 0-byte
@@ -183,7 +183,9 @@ static int check_batch(const answer_t *ans, const gdrpy_chan_msg_t *bm, int batc
  *   256       the idle poll of round 8 (one sample per serve() pass)
  *   4096      GDRCopy pplat's flag-only round trip on this kernel and
  *             memory (ab_floor_block); +33554432: its flag on a fixed line
- *   67108864  the idle poll's lean sample (32 bytes, no vote)
+ *   67108864  the idle poll's lean sample (32 bytes, no vote); +268435456:
+ *             the host also stores each message's first four LL words on a
+ *             fixed line (device block bytes 32..63), which the sample reads
  * Every answer is checked; one "ab-modeM" (and "ab-batch32-modeM") line per
  * mode, and after the run the kernel's "ab-timeline". */
 static int ab_ok(unsigned shape, uint32_t len, uint32_t tag, const unsigned char *ans,
@@ -236,7 +238,7 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
     for (int i = -1; i <= per; i++) {
         uint64_t v = ++*fseq << 32; /* a zero low half: no LL word looks like it */
         if (i == per) {             /* leave: the next mode first */
-            *(volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 32) =
+            *(volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 16) =
                 modes[(mi + 1) % nmodes] & ~4096u; /* the next block starts on the channel */
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
             v |= 1ull << 63;
@@ -276,7 +278,10 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
     unsigned char msg[64];
     for (size_t k = 0; k < s; k++) msg[k] = (unsigned char)(k * 7 + s);
     const uint32_t want = gdrpy_chan_checksum(msg, s);
-    volatile uint32_t *mode_word = (volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 32);
+    volatile uint32_t *mode_word = (volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 16);
+    /* mode 268435456: each message's first four LL words also on the fixed
+     * line at device block bytes 32..63 (the kernel's GDRPY_PP_AB_EXPRESS) */
+    volatile uint64_t *express = (volatile uint64_t *)((char *)gdrpy_chan_device_block(ch) + 32);
     unsigned prev = 0;
     uint64_t fseq = 0;
     for (int r = 0; r < rounds; r++)
@@ -297,6 +302,20 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
                 uint32_t len = 99, tag = 0;
                 uint64_t t0 = pt_now();
                 int rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
+                if (!rc && (modes[mi] & 268435456u) && s <= 4) {
+                    const uint64_t f = (uint32_t)(*seq + 1);
+                    uint32_t d = 0;
+                    memcpy(&d, msg, s);
+                    express[0] = f; /* tag 0 */
+                    express[1] = f | (uint64_t)s << 32;
+                    express[2] = f | (uint64_t)d << 32;
+                    express[3] = f;
+#if defined(__x86_64__)
+                    __asm__ __volatile__("sfence" ::: "memory");
+#else
+                    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+#endif
+                }
                 if (!rc) rc = gdrpy_chan_recv(ch, ans, sizeof ans, &len, &tag, tmo);
                 uint64_t t1 = pt_now();
                 if (rc) {
