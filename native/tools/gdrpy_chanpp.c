@@ -30,6 +30,8 @@
  *        second completion
  *   {"path":"kernel-rounds",...}   --kernel-rounds, with a kernel built with
  *        -DGDRPY_PP_ROUNDS: how its busy rounds found their messages
+ *   {"path":"ab-modeM",...}, {"path":"ab-batch32-modeM",...}, {"path":"ab-timeline",...}
+ *        --ab-answer, with a kernel built with -DGDRPY_PP_AB (see ab_answer)
  * Exit status 0, or 1 with a message on stderr.
  */
 #include <dlfcn.h>
