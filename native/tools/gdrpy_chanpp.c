@@ -276,6 +276,7 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
            BPER = 40 };
     int64_t *tb = calloc((size_t)rounds * BPER * (size_t)nmodes, sizeof *tb);
     if (!tb) return 1;
+    int rc = 1;
     uint64_t lat[16][3] = {{0}};
     unsigned char msg[64];
     for (size_t k = 0; k < s; k++) msg[k] = (unsigned char)(k * 7 + s);
@@ -296,15 +297,15 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
                  * channel round trip the kernel polls word 40 */
                 if (ab_floor_block(ch, tmo, msg, s, want, seq, prev, &fseq, modes, nmodes, mi,
                                    lat[mi], t + (size_t)mi * rounds * PER + (size_t)r * PER, PER))
-                    return 1;
+                    goto out;
                 continue;
             }
             for (int i = -1; i < PER; i++) {
                 unsigned char ans[16];
                 uint32_t len = 99, tag = 0;
                 uint64_t t0 = pt_now();
-                int rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
-                if (!rc && (modes[mi] & 268435456u) && s <= 4) {
+                int e = gdrpy_chan_send(ch, msg, s, 0, tmo);
+                if (!e && (modes[mi] & 268435456u) && s <= 4) {
                     const uint64_t f = (uint32_t)(*seq + 1);
                     uint32_t d = 0;
                     memcpy(&d, msg, s);
@@ -318,11 +319,11 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
                     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 #endif
                 }
-                if (!rc) rc = gdrpy_chan_recv(ch, ans, sizeof ans, &len, &tag, tmo);
+                if (!e) e = gdrpy_chan_recv(ch, ans, sizeof ans, &len, &tag, tmo);
                 uint64_t t1 = pt_now();
-                if (rc) {
+                if (e) {
                     fprintf(stderr, "gdrpy_chanpp: ab: %s\n", gdrpy_last_error());
-                    return 1;
+                    goto out;
                 }
                 ++*seq;
                 /* a message found by the kernel's burst round (after the
@@ -334,7 +335,7 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
                     fprintf(stderr, "gdrpy_chanpp: ab: wrong answer to message %llu in mode %u "
                                     "(len %u tag 0x%x)\n",
                             (unsigned long long)*seq, modes[mi], len, tag);
-                    return 1;
+                    goto out;
                 }
                 if (i >= 0) t[(size_t)mi * rounds * PER + (size_t)r * PER + i] = pt_ns(t1 - t0);
             }
@@ -352,19 +353,19 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
                 }
                 size_t got = 0;
                 uint64_t t0 = pt_now();
-                int rc = gdrpy_chan_send_batch(ch, bm, NB, tmo);
-                if (!rc) rc = gdrpy_chan_recv_many(ch, bans, 16, lens, tags, NB, NB, tmo, &got);
+                int e = gdrpy_chan_send_batch(ch, bm, NB, tmo);
+                if (!e) e = gdrpy_chan_recv_many(ch, bans, 16, lens, tags, NB, NB, tmo, &got);
                 uint64_t t1 = pt_now();
-                if (rc) {
+                if (e) {
                     fprintf(stderr, "gdrpy_chanpp: ab batch: %s\n", gdrpy_last_error());
-                    return 1;
+                    goto out;
                 }
                 for (int k = 0; k < NB; k++)
                     if (!ab_ok(shape, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want) &&
                         !ab_ok(0, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want)) {
                         fprintf(stderr, "gdrpy_chanpp: ab batch: wrong answer %d in mode %u\n", k,
                                 modes[mi]);
-                        return 1;
+                        goto out;
                     }
                 *seq += NB;
                 tb[(size_t)mi * rounds * BPER + (size_t)r * BPER + b] = pt_ns(t1 - t0);
@@ -384,8 +385,10 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
         snprintf(name, sizeof name, "ab-batch32-mode%u", modes[mi]);
         report(name, s, 32, tb + (size_t)mi * rounds * BPER, (size_t)rounds * BPER);
     }
+    rc = 0;
+out:
     free(tb);
-    return 0;
+    return rc;
 }
 
 int chanvar_main(int argc, char **argv); /* chanvar.c: --variants */
