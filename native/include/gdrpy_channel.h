@@ -167,6 +167,53 @@ static inline void gdrpy_chan_slot_layout(uint32_t flags, uint32_t size, uint32_
     *stride = (uint32_t)((off + (size > GDRPY_CHAN_LL_MAX ? (uint64_t)size : 0) + 63) & ~63ull);
 }
 
+/* A CPU reading message i of a ring as a consumer kernel does (sim
+ * consumers, host-side tests), either format: `slot` is the slot's CPU
+ * address (ring + (i & (nslots - 1)) * slot_stride).  1 when message i is
+ * complete: *len (at most d->slot_size), *tag, and *payload - `buf`
+ * (GDRPY_CHAN_LL_MAX bytes, the LL words unpacked) for an LL message of at
+ * most GDRPY_CHAN_LL_MAX bytes, else the slot's payload in place, read
+ * after an acquire load of the sequence word.  0: not (yet) complete. */
+static inline int gdrpy_chan_host_take(const gdrpy_chan_desc_t *d, const void *slot, uint64_t i,
+                                       unsigned char *buf, uint32_t *len, uint32_t *tag,
+                                       const unsigned char **payload)
+{
+    const unsigned char *s = (const unsigned char *)slot;
+    uint32_t n;
+    if (d->flags & GDRPY_CHAN_PLAIN) {
+        if (__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != i + 1) return 0;
+        const uint64_t h = __atomic_load_n((const uint64_t *)(s + 8), __ATOMIC_RELAXED);
+        n = (uint32_t)h;
+        *tag = (uint32_t)(h >> 32);
+        *payload = s + GDRPY_CHAN_HDR;
+    } else {
+        const uint32_t f = (uint32_t)(i + 1);
+        const uint64_t w0 = __atomic_load_n((const uint64_t *)s, __ATOMIC_RELAXED);
+        const uint64_t w1 = __atomic_load_n((const uint64_t *)(s + 8), __ATOMIC_RELAXED);
+        if ((uint32_t)w0 != f || (uint32_t)w1 != f) return 0;
+        n = (uint32_t)(w1 >> 32);
+        if (n <= GDRPY_CHAN_LL_MAX) {
+            for (uint32_t k = 0; 4 * k < n; k++) {
+                const uint64_t w = __atomic_load_n((const uint64_t *)(s + 16 + 8 * k), __ATOMIC_RELAXED);
+                if ((uint32_t)w != f) return 0;
+                const uint32_t v = (uint32_t)(w >> 32);
+                __builtin_memcpy(buf + 4 * k, &v, n - 4 * k < 4 ? n - 4 * k : 4);
+            }
+            *payload = buf;
+        } else {
+            /* the plain area: word 0 again with an acquire load (the
+             * writer's release between payload and header words) */
+            if ((uint32_t)__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != f) return 0;
+            uint32_t w, off, stride;
+            gdrpy_chan_slot_layout(d->flags, d->slot_size, &w, &off, &stride);
+            *payload = s + off;
+        }
+        *tag = (uint32_t)(w0 >> 32);
+    }
+    *len = n < d->slot_size ? n : d->slot_size;
+    return 1;
+}
+
 /* One message of a batch. */
 typedef struct gdrpy_chan_msg {
     const void *buf;

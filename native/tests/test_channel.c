@@ -333,10 +333,57 @@ static int writev_checks_every_range_first(void)
     return 0;
 }
 
+/* gdrpy_chan_host_take on slots built by hand: an LL message is taken only
+ * when every word it needs carries its sequence; lengths are clamped to the
+ * slot; PLAIN needs its sequence word. */
+static int host_take_checks_every_word_and_clamps(void)
+{
+    _Alignas(64) unsigned char s[256];
+    unsigned char buf[GDRPY_CHAN_LL_MAX];
+    const unsigned char *pl;
+    uint32_t len, tag;
+    uint64_t w[6];
+    gdrpy_chan_desc_t d;
+    memset(&d, 0, sizeof d);
+    d.nslots = 8;
+    d.slot_size = 16;
+    const uint64_t i = 41;          /* f = 42 */
+    w[0] = 42 | (uint64_t)7 << 32;  /* tag 7 */
+    w[1] = 42 | (uint64_t)12 << 32; /* len 12: words 2..4 */
+    for (int k = 0; k < 4; k++) w[2 + k] = 42 | (uint64_t)(0x01020304u * (k + 1)) << 32;
+    memcpy(s, w, sizeof w);
+    CHECK(gdrpy_chan_host_take(&d, s, i, buf, &len, &tag, &pl) == 1);
+    CHECK(len == 12 && tag == 7 && pl == buf);
+    uint32_t v[3];
+    memcpy(v, buf, 12);
+    CHECK(v[0] == 0x01020304u && v[1] == 0x02040608u && v[2] == 0x0306090cu);
+    CHECK(gdrpy_chan_host_take(&d, s, i + 8, buf, &len, &tag, &pl) == 0); /* next lap */
+    uint64_t old = 41 | (uint64_t)0xdead << 32;                           /* a stale word of the last lap */
+    memcpy(s + 32, &old, 8);
+    CHECK(gdrpy_chan_host_take(&d, s, i, buf, &len, &tag, &pl) == 0);
+    memcpy(s + 32, &w[4], 8);
+    w[1] = 42 | (uint64_t)4 << 32; /* len 4: word 2 only, word 4 may be stale */
+    memcpy(s + 8, &w[1], 8);
+    CHECK(gdrpy_chan_host_take(&d, s, i, buf, &len, &tag, &pl) == 1 && len == 4);
+    memcpy(s + 32, &old, 8);
+    CHECK(gdrpy_chan_host_take(&d, s, i, buf, &len, &tag, &pl) == 1 && len == 4);
+    /* PLAIN: the sequence word, then len/tag; len clamped to the slot */
+    d.flags = GDRPY_CHAN_PLAIN;
+    uint64_t h[2] = {i + 1, 999 | (uint64_t)5 << 32};
+    memcpy(s, h, sizeof h);
+    CHECK(gdrpy_chan_host_take(&d, s, i, buf, &len, &tag, &pl) == 1);
+    CHECK(len == 16 && tag == 5 && pl == s + GDRPY_CHAN_HDR);
+    h[0] = i;
+    memcpy(s, h, 8);
+    CHECK(gdrpy_chan_host_take(&d, s, i, buf, &len, &tag, &pl) == 0);
+    return 0;
+}
+
 int main(void)
 {
     RUN(bad_arguments_are_rejected);
     RUN(writev_checks_every_range_first);
+    RUN(host_take_checks_every_word_and_clamps);
     for (int plain = 0; plain < 2; plain++) {
         g_flags = plain ? GDRPY_CHAN_PLAIN : 0;
         printf("-- slot format %s\n", plain ? "PLAIN" : "LL (default)");

@@ -778,38 +778,6 @@ static void sleep_ns(int64_t ns)
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {}
 }
 
-/* LL message i in slot s (a CPU reading the ring as the kernel does): 1 when
- * every word it needs carries its sequence number; *pl = the payload
- * (unpacked into buf, or the slot's plain area after an acquire load). */
-static int sim_ll_take(const char *s, uint64_t i, const gdrpy_chan_desc_t *d, unsigned char *buf,
-                       uint32_t *len, uint32_t *tag, const unsigned char **pl)
-{
-    uint32_t f = (uint32_t)(i + 1);
-    uint64_t w0 = __atomic_load_n((const uint64_t *)s, __ATOMIC_RELAXED);
-    uint64_t w1 = __atomic_load_n((const uint64_t *)(s + 8), __ATOMIC_RELAXED);
-    if ((uint32_t)w0 != f || (uint32_t)w1 != f) return 0;
-    uint32_t n = (uint32_t)(w1 >> 32);
-    if (n <= GDRPY_CHAN_LL_MAX) {
-        for (uint32_t k = 0; k < (n + 3) / 4; k++) {
-            uint64_t w = __atomic_load_n((const uint64_t *)(s + 16 + 8 * k), __ATOMIC_RELAXED);
-            if ((uint32_t)w != f) return 0;
-            uint32_t v = (uint32_t)(w >> 32);
-            memcpy(buf + 4 * k, &v, n - 4 * k < 4 ? n - 4 * k : 4);
-        }
-        *pl = buf;
-    } else {
-        /* plain area: confirm word 0 with an acquire load (the host's
-         * sfence between payload and header words is the release) */
-        if ((uint32_t)__atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) != f) return 0;
-        uint32_t w, off, stride;
-        gdrpy_chan_slot_layout(d->flags, d->slot_size, &w, &off, &stride);
-        *pl = (const unsigned char *)s + off;
-    }
-    *len = n;
-    *tag = (uint32_t)(w0 >> 32);
-    return 1;
-}
-
 /* Writes LL completion j: words in any order (each carries the sequence);
  * a payload longer than LL_MAX goes to the plain area, then a release, then
  * the header words. */
@@ -869,15 +837,7 @@ static void *sim_consumer_main(void *arg)
             break;
         uint32_t len = 0, tag = 0;
         const unsigned char *pl = NULL;
-        if (ll ? sim_ll_take(s, head, d, llbuf, &len, &tag, &pl)
-               : __atomic_load_n((const uint64_t *)s, __ATOMIC_ACQUIRE) == head + 1) {
-            if (!ll) {
-                uint64_t h = *(const volatile uint64_t *)(s + 8);
-                len = (uint32_t)h;
-                tag = (uint32_t)(h >> 32);
-                pl = (const unsigned char *)s + GDRPY_CHAN_HDR;
-            }
-            if (len > d->slot_size) len = d->slot_size;
+        if (gdrpy_chan_host_take(d, s, head, llbuf, &len, &tag, &pl)) {
             if (sc->flags & GDRPY_CHAN_SIM_CHECK) {
                 gdrpy_chan_pattern(head, expect, len);
                 if (tag != (uint32_t)head || (expect && memcmp(expect, pl, len) != 0)) {
