@@ -21,8 +21,9 @@ What runs (docs/examples.md has the whole story):
 * an ack collector thread sees each advance of that word and records, per
   tick, end-to-end latency = ack seen - the sender's CLOCK_MONOTONIC stamp in
   the tick (socket queueing included), and the stages in between.
-The cuMemcpy path writes the same ring with cuMemcpyHtoD (slots, then a
-count word) for the same kernel.
+The gdrpy path's channel has LL slots (--slots plain: PLAIN's header +
+payload slots).  The cuMemcpy path writes PLAIN's layout with cuMemcpyHtoD
+(slots, then a count word) for the same kernel.
 """
 
 from __future__ import annotations
@@ -88,6 +89,9 @@ def main(argv=None) -> int:
     p.add_argument("--half-seconds", type=float, default=3.0,
                    help="duration of each half-capacity point (default 3)")
     p.add_argument("--ring", type=int, default=4096, help="channel slots (power of two)")
+    p.add_argument("--slots", choices=("ll", "plain"), default="ll",
+                   help="the gdrpy path's slot format (default ll; plain: the header + "
+                        "payload format the cuMemcpy path writes)")
     p.add_argument("--shm-slots", type=int, default=1 << 18,
                    help="shared-memory source ring slots (power of two; default 262144, "
                         "16 MiB: about what the UDP socket buffer holds)")
@@ -197,6 +201,7 @@ def main(argv=None) -> int:
             rep = sweep.run_sweep(env, a, log)
         else:
             log(f"threads: {note}")
+            log(f"gdrpy path: {a.slots.upper()} slots")
             log(sweep.HEADER)
             pts = []
             for src in a.sources:
@@ -210,7 +215,7 @@ def main(argv=None) -> int:
                                 delay_ns=a.consumer_delay_ns, per_packet=a.per_packet,
                                 ticks=a.ticks, shm_slots=a.shm_slots, gso=not a.no_gso,
                                 pace=a.pace, rps_cpu=rps_cpu, gro=a.gro,
-                                burst=a.sender_burst)
+                                burst=a.sender_burst, plain=a.slots == "plain")
                             r["kind"] = "run"
                             pts.append(r)
                             log(sweep.fmt_row(r))

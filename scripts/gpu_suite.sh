@@ -185,6 +185,9 @@ if [[ " $STAGES " == *" channel "* ]]; then
         --json "$WORK/pingpong.json"
     grep -A6 '^SUMMARY' "$WORK/channel_pingpong.log"
     step channel_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
+    # the gdrpy path with PLAIN slots (the feed's format before round 10), same VM
+    step channel_feed_plain 300 python3 examples/trading_feed.py --backend nvrm --slots plain \
+        --paths gdrpy --json "$WORK/trading_feed_plain.json"
 fi
 
 if want misuse; then

@@ -215,20 +215,24 @@ def main(d):
         if (pp.get("c_tool") or {}).get("error"):
             p(f"  C tool: {pp['c_tool']['error']}")
 
-    for fname in ("trading_feed.json", "feed_sweep.json"):
+    for fname in ("trading_feed.json", "trading_feed_plain.json", "feed_sweep.json"):
         tf = load(d, fname)
         if not tf:
             continue
         p("")
-        p(f"trading feed ({fname}): end-to-end (sender stamp -> ack seen) p50 / p99 us")
+        p(f"trading feed ({fname}): end-to-end (sender stamp -> ack seen) p50 / p99 us, "
+          "written -> ack seen p50 / p99 us")
         for r in tf.get("points", []):
-            e = (r.get("latency_us") or {}).get("end_to_end", {})
+            lat = r.get("latency_us") or {}
+            e, w = lat.get("end_to_end", {}), lat.get("ring_consumer_ack", {})
             lo = r.get("loss") or {}
-            p(f"  {r.get('kind', ''):<13} {r.get('source')}/{r.get('handler')}/{r.get('path'):<8} "
+            where = f"{r.get('source')}/{r.get('handler')}/{r.get('path')}/{r.get('slot_format')}"
+            p(f"  {r.get('kind', ''):<13} {where:<21} "
               f"{r.get('offered_per_s', 0):>11,.0f}/s  "
               f"processed {r.get('processed_per_s') or 0:>11,.0f}/s"
               f"  lost {lo.get('lost')}  full {(r.get('ring') or {}).get('full_events')}  "
-              f"{us(e.get('median'))} / {us(e.get('p99'))}"
+              f"{us(e.get('median'))} / {us(e.get('p99'))}  {us(w.get('median'))} / "
+              f"{us(w.get('p99'))}"
               f"{'' if r.get('checks_ok') else '  CHECK FAILED'}")
         for k, v in (tf.get("zero_loss_capacity") or {}).items():
             p(f"  zero-loss capacity {k}: {v:,.0f}/s")

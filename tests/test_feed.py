@@ -46,13 +46,18 @@ def assert_clean(r):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("handler", ["c", "py"])
-def test_feed_no_torn_reordered_or_duplicated_ticks_at_full_speed(backend, handler):
+@pytest.mark.parametrize("slots", ["ll", "plain"])
+def test_feed_no_torn_reordered_or_duplicated_ticks_at_full_speed(backend, handler, slots):
     # rate 0: the shm sender publishes as fast as it can; the NIC-style ring
-    # drops what does not fit (counted), the channel ring pushes back
+    # drops what does not fit (counted), the channel ring pushes back.  The
+    # gdrpy path's channel in either slot format (the kernel and the sim
+    # consumer take both); the cuMemcpy path always writes PLAIN's layout.
     rep, _ = feed(["--handlers", handler, "--paths", "gdrpy,cuMemcpy", "--sources", "shm",
-                     "--rate", "0", "--ticks", "300000", "--seconds", "3"], backend)
+                     "--rate", "0", "--ticks", "300000", "--seconds", "3", "--slots", slots],
+                  backend)
     assert len(rep["points"]) == 2
     for r in rep["points"]:
+        assert r["slot_format"] == (slots if r["path"] == "gdrpy" else "plain"), describe(r)
         assert_clean(r)
         lo = r["loss"]
         assert lo["generated"] == 300000, describe(r)

@@ -16,6 +16,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 BUILD = os.path.join(HERE, "build")
 TICK = 32
+CHAN_PLAIN = 1    # GDRPY_CHAN_PLAIN (gdrpy_channel.h): the cuMemcpy path's slot layout
 SHM_HDR, SHM_SLOT, SHM_MAGIC = 4096, 64, 0x4D48534445454646
 OUT_SYM = 64
 HBUCKETS = 1024 + 40 * 512
@@ -132,9 +133,10 @@ def lib():
         "feed_udp_recv_batch": (i32, [i32, vp, u32, u32, vp]),
         "feed_simc_start": (vp, [vp, i32, vp, u32, u64, u64, u64, i32]),
         "feed_simc_join": (i32, [vp, ctypes.c_double]),
-        "feed_cchan_open": (vp, [i32, ctypes.c_char_p, u64, u64, u32, ctypes.c_char_p, i32]),
+        "feed_cchan_open": (vp, [i32, ctypes.c_char_p, u64, u64, u32, i32, ctypes.c_char_p,
+                                 i32]),
         "feed_cchan_chan": (vp, [vp]), "feed_cchan_host_block": (vp, [vp]),
-        "feed_chan_device_bytes": (u64, [u32]), "feed_cchan_ctx": (u64, [vp]),
+        "feed_chan_device_bytes": (u64, [u32, i32]), "feed_cchan_ctx": (u64, [vp]),
         "feed_cchan_desc": (i32, [vp, vp]),
         "feed_cchan_shutdown": (i32, [vp, i32, ctypes.c_double, vp]),
         "feed_cchan_close": (None, [vp]), "feed_sim_alloc": (u64, [u64]),
@@ -218,14 +220,16 @@ class Ring:
 
     path 'gdrpy': a gdrpy channel (Python handler: ``gdrpy.Channel`` on the
     Python context; C handler: ``gdrpy_chan_create`` on libfeedcore's own
-    context, over the same kind of memory).  path 'cuMemcpy': the same slot
-    layout in a plain device buffer, written with cuMemcpyHtoD, plus a count
-    word.  The consumer (GPU kernel or sim thread) publishes "consumed" (the
-    ack) in host memory; ``consumed_ptr`` is its CPU address."""
+    context, over the same kind of memory), LL slots unless ``plain``.  path
+    'cuMemcpy': PLAIN's slot layout (header + tick) in a plain device buffer,
+    written with cuMemcpyHtoD, plus a count word.  The consumer (GPU kernel
+    or sim thread) publishes "consumed" (the ack) in host memory;
+    ``consumed_ptr`` is its CPU address."""
 
     def __init__(self, env, handler: str, path: str, nslots: int, nsym: int, seed: int,
-                 delay_ns: int = 0, idle_ns: int = 20_000_000_000):
+                 delay_ns: int = 0, idle_ns: int = 20_000_000_000, plain: bool = False):
         self.env, self.handler, self.path = env, handler, path
+        self.plain = plain or path == "cuMemcpy"
         self.nslots, self.nsym, self.seed = nslots, nsym, seed
         self.delay_ns, self.idle_ns = delay_ns, idle_ns
         self.sim = env.sim
@@ -241,14 +245,13 @@ class Ring:
     def _setup(self, env, handler: str, path: str, nslots: int, nsym: int) -> None:
         import gdrpy
         L = env.lib
-        self.dev_bytes = int(L.feed_chan_device_bytes(nslots))
+        self.dev_bytes = int(L.feed_chan_device_bytes(nslots, int(self.plain)))
         if not self.dev_bytes:
             raise RuntimeError(L.feed_last_error().decode())
         cpu_dev = self.sim and handler == "c"       # sim memory of libfeedcore's own copy
         if path == "gdrpy" and handler == "py":
-            # PLAIN slots: the consumer kernel reads ticks in place (gdrpy_chan_msg)
             self.chan = gdrpy.Channel(env.ctx, nslots=nslots, slot_size=TICK, comp_size=0,
-                                      comp_nslots=2, plain=True)
+                                      comp_nslots=2, plain=self.plain)
             self.desc = self.chan.desc
         else:
             if cpu_dev:
@@ -267,7 +270,8 @@ class Ring:
             if path == "gdrpy":
                 err = ctypes.create_string_buffer(256)
                 self.cchan = L.feed_cchan_open(env.device, env.backend.encode(), self.dptr,
-                                               self.dev_bytes, nslots, err, 256)
+                                               self.dev_bytes, nslots, int(self.plain), err,
+                                               256)
                 if not self.cchan:
                     raise RuntimeError(f"C channel: {err.value.decode()}")
                 d = ctypes.create_string_buffer(64)
@@ -276,7 +280,7 @@ class Ring:
             else:
                 self.hostblk, hdev = env.host_alloc(4096)
                 self.desc = struct.pack("<QQQQIIIIIIII", self.dptr, self.dptr + 128, hdev, 0,
-                                        nslots, 64, TICK, 0, 0, 0, 0, 0)
+                                        nslots, 64, TICK, 0, 0, 0, CHAN_PLAIN, 0)
         d = struct.unpack_from("<QQQQIII", self.desc)
         self.dev_ctrl, self.ring, self.host_ctrl = d[0], d[1], d[2]
         self.slot_stride = d[5]

@@ -924,37 +924,24 @@ static void *simc_main(void *arg)
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
     uint64_t t_idle = now_ns();
     for (;;) {
-        uint64_t n = 0;
+        uint64_t n = 0, avail = 128;
         if (c->published) {
             uint64_t pub = ld_acq((const volatile uint64_t *)(dev + FEED_DEV_PUBLISHED));
-            n = pub > head ? pub - head : 0;
-            if (n > 128) n = 128;
-        } else {
-            while (n < 128) {
-                unsigned char *sl = ring + ((head + n) & (d->nslots - 1)) * d->slot_stride;
-                if (ld_acq((const volatile uint64_t *)sl) != head + n + 1) break;
-                n++;
-            }
+            avail = pub > head ? pub - head : 0;
+            if (avail > 128) avail = 128;
         }
-        if (n == 0) {
-            uint32_t mode = __atomic_load_n((const uint32_t *)(dev + GDRPY_CHAN_DEV_SHUTDOWN),
-                                            __ATOMIC_ACQUIRE);
-            if (mode == GDRPY_CHAN_ABORT) break;
-            if (mode == GDRPY_CHAN_DRAIN &&
-                head >= *(volatile uint64_t *)(dev + GDRPY_CHAN_DEV_SENT)) break;
-            if (c->idle_ns && now_ns() - t_idle > c->idle_ns) {
-                status = GDRPY_CHAN_ST_TIMEOUT;
-                break;
-            }
-            sched_yield();
-            continue;
-        }
-        for (uint64_t k = 0; k < n; k++) {
-            unsigned char *sl = ring + ((head + k) & (d->nslots - 1)) * d->slot_stride;
-            uint32_t len;
-            memcpy(&len, sl + 8, 4);
+        for (; n < avail; n++) {
+            /* the channel's slots in either format (gdrpy_chan_host_take);
+             * the cuMemcpy path's: header + tick, counted by `published` */
+            const unsigned char *sl = ring + ((head + n) & (d->nslots - 1)) * d->slot_stride;
+            unsigned char llbuf[GDRPY_CHAN_LL_MAX];
+            const unsigned char *pl = sl + GDRPY_CHAN_HDR;
+            uint32_t len, tag;
+            if (c->published) memcpy(&len, sl + 8, 4);
+            else if (!gdrpy_chan_host_take(d, sl, head + n, llbuf, &len, &tag, &pl)) break;
             feed_tick_t t, ref;
-            memcpy(&t, sl + GDRPY_CHAN_HDR, sizeof t);
+            memset(&t, 0, sizeof t);
+            memcpy(&t, pl, len < sizeof t ? len : sizeof t);
             if (len != FEED_TICK_SIZE) badlen++;
             feed_tick_fill(&ref, t.seq, c->seed, c->nsym);
             if (ref.sym != t.sym || ref.qty != t.qty || ref.px != t.px) torn++;
@@ -975,6 +962,19 @@ static void *simc_main(void *arg)
                 uint64_t t0 = now_ns();
                 while (now_ns() - t0 < c->delay_ns) cpu_relax();
             }
+        }
+        if (n == 0) {
+            uint32_t mode = __atomic_load_n((const uint32_t *)(dev + GDRPY_CHAN_DEV_SHUTDOWN),
+                                            __ATOMIC_ACQUIRE);
+            if (mode == GDRPY_CHAN_ABORT) break;
+            if (mode == GDRPY_CHAN_DRAIN &&
+                head >= *(volatile uint64_t *)(dev + GDRPY_CHAN_DEV_SENT)) break;
+            if (c->idle_ns && now_ns() - t_idle > c->idle_ns) {
+                status = GDRPY_CHAN_ST_TIMEOUT;
+                break;
+            }
+            sched_yield();
+            continue;
         }
         head += n;
         st_rel((volatile uint64_t *)(host + GDRPY_CHAN_HOST_CONSUMED), head);
@@ -1068,12 +1068,20 @@ void feed_sim_free(uint64_t dptr)
     if (dptr) gdrpy_sim_free(dptr);
 }
 
+/* The feed's channel: `nslots` tick slots, LL (plain == 0) or PLAIN format;
+ * no completions (the consumed count is the ack). */
+static gdrpy_chan_config_t feed_chan_config(uint32_t nslots, int plain)
+{
+    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE, .comp_nslots = 2, .comp_size = 0, .flags = plain ? GDRPY_CHAN_PLAIN : 0};
+    return cfg;
+}
+
 feed_cchan_t *feed_cchan_open(int device, const char *backend, uint64_t dptr, uint64_t size,
-                              uint32_t nslots, char *err, int errlen)
+                              uint32_t nslots, int plain, char *err, int errlen)
 {
     feed_cchan_t *c = calloc(1, sizeof *c);
     void *mp, *up;
-    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE, .comp_nslots = 2, .comp_size = 0, .flags = GDRPY_CHAN_PLAIN};
+    gdrpy_chan_config_t cfg = feed_chan_config(nslots, plain);
     const char *what = "calloc";
     if (!c) goto fail;
     what = "gdrpy_open";
@@ -1093,9 +1101,9 @@ fail:
     return NULL;
 }
 
-uint64_t feed_chan_device_bytes(uint32_t nslots)
+uint64_t feed_chan_device_bytes(uint32_t nslots, int plain)
 {
-    gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE, .comp_nslots = 2, .comp_size = 0, .flags = GDRPY_CHAN_PLAIN};
+    gdrpy_chan_config_t cfg = feed_chan_config(nslots, plain);
     size_t n = 0;
     if (gdrpy_chan_device_bytes(&cfg, &n)) {
         snprintf(feed_err, sizeof feed_err, "gdrpy_chan_device_bytes: %s", gdrpy_last_error());

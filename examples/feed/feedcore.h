@@ -197,8 +197,9 @@ FEED_API int feed_udp_recv_batch(int fd, void *buf, uint32_t cap, uint32_t max, 
 
 /* ---- sim consumer ----------------------------------------------------- */
 typedef struct feed_simc feed_simc_t;
-/* desc: a gdrpy_chan_desc_t (host addresses on sim); published: 1 = the
- * cuMemcpy path's count word instead of the slots' sequence words; out: the
+/* desc: a gdrpy_chan_desc_t (host addresses on sim; its flags say the slot
+ * format); published: 1 = the cuMemcpy path (header + tick slots and a
+ * count word instead of the slots' sequence words); out: the
  * result block; acc unused (the thread keeps its own sums). */
 FEED_API feed_simc_t *feed_simc_start(const void *desc, int published, void *out,
                                       uint32_t nsym, uint64_t seed, uint64_t idle_ns,
@@ -207,9 +208,11 @@ FEED_API int feed_simc_join(feed_simc_t *c, double timeout_s);   /* 0 ok, 1 stil
 
 /* ---- channel on this library's own gdrpy context (C handler) ---------- */
 typedef struct feed_cchan feed_cchan_t;
+/* plain: 0 = LL slots (the default), 1 = PLAIN slots (gdrpy_channel.h) */
 FEED_API feed_cchan_t *feed_cchan_open(int device, const char *backend, uint64_t dptr,
-                                       uint64_t size, uint32_t nslots, char *err, int errlen);
-FEED_API uint64_t feed_chan_device_bytes(uint32_t nslots);   /* 0 on error */
+                                       uint64_t size, uint32_t nslots, int plain, char *err,
+                                       int errlen);
+FEED_API uint64_t feed_chan_device_bytes(uint32_t nslots, int plain);   /* 0 on error */
 FEED_API void *feed_cchan_chan(feed_cchan_t *c);
 FEED_API void *feed_cchan_host_block(feed_cchan_t *c);    /* CPU address */
 FEED_API uint64_t feed_cchan_ctx(feed_cchan_t *c);

@@ -19,16 +19,36 @@ __device__ __forceinline__ u64 mix64(u64 z)
     return z ^ (z >> 31);
 }
 
-/* One warp consumes the channel (gdrpy_channel.cuh helpers): each round lane
- * k looks at message head + k, the ready prefix (up to 32) is loaded and
+/* One tick's fields from a message the warp took (gdrpy_chan_take): an LL
+ * tick's words are in registers, a PLAIN slot's tick is read in place. */
+__device__ __forceinline__ void tick_fields(const gdrpy_chan_in_t &in, u64 &seq, u64 &px,
+                                            u32 &sym, u32 &qty)
+{
+    if (in.plain) {
+        seq = *(const volatile u64 *)(in.plain + 0);
+        px = *(const volatile u64 *)(in.plain + 16);
+        sym = *(const volatile u32 *)(in.plain + 24);
+        qty = *(const volatile u32 *)(in.plain + 28);
+    } else if (in.len == 32u) {
+        seq = (u64)in.buf[0] | ((u64)in.buf[1] << 32);
+        px = (u64)in.buf[4] | ((u64)in.buf[5] << 32);
+        sym = in.buf[6];
+        qty = in.buf[7];
+    }
+}
+
+/* One warp consumes the channel (gdrpy_channel.cuh helpers, LL or PLAIN
+ * slots).  While idle the whole warp takes message head alone (one request
+ * per poll); the round after one that found messages looks at 32 slots,
+ * lane k at message head + k (bursts).  The ready prefix (up to 32) is
  * checked in parallel (tick against its seq: torn; sequence continuity
  * against the previous tick), then ONE release store publishes "consumed"
  * to the host - the ack: these ticks are in the warp's registers, checked,
  * and their slots free - and only then go the per-symbol integer sums
  * (atomics: order-independent, exact), so the ack's release does not wait
- * for this round's atomics.  published != 0 (cuMemcpy path): a count word
- * at dev_ctrl + 96 says how many messages are complete instead of the
- * slots' sequence words. */
+ * for this round's atomics.  published != 0 (cuMemcpy path): PLAIN's slot
+ * layout, and a count word at dev_ctrl + 96 says how many messages are
+ * complete instead of the slots' sequence words. */
 extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64 *acc,
                                          unsigned char *out, u32 nsym, u64 seed,
                                          u64 idle_ns, u64 delay_ns)
@@ -44,12 +64,14 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
     u64 t_idle = gdrpy_globaltimer();
     u32 status = GDRPY_CHAN_ST_STOPPED;
     unsigned spins = 0, rounds = 0;
-    bool fresh = true;
+    bool fresh = true, burst = false;
     for (;;) {
         u64 batch = 0;
         for (int r = 0; r < 4; ++r) {
             u64 base = head + batch;
             unsigned n;
+            u64 seq = 0, px = 0;
+            u32 sym = 0, qty = 0, len = 0;
             if (published) {
                 /* one lane loads the count and broadcasts it: lanes loading
                  * it themselves could see different values (divergence) */
@@ -59,20 +81,23 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
                 __syncwarp();
                 u64 avail = pub > base ? pub - base : 0;
                 n = avail > window ? window : (unsigned)avail;
+                if (n == 0) break;
+                if (lane < n) {
+                    const volatile unsigned char *m = gdrpy_chan_msg(d, base + lane, &len, 0);
+                    seq = *(const volatile u64 *)(m + 0);
+                    px = *(const volatile u64 *)(m + 16);
+                    sym = *(const volatile u32 *)(m + 24);
+                    qty = *(const volatile u32 *)(m + 28);
+                }
             } else {
-                bool ready = lane < window && gdrpy_chan_ready(d, base + lane);
-                unsigned mask = __ballot_sync(full, ready);
-                n = (mask == full) ? 32u : (unsigned)(__ffs(~mask) - 1);
-            }
-            if (n == 0) break;
-            u64 seq = 0, px = 0;
-            u32 sym = 0, qty = 0, len = 0;
-            if (lane < n) {
-                const volatile unsigned char *m = gdrpy_chan_msg(d, base + lane, &len, 0);
-                seq = *(const volatile u64 *)(m + 0);
-                px = *(const volatile u64 *)(m + 16);
-                sym = *(const volatile u32 *)(m + 24);
-                qty = *(const volatile u32 *)(m + 28);
+                gdrpy_chan_in_t in;
+                n = burst ? gdrpy_chan_poll_warp_in(d, base, &in)
+                          : gdrpy_chan_poll_warp_one(d, base, &in);
+                if (n == 0) break;
+                if (lane < n) {
+                    len = in.len;
+                    tick_fields(in, seq, px, sym, qty);
+                }
             }
             u64 prev = __shfl_up_sync(full, seq, 1);
             if (lane == 0) prev = last;
@@ -102,6 +127,7 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
             }
             if (n < 32u) break;
         }
+        burst = batch != 0;
         if (batch == 0) {
             /* idle: every 16th poll looks at the shutdown word (each look is
              * another round trip to memory before the next poll) */

@@ -93,8 +93,10 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
               inject_skip: int = 0, delay_ns: int = 0, per_packet: int = 1,
               cpus: tuple = (-1, -1, -1, -1), ticks: int = 0, check: bool = True,
               gso: bool = True, pace: str = "yield", rps_cpu: int = -1,
-              gro: bool = False, burst: int = 256) -> dict:
-    """One measured run; returns its record (JSON-able)."""
+              gro: bool = False, burst: int = 256, plain: bool = False) -> dict:
+    """One measured run; returns its record (JSON-able).  plain: the gdrpy
+    path's channel uses PLAIN slots instead of LL (the cuMemcpy path always
+    writes PLAIN's layout)."""
     from engine import (
         H_E2E,
         H_GPU,
@@ -111,12 +113,13 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
     rec: dict = {"handler": handler, "path": path, "source": src, "offered_per_s": rate,
                  "seconds": seconds, "ring_slots": nslots, "batch_max": batch,
                  "sim": env.sim, "on_full": on_full, "per_packet": per_packet,
-                 "sender_mode": {"gso": gso, "pace": pace, "burst": burst}}
+                 "sender_mode": {"gso": gso, "pace": pace, "burst": burst},
+                 "slot_format": "plain" if plain or path == "cuMemcpy" else "ll"}
     err = None
     snmp0 = None
     sock = shm = sender = None
     try:
-        ring = Ring(env, handler, path, nslots, nsym, seed, delay_ns=delay_ns)
+        ring = Ring(env, handler, path, nslots, nsym, seed, delay_ns=delay_ns, plain=plain)
     except Exception as e:  # a point that could not be set up is reported
         rec.update(error=f"setting up the ring: {type(e).__name__}: {e}",
                    latency_us={k: {"n": 0} for k in ("end_to_end", "socket_or_shm", "handler",

@@ -226,7 +226,7 @@ def run_sweep(env, a, log=print) -> dict:
     common = {"nsym": a.symbols, "seed": a.seed, "nslots": a.ring, "batch": a.batch,
               "cpus": cpus, "rcvbuf": a.rcvbuf, "per_packet": a.per_packet, "gso": not a.no_gso,
               "pace": a.pace, "shm_slots": a.shm_slots, "rps_cpu": a.rps, "gro": a.gro,
-              "burst": a.sender_burst}
+              "burst": a.sender_burst, "plain": a.slots == "plain"}
     points: list[dict] = []
     report: dict = {"points": points, "threads": pin_note, "zero_loss_capacity": {}}
     t0 = time.monotonic()
