@@ -401,6 +401,11 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
  * (SM cycles, to host block words 104 and 112). */
 #define GDRPY_PP_AB_FLOOR 4096u
 #define GDRPY_PP_AB_FLOOR_CTRL 33554432u
+/* GDRPY_PP_AB_FLOOR_AT (with FLOOR): the flag at the device block offset the
+ * host stored in spare word GDRPY_PP_AB_AT_WORD (24) - a line of the ring
+ * (`gdrpy_chanpp --ab-answer` scans where the flag's line lies) */
+#define GDRPY_PP_AB_FLOOR_AT 536870912u
+#define GDRPY_PP_AB_AT_WORD 24u
 /* GDRPY_PP_AB_LEAN: the idle poll's sample is the slot's first 32 bytes, and a
  * message of at most 8 bytes is answered without a vote */
 #define GDRPY_PP_AB_LEAN 67108864u
@@ -411,8 +416,11 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
 __device__ __forceinline__ u32 ab_floor(const gdrpy_chan_desc_t &d, u64 head, u32 mode)
 {
     const unsigned lane = threadIdx.x & 31u;
-    const unsigned char *s = (mode & GDRPY_PP_AB_FLOOR_CTRL) ? (const unsigned char *)(d.dev_ctrl + 48u)
-                                                             : gdrpy_chan_slot(d, head);
+    const unsigned char *s =
+        (mode & GDRPY_PP_AB_FLOOR_CTRL) ? (const unsigned char *)(d.dev_ctrl + 48u)
+        : (mode & GDRPY_PP_AB_FLOOR_AT)
+            ? (const unsigned char *)(d.dev_ctrl + *(const volatile u32 *)(d.dev_ctrl + GDRPY_PP_AB_AT_WORD))
+            : gdrpy_chan_slot(d, head);
     volatile u64 *ans = (volatile u64 *)(d.host_ctrl + 96u);
     u64 prev = 0;
     if (lane == 0) {

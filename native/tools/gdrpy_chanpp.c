@@ -184,7 +184,9 @@ static int check_batch(const answer_t *ans, const gdrpy_chan_msg_t *bm, int batc
  *             3 the same from one lane
  *   256       the idle poll of round 8 (one sample per serve() pass)
  *   4096      GDRCopy pplat's flag-only round trip on this kernel and
- *             memory (ab_floor_block); +33554432: its flag on a fixed line
+ *             memory (ab_floor_block); +33554432: its flag on a fixed line;
+ *             +536870912: its flag on line ab_scan_line(r) of the ring, one
+ *             line per block, 64 lines in turn ("ab-scan" line per block)
  *   67108864  the idle poll's lean sample (32 bytes, no vote); +268435456:
  *             the host also stores each message's first four LL words on a
  *             fixed line (device block bytes 32..63), which the sample reads
@@ -202,6 +204,19 @@ static int ab_ok(unsigned shape, uint32_t len, uint32_t tag, const unsigned char
     return len == 4 && c4 == want && tag == 0;
 }
 
+/* Mode 4096 + 536870912, block r: the device block offset of the flag -
+ * line (r % 64) of 64 spread over the ring: slot (r % 64) * nslots / 64,
+ * and a different 64-byte line of that slot each time (the slot's first
+ * line every 8th).  Never the device block's control words. */
+static uint32_t ab_scan_line(const gdrpy_chan_desc_t *d, int r)
+{
+    const uint32_t j = (uint32_t)r % 64u;
+    const uint32_t slot = j * (d->nslots >= 64 ? d->nslots / 64 : 1) % d->nslots;
+    const uint32_t lines = d->slot_stride / 64u;
+    const uint32_t line = (j % 8u) * 7u % lines;
+    return GDRPY_CHAN_DEV_CTRL + slot * d->slot_stride + line * 64u;
+}
+
 /* One --ab-answer block of the flag-only floor (mode 4096): a channel round
  * trip (the kernel reads the mode after it), then `per` timed round trips
  * of an 8-byte flag (word 0 of the next message's slot, or the device
@@ -211,7 +226,7 @@ static int ab_ok(unsigned shape, uint32_t len, uint32_t tag, const unsigned char
 static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *msg, size_t s,
                           uint32_t want, uint64_t *seq, unsigned prev, uint64_t *fseq,
                           const unsigned *modes, int nmodes, int mi, uint64_t *lat, int64_t *t,
-                          int per)
+                          int per, uint32_t at)
 {
     unsigned char ans[16];
     uint32_t len = 99, tag = 0;
@@ -235,6 +250,8 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
                                                     (size_t)(*seq & (dsc.nslots - 1)) * dsc.slot_stride);
     if (modes[mi] & 33554432u) /* the flag in the device block's word 48 */
         flag = (volatile uint64_t *)((char *)gdrpy_chan_device_block(ch) + 48);
+    else if (modes[mi] & 536870912u) /* the scanned line (ab_scan_line) */
+        flag = (volatile uint64_t *)((char *)gdrpy_chan_device_block(ch) + at);
     const volatile uint64_t *answer =
         (const volatile uint64_t *)((char *)gdrpy_chan_host_block(ch) + 96);
     for (int i = -1; i <= per; i++) {
@@ -266,6 +283,18 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
     lat[0] += answer[1];
     lat[1] += answer[2];
     lat[2]++;
+    if (modes[mi] & 536870912u) {
+        int64_t *c = malloc(sizeof *c * (size_t)per);
+        if (!c) return 1;
+        memcpy(c, t, sizeof *c * (size_t)per);
+        qsort(c, (size_t)per, sizeof *c, cmp_i64);
+        printf("{\"path\": \"ab-scan\", \"offset\": %u, \"slot\": %u, \"line\": %u, "
+               "\"median_us\": %.3f, \"flag_line_cycles\": %llu}\n",
+               at, (at - GDRPY_CHAN_DEV_CTRL) / dsc.slot_stride,
+               (at - GDRPY_CHAN_DEV_CTRL) % dsc.slot_stride / 64, c[per / 2] / 1000.0,
+               (unsigned long long)answer[1]);
+        free(c);
+    }
     return 0;
 }
 
@@ -290,13 +319,19 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
     for (int r = 0; r < rounds; r++)
         for (int mi = 0; mi < nmodes; mi++) {
             const unsigned shape = modes[mi] & 3u;
+            gdrpy_chan_desc_t dsc;
+            gdrpy_chan_get_desc(ch, &dsc);
+            const uint32_t at = ab_scan_line(&dsc, r);
+            /* the scanned flag's offset, for the kernel's ab_floor (word 24) */
+            *(volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 24) = at;
             *mode_word = modes[mi];
             __atomic_thread_fence(__ATOMIC_SEQ_CST); /* x86: mfence, which also drains WC */
             if (modes[mi] & 4096u) {
                 /* the flag-only floor in the kernel (ab_floor): after one
                  * channel round trip the kernel polls word 40 */
                 if (ab_floor_block(ch, tmo, msg, s, want, seq, prev, &fseq, modes, nmodes, mi,
-                                   lat[mi], t + (size_t)mi * rounds * PER + (size_t)r * PER, PER))
+                                   lat[mi], t + (size_t)mi * rounds * PER + (size_t)r * PER, PER,
+                                   at))
                     goto out;
                 continue;
             }
