@@ -311,6 +311,8 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
     for (size_t k = 0; k < s; k++) msg[k] = (unsigned char)(k * 7 + s);
     const uint32_t want = gdrpy_chan_checksum(msg, s);
     volatile uint32_t *mode_word = (volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 16);
+    gdrpy_chan_desc_t dsc;
+    gdrpy_chan_get_desc(ch, &dsc);
     /* mode 268435456: each message's first four LL words also on the fixed
      * line at device block bytes 32..63 (the kernel's GDRPY_PP_AB_EXPRESS) */
     volatile uint64_t *express = (volatile uint64_t *)((char *)gdrpy_chan_device_block(ch) + 32);
@@ -319,11 +321,12 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
     for (int r = 0; r < rounds; r++)
         for (int mi = 0; mi < nmodes; mi++) {
             const unsigned shape = modes[mi] & 3u;
-            gdrpy_chan_desc_t dsc;
-            gdrpy_chan_get_desc(ch, &dsc);
-            const uint32_t at = ab_scan_line(&dsc, r);
-            /* the scanned flag's offset, for the kernel's ab_floor (word 24) */
-            *(volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 24) = at;
+            uint32_t at = 0;
+            if (modes[mi] & 536870912u) {
+                /* the scanned flag's offset, for the kernel's ab_floor (word 24) */
+                at = ab_scan_line(&dsc, r);
+                *(volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 24) = at;
+            }
             *mode_word = modes[mi];
             __atomic_thread_fence(__ATOMIC_SEQ_CST); /* x86: mfence, which also drains WC */
             if (modes[mi] & 4096u) {
