@@ -215,6 +215,12 @@ def tail_attribution(L, acks, quantiles=(0.5, 0.9, 0.99, 0.999)) -> dict:
 # ---------------------------------------------------------------------------
 # One consumer ring per run
 
+def ring_is_plain(path: str, plain: bool) -> bool:
+    """The ring's slot format: PLAIN on the cuMemcpy path (its slots are
+    read in place) or when asked for, else LL."""
+    return plain or path == "cuMemcpy"
+
+
 class Ring:
     """A ring of `nslots` tick slots and its consumer.
 
@@ -229,7 +235,7 @@ class Ring:
     def __init__(self, env, handler: str, path: str, nslots: int, nsym: int, seed: int,
                  delay_ns: int = 0, idle_ns: int = 20_000_000_000, plain: bool = False):
         self.env, self.handler, self.path = env, handler, path
-        self.plain = plain or path == "cuMemcpy"
+        self.plain = ring_is_plain(path, plain)
         self.nslots, self.nsym, self.seed = nslots, nsym, seed
         self.delay_ns, self.idle_ns = delay_ns, idle_ns
         self.sim = env.sim

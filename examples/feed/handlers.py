@@ -105,6 +105,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         H_SOCKET,
         hist_stats,
         reference_sums,
+        ring_is_plain,
         tail_attribution,
     )
     L = env.lib
@@ -114,7 +115,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
                  "seconds": seconds, "ring_slots": nslots, "batch_max": batch,
                  "sim": env.sim, "on_full": on_full, "per_packet": per_packet,
                  "sender_mode": {"gso": gso, "pace": pace, "burst": burst},
-                 "slot_format": "plain" if plain or path == "cuMemcpy" else "ll"}
+                 "slot_format": "plain" if ring_is_plain(path, plain) else "ll"}
     err = None
     snmp0 = None
     sock = shm = sender = None
