@@ -171,6 +171,9 @@ struct answer_lane {
     u32 pair; /* words 2*pair, 2*pair+1 of the line */
     u32 clen; /* the answer's bytes: min(comp_size, 16) */
     u32 am, bm; /* masks of the two data words (pair 1: seq; 2: csum, len; 3: pad) */
+    /* short_answer_guess(): which of the message's tag, checksum and length
+     * go into this lane's data words (as masks: all-ones, am/bm or 0) */
+    u32 tag_m, csum_m, len_m;
 };
 
 __device__ __forceinline__ answer_lane answer_lane_of(const gdrpy_chan_desc_t &d)
@@ -180,6 +183,9 @@ __device__ __forceinline__ answer_lane answer_lane_of(const gdrpy_chan_desc_t &d
     a.clen = d.comp_size < 16u ? d.comp_size : 16u;
     a.am = a.pair == 1u ? answer_mask(a.clen, 0u) : a.pair == 2u ? answer_mask(a.clen, 8u) : 0u;
     a.bm = a.pair == 1u ? answer_mask(a.clen, 4u) : a.pair == 2u ? answer_mask(a.clen, 12u) : 0u;
+    a.tag_m = a.pair == 0u ? 0xffffffffu : 0u;
+    a.csum_m = a.pair == 2u ? a.am : 0u;
+    a.len_m = a.pair == 2u ? a.bm : 0u;
     return a;
 }
 
@@ -214,6 +220,39 @@ __device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, const a
     }
 }
 
+/* -DGDRPY_PP_AB: mode bit GDRPY_PP_AB_MMIO stores the short answers with
+ * st.mmio.relaxed.sys (16 bytes per lane, never combined, not cached) */
+#define GDRPY_PP_AB_MMIO 8192u
+/* -DGDRPY_PP_AB: the short sample without the length guess (answer_pre) */
+#define GDRPY_PP_AB_NOGUESS 65536u
+/* the mode bits under which the short sample answers with short_answer() */
+#define GDRPY_PP_AB_SHORT_OK (GDRPY_PP_AB_MMIO | GDRPY_PP_AB_NOGUESS)
+__device__ __forceinline__ void pp_st_v2(void *p, u64 a, u64 b, u32 ab_mode)
+{
+#ifdef GDRPY_PP_AB
+    if (ab_mode & GDRPY_PP_AB_MMIO) {
+        asm volatile("{ .reg .b128 t; mov.b128 t, {%1, %2}; st.mmio.relaxed.sys.global.b128 [%0], t; }"
+                     ::"l"(p), "l"(a), "l"(b) : "memory");
+        return;
+    }
+#else
+    (void)ab_mode;
+#endif
+    gdrpy_st_relaxed_v2(p, a, b);
+}
+
+/* What lanes 0..3 store of the answer to the next message, as far as it is
+ * known before the message comes (serve() computes it before each idle
+ * poll): the lane's 16 bytes of the answer line (slot), its two LL words
+ * with the message's tag / checksum / length still zero (a, b: the
+ * sequence pair, the padding pair, the length word are complete), and for
+ * a message of the length the last one had (glen <= 8) the masks of its
+ * payload's two words (m0, m1). */
+struct answer_pre {
+    u64 slot, a, b;
+    u32 glen, m0, m1;
+};
+
 /* Lanes 0..3 store the answer line to one short message: pairs 1 and 3
  * and pair 0's length word were computed before the poll (pre_*); the tag,
  * checksum and length come with the message.
@@ -225,22 +264,22 @@ __device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, const a
  * bytes from lane 0 alone (two stores). */
 #define GDRPY_PP_AB_WORD 16u
 #define GDRPY_PP_AB_OLD_POLL 256u /* bit 8: the round-8 idle poll (one sample per serve() pass) */
-__device__ __forceinline__ void single_answer(const answer_lane &al, u64 pre_slot, u64 pre_a,
-                                              u64 pre_b, u32 c, u32 len, u32 tag, u32 ab_mode)
+__device__ __forceinline__ void single_answer(const answer_lane &al, const answer_pre &pre, u32 c,
+                                              u32 len, u32 tag, u32 ab_mode)
 {
     const unsigned lane = threadIdx.x & 31u;
-    const u32 f = (u32)pre_a;
+    const u32 f = (u32)pre.a;
 #ifdef GDRPY_PP_AB
-    if (ab_mode != 0u) {
-        unsigned char *base = (unsigned char *)pre_slot - 16u * al.pair;
-        if (ab_mode == 1u) {
-            if (lane == 0u) gdrpy_st_relaxed_v2(base, gdrpy_llword(f, c), gdrpy_llword(f, 0u));
-        } else if (ab_mode == 2u) {
-            if (lane == 0u) gdrpy_st_relaxed_v2(base, gdrpy_llword(f, tag), gdrpy_llword(f, 4u));
-            if (lane == 1u) gdrpy_st_relaxed_v2(base + 16, gdrpy_llword(f, c), gdrpy_llword(f, 0u));
+    if ((ab_mode & 3u) != 0u) {
+        unsigned char *base = (unsigned char *)pre.slot - 16u * al.pair;
+        if ((ab_mode & 3u) == 1u) {
+            if (lane == 0u) pp_st_v2(base, gdrpy_llword(f, c), gdrpy_llword(f, 0u), ab_mode);
+        } else if ((ab_mode & 3u) == 2u) {
+            if (lane == 0u) pp_st_v2(base, gdrpy_llword(f, tag), gdrpy_llword(f, 4u), ab_mode);
+            if (lane == 1u) pp_st_v2(base + 16, gdrpy_llword(f, c), gdrpy_llword(f, 0u), ab_mode);
         } else if (lane == 0u) {
-            gdrpy_st_relaxed_v2(base + 16, gdrpy_llword(f, c), gdrpy_llword(f, 0u));
-            gdrpy_st_relaxed_v2(base, gdrpy_llword(f, tag), gdrpy_llword(f, 4u));
+            pp_st_v2(base + 16, gdrpy_llword(f, c), gdrpy_llword(f, 0u), ab_mode);
+            pp_st_v2(base, gdrpy_llword(f, tag), gdrpy_llword(f, 4u), ab_mode);
         }
         return;
     }
@@ -248,14 +287,39 @@ __device__ __forceinline__ void single_answer(const answer_lane &al, u64 pre_slo
     (void)ab_mode;
 #endif
     if (lane < 4u) {
-        u64 a = pre_a, b = pre_b;
+        u64 a = pre.a, b = pre.b;
         if (al.pair == 0u) a = gdrpy_llword(f, tag);
         if (al.pair == 2u) {
             a = gdrpy_llword(f, c & al.am);
             b = gdrpy_llword(f, len & al.bm);
         }
-        gdrpy_st_relaxed_v2((void *)pre_slot, a, b);
+        pp_st_v2((void *)pre.slot, a, b, ab_mode);
     }
+}
+
+/* The same answer line as single_answer() (shape 0), straight from the
+ * sampled words of a short LL message (<= 8 bytes: header w0, w1 = {f,
+ * len}, payload words w2, w3), with no branch between the load and the
+ * store.  When the message is as long as the last one (pre.glen), its
+ * payload masks were computed before it came and each lane's words are
+ * three-input logic ops away from the loads (tag, checksum and length
+ * masked into the precomputed words); otherwise the masks come from len.
+ * Lanes 0..3 store; the caller has checked that every word the message
+ * needs carries its f. */
+__device__ __forceinline__ void short_answer(const answer_lane &al, const answer_pre &pre, u64 w0,
+                                             u32 len, u64 w2, u64 w3, u32 ab_mode)
+{
+    const unsigned lane = threadIdx.x & 31u;
+    const u32 f = (u32)pre.a;
+    u32 m0 = pre.m0, m1 = pre.m1;
+    if (len != pre.glen) {
+        m0 = low_bytes(len);
+        m1 = len > 4u ? low_bytes(len - 4u) : 0u;
+    }
+    const u32 c = __dp4a((u32)(w3 >> 32) & m1, 0x08070605u, __dp4a((u32)(w2 >> 32) & m0, 0x04030201u, 0u));
+    const u32 ah = ((u32)(w0 >> 32) & al.tag_m) | (c & al.csum_m) | (u32)(pre.a >> 32);
+    const u32 bh = (len & al.len_m) | (u32)(pre.b >> 32);
+    if (lane < 4u) pp_st_v2((void *)pre.slot, gdrpy_llword(f, ah), gdrpy_llword(f, bh), ab_mode);
 }
 
 /* 1 when a completion in [j, j + n) is on a lap that rewrites every LL
@@ -375,9 +439,9 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
 #define GDRPY_PP_FAST 1
 #endif
 /* Samples of the slot per idle pp_poll() call with one load in flight
- * (GDRPY_CHAN_POLL_PIPE == 1), taken back to back: each sample's loads are
- * issued as soon as the last one has been looked at, and a short message
- * is answered in the poll.  Only while the last messages were short (<= 8
+ * (GDRPY_CHAN_POLL_PIPE == 1), taken back to back: each sample's two loads
+ * are issued as soon as the last one has been looked at, and a short
+ * message is answered in the poll.  Only while the last messages were short (<= 8
  * bytes, serve()'s short_last): measured in place on the H100 (round 9,
  * `gdrpy_chanpp --ab-answer`), back-to-back samples took 0.10 us off the
  * 4-byte round trip but added 0.12 us to the 32-byte one against one
@@ -406,13 +470,13 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
  * (`gdrpy_chanpp --ab-answer` scans where the flag's line lies) */
 #define GDRPY_PP_AB_FLOOR_AT 536870912u
 #define GDRPY_PP_AB_AT_WORD 24u
-/* GDRPY_PP_AB_LEAN: the idle poll's sample is the slot's first 32 bytes, and a
- * message of at most 8 bytes is answered without a vote */
-#define GDRPY_PP_AB_LEAN 67108864u
-/* GDRPY_PP_AB_EXPRESS (with LEAN): the host also stores each short message's
- * first four LL words on one fixed line (the device block's bytes 32..63);
- * the idle poll samples that line, and slot head every 8th sample */
-#define GDRPY_PP_AB_EXPRESS 268435456u
+/* GDRPY_PP_AB_FLOOR_MMIO (with FLOOR): the answer is stored with
+ * st.mmio.relaxed.sys (exactly once, not cached) instead of st.volatile */
+#define GDRPY_PP_AB_FLOOR_MMIO 1073741824u
+/* GDRPY_PP_AB_R10: the idle poll of round 10 - each sample loads every LL
+ * word the slot can hold (gdrpy_chan_take), votes, and the answer is built
+ * by single_answer() - against which round 11's short sample is measured */
+#define GDRPY_PP_AB_R10 2048u
 __device__ __forceinline__ u32 ab_floor(const gdrpy_chan_desc_t &d, u64 head, u32 mode)
 {
     const unsigned lane = threadIdx.x & 31u;
@@ -441,11 +505,15 @@ __device__ __forceinline__ u32 ab_floor(const gdrpy_chan_desc_t &d, u64 head, u3
         }
     }
     if (lane == 0) {
+        const bool mmio = mode & GDRPY_PP_AB_FLOOR_MMIO;
         long long t = clock64();
         for (;;) {
             const u64 v = *(const volatile u64 *)s;
             if (v != prev && (u32)v == 0u) {
-                *ans = v;
+                if (mmio)
+                    asm volatile("st.mmio.relaxed.sys.global.u64 [%0], %1;" ::"l"(ans), "l"(v) : "memory");
+                else
+                    *ans = v;
                 prev = v;
                 t = clock64();
                 if (v >> 63) break;
@@ -493,77 +561,81 @@ __device__ __forceinline__ void ab_answered(ab_timeline *tl, long long seen, lon
 
 /* serve()'s idle poll: gdrpy_chan_poll_warp_pipe<K>, and when `fast` (an LL
  * channel whose next completion slot is known to be free and needs no
- * refresh lap) a message of at most 8 bytes is answered the moment it is
- * seen - lanes 0..3 store the answer line from the words computed before
- * the poll (pre_*) - and *answered is set; serve() then only does the
- * bookkeeping.  Every lane loaded the same words and took the same message
- * (each of its LL words carries f), so the branch is uniform. */
+ * refresh lap) back-to-back samples of the slot's first 32 bytes (round
+ * 11): a message of at most 8 bytes is answered the moment it is seen -
+ * lanes 0..3 store the answer line from its words and answer_pre
+ * (short_answer) - and *answered is set; serve() then only does the
+ * bookkeeping.  A lane stores when its own words show the whole message
+ * (every word it needs carries f), before the vote: the warp's loads are
+ * one request each, so all lanes see the same words; were they ever to
+ * differ, the vote fails, the message is answered later with the same
+ * bytes (LL words carry their data: a repeated store changes nothing),
+ * and the completion slot is not reused before this round's bookkeeping.
+ * A longer message is taken by gdrpy_chan_take in the same pass.
+ * Measured in place (`gdrpy_chanpp --ab-answer`, modes 0 and 2048): 0.08 -
+ * 0.12 us off the 4- and 8-byte round trip against round 10's sample (all
+ * of the slot's LL words, a vote, then the answer). */
 template <int K>
 __device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head,
                                             gdrpy_chan_in_t *in, unsigned gap, bool fast,
-                                            const answer_lane &al, u64 pre_slot, u64 pre_a,
-                                            u64 pre_b, u32 ab_mode, bool *answered,
+                                            const answer_lane &al, const answer_pre &pre,
+                                            u32 ab_mode, bool *answered,
                                             ab_timeline *tl)
 {
     const unsigned full = 0xffffffffu;
     if (!fast) return gdrpy_chan_poll_warp_pipe<K>(d, head, in, gap, 4u);
+    if (K <= 1) {
 #ifdef GDRPY_PP_AB
-    if (K <= 1 && (ab_mode & GDRPY_PP_AB_LEAN)) {
-        /* the slot's first 32 bytes per sample; a whole message of at most
-         * 8 bytes is answered without a vote (this assumes what the
-         * hardware does: one request, the same words in every lane);
-         * anything else is taken by gdrpy_chan_take in the same sample */
+        if (ab_mode & GDRPY_PP_AB_R10) {
+#pragma unroll 1
+            for (unsigned r = 0; r < GDRPY_PP_IDLE_SAMPLES; ++r) {
+                /* (not in the ab-timeline, which is the short sample's) */
+                if (__all_sync(full, gdrpy_chan_take(d, head, in))) {
+                    if (!in->plain && in->len <= 8u) {
+                        single_answer(al, pre, words_checksum(in->buf, in->len),
+                                      in->len, in->tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
+                        *answered = true;
+                    }
+                    return 1u;
+                }
+            }
+            return 0u;
+        }
+#endif
+        /* back-to-back samples of the slot's first 32 bytes: the header and
+         * 8 payload bytes, all a short message has.  One is answered from
+         * the loaded words (short_answer: no loop, no vote before the
+         * store); a longer one is taken by gdrpy_chan_take in the same pass */
         const unsigned char *s = gdrpy_chan_slot(d, head);
         const u32 f = (u32)(head + 1);
-        const bool express = ab_mode & GDRPY_PP_AB_EXPRESS;
 #pragma unroll 1
         for (unsigned r = 0; r < GDRPY_PP_IDLE_SAMPLES; ++r) {
             const long long t_iss = clock64();
-            const unsigned char *line =
-                express && (r & 7u) != 7u ? (const unsigned char *)(d.dev_ctrl + 32u) : s;
             u64 w0, w1, w2, w3;
-            gdrpy_ld_relaxed_v2(line, &w0, &w1);
-            gdrpy_ld_relaxed_v2(line + 16, &w2, &w3);
+            gdrpy_ld_relaxed_v2(s, &w0, &w1);
+            gdrpy_ld_relaxed_v2(s + 16, &w2, &w3);
             const bool hdr = (u32)w0 == f && (u32)w1 == f;
-            const long long t_seen = clock64();
-            ab_sampled(tl, t_seen - t_iss);
-            if (!hdr) continue;
             const u32 len = (u32)(w1 >> 32);
-            if (len <= 8u && (u32)w2 == f && (len <= 4u || (u32)w3 == f)) {
+            const bool mine =
+                hdr && len <= 8u && (len == 0u || (u32)w2 == f) && (len <= 4u || (u32)w3 == f);
+            const long long t_seen = clock64();
+            if (mine && (ab_mode & ~GDRPY_PP_AB_SHORT_OK) == 0u)
+                short_answer(al, pre, w0, len, w2, w3, ab_mode);
+            ab_sampled(tl, t_seen - t_iss);
+            if (__all_sync(full, mine)) {
                 in->plain = nullptr;
                 in->len = len;
                 in->tag = (u32)(w0 >> 32);
                 in->buf[0] = (u32)(w2 >> 32);
                 in->buf[1] = len > 4u ? (u32)(w3 >> 32) : 0u;
-                single_answer(al, pre_slot, pre_a, pre_b, words_checksum(in->buf, len), len,
-                              in->tag, ab_mode & 3u);
+                if ((ab_mode & ~GDRPY_PP_AB_SHORT_OK) != 0u)
+                    single_answer(al, pre, words_checksum(in->buf, len), len,
+                                  in->tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
                 *answered = true;
                 ab_answered(tl, t_seen - t_iss, clock64() - t_seen);
                 return 1u;
             }
-            if (__all_sync(full, gdrpy_chan_take(d, head, in))) return 1u;
-        }
-        return 0u;
-    }
-#endif
-    if (K <= 1) {
-        /* back-to-back samples; each loads every LL word the slot can hold
-         * at once (gdrpy_chan_take: one load latency, whatever the length) */
-#pragma unroll 1
-        for (unsigned r = 0; r < GDRPY_PP_IDLE_SAMPLES; ++r) {
-            const long long t_iss = clock64();
-            const bool got = __all_sync(full, gdrpy_chan_take(d, head, in));
-            const long long t_seen = clock64();
-            ab_sampled(tl, t_seen - t_iss);
-            if (got) {
-                if (!in->plain && in->len <= 8u) {
-                    single_answer(al, pre_slot, pre_a, pre_b, words_checksum(in->buf, in->len),
-                                  in->len, in->tag, ab_mode & 3u);
-                    *answered = true;
-                    ab_answered(tl, t_seen - t_iss, clock64() - t_seen);
-                }
-                return 1u;
-            }
+            if (__any_sync(full, hdr) && __all_sync(full, gdrpy_chan_take(d, head, in))) return 1u;
         }
         return 0u;
     }
@@ -585,8 +657,8 @@ __device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head
             rest[1] = w[k][3];
             if (__all_sync(full, gdrpy_chan_take_ll(d, f, s, w[k][0], w[k][1], rest, 2u, in))) {
                 if (!in->plain && in->len <= 8u) {
-                    single_answer(al, pre_slot, pre_a, pre_b, words_checksum(in->buf, in->len),
-                                  in->len, in->tag, ab_mode & 3u);
+                    single_answer(al, pre, words_checksum(in->buf, in->len),
+                                  in->len, in->tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
                     *answered = true;
                 }
                 return 1u;
@@ -639,6 +711,9 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     /* the last round's messages were all short (<= 8 bytes): the idle poll
      * samples the slot back to back (pp_poll) - see GDRPY_PP_IDLE_SAMPLES */
     bool short_last = true;
+    /* the length of the newest message while they are short: the next one
+     * is guessed to be as long (answer_pre's payload masks) */
+    u32 glen = 4u;
     ab_timeline tl = {0, 0, 0, 0, 0};
     for (;;) {
         /* idle: every lane polls slot head (one request); after a round
@@ -651,18 +726,23 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         }
 #endif
         /* what lanes 0..3 store of the answer to message head, as far as it
-         * is known before the message comes (its line's address, the
-         * sequence pair, the padding pair, the length word): computed here,
+         * is known before the message comes (answer_pre): computed here,
          * while the poll waits, not after (the empty asm keeps the compiler
          * from sinking it below the poll) */
-        u64 pre_slot = 0, pre_a = 0, pre_b = 0;
+        answer_pre pre = {0, 0, 0, 0, 0, 0};
         if (one) {
             const u32 f = (u32)(comp_head + 1);
             const u64 i1 = head + 1;
-            pre_slot = (u64)(gdrpy_chan_comp_slot(d, comp_head) + 16u * al.pair);
-            pre_a = gdrpy_llword(f, al.pair == 1u ? (u32)i1 & al.am : 0u);
-            pre_b = gdrpy_llword(f, al.pair == 0u ? al.clen : al.pair == 1u ? (u32)(i1 >> 32) & al.bm : 0u);
-            asm volatile("" : "+l"(pre_slot), "+l"(pre_a), "+l"(pre_b));
+            pre.slot = (u64)(gdrpy_chan_comp_slot(d, comp_head) + 16u * al.pair);
+            pre.a = gdrpy_llword(f, al.pair == 1u ? (u32)i1 & al.am : 0u);
+            pre.b = gdrpy_llword(f, al.pair == 0u ? al.clen : al.pair == 1u ? (u32)(i1 >> 32) & al.bm : 0u);
+            pre.glen = glen;
+#ifdef GDRPY_PP_AB
+            if (ab_mode & GDRPY_PP_AB_NOGUESS) pre.glen = 99u; /* masks from len, always */
+#endif
+            pre.m0 = low_bytes(glen);
+            pre.m1 = glen > 4u ? low_bytes(glen - 4u) : 0u;
+            asm volatile("" : "+l"(pre.slot), "+l"(pre.a), "+l"(pre.b), "+r"(pre.m0), "+r"(pre.m1));
         }
         /* the poll may answer a short message itself (pp_poll): only when
          * the single-message path below would answer it the same way */
@@ -672,8 +752,8 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
                           (d.comp_size <= 24u || !refresh_lap(d, comp_head, 1));
         bool answered = false;
         const long long t_poll = clock64();
-        unsigned n = one ? pp_poll<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, fast, al, pre_slot,
-                                                         pre_a, pre_b, ab_mode, &answered, &tl)
+        unsigned n = one ? pp_poll<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, fast, al, pre, ab_mode,
+                                                         &answered, &tl)
                          : gdrpy_chan_poll_warp_in(d, head, &in);
         GDRPY_PP_R_POLLED();
         /* an empty pipelined call: learn the spacing from what it took */
@@ -691,6 +771,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         spins = 0;
         t_idle = 0;
         short_last = __all_sync(full, lane >= n || (!in.plain && in.len <= 8u));
+        if (short_last) glen = __shfl_sync(full, in.len, n - 1u); /* the newest message's */
         GDRPY_PP_T0();
         if (complete && !gdrpy_chan_comp_wait_warp(d, comp_head + n - 1, &credit, idle_ns)) {
             status = GDRPY_CHAN_ST_TIMEOUT;
@@ -700,8 +781,8 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             /* one short LL message, the same in every lane: no vote, no
              * shuffle, no divergence on the way to its answer line */
             if (complete && !answered)
-                single_answer(al, pre_slot, pre_a, pre_b, words_checksum(in.buf, in.len), in.len,
-                              in.tag, ab_mode & 3u);
+                single_answer(al, pre, words_checksum(in.buf, in.len), in.len,
+                              in.tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
             if (check && lane == 0 && (words_pattern_errors(in.buf, in.len, head) || in.tag != (u32)head)) {
                 if (nerr++ == 0) errors[1] = head + 1;
                 errors[0] = nerr;
@@ -813,6 +894,20 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
 extern "C" __global__ void gdrpy_pp_serve(gdrpy_chan_desc_t d, u64 idle_ns)
 {
     if (threadIdx.x >= 32) return;
+#ifdef GDRPY_PP_AB
+    /* gdrpy_chanpp --ab-sm: serve from that SM only (device block bytes
+     * 40: the SM + 1, 0 for any; 44: claimed by the first block there) */
+    {
+        const u32 want = *(const volatile u32 *)(d.dev_ctrl + 40u);
+        u32 smid, mine = 1;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+        if (want != 0u) {
+            if (threadIdx.x == 0)
+                mine = smid + 1u == want && atomicCAS((unsigned *)(d.dev_ctrl + 44u), 0u, 1u) == 0u;
+            if (!__shfl_sync(0xffffffffu, mine, 0)) return;
+        }
+    }
+#endif
     serve(d, idle_ns, false, true, nullptr);
 }
 

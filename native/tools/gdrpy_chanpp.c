@@ -5,7 +5,7 @@
  *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
  *                [--alloc cumemalloc|vmm] [--plain] [--kernel-rounds]
- *                [--ab-answer ROUNDS [--ab-modes M,...]]   (in-place A/B, see ab_answer)
+ *                [--ab-answer ROUNDS [--ab-modes M,...] [--ab-sm N]]   (in-place A/B, see ab_answer)
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
  *   gdrpy_chanpp --variants ... (protocol variants side by side: tools/chanpp/chanvar.c)
  *
@@ -187,9 +187,13 @@ static int check_batch(const answer_t *ans, const gdrpy_chan_msg_t *bm, int batc
  *             memory (ab_floor_block); +33554432: its flag on a fixed line;
  *             +536870912: its flag on line ab_scan_line(r) of the ring, one
  *             line per block, 64 lines in turn ("ab-scan" line per block)
- *   67108864  the idle poll's lean sample (32 bytes, no vote); +268435456:
- *             the host also stores each message's first four LL words on a
- *             fixed line (device block bytes 32..63), which the sample reads
+ *             +1073741824: the floor's answer stored with st.mmio
+ *   2048      round 10's idle sample (every LL word of the slot, a vote,
+ *             the answer built after) instead of round 11's 32-byte sample
+ *   8192      round 11's sample, its answer stored with st.mmio
+ *   65536     round 11's sample without the length guess
+ * --ab-sm N: the kernel serves from SM N (1024 blocks are launched; those
+ * on other SMs leave, the first on SM N claims the channel).
  * Every answer is checked; one "ab-modeM" (and "ab-batch32-modeM") line per
  * mode, and after the run the kernel's "ab-timeline". */
 static int ab_ok(unsigned shape, uint32_t len, uint32_t tag, const unsigned char *ans,
@@ -313,9 +317,6 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
     volatile uint32_t *mode_word = (volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 16);
     gdrpy_chan_desc_t dsc;
     gdrpy_chan_get_desc(ch, &dsc);
-    /* mode 268435456: each message's first four LL words also on the fixed
-     * line at device block bytes 32..63 (the kernel's GDRPY_PP_AB_EXPRESS) */
-    volatile uint64_t *express = (volatile uint64_t *)((char *)gdrpy_chan_device_block(ch) + 32);
     unsigned prev = 0;
     uint64_t fseq = 0;
     for (int r = 0; r < rounds; r++)
@@ -343,20 +344,6 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
                 uint32_t len = 99, tag = 0;
                 uint64_t t0 = pt_now();
                 int e = gdrpy_chan_send(ch, msg, s, 0, tmo);
-                if (!e && (modes[mi] & 268435456u) && s <= 4) {
-                    const uint64_t f = (uint32_t)(*seq + 1);
-                    uint32_t d = 0;
-                    memcpy(&d, msg, s);
-                    express[0] = f; /* tag 0 */
-                    express[1] = f | (uint64_t)s << 32;
-                    express[2] = f | (uint64_t)d << 32;
-                    express[3] = f;
-#if defined(__x86_64__)
-                    __asm__ __volatile__("sfence" ::: "memory");
-#else
-                    __atomic_thread_fence(__ATOMIC_SEQ_CST);
-#endif
-                }
                 if (!e) e = gdrpy_chan_recv(ch, ans, sizeof ans, &len, &tag, tmo);
                 uint64_t t1 = pt_now();
                 if (e) {
@@ -438,7 +425,7 @@ int main(int argc, char **argv)
             return chanvar_main(argc, argv);
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0;
-    int kernel_rounds = 0, ab_rounds = 0, nab = 4;
+    int kernel_rounds = 0, ab_rounds = 0, nab = 4, ab_sm = -1;
     unsigned ab_modes[16] = {0, 1, 2, 3};
     const char *alloc_kind = "cumemalloc";
     double timeout_s = 5.0;
@@ -469,6 +456,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--timeout")) timeout_s = atof(v);
         else if (!strcmp(a, "--alloc")) alloc_kind = v;
         else if (!strcmp(a, "--ab-answer")) ab_rounds = atoi(v);
+        else if (!strcmp(a, "--ab-sm")) ab_sm = atoi(v);
         else if (!strcmp(a, "--ab-modes")) {
             nab = 0;
             for (const char *p = v; *p;) {
@@ -569,7 +557,16 @@ int main(int argc, char **argv)
                "sim consumer");
     } else {
         void *params[2] = {&desc, &idle_ns};
-        cucheck(cu.LaunchKernel(fn, 1, 1, 1, 32, 1, 1, 0, st, params, NULL), "cuLaunchKernel");
+        /* --ab-sm: an -DGDRPY_PP_AB kernel serves from SM ab_sm (its blocks
+         * on other SMs leave; the first on that SM claims the channel):
+         * device block bytes 40 (the SM + 1; the channel zeroed it: any) and
+         * 44 (the claim) */
+        if (ab_sm >= 0) {
+            *(volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 40) = (uint32_t)ab_sm + 1u;
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        }
+        const unsigned blocks = ab_sm >= 0 ? 1024u : 1u;
+        cucheck(cu.LaunchKernel(fn, blocks, 1, 1, 32, 1, 1, 0, st, params, NULL), "cuLaunchKernel");
     }
     gcheck(gdrpy_chan_wait_attached(ch, 10000000000LL), "wait for the kernel to attach");
     printf("{\"path\": \"info\", \"alloc\": \"%s\", \"format\": \"%s\", \"sm\": %d, ",
