@@ -51,7 +51,10 @@
  *  been measured on our GPU host (the facts file has no figure and we do not
  *  know whether that CPU has it), and a MOVDIR64B is a microcoded
  *  read-64/write-64 whose throughput varies by core.  Run
- *  `gdrpy_copylat --isa all` on the host; promote it here if it wins.
+ *  `gdrpy_copylat --isa all` on the host; promote it here if it wins -
+ *  for bulk only: on the H200 hosts (their CPUs have it) one MOVDIR64B
+ *  flag store + SFENCE made a GPU round trip 4.5-5.5 us against 1.6-1.8
+ *  for a WC store (docs/channel.md, round 11).
  *
  * aarch64 (arm/cpu.c): neon (ASIMD, HWCAP_ASIMD), then generic.  ls64
  * (LD64B/ST64B, HWCAP3_LS64) is compiled where the compiler can and is
