@@ -6,6 +6,7 @@
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
  *                [--alloc cumemalloc|vmm] [--plain] [--kernel-rounds]
  *                [--ab-answer ROUNDS [--ab-modes M,...] [--ab-sm N]]   (in-place A/B, see ab_answer)
+ *                [--steer-probe VISITS]   (what steering past slow slots gives, see steer_probe)
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
  *   gdrpy_chanpp --variants ... (protocol variants side by side: tools/chanpp/chanvar.c)
  *
@@ -30,6 +31,8 @@
  *        second completion
  *   {"path":"kernel-rounds",...}   --kernel-rounds, with a kernel built with
  *        -DGDRPY_PP_ROUNDS: how its busy rounds found their messages
+ *   {"path":"steer-slots",...}, {"path":"steer-deciles",...}, {"path":"c-steer-base",...},
+ *   {"path":"c-steer",...}   --steer-probe
  *   {"path":"ab-modeM",...}, {"path":"ab-batch32-modeM",...}, {"path":"ab-timeline",...}
  *        --ab-answer, with a kernel built with -DGDRPY_PP_AB (see ab_answer)
  * Exit status 0, or 1 with a message on stderr.
@@ -302,6 +305,95 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
     return 0;
 }
 
+/* One checked round trip of --steer-probe (its time in *t); 1 on error. */
+static int steer_rt(gdrpy_chan_t *ch, const unsigned char *msg, size_t s, uint32_t want,
+                    int64_t tmo, uint64_t *seq, int64_t *t)
+{
+    unsigned char ans[16];
+    uint32_t len = 0;
+    uint64_t t0 = pt_now();
+    int e = gdrpy_chan_send(ch, msg, s, 0, tmo);
+    if (!e) e = gdrpy_chan_recv(ch, ans, sizeof ans, &len, NULL, tmo);
+    uint64_t t1 = pt_now();
+    ++*seq;
+    uint64_t sq;
+    memcpy(&sq, ans, 8);
+    if (e || len != 16 || sq != *seq || memcmp(ans + 8, &want, 4)) {
+        fprintf(stderr, "gdrpy_chanpp: steer: bad round trip %llu: %s\n", (unsigned long long)*seq,
+                e ? gdrpy_last_error() : "wrong answer");
+        return 1;
+    }
+    *t = pt_ns(t1 - t0);
+    return 0;
+}
+
+/* --steer-probe VISITS: how fast would round trips be if messages only
+ * used the ring's fast slots?  Times VISITS round trips per slot (4 bytes
+ * of sizes[0]), splits the slots' medians at their largest gap (at their
+ * median when no gap of 40 ns stands out), then
+ * alternates blocks of 200 timed round trips with and without steering:
+ * with it, a slow next slot first gets a filler message (sent and
+ * answered, untimed), so the timed message lands on a fast slot. */
+static int steer_probe(gdrpy_chan_t *ch, int visits, size_t s, int64_t tmo, uint64_t *seq)
+{
+    gdrpy_chan_desc_t dsc;
+    gdrpy_chan_get_desc(ch, &dsc);
+    const uint32_t n = dsc.nslots;
+    unsigned char msg[64];
+    for (size_t k = 0; k < s; k++) msg[k] = (unsigned char)(k * 7 + s);
+    const uint32_t want = gdrpy_chan_checksum(msg, s);
+    int64_t *ts = calloc((size_t)n * (size_t)visits, sizeof *ts);
+    int64_t *med = calloc(n, sizeof *med), *srt = calloc(n, sizeof *srt);
+    enum { PER = 200,
+           ROUNDS = 40 };
+    int64_t *tr[2] = {calloc(PER * ROUNDS, sizeof(int64_t)), calloc(PER * ROUNDS, sizeof(int64_t))};
+    unsigned char *fast = calloc(n, 1);
+    int rc = 1;
+    if (!ts || !med || !srt || !tr[0] || !tr[1] || !fast) goto out;
+    for (int v = 0; v < visits; v++)
+        for (uint32_t k = 0; k < n; k++) {
+            int64_t x;
+            if (steer_rt(ch, msg, s, want, tmo, seq, &x)) goto out;
+            ts[(size_t)((*seq - 1) & (n - 1)) * (size_t)visits + (size_t)v] = x;
+        }
+    for (uint32_t k = 0; k < n; k++) {
+        qsort(ts + (size_t)k * (size_t)visits, (size_t)visits, sizeof *ts, cmp_i64);
+        med[k] = srt[k] = ts[(size_t)k * (size_t)visits + (size_t)visits / 2];
+    }
+    qsort(srt, n, sizeof *srt, cmp_i64);
+    uint32_t cut = n; /* fast: median below srt[cut] */
+    int64_t gap = 0;
+    for (uint32_t k = n / 10; k + 1 < n - n / 10; k++)
+        if (srt[k + 1] - srt[k] > gap) gap = srt[k + 1] - srt[k], cut = k + 1;
+    /* two clear groups: split at the gap; otherwise at the median */
+    const int64_t thr = gap >= 40 ? srt[cut] : srt[n / 2];
+    uint32_t nfast = 0;
+    for (uint32_t k = 0; k < n; k++) nfast += (fast[k] = med[k] < thr);
+    printf("{\"path\": \"steer-slots\", \"slots\": %u, \"fast\": %u, \"gap_us\": %.3f, "
+           "\"fast_median_us\": %.3f, \"slow_median_us\": %.3f}\n",
+           n, nfast, gap / 1000.0, srt[(cut < n ? cut : n) / 2] / 1000.0,
+           cut < n ? srt[cut + (n - cut) / 2] / 1000.0 : 0.0);
+    printf("{\"path\": \"steer-deciles\", \"us\": [");
+    for (int q = 0; q <= 10; q++) printf("%s%.3f", q ? ", " : "", srt[(n - 1) * (uint32_t)q / 10] / 1000.0);
+    printf("]}\n");
+    for (int r = 0; r < ROUNDS; r++)
+        for (int m = 0; m < 2; m++)
+            for (int i = -1; i < PER; i++) {
+                int64_t x;
+                if (m) /* steering: fillers into slow slots first */
+                    while (!fast[*seq & (n - 1)])
+                        if (steer_rt(ch, msg, s, want, tmo, seq, &x)) goto out;
+                if (steer_rt(ch, msg, s, want, tmo, seq, &x)) goto out;
+                if (i >= 0) tr[m][r * PER + i] = x;
+            }
+    report("c-steer-base", s, 1, tr[0], PER * ROUNDS);
+    report("c-steer", s, 1, tr[1], PER * ROUNDS);
+    rc = 0;
+out:
+    free(ts), free(med), free(srt), free(tr[0]), free(tr[1]), free(fast);
+    return rc;
+}
+
 static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nmodes, size_t s,
                      int64_t tmo, int64_t *t, uint64_t *seq)
 {
@@ -425,7 +517,7 @@ int main(int argc, char **argv)
             return chanvar_main(argc, argv);
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0;
-    int kernel_rounds = 0, ab_rounds = 0, nab = 4, ab_sm = -1;
+    int kernel_rounds = 0, ab_rounds = 0, nab = 4, ab_sm = -1, steer_visits = 0;
     unsigned ab_modes[16] = {0, 1, 2, 3};
     const char *alloc_kind = "cumemalloc";
     double timeout_s = 5.0;
@@ -457,6 +549,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--alloc")) alloc_kind = v;
         else if (!strcmp(a, "--ab-answer")) ab_rounds = atoi(v);
         else if (!strcmp(a, "--ab-sm")) ab_sm = atoi(v);
+        else if (!strcmp(a, "--steer-probe")) steer_visits = atoi(v);
         else if (!strcmp(a, "--ab-modes")) {
             nab = 0;
             for (const char *p = v; *p;) {
@@ -590,6 +683,12 @@ int main(int argc, char **argv)
         rc = ab_answer(ch, ab_rounds, ab_modes, nab, sizes[0], tmo, ta, &seq);
         free(ta);
         nsizes = 0; /* nothing else */
+        batch = 0;
+    }
+    if (steer_visits > 0 && !rc) {
+        if (sizes[0] > 8) die("--steer-probe: the first size must be <= 8 bytes");
+        rc = steer_probe(ch, steer_visits, sizes[0], tmo, &seq);
+        nsizes = 0;
         batch = 0;
     }
     for (int si = 0; si < nsizes && !rc; si++) {
