@@ -253,6 +253,19 @@ struct answer_pre {
     u32 glen, m0, m1;
 };
 
+/* Lanes 0..3 store their 16 bytes of the answer line to message head (shape
+ * 0): the message's tag, checksum and length masked into answer_pre's
+ * words - three-input logic ops, no branch (answer_lane's *_m masks). */
+__device__ __forceinline__ void answer_line_store(const answer_lane &al, const answer_pre &pre,
+                                                  u32 tag, u32 c, u32 len, u32 ab_mode)
+{
+    const u32 f = (u32)pre.a;
+    const u32 ah = (tag & al.tag_m) | (c & al.csum_m) | (u32)(pre.a >> 32);
+    const u32 bh = (len & al.len_m) | (u32)(pre.b >> 32);
+    if ((threadIdx.x & 31u) < 4u)
+        pp_st_v2((void *)pre.slot, gdrpy_llword(f, ah), gdrpy_llword(f, bh), ab_mode);
+}
+
 /* Lanes 0..3 store the answer line to one short message: pairs 1 and 3
  * and pair 0's length word were computed before the poll (pre_*); the tag,
  * checksum and length come with the message.
@@ -267,10 +280,10 @@ struct answer_pre {
 __device__ __forceinline__ void single_answer(const answer_lane &al, const answer_pre &pre, u32 c,
                                               u32 len, u32 tag, u32 ab_mode)
 {
-    const unsigned lane = threadIdx.x & 31u;
-    const u32 f = (u32)pre.a;
 #ifdef GDRPY_PP_AB
     if ((ab_mode & 3u) != 0u) {
+        const unsigned lane = threadIdx.x & 31u;
+        const u32 f = (u32)pre.a;
         unsigned char *base = (unsigned char *)pre.slot - 16u * al.pair;
         if ((ab_mode & 3u) == 1u) {
             if (lane == 0u) pp_st_v2(base, gdrpy_llword(f, c), gdrpy_llword(f, 0u), ab_mode);
@@ -283,43 +296,27 @@ __device__ __forceinline__ void single_answer(const answer_lane &al, const answe
         }
         return;
     }
-#else
-    (void)ab_mode;
 #endif
-    if (lane < 4u) {
-        u64 a = pre.a, b = pre.b;
-        if (al.pair == 0u) a = gdrpy_llword(f, tag);
-        if (al.pair == 2u) {
-            a = gdrpy_llword(f, c & al.am);
-            b = gdrpy_llword(f, len & al.bm);
-        }
-        pp_st_v2((void *)pre.slot, a, b, ab_mode);
-    }
+    answer_line_store(al, pre, tag, c, len, ab_mode);
 }
 
 /* The same answer line as single_answer() (shape 0), straight from the
  * sampled words of a short LL message (<= 8 bytes: header w0, w1 = {f,
- * len}, payload words w2, w3), with no branch between the load and the
- * store.  When the message is as long as the last one (pre.glen), its
- * payload masks were computed before it came and each lane's words are
- * three-input logic ops away from the loads (tag, checksum and length
- * masked into the precomputed words); otherwise the masks come from len.
- * Lanes 0..3 store; the caller has checked that every word the message
- * needs carries its f. */
+ * len}, payload words w2, w3): two dp4a for the checksum, then
+ * answer_line_store.  When the message is as long as the last one
+ * (pre.glen), its payload masks were computed before it came; otherwise
+ * they come from len (one uniform branch).  The caller has checked that
+ * every word the message needs carries its f. */
 __device__ __forceinline__ void short_answer(const answer_lane &al, const answer_pre &pre, u64 w0,
                                              u32 len, u64 w2, u64 w3, u32 ab_mode)
 {
-    const unsigned lane = threadIdx.x & 31u;
-    const u32 f = (u32)pre.a;
     u32 m0 = pre.m0, m1 = pre.m1;
     if (len != pre.glen) {
         m0 = low_bytes(len);
         m1 = len > 4u ? low_bytes(len - 4u) : 0u;
     }
     const u32 c = __dp4a((u32)(w3 >> 32) & m1, 0x08070605u, __dp4a((u32)(w2 >> 32) & m0, 0x04030201u, 0u));
-    const u32 ah = ((u32)(w0 >> 32) & al.tag_m) | (c & al.csum_m) | (u32)(pre.a >> 32);
-    const u32 bh = (len & al.len_m) | (u32)(pre.b >> 32);
-    if (lane < 4u) pp_st_v2((void *)pre.slot, gdrpy_llword(f, ah), gdrpy_llword(f, bh), ab_mode);
+    answer_line_store(al, pre, (u32)(w0 >> 32), c, len, ab_mode);
 }
 
 /* 1 when a completion in [j, j + n) is on a lap that rewrites every LL
