@@ -19,16 +19,23 @@ __device__ __forceinline__ u64 mix64(u64 z)
     return z ^ (z >> 31);
 }
 
+/* One tick's fields read in place (a PLAIN slot's payload). */
+__device__ __forceinline__ void tick_at(const volatile unsigned char *m, u64 &seq, u64 &px,
+                                        u32 &sym, u32 &qty)
+{
+    seq = *(const volatile u64 *)(m + 0);
+    px = *(const volatile u64 *)(m + 16);
+    sym = *(const volatile u32 *)(m + 24);
+    qty = *(const volatile u32 *)(m + 28);
+}
+
 /* One tick's fields from a message the warp took (gdrpy_chan_take): an LL
  * tick's words are in registers, a PLAIN slot's tick is read in place. */
 __device__ __forceinline__ void tick_fields(const gdrpy_chan_in_t &in, u64 &seq, u64 &px,
                                             u32 &sym, u32 &qty)
 {
     if (in.plain) {
-        seq = *(const volatile u64 *)(in.plain + 0);
-        px = *(const volatile u64 *)(in.plain + 16);
-        sym = *(const volatile u32 *)(in.plain + 24);
-        qty = *(const volatile u32 *)(in.plain + 28);
+        tick_at(in.plain, seq, px, sym, qty);
     } else if (in.len == 32u) {
         seq = (u64)in.buf[0] | ((u64)in.buf[1] << 32);
         px = (u64)in.buf[4] | ((u64)in.buf[5] << 32);
@@ -82,13 +89,7 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
                 u64 avail = pub > base ? pub - base : 0;
                 n = avail > window ? window : (unsigned)avail;
                 if (n == 0) break;
-                if (lane < n) {
-                    const volatile unsigned char *m = gdrpy_chan_msg(d, base + lane, &len, 0);
-                    seq = *(const volatile u64 *)(m + 0);
-                    px = *(const volatile u64 *)(m + 16);
-                    sym = *(const volatile u32 *)(m + 24);
-                    qty = *(const volatile u32 *)(m + 28);
-                }
+                if (lane < n) tick_at(gdrpy_chan_msg(d, base + lane, &len, 0), seq, px, sym, qty);
             } else {
                 gdrpy_chan_in_t in;
                 n = burst ? gdrpy_chan_poll_warp_in(d, base, &in)
