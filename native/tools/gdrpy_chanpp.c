@@ -142,6 +142,13 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The median of t[0..n) (sorts it in place). */
+static int64_t median_sort(int64_t *t, size_t n)
+{
+    qsort(t, n, sizeof *t, cmp_i64);
+    return t[n / 2];
+}
+
 static void report(const char *path, size_t size, int batch, int64_t *t, size_t n)
 {
     qsort(t, n, sizeof *t, cmp_i64);
@@ -290,18 +297,12 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
     lat[0] += answer[1];
     lat[1] += answer[2];
     lat[2]++;
-    if (modes[mi] & 536870912u) {
-        int64_t *c = malloc(sizeof *c * (size_t)per);
-        if (!c) return 1;
-        memcpy(c, t, sizeof *c * (size_t)per);
-        qsort(c, (size_t)per, sizeof *c, cmp_i64);
+    if (modes[mi] & 536870912u) /* (the mode's report sorts all its blocks again) */
         printf("{\"path\": \"ab-scan\", \"offset\": %u, \"slot\": %u, \"line\": %u, "
                "\"median_us\": %.3f, \"flag_line_cycles\": %llu}\n",
                at, (at - GDRPY_CHAN_DEV_CTRL) / dsc.slot_stride,
-               (at - GDRPY_CHAN_DEV_CTRL) % dsc.slot_stride / 64, c[per / 2] / 1000.0,
-               (unsigned long long)answer[1]);
-        free(c);
-    }
+               (at - GDRPY_CHAN_DEV_CTRL) % dsc.slot_stride / 64,
+               median_sort(t, (size_t)per) / 1000.0, (unsigned long long)answer[1]);
     return 0;
 }
 
@@ -356,10 +357,8 @@ static int steer_probe(gdrpy_chan_t *ch, int visits, size_t s, int64_t tmo, uint
             if (steer_rt(ch, msg, s, want, tmo, seq, &x)) goto out;
             ts[(size_t)((*seq - 1) & (n - 1)) * (size_t)visits + (size_t)v] = x;
         }
-    for (uint32_t k = 0; k < n; k++) {
-        qsort(ts + (size_t)k * (size_t)visits, (size_t)visits, sizeof *ts, cmp_i64);
-        med[k] = srt[k] = ts[(size_t)k * (size_t)visits + (size_t)visits / 2];
-    }
+    for (uint32_t k = 0; k < n; k++)
+        med[k] = srt[k] = median_sort(ts + (size_t)k * (size_t)visits, (size_t)visits);
     qsort(srt, n, sizeof *srt, cmp_i64);
     uint32_t cut = n; /* fast: median below srt[cut] */
     int64_t gap = 0;
