@@ -25,6 +25,7 @@ cdef extern from "gdrpy_channel.h" nogil:
         _u32 nslots, slot_stride, slot_size
         _u32 comp_nslots, comp_stride, comp_size
         _u32 flags
+        _u32 place_nslots
     ctypedef struct gdrpy_chan_msg_t:
         const void *buf
         _u32 len
@@ -48,6 +49,7 @@ cdef extern from "gdrpy_channel.h" nogil:
         GDRPY_CHAN_DRAIN
         GDRPY_CHAN_ABORT
         GDRPY_CHAN_PLAIN
+        GDRPY_CHAN_NEAR
     int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
     int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_t *cfg,
                           gdrpy_chan_t **out)
@@ -67,6 +69,7 @@ cdef extern from "gdrpy_channel.h" nogil:
                             gdrpy_chan_stats_t *st)
     int gdrpy_chan_get_stats(gdrpy_chan_t *chan, gdrpy_chan_stats_t *out)
     int gdrpy_chan_wait_attached(gdrpy_chan_t *chan, _i64 timeout_ns)
+    int gdrpy_chan_slot_offset(const gdrpy_chan_t *chan, uint64_t i, size_t *out)
     void gdrpy_chan_pattern(uint64_t i, void *buf, size_t len)
     _u32 gdrpy_chan_checksum(const void *buf, size_t len)
     int gdrpy_writev(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_iov_t *iov, size_t n)
@@ -139,7 +142,7 @@ cdef class Channel:
     """A host<->GPU message channel (``gdrpy_channel.h``).
 
     ``Channel(ctx, nslots=64, slot_size=64, comp_size=16, comp_nslots=0,
-    buffer=None, plain=False)``: a ring of ``nslots`` (power of two) message
+    buffer=None, plain=False, near=False)``: a ring of ``nslots`` (power of two) message
     slots of ``slot_size`` payload bytes in GPU memory (``buffer``, pinned and
     mapped here; by default a new :func:`gdrpy.memory.alloc` buffer of
     ``device_bytes`` bytes), and a ring of ``comp_nslots`` (0: ``nslots``)
@@ -147,7 +150,11 @@ cdef class Channel:
     format: LL (default: every 8-byte word carries the sequence number, no
     fences between payload and flag on either side) or ``plain=True``
     (sequence word written last; for kernels that read slots in place with
-    ``gdrpy_chan_msg``); see docs/channel.md.
+    ``gdrpy_chan_msg``); see docs/channel.md.  ``near=True``: the ring has
+    twice as many slots and the kernel keeps the half nearest to its SM when
+    it attaches (``gdrpy_chan_attach``; on GPUs with a split L2 such as the
+    H100 a message on a near slot is seen ~0.1-0.2 us sooner); sends wait for
+    the attach (``wait_attached``), docs/channel.md "Near slots".
 
     * ``send(payload, tag=0, timeout=1.0)``: one call = payload stores,
       sfence, sequence-word store.  ``timeout`` 0: raise ChannelFullError at
@@ -186,6 +193,7 @@ cdef class Channel:
     cdef readonly _u32 last_tag
     cdef readonly _u32 last_len
     cdef readonly bint plain
+    cdef readonly bint near
     cdef object __weakref__
 
     def __cinit__(self):
@@ -193,7 +201,7 @@ cdef class Channel:
         self._stopped = False
 
     def __init__(self, Context ctx not None, nslots=64, slot_size=64, comp_size=16,
-                 comp_nslots=0, buffer=None, plain=False):
+                 comp_nslots=0, buffer=None, plain=False, near=False):
         ctx._ready()
         if self._c != NULL:
             raise InvalidArgumentError("Channel.__init__ called twice", _errno.EINVAL)
@@ -202,7 +210,7 @@ cdef class Channel:
         cfg.slot_size = <_u32>min(_index(slot_size, "slot_size"), 0xFFFFFFFF)
         cfg.comp_nslots = <_u32>min(_index(comp_nslots, "comp_nslots"), 0xFFFFFFFF)
         cfg.comp_size = <_u32>min(_index(comp_size, "comp_size"), 0xFFFFFFFF)
-        cfg.flags = GDRPY_CHAN_PLAIN if plain else 0
+        cfg.flags = (GDRPY_CHAN_PLAIN if plain else 0) | (GDRPY_CHAN_NEAR if near else 0)
         cfg.reserved = 0
         cdef size_t need = 0
         _check(gdrpy_chan_device_bytes(&cfg, &need))
@@ -237,16 +245,18 @@ cdef class Channel:
         self.comp_nslots = d.comp_nslots
         self.comp_size = d.comp_size
         self.plain = (d.flags & GDRPY_CHAN_PLAIN) != 0
+        self.near = (d.flags & GDRPY_CHAN_NEAR) != 0
 
     @staticmethod
-    def device_bytes(nslots=64, slot_size=64, comp_size=16, comp_nslots=0, plain=False):
+    def device_bytes(nslots=64, slot_size=64, comp_size=16, comp_nslots=0, plain=False,
+                     near=False):
         """Bytes of GPU memory a channel of this shape (and slot format) needs."""
         cdef gdrpy_chan_config_t cfg
         cfg.nslots = <_u32>min(_index(nslots, "nslots"), 0xFFFFFFFF)
         cfg.slot_size = <_u32>min(_index(slot_size, "slot_size"), 0xFFFFFFFF)
         cfg.comp_nslots = <_u32>min(_index(comp_nslots, "comp_nslots"), 0xFFFFFFFF)
         cfg.comp_size = <_u32>min(_index(comp_size, "comp_size"), 0xFFFFFFFF)
-        cfg.flags = GDRPY_CHAN_PLAIN if plain else 0
+        cfg.flags = (GDRPY_CHAN_PLAIN if plain else 0) | (GDRPY_CHAN_NEAR if near else 0)
         cfg.reserved = 0
         cdef size_t need = 0
         _check(gdrpy_chan_device_bytes(&cfg, &need))
@@ -316,7 +326,16 @@ cdef class Channel:
         return {"dev_ctrl": d.dev_ctrl, "ring": d.ring, "host_ctrl": d.host_ctrl,
                 "comp": d.comp, "nslots": d.nslots, "slot_stride": d.slot_stride,
                 "slot_size": d.slot_size, "comp_nslots": d.comp_nslots,
-                "comp_stride": d.comp_stride, "comp_size": d.comp_size}
+                "comp_stride": d.comp_stride, "comp_size": d.comp_size,
+                "place_nslots": d.place_nslots}
+
+    def slot_offset(self, i):
+        """Byte offset of message ``i``'s slot from slot 0, as sends use it
+        (near channels: the kernel's choice once it has attached)."""
+        self._ready()
+        cdef size_t off = 0
+        _check(gdrpy_chan_slot_offset(self._c, <uint64_t>_index(i, "i"), &off))
+        return off
 
     def send(self, payload, unsigned int tag=0, timeout=1.0):
         """Publish one message (payload: bytes or any contiguous buffer,
@@ -532,15 +551,16 @@ cdef class Channel:
 
     def host_block(self):
         """A writable buffer over the channel's page-locked host block
-        (consumed count, status, completion ring: gdrpy_channel.h's layout),
-        for CPU code standing in for the kernel (sim) and for diagnostics.
-        It keeps the channel object alive, not its memory: do not use it
-        after close()."""
+        (consumed count, status, completion ring, near channels' slot table:
+        gdrpy_channel.h's layout), for CPU code standing in for the kernel
+        (sim) and for diagnostics.  It keeps the channel object alive, not
+        its memory: do not use it after close()."""
         self._ready()
         cdef gdrpy_chan_desc_t d
         gdrpy_chan_get_desc(self._c, &d)
         return host_view(self, <uintptr_t>gdrpy_chan_host_block(self._c),
-                         128 + <Py_ssize_t>d.comp_nslots * d.comp_stride)
+                         128 + <Py_ssize_t>d.comp_nslots * d.comp_stride
+                         + (4 * <Py_ssize_t>d.nslots if d.place_nslots else 0))
 
     @property
     def kernel_sm(self):

@@ -16,6 +16,7 @@ from gdrpy.errors import (
     ChannelFullError,
     ChannelTimeoutError,
     ClosedError,
+    GdrError,
     InvalidArgumentError,
     OutOfRangeError,
 )
@@ -70,12 +71,16 @@ def test_send_recv_roundtrip_answers_each_message(sctx, plain):
         assert ch._sim_join(h) == (100, 0, 2**64 - 1)
 
 
+@pytest.mark.parametrize("near", [False, True], ids=["all-slots", "near-slots"])
 @pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
-def test_ordering_200k_messages_batched_and_checked(sctx, plain):
+def test_ordering_200k_messages_batched_and_checked(sctx, plain, near):
     """send_many (one fence per batch of 32) under a checking consumer; every
-    completion checked on the host; nothing torn, lost or reordered."""
+    completion checked on the host; nothing torn, lost or reordered.  Near
+    slots: the sim consumer chooses the odd physical slots, so both sides go
+    through the slot table."""
     n, size, batch = 200_000, 48, 32
-    with gdrpy.Channel(sctx, nslots=64, slot_size=size, comp_size=16, plain=plain) as ch:
+    with gdrpy.Channel(sctx, nslots=64, slot_size=size, comp_size=16, plain=plain,
+                       near=near) as ch:
         h = ch._sim_consumer(check=True, complete=True)
         out = np.zeros(batch, dtype=COMP)
         bad = 0
@@ -243,3 +248,82 @@ def test_put_many_checks_every_range_first(sctx):
         with pytest.raises(TypeError):
             m.put_many([(0, 5)])
     buf.close()
+
+
+# ---- near slots (GDRPY_CHAN_NEAR) --------------------------------------------------
+
+
+def ring_words(ch: gdrpy.Channel) -> np.ndarray:
+    """The device block as u64 words, read through the mapping (sim: host memory)."""
+    return np.frombuffer(ch.mapping, dtype=np.uint64)
+
+
+def test_near_channel_has_twice_the_slots_and_a_table():
+    for plain in (False, True):
+        one = gdrpy.Channel.device_bytes(nslots=32, slot_size=100, plain=plain)
+        near = gdrpy.Channel.device_bytes(nslots=32, slot_size=100, plain=plain, near=True)
+        stride = (one - 128) // 32
+        assert near == 128 + 64 * stride + 256  # 64 slots, then 64 u32 (rounded to 64 bytes)
+    with pytest.raises(InvalidArgumentError, match="at most 65536"):
+        gdrpy.Channel.device_bytes(nslots=1 << 17, slot_size=8, near=True)
+
+
+@pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
+def test_near_channel_sends_wait_for_the_kernel_and_use_only_its_slots(sctx, plain):
+    with gdrpy.Channel(sctx, nslots=8, slot_size=64, comp_size=16, plain=plain, near=True) as ch:
+        assert ch.near and ch.device_pointers()["place_nslots"] == 16
+        with pytest.raises(ChannelFullError, match="no kernel has attached yet"):
+            ch.send(b"abcd", timeout=0)
+        with pytest.raises(ChannelTimeoutError, match="near-slot"):
+            ch.send_many([b"abcd"], timeout=0.002)
+        assert ch.stats()["sent"] == 0
+        h = ch._sim_consumer(check=True, complete=True)
+        ch.wait_attached(timeout=5)
+        stride = ch.device_pointers()["slot_stride"]
+        assert [ch.slot_offset(i) for i in range(10)] == [(2 * (i % 8) + 1) * stride
+                                                          for i in range(10)]
+        for i in range(40):
+            ch.send(chan_pattern(i, 1 + i % 64), tag=i, timeout=5)
+            r = np.frombuffer(ch.recv(timeout=5), dtype=COMP)[0]
+            assert int(r["seq"]) == i + 1
+        st = ch.shutdown()
+        assert st["final_consumed"] == 40 and ch._sim_join(h) == (40, 0, 2**64 - 1)
+        words = ring_words(ch)
+        for p in range(16):  # the even physical slots were never written
+            slot = words[(128 + p * stride) // 8:(128 + (p + 1) * stride) // 8]
+            assert bool(slot.any()) == (p % 2 == 1), f"physical slot {p}"
+        del words, slot
+
+
+def stand_in_kernel(ch: gdrpy.Channel, table: list[int] | None) -> None:
+    """Attach as a kernel would: the slot table and PLACED (when given), then RUNNING."""
+    hb = np.frombuffer(ch.host_block(), dtype=np.uint32)
+    if table is not None:
+        d = ch.device_pointers()
+        start = (128 + d["comp_nslots"] * d["comp_stride"]) // 4
+        hb[start:start + len(table)] = table
+        hb[80 // 4] = 1
+    hb[64 // 4] = 1  # GDRPY_CHAN_ST_RUNNING
+
+
+def test_near_channel_without_a_choice_uses_the_first_slots(sctx):
+    """A kernel that attaches without choosing (not the header's attach)."""
+    with gdrpy.Channel(sctx, nslots=4, slot_size=8, near=True) as ch:
+        stand_in_kernel(ch, None)
+        ch.wait_attached(timeout=1)
+        stride = ch.device_pointers()["slot_stride"]
+        assert [ch.slot_offset(i) for i in range(4)] == [i * stride for i in range(4)]
+        hb = np.frombuffer(ch.host_block(), dtype=np.uint32)
+        hb[64 // 4] = 2  # stopped, so that close() frees the memory
+
+
+@pytest.mark.parametrize("table", [[0, 1, 2, 8], [3, 1, 3, 0]], ids=["out-of-range", "repeated"])
+def test_near_channel_refuses_an_invalid_slot_table(sctx, table):
+    with gdrpy.Channel(sctx, nslots=4, slot_size=8, near=True) as ch:
+        stand_in_kernel(ch, table)
+        with pytest.raises(GdrError, match="slot table is not valid"):
+            ch.wait_attached(timeout=1)
+        with pytest.raises(GdrError, match="slot table is not valid"):
+            ch.send(b"x", timeout=0)
+        assert ch.stats()["sent"] == 0
+        np.frombuffer(ch.host_block(), dtype=np.uint32)[64 // 4] = 2

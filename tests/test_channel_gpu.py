@@ -104,15 +104,39 @@ class Kernel:
             self.err_mem.close()
 
 
+def check_near_table(ch: gdrpy.Channel) -> None:
+    """A near channel's slot table (host block copy) as the kernel chose it:
+    nslots distinct physical slots of 2 * nslots, in ring order, and the
+    offsets sends use."""
+    d = ch.device_pointers()
+    n, start = d["nslots"], 128 + d["comp_nslots"] * d["comp_stride"]
+    assert d["place_nslots"] == 2 * n
+    hb = np.frombuffer(ch.host_block(), dtype=np.uint8)
+    assert int(hb[80:84].view(np.uint32)[0]) == 1, "the kernel did not choose its slots"
+    table = hb[start:start + 4 * n].view(np.uint32).astype(np.int64)
+    assert len(set(table.tolist())) == n and int(table.max()) < 2 * n
+    assert bool(np.all(np.diff(table) > 0)), "not in ring order"
+    assert [ch.slot_offset(i) for i in range(n)] == [int(p) * d["slot_stride"] for p in table]
+
+
+NEAR = pytest.mark.parametrize("near", [False, True], ids=["all-slots", "near-slots"])
+
+
+@NEAR
 @pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
-def test_gpu_ordering_1e6_messages_checked_by_the_kernel_and_the_host(gctx, rt, module, plain):
+def test_gpu_ordering_1e6_messages_checked_by_the_kernel_and_the_host(gctx, rt, module, plain,
+                                                                      near):
     """10^6 messages (batches of 32 with varying lengths, then single sends):
     the kernel checks every payload and tag, the host every answer.  Lengths
-    1..96: on LL channels both LL messages (<= 64 B) and plain-area ones."""
+    1..96: on LL channels both LL messages (<= 64 B) and plain-area ones.
+    Near slots: the kernel chose its ring's slots when it attached."""
     n_batched, n_single, batch, size = 960_000, 40_000, 32, 96
-    with gdrpy.Channel(gctx, nslots=256, slot_size=size, comp_size=16, plain=plain) as ch:
+    with gdrpy.Channel(gctx, nslots=256, slot_size=size, comp_size=16, plain=plain,
+                       near=near) as ch:
         k = Kernel(rt, module, ch)
         ch.wait_attached(timeout=20)
+        if near:
+            check_near_table(ch)
         out = np.zeros(batch, dtype=ANSWER)
         bad = 0
         first_bad = None
@@ -206,13 +230,17 @@ def test_gpu_kernel_watchdog_and_closed_waits(gctx, rt, module):
             ch.recv(timeout=None)
 
 
+@NEAR
 @pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
-def test_gpu_header_serve_warp_template(gctx, rt, plain):
+def test_gpu_header_serve_warp_template(gctx, rt, plain, near):
     mod = rt.compile(SERVE_WARP_SRC, "serve_warp_test.cu")
     try:
-        with gdrpy.Channel(gctx, nslots=64, slot_size=16, comp_size=8, plain=plain) as ch:
+        with gdrpy.Channel(gctx, nslots=64, slot_size=16, comp_size=8, plain=plain,
+                           near=near) as ch:
             k = Kernel(rt, mod, ch, name="echo")
             ch.wait_attached(timeout=20)
+            if near:
+                check_near_table(ch)
             for i in range(500):
                 ch.send(bytes([i & 0xFF]) * (1 + i % 16), tag=i)
                 r = ch.recv(timeout=10)
@@ -231,15 +259,19 @@ def test_gpu_header_serve_warp_template(gctx, rt, plain):
         mod.close()
 
 
+@NEAR
 @pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
-def test_gpu_echo_kernel_long_and_short_payloads(gctx, rt, module, plain):
+def test_gpu_echo_kernel_long_and_short_payloads(gctx, rt, module, plain, near):
     """gdrpy_chan_echo (the MPI eager example's kernel): every payload comes
     back byte for byte, 1..300 bytes (LL words up to 64 B, the plain area
     beyond, both directions), single sends and batches."""
     size = 300
-    with gdrpy.Channel(gctx, nslots=64, slot_size=size, comp_size=size, plain=plain) as ch:
+    with gdrpy.Channel(gctx, nslots=64, slot_size=size, comp_size=size, plain=plain,
+                       near=near) as ch:
         k = Kernel(rt, module, ch, name="gdrpy_chan_echo")
         ch.wait_attached(timeout=20)
+        if near:
+            check_near_table(ch)
         rng = np.random.default_rng(7)
         for i in range(600):
             ln = 1 + (i * 37) % size

@@ -90,6 +90,7 @@
 #define GDRPY_CHAN_HOST_SMID 16u
 #define GDRPY_CHAN_HOST_STATUS 64u
 #define GDRPY_CHAN_HOST_FINAL 72u
+#define GDRPY_CHAN_HOST_PLACED 80u
 #define GDRPY_CHAN_RUN 0u
 #define GDRPY_CHAN_DRAIN 1u
 #define GDRPY_CHAN_ABORT 2u
@@ -98,6 +99,7 @@
 #define GDRPY_CHAN_ST_STOPPED 2u
 #define GDRPY_CHAN_ST_TIMEOUT 3u
 #define GDRPY_CHAN_PLAIN 1u
+#define GDRPY_CHAN_NEAR 2u
 #define GDRPY_CHAN_LL_MAX 64u
 
 typedef unsigned long long gdrpy_u64;
@@ -110,8 +112,8 @@ typedef struct gdrpy_chan_desc {
     gdrpy_u64 comp;
     gdrpy_u32 nslots, slot_stride, slot_size;
     gdrpy_u32 comp_nslots, comp_stride, comp_size;
-    gdrpy_u32 flags; /* GDRPY_CHAN_PLAIN or 0 (LL) */
-    gdrpy_u32 reserved;
+    gdrpy_u32 flags;        /* GDRPY_CHAN_PLAIN or 0 (LL); GDRPY_CHAN_NEAR */
+    gdrpy_u32 place_nslots; /* NEAR: physical slots (2 * nslots), else 0 */
 } gdrpy_chan_desc_t;
 
 /* ---- system-scope loads and stores ------------------------------------ */
@@ -157,9 +159,21 @@ __device__ __forceinline__ gdrpy_u64 gdrpy_globaltimer(void)
 }
 
 /* ---- addresses -------------------------------------------------------- */
+/* NEAR: the slot table after the physical slots (gdrpy_chan_place). */
+__device__ __forceinline__ gdrpy_u32 *gdrpy_chan_slot_table(const gdrpy_chan_desc_t &d)
+{
+    return (gdrpy_u32 *)(d.ring + (gdrpy_u64)d.place_nslots * d.slot_stride);
+}
+
+/* Message i's slot.  NEAR: through the slot table, which the attaching
+ * thread wrote (a plain load, cached in L1: call it only after
+ * gdrpy_chan_attach has returned on this warp - __syncwarp /
+ * __syncthreads for other warps of the block). */
 __device__ __forceinline__ unsigned char *gdrpy_chan_slot(const gdrpy_chan_desc_t &d, gdrpy_u64 i)
 {
-    return (unsigned char *)(d.ring + (i & (d.nslots - 1)) * (gdrpy_u64)d.slot_stride);
+    gdrpy_u64 k = i & (d.nslots - 1);
+    if (d.place_nslots) k = gdrpy_chan_slot_table(d)[k];
+    return (unsigned char *)(d.ring + k * (gdrpy_u64)d.slot_stride);
 }
 
 __device__ __forceinline__ unsigned char *gdrpy_chan_comp_slot(const gdrpy_chan_desc_t &d,
@@ -544,9 +558,83 @@ __device__ __forceinline__ bool gdrpy_chan_complete(const gdrpy_chan_desc_t &d, 
     return true;
 }
 
+/* ---- near slots (GDRPY_CHAN_NEAR) ---------------------------------------- */
+/* SM cycles of one atomic add of 0 on p (the value is unchanged; an
+ * atomic is performed where the line is homed, so it shows whether that is
+ * this SM's L2 partition, where a plain load of a cached line does not). */
+__device__ __forceinline__ gdrpy_u32 gdrpy_chan_atomic_cycles(const void *p)
+{
+    gdrpy_u64 t0, t1;
+    gdrpy_u32 v, w;
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t0));
+    asm volatile("atom.global.gpu.add.u32 %0, [%1], 0;" : "=r"(v) : "l"(p) : "memory");
+    /* a use of the result that stays (an identity op would be dropped and
+     * the clock read would not wait for the atomic) */
+    asm volatile("add.u32 %0, %1, 1;" : "=r"(w) : "r"(v));
+    asm volatile("mov.u64 %0, %%clock64;" : "=l"(t1));
+    return (gdrpy_u32)(t1 - t0) + (w == 0u); /* +1 at most, when the word is ~0 */
+}
+
+/* How many of the np cycle counts in t are at most `cut`. */
+__device__ __forceinline__ gdrpy_u32 gdrpy_chan_count_le(const gdrpy_u32 *t, gdrpy_u32 np,
+                                                         gdrpy_u32 cut)
+{
+    gdrpy_u32 c = 0;
+    for (gdrpy_u32 p = 0; p < np; ++p) c += t[p] <= cut;
+    return c;
+}
+
+/* One thread: chooses the n of the np = 2 * n physical slots (stride bytes
+ * apart from ring) whose first line is fastest to reach from this SM (the
+ * best of three atomics each, clipped to 4095 cycles; ties: the lower
+ * slots) and writes the slot table, in ring order, after the slots (its
+ * first np words are the scratch for the cycle counts) and to host_table,
+ * then PLACED (host_ctrl).  Scalars only, so that the caller's descriptor
+ * stays out of local memory.  Called by gdrpy_chan_attach. */
+__device__ __noinline__ void gdrpy_chan_place(gdrpy_u64 ring, gdrpy_u32 np, gdrpy_u32 n,
+                                              gdrpy_u32 stride, gdrpy_u64 host_table,
+                                              gdrpy_u64 host_ctrl)
+{
+    gdrpy_u32 *t = (gdrpy_u32 *)(ring + (gdrpy_u64)np * stride);
+    for (gdrpy_u32 p = 0; p < np; ++p) {
+        const void *line = (const void *)(ring + (gdrpy_u64)p * stride);
+        gdrpy_u32 best = 4095u;
+        for (int r = 0; r < 3; ++r) {
+            const gdrpy_u32 c = gdrpy_chan_atomic_cycles(line);
+            best = c < best ? c : best;
+        }
+        t[p] = best;
+    }
+    /* the smallest count `cut` with at least n slots at or below it */
+    gdrpy_u32 lo = 0, hi = 4095u;
+    while (lo < hi) {
+        const gdrpy_u32 mid = (lo + hi) / 2u;
+        if (gdrpy_chan_count_le(t, np, mid) >= n) hi = mid;
+        else lo = mid + 1u;
+    }
+    gdrpy_u32 at_cut = n - (lo ? gdrpy_chan_count_le(t, np, lo - 1u) : 0u), k = 0;
+    volatile gdrpy_u32 *host = (volatile gdrpy_u32 *)host_table;
+    for (gdrpy_u32 p = 0; p < np && k < n; ++p) {
+        const gdrpy_u32 c = t[p];
+        if (c < lo || (c == lo && at_cut && at_cut--)) {
+            t[k] = p; /* k <= p: the counts not yet read stay intact */
+            host[k] = p;
+            ++k;
+        }
+    }
+    __threadfence_system(); /* the table before PLACED */
+    *(volatile gdrpy_u32 *)(host_ctrl + GDRPY_CHAN_HOST_PLACED) = 1u;
+}
+
 /* ---- lifecycle -------------------------------------------------------- */
+/* One thread, once per kernel, before any message is taken: NEAR channels
+ * choose their slots here (gdrpy_chan_place; ~0.4 ms for 256 slots), then
+ * the SM and the status RUNNING go to the host block. */
 __device__ __forceinline__ void gdrpy_chan_attach(const gdrpy_chan_desc_t &d)
 {
+    if (d.place_nslots)
+        gdrpy_chan_place(d.ring, d.place_nslots, d.nslots, d.slot_stride,
+                         d.comp + (gdrpy_u64)d.comp_nslots * d.comp_stride, d.host_ctrl);
     gdrpy_u32 sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
     *(volatile gdrpy_u32 *)(d.host_ctrl + GDRPY_CHAN_HOST_SMID) = sm;

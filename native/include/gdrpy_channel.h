@@ -50,6 +50,19 @@
  *  completions) how many completions it has read; the kernel never
  *  overwrites an unread completion.
  *
+ *  Near slots (GDRPY_CHAN_NEAR): the ring has twice as many slots as it
+ *  uses; the kernel, when it attaches (gdrpy_chan_attach), times an atomic
+ *  on each slot's first line from its SM and keeps the `nslots` fastest -
+ *  on GPUs whose L2 is split in partitions (H100: two), those homed in the
+ *  polling SM's partition, where the host's write lands next to the poll
+ *  (docs/channel.md, "Near slots").  It leaves the choice, a table of
+ *  physical slot numbers in ring order, in both blocks and sets the host
+ *  block's PLACED word before its status RUNNING; the host reads it once it
+ *  sees the kernel attached, so sends on such a channel wait for the
+ *  attach (timeout_ns == 0: GDRPY_EAGAIN).  A kernel that attaches without
+ *  choosing (one that does not use the header's attach) gets the first
+ *  `nslots` slots, as on any other channel.
+ *
  *  Shutdown: gdrpy_chan_shutdown() stores the number of messages sent and
  *  then a mode word (DRAIN: the kernel consumes every message sent before it
  *  stops; ABORT: it stops at once and the unconsumed ones are counted), and
@@ -62,12 +75,17 @@
  *    [8]    u64 messages sent when shutdown was requested  written first
  *    [64]   u64 completions read by the host (credit for the kernel)
  *    [128]  message slot 0, then every slot_stride bytes
+ *    NEAR:  after 2 * nslots slots, the slot table: 2 * nslots u32 (the
+ *           kernel's scratch while it chooses; then entry k = the physical
+ *           slot of ring slot k, k < nslots)
  *  host block (page-locked, allocated by the channel):
  *    [0]    u64 messages consumed by the kernel (slot credit for the host)
  *    [16]   u32 the SM the kernel attached from (diagnostics)
  *    [64]   u32 kernel status (GDRPY_CHAN_ST_*)
  *    [72]   u64 messages consumed when the kernel stopped
+ *    [80]   u32 1 = the kernel chose near slots (NEAR; written before status)
  *    [128]  completion slot 0, then every comp_stride bytes
+ *    NEAR:  after comp_nslots completion slots, the slot table (nslots u32)
  *  PLAIN: slot_stride = round_up(16 + slot_size, 64), comp_stride likewise.
  *  LL: see gdrpy_chan_slot_layout().
  *
@@ -107,6 +125,7 @@ extern "C" {
 #define GDRPY_CHAN_HOST_SMID 16u     /* u32: the SM the kernel attached from (diagnostics) */
 #define GDRPY_CHAN_HOST_STATUS 64u   /* u32 */
 #define GDRPY_CHAN_HOST_FINAL 72u    /* u64 */
+#define GDRPY_CHAN_HOST_PLACED 80u   /* u32: 1 = the slot table is the kernel's (NEAR) */
 
 #define GDRPY_CHAN_RUN 0u
 #define GDRPY_CHAN_DRAIN 1u
@@ -121,6 +140,9 @@ extern "C" {
 
 /* gdrpy_chan_config_t.flags */
 #define GDRPY_CHAN_PLAIN 1u /* the PLAIN slot format (default: LL) */
+#define GDRPY_CHAN_NEAR 2u  /* the kernel picks near slots of twice as many (above) */
+/* NEAR: at most this many slots (the kernel times 2 * nslots when it attaches) */
+#define GDRPY_CHAN_NEAR_MAX_SLOTS (1u << 16)
 /* LL: messages up to this many bytes are all LL words */
 #define GDRPY_CHAN_LL_MAX 64u
 #define GDRPY_CHAN_MAX_SLOT_SIZE (1u << 20)
@@ -132,7 +154,7 @@ typedef struct gdrpy_chan_config {
     uint32_t slot_size;   /* payload bytes per message, 1..2^20 */
     uint32_t comp_nslots; /* completion slots: power of two; 0 = nslots */
     uint32_t comp_size;   /* payload bytes per completion, 0..2^20 */
-    uint32_t flags;       /* 0 (LL) or GDRPY_CHAN_PLAIN */
+    uint32_t flags;       /* GDRPY_CHAN_PLAIN (default LL), GDRPY_CHAN_NEAR */
     uint32_t reserved;
 } gdrpy_chan_config_t;
 
@@ -144,8 +166,8 @@ typedef struct gdrpy_chan_desc {
     uint64_t comp;      /* device address of completion slot 0 */
     uint32_t nslots, slot_stride, slot_size;
     uint32_t comp_nslots, comp_stride, comp_size;
-    uint32_t flags; /* the config's flags (GDRPY_CHAN_PLAIN) */
-    uint32_t reserved;
+    uint32_t flags;        /* the config's flags (GDRPY_CHAN_PLAIN, GDRPY_CHAN_NEAR) */
+    uint32_t place_nslots; /* NEAR: the physical slots (2 * nslots); else 0 */
 } gdrpy_chan_desc_t;
 
 /* Where things are in one slot of `size` payload bytes (LL and PLAIN):
@@ -169,7 +191,8 @@ static inline void gdrpy_chan_slot_layout(uint32_t flags, uint32_t size, uint32_
 
 /* A CPU reading message i of a ring as a consumer kernel does (sim
  * consumers, host-side tests), either format: `slot` is the slot's CPU
- * address (ring + (i & (nslots - 1)) * slot_stride).  1 when message i is
+ * address (ring + (i & (nslots - 1)) * slot_stride; NEAR: the slot table's
+ * entry instead of i & (nslots - 1), gdrpy_chan_slot_offset()).  1 when message i is
  * complete: *len (at most d->slot_size), *tag, and *payload - `buf`
  * (GDRPY_CHAN_LL_MAX bytes, the LL words unpacked) for an LL message of at
  * most GDRPY_CHAN_LL_MAX bytes, else the slot's payload in place, read
@@ -285,6 +308,9 @@ GDRPY_API int gdrpy_chan_get_stats(gdrpy_chan_t *chan, gdrpy_chan_stats_t *out);
  * launching the kernel, before sending, so that shutdown and destroy know a
  * kernel is there.  GDRPY_ETIMEDOUT / GDRPY_EAGAIN (timeout_ns == 0). */
 GDRPY_API int gdrpy_chan_wait_attached(gdrpy_chan_t *chan, int64_t timeout_ns);
+/* Byte offset of message i's slot from slot 0 (the ring's first byte), as
+ * sends use it: NEAR channels once the kernel has attached. */
+GDRPY_API int gdrpy_chan_slot_offset(const gdrpy_chan_t *chan, uint64_t i, size_t *out);
 
 /* ---- a CPU thread standing in for the GPU kernel (tests, sim) --------- */
 /* It does what the reference checking kernel does (tests/, gdrpy.tools):

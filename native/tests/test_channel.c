@@ -273,8 +273,14 @@ static int bad_arguments_are_rejected(void)
     CHECK(gdrpy_chan_device_bytes(&cfg, &n) == 0 && n == 128 + 4 * 192);
     cfg.flags = GDRPY_CHAN_PLAIN; /* 16 B header + 64 B payload -> 128 */
     CHECK(gdrpy_chan_device_bytes(&cfg, &n) == 0 && n == 128 + 4 * 128);
-    cfg.flags = 2; /* undefined flag */
+    cfg.flags = GDRPY_CHAN_NEAR; /* twice the slots, then 8 u32 of slot table (64 B) */
+    CHECK(gdrpy_chan_device_bytes(&cfg, &n) == 0 && n == 128 + 8 * 192 + 64);
+    cfg.flags = 4; /* undefined flag */
     CHECK(gdrpy_chan_device_bytes(&cfg, &n) == GDRPY_EINVAL);
+    cfg.flags = GDRPY_CHAN_NEAR;
+    cfg.nslots = GDRPY_CHAN_NEAR_MAX_SLOTS * 2;
+    CHECK(gdrpy_chan_device_bytes(&cfg, &n) == GDRPY_EINVAL);
+    cfg.nslots = 4;
     cfg.flags = 0;
     env_t e;
     CHECK(env_open(&e, 4, 64, 0, 16) == 0);

@@ -37,10 +37,12 @@ struct gdrpy_chan {
     uint64_t credit;                   /* last consumed count read */
     uint64_t full_waits;
     uint32_t mask, stride, slot_size;
-    uint32_t shutdown; /* mode requested, 0 = none */
-    uint32_t ll;       /* 1: LL slot format (gdrpy_channel.h) */
-    uint32_t llw;      /* LL data words per slot */
-    uint32_t poff;     /* offset of the plain payload in a slot */
+    uint32_t shutdown;       /* mode requested, 0 = none */
+    uint32_t settled;        /* the slot table is final (NEAR: once the kernel attached) */
+    const uint32_t *slot_of; /* ring slot -> physical slot (the slot table) */
+    uint32_t ll;             /* 1: LL slot format (gdrpy_channel.h) */
+    uint32_t llw;            /* LL data words per slot */
+    uint32_t poff;           /* offset of the plain payload in a slot */
     /* ---- consumer (recv*) ---- */
     char *comp __attribute__((aligned(64))); /* CPU address of completion slot 0 */
     uint64_t rhead;                          /* completions read */
@@ -54,6 +56,7 @@ struct gdrpy_chan {
     gdrpy_pin_t pin;
     gp_hostmem hm;
     char *host;
+    uint32_t *table; /* slot_of's storage */
     gdrpy_chan_desc_t desc;
     gdrpy_chan_config_t cfg;
 };
@@ -149,10 +152,13 @@ static int check_config(const gdrpy_chan_config_t *cfg, const char *what)
     if (cfg->comp_size > GDRPY_CHAN_MAX_SLOT_SIZE)
         return gp_err(GDRPY_EINVAL, "%s: comp_size %u must be at most %u", what, cfg->comp_size,
                       GDRPY_CHAN_MAX_SLOT_SIZE);
-    if ((cfg->flags & ~GDRPY_CHAN_PLAIN) || cfg->reserved)
-        return gp_err(GDRPY_EINVAL, "%s: flags 0x%x: only GDRPY_CHAN_PLAIN (0x1) is defined; "
-                                    "reserved must be 0",
+    if ((cfg->flags & ~(GDRPY_CHAN_PLAIN | GDRPY_CHAN_NEAR)) || cfg->reserved)
+        return gp_err(GDRPY_EINVAL, "%s: flags 0x%x: only GDRPY_CHAN_PLAIN (0x1) and "
+                                    "GDRPY_CHAN_NEAR (0x2) are defined; reserved must be 0",
                       what, cfg->flags);
+    if ((cfg->flags & GDRPY_CHAN_NEAR) && cfg->nslots > GDRPY_CHAN_NEAR_MAX_SLOTS)
+        return gp_err(GDRPY_EINVAL, "%s: nslots %u: a GDRPY_CHAN_NEAR channel has at most %u",
+                      what, cfg->nslots, GDRPY_CHAN_NEAR_MAX_SLOTS);
     return 0;
 }
 
@@ -163,13 +169,21 @@ static inline uint32_t stride_of(uint32_t flags, uint32_t payload)
     return stride;
 }
 
+/* Physical slots: NEAR rings have twice as many as they use. */
+static inline uint32_t phys_slots(const gdrpy_chan_config_t *cfg)
+{
+    return cfg->flags & GDRPY_CHAN_NEAR ? 2 * cfg->nslots : cfg->nslots;
+}
+
 int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
 {
     if (!out) return gp_err(GDRPY_EINVAL, "chan_device_bytes: output pointer is NULL");
     *out = 0;
     int rc = check_config(cfg, "chan_device_bytes");
     if (rc) return rc;
-    *out = GDRPY_CHAN_DEV_CTRL + (size_t)cfg->nslots * stride_of(cfg->flags, cfg->slot_size);
+    uint32_t np = phys_slots(cfg);
+    *out = GDRPY_CHAN_DEV_CTRL + (size_t)np * stride_of(cfg->flags, cfg->slot_size);
+    if (cfg->flags & GDRPY_CHAN_NEAR) *out += gp_round_up((size_t)np * 4, GDRPY_CHAN_ALIGN);
     return 0;
 }
 
@@ -211,13 +225,23 @@ int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_
     c->cfg.comp_nslots = cn;
     uint32_t cllw, cpoff, cstride;
     gdrpy_chan_slot_layout(cfg->flags, cfg->comp_size, &cllw, &cpoff, &cstride);
-    rc = gp_hostmem_alloc(device, is_real, GDRPY_CHAN_HOST_CTRL + (size_t)cn * cstride, &c->hm);
+    const int near = (cfg->flags & GDRPY_CHAN_NEAR) != 0;
+    c->table = malloc((size_t)cfg->nslots * sizeof *c->table);
+    rc = c->table ? gp_hostmem_alloc(device, is_real,
+                                     GDRPY_CHAN_HOST_CTRL + (size_t)cn * cstride +
+                                         (near ? (size_t)cfg->nslots * 4 : 0),
+                                     &c->hm)
+                  : gp_err(GDRPY_ENOMEM, "out of memory");
     if (rc) {
         gp_err_prefix(rc, "chan_create: completion ring");
         gp_chan_pin_hold(ctx, pin, 0, NULL, NULL, NULL);
+        free(c->table);
         free(c);
         return rc;
     }
+    for (uint32_t k = 0; k < cfg->nslots; k++) c->table[k] = k;
+    c->slot_of = c->table;
+    c->settled = !near;
     c->ctx = ctx;
     c->pin = pin;
     c->host = c->hm.ptr;
@@ -249,6 +273,7 @@ int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_
     c->desc.comp_stride = cstride;
     c->desc.comp_size = cfg->comp_size;
     c->desc.flags = cfg->flags;
+    c->desc.place_nslots = near ? phys_slots(cfg) : 0;
     /* Zero the device block (old sequence words must not look current). */
     gp_wc_zero(c->dev, need);
     gp_wc_fence();
@@ -271,6 +296,7 @@ int gdrpy_chan_destroy(gdrpy_chan_t *c)
         gp_hostmem_free(&c->hm);
     }
     gp_chan_pin_hold(c->ctx, c->pin, 0, NULL, NULL, NULL); /* EBADF if the ctx is gone */
+    free(c->table);
     free(c);
     return rc;
 }
@@ -293,6 +319,61 @@ void *gdrpy_chan_device_block(const gdrpy_chan_t *c) { return c ? c->dev : NULL;
 void *gdrpy_chan_host_block(const gdrpy_chan_t *c) { return c ? c->host : NULL; }
 
 /* ---- send ------------------------------------------------------------- */
+
+/* Message i's slot (CPU address). */
+static inline char *slot_at(const gdrpy_chan_t *c, uint64_t i)
+{
+    return c->ring + (size_t)c->slot_of[i & c->mask] * c->stride;
+}
+
+/* NEAR: takes the kernel's slot table once it has attached (GDRPY_EIO if it
+ * is not a choice of distinct physical slots); a kernel that attached
+ * without choosing leaves the first nslots.  0 when settled, -1 when no
+ * kernel has attached yet, else the error. */
+static int settle(gdrpy_chan_t *c, const char *what)
+{
+    if (ld_acq32(c->status) == GDRPY_CHAN_ST_NONE) return -1;
+    if (ld_acq32((const volatile uint32_t *)(c->host + GDRPY_CHAN_HOST_PLACED)) == 1) {
+        const uint32_t n = c->mask + 1, np = c->desc.place_nslots;
+        const volatile uint32_t *t = (const volatile uint32_t *)(c->comp + (size_t)(c->cmask + 1) * c->cstride);
+        unsigned char *seen = calloc(np, 1);
+        if (!seen) return gp_err(GDRPY_ENOMEM, "%s: out of memory", what);
+        for (uint32_t k = 0; k < n; k++) {
+            const uint32_t p = t[k];
+            if (p >= np || seen[p]) {
+                free(seen);
+                return gp_err(GDRPY_EIO, "%s: the kernel's slot table is not valid (entry %u: "
+                                         "physical slot %u of %u)",
+                              what, k, p, np);
+            }
+            seen[p] = 1;
+            c->table[k] = p;
+        }
+        free(seen);
+    }
+    __atomic_store_n(&c->settled, 1, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Sends on a NEAR channel wait (timeout) for the kernel's slot table. */
+static int wait_settled(gdrpy_chan_t *c, int64_t timeout_ns, const char *what)
+{
+    gp_wait w;
+    wait_init(&w, timeout_ns);
+    for (;;) {
+        int rc = settle(c, what);
+        if (rc >= 0) return rc;
+        if (timeout_ns == 0)
+            return gp_err(GDRPY_EAGAIN, "%s: no kernel has attached yet (on a near-slot channel "
+                                        "the kernel chooses the slots when it attaches)",
+                          what);
+        if (wait_expired(&w))
+            return gp_err(GDRPY_ETIMEDOUT, "%s: no kernel attached within %.6f s (on a near-slot "
+                                           "channel the kernel chooses the slots when it attaches)",
+                          what, timeout_ns * 1e-9);
+        cpu_relax();
+    }
+}
 
 /* Waits until message `last` (an index) has a free slot. */
 static int wait_credit(gdrpy_chan_t *c, uint64_t last, int64_t timeout_ns, const char *what)
@@ -373,7 +454,7 @@ static inline void ll_store_data(char *s, uint32_t f, const unsigned char *p, si
  * several smaller writes in any order). */
 static inline int ll_put(gdrpy_chan_t *c, uint64_t i, const void *buf, size_t len, uint32_t tag)
 {
-    char *s = c->ring + (size_t)(i & c->mask) * c->stride;
+    char *s = slot_at(c, i);
     uint32_t f = (uint32_t)(i + 1);
     int refresh = ll_refresh(i, c->mask + 1);
     if (len <= GDRPY_CHAN_LL_MAX) {
@@ -416,7 +497,7 @@ static inline int ll_put(gdrpy_chan_t *c, uint64_t i, const void *buf, size_t le
 
 static inline void ll_put_header(gdrpy_chan_t *c, uint64_t i, size_t len, uint32_t tag)
 {
-    char *s = c->ring + (size_t)(i & c->mask) * c->stride;
+    char *s = slot_at(c, i);
     uint32_t f = (uint32_t)(i + 1);
     gp_wc_store_u64(s + 8, llword(f, (uint32_t)len));
     gp_wc_store_u64(s, llword(f, tag));
@@ -432,6 +513,10 @@ int gdrpy_chan_send(gdrpy_chan_t *c, const void *buf, size_t len, uint32_t tag,
     if (__builtin_expect(len && !buf, 0)) return gp_err(GDRPY_EINVAL, "chan_send: buffer is NULL");
     if (__builtin_expect(c->shutdown != 0, 0))
         return gp_err(GDRPY_EPIPE, "chan_send: the channel is shut down");
+    if (__builtin_expect(!__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE), 0)) {
+        int rc = wait_settled(c, timeout_ns, "chan_send");
+        if (rc) return rc;
+    }
     uint64_t i = c->head;
     if (__builtin_expect(i - c->credit > c->mask, 0)) {
         int rc = wait_credit(c, i, timeout_ns, "chan_send");
@@ -447,7 +532,7 @@ int gdrpy_chan_send(gdrpy_chan_t *c, const void *buf, size_t len, uint32_t tag,
         c->head = i + 1;
         return 0;
     }
-    char *s = c->ring + (size_t)(i & c->mask) * c->stride;
+    char *s = slot_at(c, i);
     gp_wc_store_u64(s + 8, (uint64_t)len | ((uint64_t)tag << 32));
     put_payload(s + GDRPY_CHAN_HDR, buf, len);
     gp_wc_fence(); /* payload and len/tag before seq */
@@ -475,6 +560,10 @@ int gdrpy_chan_send_batch(gdrpy_chan_t *c, const gdrpy_chan_msg_t *m, size_t n,
             return gp_err(GDRPY_EINVAL, "chan_send_batch: message %zu: buffer is NULL", k);
     }
     if (c->shutdown) return gp_err(GDRPY_EPIPE, "chan_send_batch: the channel is shut down");
+    if (!__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE)) {
+        int rc = wait_settled(c, timeout_ns, "chan_send_batch");
+        if (rc) return rc;
+    }
     uint64_t i = c->head;
     uint64_t last = i + n - 1;
     if (last - c->credit > c->mask) {
@@ -494,13 +583,13 @@ int gdrpy_chan_send_batch(gdrpy_chan_t *c, const gdrpy_chan_msg_t *m, size_t n,
         return 0;
     }
     for (size_t k = 0; k < n; k++) {
-        char *s = c->ring + (size_t)((i + k) & c->mask) * c->stride;
+        char *s = slot_at(c, i + k);
         gp_wc_store_u64(s + 8, (uint64_t)m[k].len | ((uint64_t)m[k].tag << 32));
         if (m[k].len) gp_wc_store_nofence(s + GDRPY_CHAN_HDR, m[k].buf, m[k].len);
     }
     gp_wc_fence(); /* every payload before any sequence word */
     for (size_t k = 0; k < n; k++)
-        gp_wc_store_u64(c->ring + (size_t)((i + k) & c->mask) * c->stride, i + k + 1);
+        gp_wc_store_u64(slot_at(c, i + k), i + k + 1);
     gp_wc_fence();
     c->head = i + n;
     return 0;
@@ -699,12 +788,20 @@ int gdrpy_chan_wait_attached(gdrpy_chan_t *c, int64_t timeout_ns)
     wait_init(&w, timeout_ns);
     for (;;) {
         uint32_t st = ld_acq32(c->status);
-        if (st != GDRPY_CHAN_ST_NONE) return 0;
+        if (st != GDRPY_CHAN_ST_NONE)
+            return __atomic_load_n(&c->settled, __ATOMIC_ACQUIRE) ? 0 : settle(c, "chan_wait_attached");
         if (timeout_ns == 0 || wait_expired(&w))
             return gp_err(timeout_ns == 0 ? GDRPY_EAGAIN : GDRPY_ETIMEDOUT,
                           "chan_wait_attached: no kernel attached within %.6f s",
                           timeout_ns * 1e-9);
     }
+}
+
+int gdrpy_chan_slot_offset(const gdrpy_chan_t *c, uint64_t i, size_t *out)
+{
+    if (!c || !out) return gp_err(GDRPY_EINVAL, "chan_slot_offset: NULL argument");
+    *out = (size_t)c->slot_of[i & c->mask] * c->stride;
+    return 0;
 }
 
 int gdrpy_chan_shutdown(gdrpy_chan_t *c, unsigned mode, int64_t timeout_ns,
@@ -767,6 +864,7 @@ struct gdrpy_chan_sim_consumer {
      * destroyed while it runs (as a kernel outlives a channel) */
     gdrpy_chan_desc_t desc;
     char *ring, *dev, *host;
+    uint32_t *slot_of; /* the ring's slot table (sim_place) */
     unsigned flags;
     int64_t delay_ns, idle_ns;
     uint64_t consumed, errors, first_bad;
@@ -807,6 +905,27 @@ static void sim_ll_complete(char *cs, uint64_t j, const gdrpy_chan_desc_t *d, co
     __atomic_store_n((uint64_t *)cs, llword(f, tag), __ATOMIC_RELEASE);
 }
 
+/* The sim consumer's slot table.  A NEAR channel gets the odd physical
+ * slots (host memory has no L2 partitions: any choice that is not the first
+ * nslots exercises the table on both sides), written as gdrpy_chan_place()
+ * does: both blocks' tables, then PLACED; the caller then sets RUNNING. */
+static void sim_place(gdrpy_chan_t *c, uint32_t *slot_of)
+{
+    const gdrpy_chan_desc_t *d = &c->desc;
+    if (!d->place_nslots) {
+        for (uint32_t k = 0; k < d->nslots; k++) slot_of[k] = k;
+        return;
+    }
+    uint32_t *dev_t = (uint32_t *)(c->ring + (size_t)d->place_nslots * d->slot_stride);
+    uint32_t *host_t = (uint32_t *)(c->comp + (size_t)d->comp_nslots * d->comp_stride);
+    for (uint32_t k = 0; k < d->nslots; k++) {
+        slot_of[k] = 2 * k + 1;
+        dev_t[k] = host_t[k] = 2 * k + 1;
+    }
+    gp_wc_fence(); /* dev_t may be a write-combined mapping */
+    __atomic_store_n((uint32_t *)(c->host + GDRPY_CHAN_HOST_PLACED), 1u, __ATOMIC_RELEASE);
+}
+
 static void *sim_consumer_main(void *arg)
 {
     struct gdrpy_chan_sim_consumer *sc = arg;
@@ -814,6 +933,7 @@ static void *sim_consumer_main(void *arg)
     /* The device block through the mapping (the same memory the GPU would
      * read), the host block directly. */
     const char *ring = sc->ring;
+    const uint32_t *slot_of = sc->slot_of;
     const volatile uint32_t *mode_p = (const volatile uint32_t *)(sc->dev + GDRPY_CHAN_DEV_SHUTDOWN);
     const volatile uint64_t *sent_p = (const volatile uint64_t *)(sc->dev + GDRPY_CHAN_DEV_SENT);
     const volatile uint64_t *cread_p = (const volatile uint64_t *)(sc->dev + GDRPY_CHAN_DEV_COMP_READ);
@@ -830,7 +950,7 @@ static void *sim_consumer_main(void *arg)
     unsigned spins = 0;
     int yielding = 0;
     for (;;) {
-        const char *s = ring + (size_t)(head & (d->nslots - 1)) * d->slot_stride;
+        const char *s = ring + (size_t)slot_of[head & (d->nslots - 1)] * d->slot_stride;
         /* ABORT is looked at before every message (a GPU kernel would look
          * once per batch: the contract is "at the next check"). */
         if (__atomic_load_n((const uint32_t *)mode_p, __ATOMIC_ACQUIRE) == GDRPY_CHAN_ABORT)
@@ -901,6 +1021,7 @@ static void *sim_consumer_main(void *arg)
     }
 out:
     free(expect);
+    free(sc->slot_of);
     sc->consumed = head;
     *(volatile uint64_t *)(host + GDRPY_CHAN_HOST_FINAL) = head;
     __atomic_store_n(consumed_p, head, __ATOMIC_RELEASE);
@@ -927,6 +1048,12 @@ int gdrpy_chan_sim_consumer_start(gdrpy_chan_t *c, unsigned flags, int64_t start
     sc->delay_ns = start_delay_ns;
     sc->idle_ns = idle_timeout_ns;
     sc->first_bad = UINT64_MAX;
+    sc->slot_of = malloc((size_t)c->desc.nslots * sizeof *sc->slot_of);
+    if (!sc->slot_of) {
+        free(sc);
+        return gp_err(GDRPY_ENOMEM, "chan_sim_consumer_start: out of memory");
+    }
+    sim_place(c, sc->slot_of);
     /* Attach now, so that shutdown/destroy know a consumer is there. */
     __atomic_store_n((uint32_t *)(c->host + GDRPY_CHAN_HOST_STATUS), GDRPY_CHAN_ST_RUNNING,
                      __ATOMIC_RELEASE);
@@ -934,6 +1061,7 @@ int gdrpy_chan_sim_consumer_start(gdrpy_chan_t *c, unsigned flags, int64_t start
     if (e) {
         __atomic_store_n((uint32_t *)(c->host + GDRPY_CHAN_HOST_STATUS), GDRPY_CHAN_ST_NONE,
                          __ATOMIC_RELEASE);
+        free(sc->slot_of);
         free(sc);
         return gp_err(GDRPY_ENOMEM, "chan_sim_consumer_start: pthread_create: %s", strerror(e));
     }
