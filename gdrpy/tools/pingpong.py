@@ -135,7 +135,7 @@ class Server:
     frees the channel; a kernel that does not stop keeps its memory."""
 
     def __init__(self, ctx, max_size: int, nslots: int = 256, idle_timeout_s: float = 30.0,
-                 rt=None, module=None, plain: bool = False):
+                 rt=None, module=None, plain: bool = False, near: bool = True):
         import gdrpy
         self.ctx = ctx
         self.sim = ctx.is_sim
@@ -143,7 +143,7 @@ class Server:
         self.stream = None
         self.handle = None
         self.ch: gdrpy.Channel | None = gdrpy.Channel(ctx, nslots=nslots, slot_size=max_size,
-                                                     comp_size=16, plain=plain)
+                                                     comp_size=16, plain=plain, near=near)
         try:
             if self.sim:
                 self.handle = self.ch._sim_consumer(check=False, complete=True,
@@ -292,14 +292,15 @@ def chanpp_path() -> str | None:
 
 def c_roundtrips(ctx, sizes, iters: int, warmup: int, batch: int, tick: int, image: bytes | None,
                  cpu: int | None, timeout_s: float, alloc: str = "vmm",
-                 plain: bool = False) -> dict:
+                 plain: bool = False, near: bool = True) -> dict:
     tool = chanpp_path()
     if tool is None:
         return {"error": "gdrpy_chanpp not found (build it with `make -C native tools`)"}
     sz = [tick] + [s for s in sizes if s != tick]
     cmd = [tool, "--device", str(ctx.device), "--sizes", ",".join(map(str, sz)),
            "--iters", str(iters), "--warmup", str(warmup), "--batch", str(batch),
-           "--timeout", str(timeout_s), "--alloc", alloc] + (["--plain"] if plain else [])
+           "--timeout", str(timeout_s), "--alloc", alloc] + (["--plain"] if plain else []) \
+        + (["--near"] if near else [])
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
     with tempfile.TemporaryDirectory(prefix="gdrpy-pp-") as tmp:
@@ -404,7 +405,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
         host_timeout_s: float = 5.0, seed: int = 1234, log=print, with_baseline: bool = True,
         with_c: bool = True, batch: int = BATCH, tick: int = TICK_SIZE,
         near_gpu: bool = True, cpu: int | None = None, plain: bool = False,
-        c_alloc: str = "vmm") -> dict:
+        c_alloc: str = "vmm", near: bool = True) -> dict:
     """Everything for every size on an open context; returns the result dict."""
     from ..numa import device_locality, pin_thread_near_gpu
     rng = np.random.default_rng(seed)
@@ -416,6 +417,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
                  "sizes": list(sizes), "batch": batch, "tick": tick,
                  "poll_pipe": os.environ.get("GDRPY_PP_POLL_PIPE") or "default",
                  "format": "plain" if plain else "ll",
+                 "slots": "near" if near else "all",
                  "consumer": SIM_LABEL if sim else "persistent GPU kernel gdrpy_pp_serve (NVRTC)",
                  "results": [], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     res["locality"] = device_locality(ctx)
@@ -432,7 +434,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
             res.update(arch=module.arch, module=module.kind, nvrtc=nvrtc_version(),
                        compile_s=round(time.perf_counter() - t0, 3))
         srv = Server(ctx, max(max(sizes), tick), idle_timeout_s=kernel_timeout_s, rt=rt,
-                     module=module, plain=plain)
+                     module=module, plain=plain, near=near)
         res["python_sm"] = srv.sm
         try:
             res["python_timer_ns"] = round(timer_cost_ns(), 1)
@@ -452,7 +454,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
         if with_c:
             c = c_roundtrips(ctx, sizes, iters, warmup, batch, tick,
                              module.image if module else None, res.get("cpu"), host_timeout_s,
-                             alloc=c_alloc, plain=plain)
+                             alloc=c_alloc, plain=plain, near=near)
             res["c_tool"] = {k: v for k, v in c.items() if k != "rows"}
             for row in c.get("rows", []):
                 if row["path"] == "c":
@@ -522,6 +524,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
          help="the C tool waits at most this long for one answer (default 5 s)")
     _add(parser, "--plain", action="store_true",
          help="channels with GDRPY_CHAN_PLAIN slots (default: LL, see docs/channel.md)")
+    _add(parser, "--all-slots", action="store_true",
+         help="channels without GDRPY_CHAN_NEAR (default: near slots, docs/channel.md)")
     _add(parser, "--c-alloc", choices=("vmm", "cumemalloc"), default="vmm",
          help="the C tool's ring memory (default vmm: cuMemCreate, as the Python run's)")
     _add(parser, "--variant-alloc", choices=("cumemalloc", "vmm", "both"), default="both",
@@ -572,7 +576,8 @@ def _main(args) -> int:
                   tick=getattr(args, "tick_size", TICK_SIZE),
                   near_gpu=not getattr(args, "no_near_gpu", False),
                   cpu=getattr(args, "cpu", None), plain=getattr(args, "plain", False),
-                  c_alloc=getattr(args, "c_alloc", "vmm"))
+                  c_alloc=getattr(args, "c_alloc", "vmm"),
+                  near=not getattr(args, "all_slots", False))
     if json_to == "-":
         print(json.dumps(res, indent=2))
     else:

@@ -4,7 +4,7 @@
  *
  *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
- *                [--alloc cumemalloc|vmm] [--plain] [--kernel-rounds]
+ *                [--alloc cumemalloc|vmm] [--plain] [--near] [--kernel-rounds]
  *                [--ab-answer ROUNDS [--ab-modes M,...] [--ab-sm N]]   (in-place A/B, see ab_answer)
  *                [--steer-probe VISITS]   (what steering past slow slots gives, see steer_probe)
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
@@ -19,6 +19,7 @@
  * vmm: cuMemCreate with gpuDirectRDMACapable, as gdrpy.memory.alloc and
  * GDRCopy's pplat -a cuMemCreate) pinned and mapped by libgdrpy (backend
  * auto).  --plain: the channel uses GDRPY_CHAN_PLAIN slots (default LL).
+ * --near: a GDRPY_CHAN_NEAR channel (the kernel keeps the slots nearest its SM).
  *
  * Output: one JSON object per line:
  *   {"path":"info", ...}   alloc, slot format, the kernel's SM, the timer and its cost
@@ -196,7 +197,8 @@ static int check_batch(const answer_t *ans, const gdrpy_chan_msg_t *bm, int batc
  *   4096      GDRCopy pplat's flag-only round trip on this kernel and
  *             memory (ab_floor_block); +33554432: its flag on a fixed line;
  *             +536870912: its flag on line ab_scan_line(r) of the ring, one
- *             line per block, 64 lines in turn ("ab-scan" line per block)
+ *             line per block, 64 lines in turn ("ab-scan" line per block, with
+ *             the kernel's load and atomic cycles on that line)
  *             +1073741824: the floor's answer stored with st.mmio
  *   2048      round 10's idle sample (every LL word of the slot, a vote,
  *             the answer built after) instead of round 11's 32-byte sample
@@ -259,9 +261,10 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
     gdrpy_chan_desc_t dsc;
     gdrpy_chan_get_desc(ch, &dsc);
     /* the flag: word 0 of the next message's slot (ab_floor) */
-    volatile uint64_t *flag = (volatile uint64_t *)((char *)gdrpy_chan_device_block(ch) +
-                                                    GDRPY_CHAN_DEV_CTRL +
-                                                    (size_t)(*seq & (dsc.nslots - 1)) * dsc.slot_stride);
+    size_t slot_off = 0;
+    gdrpy_chan_slot_offset(ch, *seq, &slot_off);
+    volatile uint64_t *flag =
+        (volatile uint64_t *)((char *)gdrpy_chan_device_block(ch) + GDRPY_CHAN_DEV_CTRL + slot_off);
     if (modes[mi] & 33554432u) /* the flag in the device block's word 48 */
         flag = (volatile uint64_t *)((char *)gdrpy_chan_device_block(ch) + 48);
     else if (modes[mi] & 536870912u) /* the scanned line (ab_scan_line) */
@@ -299,10 +302,11 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
     lat[2]++;
     if (modes[mi] & 536870912u) /* (the mode's report sorts all its blocks again) */
         printf("{\"path\": \"ab-scan\", \"offset\": %u, \"slot\": %u, \"line\": %u, "
-               "\"median_us\": %.3f, \"flag_line_cycles\": %llu}\n",
+               "\"median_us\": %.3f, \"flag_line_cycles\": %llu, \"atomic_cycles\": %llu}\n",
                at, (at - GDRPY_CHAN_DEV_CTRL) / dsc.slot_stride,
                (at - GDRPY_CHAN_DEV_CTRL) % dsc.slot_stride / 64,
-               median_sort(t, (size_t)per) / 1000.0, (unsigned long long)answer[1]);
+               median_sort(t, (size_t)per) / 1000.0, (unsigned long long)answer[1],
+               (unsigned long long)answer[3]);
     return 0;
 }
 
@@ -515,7 +519,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--variants") || !strcmp(argv[i], "--list-variants"))
             return chanvar_main(argc, argv);
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
-    int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0;
+    int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0, near = 0;
     int kernel_rounds = 0, ab_rounds = 0, nab = 4, ab_sm = -1, steer_visits = 0;
     unsigned ab_modes[16] = {0, 1, 2, 3};
     const char *alloc_kind = "cumemalloc";
@@ -529,6 +533,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--plain")) {
             plain = 1;
+            continue;
+        }
+        if (!strcmp(a, "--near")) {
+            near = 1;
             continue;
         }
         if (!strcmp(a, "--kernel-rounds")) {
@@ -590,7 +598,8 @@ int main(int argc, char **argv)
     int64_t tmo = (int64_t)(timeout_s * 1e9);
 
     /* ring: 256 slots of maxsize (>= batch) */
-    gdrpy_chan_config_t cfg = {256, (uint32_t)maxsize, 0, 16, plain ? GDRPY_CHAN_PLAIN : 0, 0};
+    gdrpy_chan_config_t cfg = {256, (uint32_t)maxsize, 0, 16,
+                               (plain ? GDRPY_CHAN_PLAIN : 0) | (near ? GDRPY_CHAN_NEAR : 0), 0};
     while (cfg.nslots < (uint32_t)batch * 2) cfg.nslots *= 2;
     size_t need;
     gcheck(gdrpy_chan_device_bytes(&cfg, &need), "chan_device_bytes");
@@ -661,8 +670,9 @@ int main(int argc, char **argv)
         cucheck(cu.LaunchKernel(fn, blocks, 1, 1, 32, 1, 1, 0, st, params, NULL), "cuLaunchKernel");
     }
     gcheck(gdrpy_chan_wait_attached(ch, 10000000000LL), "wait for the kernel to attach");
-    printf("{\"path\": \"info\", \"alloc\": \"%s\", \"format\": \"%s\", \"sm\": %d, ",
-           sim ? "sim" : alloc_kind, plain ? "plain" : "ll",
+    printf("{\"path\": \"info\", \"alloc\": \"%s\", \"format\": \"%s\", \"slots\": \"%s\", "
+           "\"sm\": %d, ",
+           sim ? "sim" : alloc_kind, plain ? "plain" : "ll", near ? "near" : "all",
            sim ? -1 : (int)*(volatile uint32_t *)((char *)gdrpy_chan_host_block(ch) + GDRPY_CHAN_HOST_SMID));
     pt_json(stdout);
     printf("}\n");
