@@ -459,7 +459,8 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
  * one with bit 63 set (copied too); then the host's next mode is read.
  * ~2^31 SM cycles without a new value end it as well.  On entry lane 0
  * measures the load latency of the flag's line and of the device block
- * (SM cycles, to host block words 104 and 112). */
+ * (SM cycles, to host block words 104 and 112), and the best of 8 atomics on
+ * the flag's line (gdrpy_chan_place's measure of nearness, word 120). */
 #define GDRPY_PP_AB_FLOOR 4096u
 #define GDRPY_PP_AB_FLOOR_CTRL 33554432u
 /* GDRPY_PP_AB_FLOOR_AT (with FLOOR): the flag at the device block offset the
@@ -500,6 +501,14 @@ __device__ __forceinline__ u32 ab_floor(const gdrpy_chan_desc_t &d, u64 head, u3
             }
             ans[1 + q] = (u64)((clock64() - t0) / 32) + (v == 0x5a5a5a5a5a5a5a5aull);
         }
+        /* and the best of 8 atomics on the flag's line (gdrpy_chan_place's
+         * measure), to host block word 120 */
+        u32 best = 4095u;
+        for (int k = 0; k < 8; ++k) {
+            const u32 c = gdrpy_chan_atomic_cycles(s);
+            best = c < best ? c : best;
+        }
+        ans[3] = best;
     }
     if (lane == 0) {
         const bool mmio = mode & GDRPY_PP_AB_FLOOR_MMIO;
