@@ -385,6 +385,44 @@ static int host_take_checks_every_word_and_clamps(void)
     return 0;
 }
 
+/* NEAR: sends wait for the consumer's slot table; then every message goes
+ * to the slot the table names (the sim consumer's: the odd physical slots)
+ * and the even ones are never written. */
+static int near_sends_wait_for_the_table_then_follow_it(void)
+{
+    env_t e;
+    CHECK(env_open(&e, 8, 32, 0, 16) == 0);
+    unsigned char msg[32];
+    gdrpy_chan_pattern(0, msg, 32);
+    CHECK(gdrpy_chan_send(e.ch, msg, 32, 0, 0) == GDRPY_EAGAIN);
+    CHECK(gdrpy_chan_send(e.ch, msg, 32, 0, 1000000) == GDRPY_ETIMEDOUT);
+    gdrpy_chan_msg_t m = {msg, 32, 0};
+    CHECK(gdrpy_chan_send_batch(e.ch, &m, 1, 0) == GDRPY_EAGAIN);
+    gdrpy_chan_desc_t d;
+    CHECK(gdrpy_chan_get_desc(e.ch, &d) == 0 && d.place_nslots == 16);
+    gdrpy_chan_sim_consumer_t *sc;
+    CHECK(gdrpy_chan_sim_consumer_start(e.ch, GDRPY_CHAN_SIM_CHECK | GDRPY_CHAN_SIM_COMPLETE,
+                                        0, 10000000000LL, &sc) == 0);
+    CHECK(gdrpy_chan_wait_attached(e.ch, 1000000000LL) == 0);
+    for (uint64_t i = 0; i < 20; i++) {
+        size_t off = 1;
+        CHECK(gdrpy_chan_slot_offset(e.ch, i, &off) == 0);
+        CHECK(off == (2 * (i % 8) + 1) * (size_t)d.slot_stride);
+        gdrpy_chan_pattern(i, msg, 32);
+        CHECK(gdrpy_chan_send(e.ch, msg, 32, (uint32_t)i, 2000000000LL) == 0);
+        CHECK(gdrpy_chan_recv(e.ch, NULL, 0, NULL, NULL, 2000000000LL) == 0);
+    }
+    CHECK(gdrpy_chan_shutdown(e.ch, GDRPY_CHAN_DRAIN, 5000000000LL, NULL) == 0);
+    uint64_t consumed, errors, first;
+    CHECK(gdrpy_chan_sim_consumer_join(sc, &consumed, &errors, &first) == 0);
+    CHECK(errors == 0 && consumed == 20);
+    const unsigned char *ring = (const unsigned char *)gdrpy_chan_device_block(e.ch) + 128;
+    for (uint32_t p = 0; p < 16; p += 2)
+        for (uint32_t b = 0; b < d.slot_stride; b++) CHECK(ring[(size_t)p * d.slot_stride + b] == 0);
+    env_close(&e);
+    return 0;
+}
+
 int main(void)
 {
     RUN(bad_arguments_are_rejected);
@@ -398,6 +436,11 @@ int main(void)
         RUN(shutdown_abort_counts_dropped);
         RUN(shutdown_times_out_when_consumer_never_stops);
         RUN(kernel_watchdog_stop_makes_waits_fail_fast);
+        RUN(batch_of_32_one_fence_all_checked);
+        RUN(ordering_1e6_messages_checked_both_ways);
+        g_flags |= GDRPY_CHAN_NEAR;
+        printf("-- slot format %s, near slots\n", plain ? "PLAIN" : "LL (default)");
+        RUN(near_sends_wait_for_the_table_then_follow_it);
         RUN(batch_of_32_one_fence_all_checked);
         RUN(ordering_1e6_messages_checked_both_ways);
     }
