@@ -331,7 +331,8 @@ cdef class Channel:
 
     def slot_offset(self, i):
         """Byte offset of message ``i``'s slot from slot 0, as sends use it
-        (near channels: the kernel's choice once it has attached)."""
+        (near channels: the kernel's choice; ChannelFullError [EAGAIN] until
+        ``wait_attached`` or a send has taken it)."""
         self._ready()
         cdef size_t off = 0
         _check(gdrpy_chan_slot_offset(self._c, <uint64_t>_index(i, "i"), &off))
@@ -585,7 +586,8 @@ cdef class Channel:
 
     def wait_attached(self, timeout=5.0):
         """Wait until a kernel has attached (call after launching it, before
-        sending).  ChannelTimeoutError otherwise."""
+        sending).  ChannelTimeoutError otherwise.  Near channels: also takes
+        the kernel's slot table (DriverError [EIO] if it is not valid)."""
         self._ready()
         cdef _i64 t = _timeout_ns(timeout)
         cdef int rc

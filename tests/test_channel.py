@@ -277,6 +277,8 @@ def test_near_channel_sends_wait_for_the_kernel_and_use_only_its_slots(sctx, pla
         with pytest.raises(ChannelTimeoutError, match="near-slot"):
             ch.send_many([b"abcd"], timeout=0.002)
         assert ch.stats()["sent"] == 0
+        with pytest.raises(GdrError, match="once the kernel has attached"):
+            ch.slot_offset(0)
         h = ch._sim_consumer(check=True, complete=True)
         ch.wait_attached(timeout=5)
         stride = ch.device_pointers()["slot_stride"]
@@ -326,4 +328,6 @@ def test_near_channel_refuses_an_invalid_slot_table(sctx, table):
         with pytest.raises(GdrError, match="slot table is not valid"):
             ch.send(b"x", timeout=0)
         assert ch.stats()["sent"] == 0
+        with pytest.raises(GdrError, match="once the kernel has attached"):
+            ch.slot_offset(0)  # nothing of the refused table was taken
         np.frombuffer(ch.host_block(), dtype=np.uint32)[64 // 4] = 2

@@ -117,6 +117,14 @@ def check_near_table(ch: gdrpy.Channel) -> None:
     assert len(set(table.tolist())) == n and int(table.max()) < 2 * n
     assert bool(np.all(np.diff(table) > 0)), "not in ring order"
     assert [ch.slot_offset(i) for i in range(n)] == [int(p) * d["slot_stride"] for p in table]
+    # the device's copy, and the cycle counts the choice left in its other half
+    # (physical slots n..2n-1; an atomic that was timed takes well over 50 cycles)
+    dev = np.frombuffer(ch.mapping, dtype=np.uint8)
+    at = 128 + 2 * n * d["slot_stride"]
+    dt = dev[at:at + 8 * n].view(np.uint32).astype(np.int64)
+    assert dt[:n].tolist() == table.tolist()
+    assert int(dt[n:].min()) > 50 and int(dt[n:].max()) <= 4095, dt[n:].tolist()
+    del dev
 
 
 NEAR = pytest.mark.parametrize("near", [False, True], ids=["all-slots", "near-slots"])

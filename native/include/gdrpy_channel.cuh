@@ -168,7 +168,8 @@ __device__ __forceinline__ gdrpy_u32 *gdrpy_chan_slot_table(const gdrpy_chan_des
 /* Message i's slot.  NEAR: through the slot table, which the attaching
  * thread wrote (a plain load, cached in L1: call it only after
  * gdrpy_chan_attach has returned on this warp - __syncwarp /
- * __syncthreads for other warps of the block). */
+ * __syncthreads for other warps of the block; other blocks need a grid
+ * sync (or a flag with release / acquire) before their first look). */
 __device__ __forceinline__ unsigned char *gdrpy_chan_slot(const gdrpy_chan_desc_t &d, gdrpy_u64 i)
 {
     gdrpy_u64 k = i & (d.nslots - 1);
@@ -567,7 +568,7 @@ __device__ __forceinline__ gdrpy_u32 gdrpy_chan_atomic_cycles(const void *p)
     gdrpy_u64 t0, t1;
     gdrpy_u32 v, w;
     asm volatile("mov.u64 %0, %%clock64;" : "=l"(t0));
-    asm volatile("atom.global.gpu.add.u32 %0, [%1], 0;" : "=r"(v) : "l"(p) : "memory");
+    asm volatile("atom.gpu.add.u32 %0, [%1], 0;" : "=r"(v) : "l"(p) : "memory");
     /* a use of the result that stays (an identity op would be dropped and
      * the clock read would not wait for the atomic) */
     asm volatile("add.u32 %0, %1, 1;" : "=r"(w) : "r"(v));
@@ -591,7 +592,7 @@ __device__ __forceinline__ gdrpy_u32 gdrpy_chan_count_le(const gdrpy_u32 *t, gdr
  * first np words are the scratch for the cycle counts) and to host_table,
  * then PLACED (host_ctrl).  Scalars only, so that the caller's descriptor
  * stays out of local memory.  Called by gdrpy_chan_attach. */
-__device__ __noinline__ void gdrpy_chan_place(gdrpy_u64 ring, gdrpy_u32 np, gdrpy_u32 n,
+static __device__ __noinline__ void gdrpy_chan_place(gdrpy_u64 ring, gdrpy_u32 np, gdrpy_u32 n,
                                               gdrpy_u32 stride, gdrpy_u64 host_table,
                                               gdrpy_u64 host_ctrl)
 {

@@ -306,10 +306,12 @@ GDRPY_API int gdrpy_chan_shutdown(gdrpy_chan_t *chan, unsigned mode, int64_t tim
 GDRPY_API int gdrpy_chan_get_stats(gdrpy_chan_t *chan, gdrpy_chan_stats_t *out);
 /* Waits until a kernel has attached (status no longer NONE): call it after
  * launching the kernel, before sending, so that shutdown and destroy know a
- * kernel is there.  GDRPY_ETIMEDOUT / GDRPY_EAGAIN (timeout_ns == 0). */
+ * kernel is there.  GDRPY_ETIMEDOUT / GDRPY_EAGAIN (timeout_ns == 0);
+ * NEAR: it also takes the kernel's slot table (GDRPY_EIO: not a valid one). */
 GDRPY_API int gdrpy_chan_wait_attached(gdrpy_chan_t *chan, int64_t timeout_ns);
 /* Byte offset of message i's slot from slot 0 (the ring's first byte), as
- * sends use it: NEAR channels once the kernel has attached. */
+ * sends use it (NEAR: GDRPY_EAGAIN until the host has the kernel's table,
+ * i.e. after wait_attached or a send). */
 GDRPY_API int gdrpy_chan_slot_offset(const gdrpy_chan_t *chan, uint64_t i, size_t *out);
 
 /* ---- a CPU thread standing in for the GPU kernel (tests, sim) --------- */

@@ -39,7 +39,7 @@ struct gdrpy_chan {
     uint32_t mask, stride, slot_size;
     uint32_t shutdown;       /* mode requested, 0 = none */
     uint32_t settled;        /* the slot table is final (NEAR: once the kernel attached) */
-    const uint32_t *slot_of; /* ring slot -> physical slot (the slot table) */
+    const uint32_t *slot_of; /* ring slot -> physical slot: `first`, then the kernel's */
     uint32_t ll;             /* 1: LL slot format (gdrpy_channel.h) */
     uint32_t llw;            /* LL data words per slot */
     uint32_t poff;           /* offset of the plain payload in a slot */
@@ -56,7 +56,7 @@ struct gdrpy_chan {
     gdrpy_pin_t pin;
     gp_hostmem hm;
     char *host;
-    uint32_t *table; /* slot_of's storage */
+    uint32_t *first; /* the first nslots slots (slot_of until a NEAR kernel chose) */
     gdrpy_chan_desc_t desc;
     gdrpy_chan_config_t cfg;
 };
@@ -226,21 +226,21 @@ int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_
     uint32_t cllw, cpoff, cstride;
     gdrpy_chan_slot_layout(cfg->flags, cfg->comp_size, &cllw, &cpoff, &cstride);
     const int near = (cfg->flags & GDRPY_CHAN_NEAR) != 0;
-    c->table = malloc((size_t)cfg->nslots * sizeof *c->table);
-    rc = c->table ? gp_hostmem_alloc(device, is_real,
+    c->first = malloc((size_t)cfg->nslots * sizeof *c->first);
+    rc = c->first ? gp_hostmem_alloc(device, is_real,
                                      GDRPY_CHAN_HOST_CTRL + (size_t)cn * cstride +
                                          (near ? (size_t)cfg->nslots * 4 : 0),
                                      &c->hm)
-                  : gp_err(GDRPY_ENOMEM, "out of memory");
+                  : gp_err(GDRPY_ENOMEM, "chan_create: out of memory");
     if (rc) {
-        gp_err_prefix(rc, "chan_create: completion ring");
+        if (c->first) gp_err_prefix(rc, "chan_create: completion ring");
         gp_chan_pin_hold(ctx, pin, 0, NULL, NULL, NULL);
-        free(c->table);
+        free(c->first);
         free(c);
         return rc;
     }
-    for (uint32_t k = 0; k < cfg->nslots; k++) c->table[k] = k;
-    c->slot_of = c->table;
+    for (uint32_t k = 0; k < cfg->nslots; k++) c->first[k] = k;
+    c->slot_of = c->first;
     c->settled = !near;
     c->ctx = ctx;
     c->pin = pin;
@@ -276,6 +276,12 @@ int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_
     c->desc.place_nslots = near ? phys_slots(cfg) : 0;
     /* Zero the device block (old sequence words must not look current). */
     gp_wc_zero(c->dev, need);
+    if (near) {
+        /* the device's slot table starts as the first nslots, so that a
+         * kernel that attaches without choosing agrees with the host */
+        char *t = c->ring + (size_t)c->desc.place_nslots * c->stride;
+        for (uint32_t k = 0; k < cfg->nslots; k++) gp_wc_store_u32(t + 4 * (size_t)k, k);
+    }
     gp_wc_fence();
     *out = c;
     return 0;
@@ -296,7 +302,8 @@ int gdrpy_chan_destroy(gdrpy_chan_t *c)
         gp_hostmem_free(&c->hm);
     }
     gp_chan_pin_hold(c->ctx, c->pin, 0, NULL, NULL, NULL); /* EBADF if the ctx is gone */
-    free(c->table);
+    if (c->slot_of != c->first) free((void *)c->slot_of);
+    free(c->first);
     free(c);
     return rc;
 }
@@ -327,9 +334,12 @@ static inline char *slot_at(const gdrpy_chan_t *c, uint64_t i)
 }
 
 /* NEAR: takes the kernel's slot table once it has attached (GDRPY_EIO if it
- * is not a choice of distinct physical slots); a kernel that attached
- * without choosing leaves the first nslots.  0 when settled, -1 when no
- * kernel has attached yet, else the error. */
+ * is not a choice of distinct physical slots; nothing is taken then); a
+ * kernel that attached without choosing leaves the first nslots.  0 when
+ * settled, -1 when no kernel has attached yet, else the error.  The
+ * producer and a thread in wait_attached may both get here: the table is
+ * checked in a copy of its own and published once (compare-and-swap), then
+ * `settled` (release), which the sends read (acquire) before slot_of. */
 static int settle(gdrpy_chan_t *c, const char *what)
 {
     if (ld_acq32(c->status) == GDRPY_CHAN_ST_NONE) return -1;
@@ -337,32 +347,49 @@ static int settle(gdrpy_chan_t *c, const char *what)
         const uint32_t n = c->mask + 1, np = c->desc.place_nslots;
         const volatile uint32_t *t = (const volatile uint32_t *)(c->comp + (size_t)(c->cmask + 1) * c->cstride);
         unsigned char *seen = calloc(np, 1);
-        if (!seen) return gp_err(GDRPY_ENOMEM, "%s: out of memory", what);
+        uint32_t *mine = malloc((size_t)n * sizeof *mine);
+        if (!seen || !mine) {
+            free(seen);
+            free(mine);
+            return gp_err(GDRPY_ENOMEM, "%s: out of memory", what);
+        }
         for (uint32_t k = 0; k < n; k++) {
             const uint32_t p = t[k];
             if (p >= np || seen[p]) {
                 free(seen);
+                free(mine);
                 return gp_err(GDRPY_EIO, "%s: the kernel's slot table is not valid (entry %u: "
                                          "physical slot %u of %u)",
                               what, k, p, np);
             }
             seen[p] = 1;
-            c->table[k] = p;
+            mine[k] = p;
         }
         free(seen);
+        const uint32_t *expect = c->first;
+        if (!__atomic_compare_exchange_n(&c->slot_of, &expect, mine, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE))
+            free(mine); /* another thread took it first (the same table) */
     }
     __atomic_store_n(&c->settled, 1, __ATOMIC_RELEASE);
     return 0;
 }
 
 /* Sends on a NEAR channel wait (timeout) for the kernel's slot table. */
-static int wait_settled(gdrpy_chan_t *c, int64_t timeout_ns, const char *what)
+static int wait_settled(gdrpy_chan_t *c, int64_t *timeout_ns_p, const char *what)
 {
+    const int64_t timeout_ns = *timeout_ns_p, t0 = timeout_ns > 0 ? now_ns() : 0;
     gp_wait w;
     wait_init(&w, timeout_ns);
     for (;;) {
         int rc = settle(c, what);
-        if (rc >= 0) return rc;
+        if (rc >= 0) {
+            if (timeout_ns > 0) { /* one deadline: the ring's wait gets what is left */
+                const int64_t left = timeout_ns - (now_ns() - t0);
+                *timeout_ns_p = left > 0 ? left : 1;
+            }
+            return rc;
+        }
         if (timeout_ns == 0)
             return gp_err(GDRPY_EAGAIN, "%s: no kernel has attached yet (on a near-slot channel "
                                         "the kernel chooses the slots when it attaches)",
@@ -514,7 +541,7 @@ int gdrpy_chan_send(gdrpy_chan_t *c, const void *buf, size_t len, uint32_t tag,
     if (__builtin_expect(c->shutdown != 0, 0))
         return gp_err(GDRPY_EPIPE, "chan_send: the channel is shut down");
     if (__builtin_expect(!__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE), 0)) {
-        int rc = wait_settled(c, timeout_ns, "chan_send");
+        int rc = wait_settled(c, &timeout_ns, "chan_send");
         if (rc) return rc;
     }
     uint64_t i = c->head;
@@ -561,7 +588,7 @@ int gdrpy_chan_send_batch(gdrpy_chan_t *c, const gdrpy_chan_msg_t *m, size_t n,
     }
     if (c->shutdown) return gp_err(GDRPY_EPIPE, "chan_send_batch: the channel is shut down");
     if (!__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE)) {
-        int rc = wait_settled(c, timeout_ns, "chan_send_batch");
+        int rc = wait_settled(c, &timeout_ns, "chan_send_batch");
         if (rc) return rc;
     }
     uint64_t i = c->head;
@@ -788,8 +815,11 @@ int gdrpy_chan_wait_attached(gdrpy_chan_t *c, int64_t timeout_ns)
     wait_init(&w, timeout_ns);
     for (;;) {
         uint32_t st = ld_acq32(c->status);
-        if (st != GDRPY_CHAN_ST_NONE)
-            return __atomic_load_n(&c->settled, __ATOMIC_ACQUIRE) ? 0 : settle(c, "chan_wait_attached");
+        if (st != GDRPY_CHAN_ST_NONE) {
+            if (__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE)) return 0;
+            int rc = settle(c, "chan_wait_attached");
+            if (rc >= 0) return rc; /* -1: the attach was withdrawn (a failed start) */
+        }
         if (timeout_ns == 0 || wait_expired(&w))
             return gp_err(timeout_ns == 0 ? GDRPY_EAGAIN : GDRPY_ETIMEDOUT,
                           "chan_wait_attached: no kernel attached within %.6f s",
@@ -800,6 +830,9 @@ int gdrpy_chan_wait_attached(gdrpy_chan_t *c, int64_t timeout_ns)
 int gdrpy_chan_slot_offset(const gdrpy_chan_t *c, uint64_t i, size_t *out)
 {
     if (!c || !out) return gp_err(GDRPY_EINVAL, "chan_slot_offset: NULL argument");
+    if (!__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE))
+        return gp_err(GDRPY_EAGAIN, "chan_slot_offset: near-slot channel: the slots are known "
+                                    "once the kernel has attached (wait_attached)");
     *out = (size_t)c->slot_of[i & c->mask] * c->stride;
     return 0;
 }
@@ -1061,6 +1094,7 @@ int gdrpy_chan_sim_consumer_start(gdrpy_chan_t *c, unsigned flags, int64_t start
     if (e) {
         __atomic_store_n((uint32_t *)(c->host + GDRPY_CHAN_HOST_STATUS), GDRPY_CHAN_ST_NONE,
                          __ATOMIC_RELEASE);
+        __atomic_store_n((uint32_t *)(c->host + GDRPY_CHAN_HOST_PLACED), 0u, __ATOMIC_RELEASE);
         free(sc->slot_of);
         free(sc);
         return gp_err(GDRPY_ENOMEM, "chan_sim_consumer_start: pthread_create: %s", strerror(e));
