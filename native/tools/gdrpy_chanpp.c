@@ -208,8 +208,11 @@ static int check_batch(const answer_t *ans, const gdrpy_chan_msg_t *bm, int batc
  * on other SMs leave, the first on SM N claims the channel).
  * Every answer is checked; one "ab-modeM" (and "ab-batch32-modeM") line per
  * mode, and after the run the kernel's "ab-timeline". */
+/* sent_tag: the message's tag, which shapes 2 and 3 carry back (a batch's
+ * message k has tag k, and the kernel's idle poll may answer any of them
+ * alone, in the mode's shape). */
 static int ab_ok(unsigned shape, uint32_t len, uint32_t tag, const unsigned char *ans,
-                 uint64_t seq, uint32_t want)
+                 uint64_t seq, uint32_t want, uint32_t sent_tag)
 {
     uint32_t c4;
     uint64_t sq;
@@ -217,7 +220,7 @@ static int ab_ok(unsigned shape, uint32_t len, uint32_t tag, const unsigned char
     memcpy(&sq, ans, 8);
     if (shape == 0) return len == 16 && sq == seq && memcmp(ans + 8, &want, 4) == 0;
     if (shape == 1) return len == 0 && tag == want;
-    return len == 4 && c4 == want && tag == 0;
+    return len == 4 && c4 == want && tag == sent_tag;
 }
 
 /* Mode 4096 + 536870912, block r: the device block offset of the flag -
@@ -253,7 +256,7 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
         return 1;
     }
     ++*seq;
-    if (!ab_ok(prev, len, tag, ans, *seq, want) && !ab_ok(0, len, tag, ans, *seq, want)) {
+    if (!ab_ok(prev, len, tag, ans, *seq, want, 0) && !ab_ok(0, len, tag, ans, *seq, want, 0)) {
         fprintf(stderr, "gdrpy_chanpp: ab floor: wrong answer to message %llu\n",
                 (unsigned long long)*seq);
         return 1;
@@ -448,9 +451,9 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
                 ++*seq;
                 /* a message found by the kernel's burst round (after the
                  * last answer) is answered with the line in every mode */
-                int ok = ab_ok(shape, len, tag, ans, *seq, want) ||
-                         ab_ok(0, len, tag, ans, *seq, want) ||
-                         (i < 0 && ab_ok(prev, len, tag, ans, *seq, want));
+                int ok = ab_ok(shape, len, tag, ans, *seq, want, 0) ||
+                         ab_ok(0, len, tag, ans, *seq, want, 0) ||
+                         (i < 0 && ab_ok(prev, len, tag, ans, *seq, want, 0));
                 if (!ok) {
                     fprintf(stderr, "gdrpy_chanpp: ab: wrong answer to message %llu in mode %u "
                                     "(len %u tag 0x%x)\n",
@@ -481,8 +484,10 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
                     goto out;
                 }
                 for (int k = 0; k < NB; k++)
-                    if (!ab_ok(shape, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want) &&
-                        !ab_ok(0, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want)) {
+                    if (!ab_ok(shape, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want,
+                               (uint32_t)k) &&
+                        !ab_ok(0, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want,
+                               (uint32_t)k)) {
                         fprintf(stderr, "gdrpy_chanpp: ab batch: wrong answer %d in mode %u\n", k,
                                 modes[mi]);
                         goto out;
