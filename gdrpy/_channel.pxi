@@ -151,7 +151,8 @@ cdef class Channel:
     fences between payload and flag on either side) or ``plain=True``
     (sequence word written last; for kernels that read slots in place with
     ``gdrpy_chan_msg``); see docs/channel.md.  ``near=True``: the ring has
-    twice as many slots and the kernel keeps the half nearest to its SM when
+    twice as many slots (at least 64 KiB of them) and the kernel keeps the
+    ``nslots`` nearest to its SM when
     it attaches (``gdrpy_chan_attach``; on GPUs with a split L2 such as the
     H100 a message on a near slot is seen ~0.1-0.2 us sooner); sends wait for
     the attach (``wait_attached``), docs/channel.md "Near slots".

@@ -258,12 +258,21 @@ def ring_words(ch: gdrpy.Channel) -> np.ndarray:
     return np.frombuffer(ch.mapping, dtype=np.uint64)
 
 
+def near_slots(n: int, stride: int) -> int:
+    """Physical slots of a near ring: twice nslots, and at least 64 KiB of them."""
+    return max(2 * n, -(-65536 // stride))
+
+
 def test_near_channel_has_twice_the_slots_and_a_table():
     for plain in (False, True):
-        one = gdrpy.Channel.device_bytes(nslots=32, slot_size=100, plain=plain)
-        near = gdrpy.Channel.device_bytes(nslots=32, slot_size=100, plain=plain, near=True)
-        stride = (one - 128) // 32
-        assert near == 128 + 64 * stride + 256  # 64 slots, then 64 u32 (rounded to 64 bytes)
+        for n, size in ((32, 100), (256, 4096)):
+            one = gdrpy.Channel.device_bytes(nslots=n, slot_size=size, plain=plain)
+            near = gdrpy.Channel.device_bytes(nslots=n, slot_size=size, plain=plain, near=True)
+            stride = (one - 128) // n
+            np_ = near_slots(n, stride)
+            # the slots, then np_ u32 (rounded up to 64 bytes)
+            assert near == 128 + np_ * stride + -(-4 * np_ // 64) * 64, (plain, n, size)
+        assert near_slots(256, stride) == 512
     with pytest.raises(InvalidArgumentError, match="at most 65536"):
         gdrpy.Channel.device_bytes(nslots=1 << 17, slot_size=8, near=True)
 
@@ -271,7 +280,8 @@ def test_near_channel_has_twice_the_slots_and_a_table():
 @pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
 def test_near_channel_sends_wait_for_the_kernel_and_use_only_its_slots(sctx, plain):
     with gdrpy.Channel(sctx, nslots=8, slot_size=64, comp_size=16, plain=plain, near=True) as ch:
-        assert ch.near and ch.device_pointers()["place_nslots"] == 16
+        d = ch.device_pointers()
+        assert ch.near and d["place_nslots"] == near_slots(8, d["slot_stride"]) > 16
         with pytest.raises(ChannelFullError, match="no kernel has attached yet"):
             ch.send(b"abcd", timeout=0)
         with pytest.raises(ChannelTimeoutError, match="near-slot"):
@@ -291,9 +301,10 @@ def test_near_channel_sends_wait_for_the_kernel_and_use_only_its_slots(sctx, pla
         st = ch.shutdown()
         assert st["final_consumed"] == 40 and ch._sim_join(h) == (40, 0, 2**64 - 1)
         words = ring_words(ch)
-        for p in range(16):  # the even physical slots were never written
+        used = {2 * k + 1 for k in range(8)}  # the sim consumer's table
+        for p in range(d["place_nslots"]):  # no other physical slot was written
             slot = words[(128 + p * stride) // 8:(128 + (p + 1) * stride) // 8]
-            assert bool(slot.any()) == (p % 2 == 1), f"physical slot {p}"
+            assert bool(slot.any()) == (p in used), f"physical slot {p}"
         del words, slot
 
 
@@ -319,10 +330,11 @@ def test_near_channel_without_a_choice_uses_the_first_slots(sctx):
         hb[64 // 4] = 2  # stopped, so that close() frees the memory
 
 
-@pytest.mark.parametrize("table", [[0, 1, 2, 8], [3, 1, 3, 0]], ids=["out-of-range", "repeated"])
+@pytest.mark.parametrize("table", [[0, 1, 2, -1], [3, 1, 3, 0]], ids=["out-of-range", "repeated"])
 def test_near_channel_refuses_an_invalid_slot_table(sctx, table):
     with gdrpy.Channel(sctx, nslots=4, slot_size=8, near=True) as ch:
-        stand_in_kernel(ch, table)
+        np_ = ch.device_pointers()["place_nslots"]
+        stand_in_kernel(ch, [np_ if p < 0 else p for p in table])  # -1: one past the last
         with pytest.raises(GdrError, match="slot table is not valid"):
             ch.wait_attached(timeout=1)
         with pytest.raises(GdrError, match="slot table is not valid"):

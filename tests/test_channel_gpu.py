@@ -106,22 +106,22 @@ class Kernel:
 
 def check_near_table(ch: gdrpy.Channel) -> None:
     """A near channel's slot table (host block copy) as the kernel chose it:
-    nslots distinct physical slots of 2 * nslots, in ring order, and the
-    offsets sends use."""
+    nslots distinct physical slots of place_nslots (twice nslots, at least
+    64 KiB of them), in ring order, and the offsets sends use."""
     d = ch.device_pointers()
-    n, start = d["nslots"], 128 + d["comp_nslots"] * d["comp_stride"]
-    assert d["place_nslots"] == 2 * n
+    n, start, np_ = d["nslots"], 128 + d["comp_nslots"] * d["comp_stride"], d["place_nslots"]
+    assert np_ == max(2 * n, -(-65536 // d["slot_stride"]))
     hb = np.frombuffer(ch.host_block(), dtype=np.uint8)
     assert int(hb[80:84].view(np.uint32)[0]) == 1, "the kernel did not choose its slots"
     table = hb[start:start + 4 * n].view(np.uint32).astype(np.int64)
-    assert len(set(table.tolist())) == n and int(table.max()) < 2 * n
+    assert len(set(table.tolist())) == n and int(table.max()) < np_
     assert bool(np.all(np.diff(table) > 0)), "not in ring order"
     assert [ch.slot_offset(i) for i in range(n)] == [int(p) * d["slot_stride"] for p in table]
-    # the device's copy, and the cycle counts the choice left in its other half
-    # (physical slots n..2n-1; an atomic that was timed takes well over 50 cycles)
+    # the device's copy, and the cycle counts the choice left after it
+    # (physical slots n..np_-1; an atomic that was timed takes well over 50 cycles)
     dev = np.frombuffer(ch.mapping, dtype=np.uint8)
-    at = 128 + 2 * n * d["slot_stride"]
-    dt = dev[at:at + 8 * n].view(np.uint32).astype(np.int64)
+    at = 128 + np_ * d["slot_stride"]
+    dt = dev[at:at + 4 * np_].view(np.uint32).astype(np.int64)
     assert dt[:n].tolist() == table.tolist()
     assert int(dt[n:].min()) > 50 and int(dt[n:].max()) <= 4095, dt[n:].tolist()
     del dev

@@ -113,7 +113,7 @@ typedef struct gdrpy_chan_desc {
     gdrpy_u32 nslots, slot_stride, slot_size;
     gdrpy_u32 comp_nslots, comp_stride, comp_size;
     gdrpy_u32 flags;        /* GDRPY_CHAN_PLAIN or 0 (LL); GDRPY_CHAN_NEAR */
-    gdrpy_u32 place_nslots; /* NEAR: physical slots (2 * nslots), else 0 */
+    gdrpy_u32 place_nslots; /* NEAR: physical slots (>= 2 * nslots), else 0 */
 } gdrpy_chan_desc_t;
 
 /* ---- system-scope loads and stores ------------------------------------ */
@@ -585,7 +585,7 @@ __device__ __forceinline__ gdrpy_u32 gdrpy_chan_count_le(const gdrpy_u32 *t, gdr
     return c;
 }
 
-/* One thread: chooses the n of the np = 2 * n physical slots (stride bytes
+/* One thread: chooses the n of the np >= 2 * n physical slots (stride bytes
  * apart from ring) whose first line is fastest to reach from this SM (the
  * best of three atomics each, clipped to 4095 cycles; ties: the lower
  * slots) and writes the slot table, in ring order, after the slots (its

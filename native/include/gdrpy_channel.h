@@ -51,7 +51,7 @@
  *  overwrites an unread completion.
  *
  *  Near slots (GDRPY_CHAN_NEAR): the ring has twice as many slots as it
- *  uses; the kernel, when it attaches (gdrpy_chan_attach), times an atomic
+ *  uses (and at least GDRPY_CHAN_NEAR_SPAN bytes of them: place_nslots); the kernel, when it attaches (gdrpy_chan_attach), times an atomic
  *  on each slot's first line from its SM and keeps the `nslots` fastest -
  *  on GPUs whose L2 is split in partitions (H100: two), those homed in the
  *  polling SM's partition, where the host's write lands next to the poll
@@ -75,7 +75,7 @@
  *    [8]    u64 messages sent when shutdown was requested  written first
  *    [64]   u64 completions read by the host (credit for the kernel)
  *    [128]  message slot 0, then every slot_stride bytes
- *    NEAR:  after 2 * nslots slots, the slot table: 2 * nslots u32 (the
+ *    NEAR:  after place_nslots slots, the slot table: place_nslots u32 (the
  *           kernel's scratch while it chooses; then entry k = the physical
  *           slot of ring slot k, k < nslots)
  *  host block (page-locked, allocated by the channel):
@@ -143,6 +143,8 @@ extern "C" {
 #define GDRPY_CHAN_NEAR 2u  /* the kernel picks near slots of twice as many (above) */
 /* NEAR: at most this many slots (the kernel times 2 * nslots when it attaches) */
 #define GDRPY_CHAN_NEAR_MAX_SLOTS (1u << 16)
+/* NEAR: the physical slots cover at least this many bytes */
+#define GDRPY_CHAN_NEAR_SPAN 65536u
 /* LL: messages up to this many bytes are all LL words */
 #define GDRPY_CHAN_LL_MAX 64u
 #define GDRPY_CHAN_MAX_SLOT_SIZE (1u << 20)
@@ -167,7 +169,7 @@ typedef struct gdrpy_chan_desc {
     uint32_t nslots, slot_stride, slot_size;
     uint32_t comp_nslots, comp_stride, comp_size;
     uint32_t flags;        /* the config's flags (GDRPY_CHAN_PLAIN, GDRPY_CHAN_NEAR) */
-    uint32_t place_nslots; /* NEAR: the physical slots (2 * nslots); else 0 */
+    uint32_t place_nslots; /* NEAR: the physical slots (>= 2 * nslots); else 0 */
 } gdrpy_chan_desc_t;
 
 /* Where things are in one slot of `size` payload bytes (LL and PLAIN):

@@ -273,8 +273,11 @@ static int bad_arguments_are_rejected(void)
     CHECK(gdrpy_chan_device_bytes(&cfg, &n) == 0 && n == 128 + 4 * 192);
     cfg.flags = GDRPY_CHAN_PLAIN; /* 16 B header + 64 B payload -> 128 */
     CHECK(gdrpy_chan_device_bytes(&cfg, &n) == 0 && n == 128 + 4 * 128);
-    cfg.flags = GDRPY_CHAN_NEAR; /* twice the slots, then 8 u32 of slot table (64 B) */
-    CHECK(gdrpy_chan_device_bytes(&cfg, &n) == 0 && n == 128 + 8 * 192 + 64);
+    cfg.flags = GDRPY_CHAN_NEAR; /* 64 KiB of slots (342 of 192 B), then 342 u32 (1408 B) */
+    CHECK(gdrpy_chan_device_bytes(&cfg, &n) == 0 && n == 128 + 342 * 192 + 1408);
+    cfg.nslots = 256; /* 2 * 256 slots are more than 64 KiB */
+    CHECK(gdrpy_chan_device_bytes(&cfg, &n) == 0 && n == 128 + 512 * 192 + 2048);
+    cfg.nslots = 4;
     cfg.flags = 4; /* undefined flag */
     CHECK(gdrpy_chan_device_bytes(&cfg, &n) == GDRPY_EINVAL);
     cfg.flags = GDRPY_CHAN_NEAR;
@@ -399,7 +402,7 @@ static int near_sends_wait_for_the_table_then_follow_it(void)
     gdrpy_chan_msg_t m = {msg, 32, 0};
     CHECK(gdrpy_chan_send_batch(e.ch, &m, 1, 0) == GDRPY_EAGAIN);
     gdrpy_chan_desc_t d;
-    CHECK(gdrpy_chan_get_desc(e.ch, &d) == 0 && d.place_nslots == 16);
+    CHECK(gdrpy_chan_get_desc(e.ch, &d) == 0 && d.place_nslots == (65536 + d.slot_stride - 1) / d.slot_stride);
     gdrpy_chan_sim_consumer_t *sc;
     CHECK(gdrpy_chan_sim_consumer_start(e.ch, GDRPY_CHAN_SIM_CHECK | GDRPY_CHAN_SIM_COMPLETE,
                                         0, 10000000000LL, &sc) == 0);
@@ -417,8 +420,9 @@ static int near_sends_wait_for_the_table_then_follow_it(void)
     CHECK(gdrpy_chan_sim_consumer_join(sc, &consumed, &errors, &first) == 0);
     CHECK(errors == 0 && consumed == 20);
     const unsigned char *ring = (const unsigned char *)gdrpy_chan_device_block(e.ch) + 128;
-    for (uint32_t p = 0; p < 16; p += 2)
-        for (uint32_t b = 0; b < d.slot_stride; b++) CHECK(ring[(size_t)p * d.slot_stride + b] == 0);
+    for (uint32_t p = 0; p < d.place_nslots; p++) /* the table: 1, 3, .., 15 */
+        if (p % 2 == 0 || p > 15)
+            for (uint32_t b = 0; b < d.slot_stride; b++) CHECK(ring[(size_t)p * d.slot_stride + b] == 0);
     env_close(&e);
     return 0;
 }

@@ -169,10 +169,15 @@ static inline uint32_t stride_of(uint32_t flags, uint32_t payload)
     return stride;
 }
 
-/* Physical slots: NEAR rings have twice as many as they use. */
+/* Physical slots: NEAR rings have twice as many as they use, and at least
+ * GDRPY_CHAN_NEAR_SPAN bytes of them (a small ring inside one or two 4 KiB
+ * blocks would have nothing to choose from: the H100 homes whole blocks). */
 static inline uint32_t phys_slots(const gdrpy_chan_config_t *cfg)
 {
-    return cfg->flags & GDRPY_CHAN_NEAR ? 2 * cfg->nslots : cfg->nslots;
+    if (!(cfg->flags & GDRPY_CHAN_NEAR)) return cfg->nslots;
+    const uint32_t stride = stride_of(cfg->flags, cfg->slot_size);
+    const uint32_t span = (GDRPY_CHAN_NEAR_SPAN + stride - 1) / stride;
+    return 2 * cfg->nslots > span ? 2 * cfg->nslots : span;
 }
 
 int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
