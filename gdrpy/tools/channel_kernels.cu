@@ -503,12 +503,7 @@ __device__ __forceinline__ u32 ab_floor(const gdrpy_chan_desc_t &d, u64 head, u3
         }
         /* and the best of 8 atomics on the flag's line (gdrpy_chan_place's
          * measure), to host block word 120 */
-        u32 best = 4095u;
-        for (int k = 0; k < 8; ++k) {
-            const u32 c = gdrpy_chan_atomic_cycles(s);
-            best = c < best ? c : best;
-        }
-        ans[3] = best;
+        ans[3] = gdrpy_chan_atomic_cycles_min(s, 8);
     }
     if (lane == 0) {
         const bool mmio = mode & GDRPY_PP_AB_FLOOR_MMIO;

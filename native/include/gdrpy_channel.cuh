@@ -576,6 +576,17 @@ __device__ __forceinline__ gdrpy_u32 gdrpy_chan_atomic_cycles(const void *p)
     return (gdrpy_u32)(t1 - t0) + (w == 0u); /* +1 at most, when the word is ~0 */
 }
 
+/* The fewest SM cycles of `reps` atomics on p, at most 4095. */
+__device__ __forceinline__ gdrpy_u32 gdrpy_chan_atomic_cycles_min(const void *p, int reps)
+{
+    gdrpy_u32 best = 4095u;
+    for (int r = 0; r < reps; ++r) {
+        const gdrpy_u32 c = gdrpy_chan_atomic_cycles(p);
+        best = c < best ? c : best;
+    }
+    return best;
+}
+
 /* How many of the np cycle counts in t are at most `cut`. */
 __device__ __forceinline__ gdrpy_u32 gdrpy_chan_count_le(const gdrpy_u32 *t, gdrpy_u32 np,
                                                          gdrpy_u32 cut)
@@ -597,15 +608,8 @@ static __device__ __noinline__ void gdrpy_chan_place(gdrpy_u64 ring, gdrpy_u32 n
                                               gdrpy_u64 host_ctrl)
 {
     gdrpy_u32 *t = (gdrpy_u32 *)(ring + (gdrpy_u64)np * stride);
-    for (gdrpy_u32 p = 0; p < np; ++p) {
-        const void *line = (const void *)(ring + (gdrpy_u64)p * stride);
-        gdrpy_u32 best = 4095u;
-        for (int r = 0; r < 3; ++r) {
-            const gdrpy_u32 c = gdrpy_chan_atomic_cycles(line);
-            best = c < best ? c : best;
-        }
-        t[p] = best;
-    }
+    for (gdrpy_u32 p = 0; p < np; ++p)
+        t[p] = gdrpy_chan_atomic_cycles_min((const void *)(ring + (gdrpy_u64)p * stride), 3);
     /* the smallest count `cut` with at least n slots at or below it */
     gdrpy_u32 lo = 0, hi = 4095u;
     while (lo < hi) {
