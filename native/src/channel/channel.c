@@ -192,6 +192,18 @@ int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
     return 0;
 }
 
+/* NEAR: the slot table after the physical slots (CPU address, through the
+ * mapping) and its copy after the completion ring in the host block. */
+static inline uint32_t *dev_table(const gdrpy_chan_t *c)
+{
+    return (uint32_t *)(c->ring + (size_t)c->desc.place_nslots * c->stride);
+}
+
+static inline uint32_t *host_table(const gdrpy_chan_t *c)
+{
+    return (uint32_t *)(c->comp + (size_t)(c->cmask + 1) * c->cstride);
+}
+
 /* ---- create / destroy ------------------------------------------------- */
 
 int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_t *cfg,
@@ -284,8 +296,8 @@ int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_
     if (near) {
         /* the device's slot table starts as the first nslots, so that a
          * kernel that attaches without choosing agrees with the host */
-        char *t = c->ring + (size_t)c->desc.place_nslots * c->stride;
-        for (uint32_t k = 0; k < cfg->nslots; k++) gp_wc_store_u32(t + 4 * (size_t)k, k);
+        uint32_t *t = dev_table(c);
+        for (uint32_t k = 0; k < cfg->nslots; k++) gp_wc_store_u32(t + k, k);
     }
     gp_wc_fence();
     *out = c;
@@ -350,7 +362,7 @@ static int settle(gdrpy_chan_t *c, const char *what)
     if (ld_acq32(c->status) == GDRPY_CHAN_ST_NONE) return -1;
     if (ld_acq32((const volatile uint32_t *)(c->host + GDRPY_CHAN_HOST_PLACED)) == 1) {
         const uint32_t n = c->mask + 1, np = c->desc.place_nslots;
-        const volatile uint32_t *t = (const volatile uint32_t *)(c->comp + (size_t)(c->cmask + 1) * c->cstride);
+        const volatile uint32_t *t = host_table(c);
         unsigned char *seen = calloc(np, 1);
         uint32_t *mine = malloc((size_t)n * sizeof *mine);
         if (!seen || !mine) {
@@ -954,8 +966,7 @@ static void sim_place(gdrpy_chan_t *c, uint32_t *slot_of)
         for (uint32_t k = 0; k < d->nslots; k++) slot_of[k] = k;
         return;
     }
-    uint32_t *dev_t = (uint32_t *)(c->ring + (size_t)d->place_nslots * d->slot_stride);
-    uint32_t *host_t = (uint32_t *)(c->comp + (size_t)d->comp_nslots * d->comp_stride);
+    uint32_t *dev_t = dev_table(c), *host_t = host_table(c);
     for (uint32_t k = 0; k < d->nslots; k++) {
         slot_of[k] = 2 * k + 1;
         dev_t[k] = host_t[k] = 2 * k + 1;
