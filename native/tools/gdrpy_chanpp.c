@@ -313,22 +313,28 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
     return 0;
 }
 
-/* One checked round trip of --steer-probe (its time in *t); 1 on error. */
-static int steer_rt(gdrpy_chan_t *ch, const unsigned char *msg, size_t s, uint32_t want,
-                    int64_t tmo, uint64_t *seq, int64_t *t)
+/* One timed round trip of message *seq (s bytes of msg, checksum want),
+ * its answer checked: the completion {seq, checksum, len} of 16 bytes.
+ * Its time in *t; 1 (with a message) on error. */
+static int checked_rt(gdrpy_chan_t *ch, const unsigned char *msg, size_t s, uint32_t want,
+                      int64_t tmo, uint64_t *seq, int64_t *t)
 {
-    unsigned char ans[16];
-    uint32_t len = 0;
+    answer_t ans = {0, 0, 0};
+    uint32_t clen = 0;
     uint64_t t0 = pt_now();
     int e = gdrpy_chan_send(ch, msg, s, 0, tmo);
-    if (!e) e = gdrpy_chan_recv(ch, ans, sizeof ans, &len, NULL, tmo);
+    if (!e) e = gdrpy_chan_recv(ch, &ans, sizeof ans, &clen, NULL, tmo);
     uint64_t t1 = pt_now();
+    if (e) {
+        fprintf(stderr, "gdrpy_chanpp: %s\n", gdrpy_last_error());
+        return 1;
+    }
     ++*seq;
-    uint64_t sq;
-    memcpy(&sq, ans, 8);
-    if (e || len != 16 || sq != *seq || memcmp(ans + 8, &want, 4)) {
-        fprintf(stderr, "gdrpy_chanpp: steer: bad round trip %llu: %s\n", (unsigned long long)*seq,
-                e ? gdrpy_last_error() : "wrong answer");
+    if (clen != sizeof ans || ans.seq != *seq || ans.csum != want || ans.len != s) {
+        fprintf(stderr, "gdrpy_chanpp: wrong answer to message %llu (%zu B): %u bytes, seq %llu "
+                        "csum 0x%x len %u (expected csum 0x%x)\n",
+                (unsigned long long)*seq, s, clen, (unsigned long long)ans.seq, ans.csum, ans.len,
+                want);
         return 1;
     }
     *t = pt_ns(t1 - t0);
@@ -361,7 +367,7 @@ static int steer_probe(gdrpy_chan_t *ch, int visits, size_t s, int64_t tmo, uint
     for (int v = 0; v < visits; v++)
         for (uint32_t k = 0; k < n; k++) {
             int64_t x;
-            if (steer_rt(ch, msg, s, want, tmo, seq, &x)) goto out;
+            if (checked_rt(ch, msg, s, want, tmo, seq, &x)) goto out;
             ts[(size_t)((*seq - 1) & (n - 1)) * (size_t)visits + (size_t)v] = x;
         }
     for (uint32_t k = 0; k < n; k++)
@@ -388,8 +394,8 @@ static int steer_probe(gdrpy_chan_t *ch, int visits, size_t s, int64_t tmo, uint
                 int64_t x;
                 if (m) /* steering: fillers into slow slots first */
                     while (!fast[*seq & (n - 1)])
-                        if (steer_rt(ch, msg, s, want, tmo, seq, &x)) goto out;
-                if (steer_rt(ch, msg, s, want, tmo, seq, &x)) goto out;
+                        if (checked_rt(ch, msg, s, want, tmo, seq, &x)) goto out;
+                if (checked_rt(ch, msg, s, want, tmo, seq, &x)) goto out;
                 if (i >= 0) tr[m][r * PER + i] = x;
             }
     report("c-steer-base", s, 1, tr[0], PER * ROUNDS);
@@ -710,24 +716,10 @@ int main(int argc, char **argv)
         for (size_t k = 0; k < s; k++) msg[k] = (unsigned char)(k * 7 + s);
         uint32_t want = gdrpy_chan_checksum(msg, s);
         for (int i = 0; i < warmup + iters; i++) {
-            uint64_t t0 = pt_now();
-            rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
-            if (!rc) rc = gdrpy_chan_recv(ch, &ans[0], sizeof ans[0], NULL, NULL, tmo);
-            uint64_t t1 = pt_now();
-            if (rc) {
-                fprintf(stderr, "gdrpy_chanpp: %s\n", gdrpy_last_error());
-                break;
-            }
-            seq++;
-            if (ans[0].seq != seq || ans[0].csum != want || ans[0].len != s) {
-                fprintf(stderr, "gdrpy_chanpp: wrong answer to message %llu (%zu B): seq %llu "
-                                "csum 0x%x len %u (expected csum 0x%x)\n",
-                        (unsigned long long)seq, s,
-                        (unsigned long long)ans[0].seq, ans[0].csum, ans[0].len, want);
-                rc = 1;
-                break;
-            }
-            if (i >= warmup) t[i - warmup] = pt_ns(t1 - t0);
+            int64_t x;
+            rc = checked_rt(ch, msg, s, want, tmo, &seq, &x);
+            if (rc) break;
+            if (i >= warmup) t[i - warmup] = x;
         }
         if (!rc) report("c", s, 1, t, (size_t)iters);
         /* the same, timed in blocks of 10 (one timer pair per block) */
