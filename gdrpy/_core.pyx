@@ -50,7 +50,7 @@ cdef extern from *:
 import errno as _errno
 import weakref as _weakref
 
-from gdrpy.errors import (error_for_code, ClosedError, BusyError, WrongProcessError,
+from gdrpy.errors import (error_for_code, GdrError, ClosedError, BusyError, WrongProcessError,
                           InvalidArgumentError, OutOfRangeError, ArgumentTypeError)
 
 PY_SSIZE_T_MAX_ = PY_SSIZE_T_MAX
@@ -270,10 +270,18 @@ cdef class Context:
     cdef readonly str backend
     cdef dict _info
     cdef object _pins          # WeakSet[Pin]
+    # Set by close() (under the GIL) before it lists the pins to close, so
+    # that no pin or mapping made by another thread meanwhile escapes the
+    # list: gdrpy_close() tears down every pin of the context in C, and a
+    # Mapping object still open in Python would then point at unmapped
+    # memory.  pin() and Pin.map() register their object first, then look
+    # at this flag (see _refuse_while_closing).
+    cdef bint _closing
     cdef object __weakref__
 
     def __cinit__(self, device=0, backend="auto"):
         self._h = 0
+        self._closing = False
         cdef int d = _device(device)
         cdef int b = _backend_id(backend)
         cdef gdrpy_ctx_t h = 0
@@ -310,7 +318,12 @@ cdef class Context:
             raise WrongProcessError(
                 "this context belongs to the parent process (fork); open a new one "
                 "in the child", _errno.EACCES)
+        if self._closing:
+            return self._refuse_while_closing()
         return 0
+
+    cdef int _refuse_while_closing(self) except -1:
+        raise ClosedError("the context is being closed by another thread", _errno.EBADF)
 
     @property
     def closed(self):
@@ -361,6 +374,10 @@ cdef class Context:
         p = Pin.__new__(Pin)
         (<Pin>p)._init(self, ph, owner)
         self._pins.add(p)
+        if self._closing:
+            # close() began while the pin was made: it is registered, so
+            # close() or gdrpy_close() releases it; the caller never gets it
+            self._refuse_while_closing()
         return p
 
     def register(self, obj):
@@ -412,25 +429,37 @@ cdef class Context:
     def close(self):
         """Unmap and unpin everything, then close.  Idempotent.  Raises
         BusyError while a mapping has live buffer exports (then nothing is
-        closed) or while another thread's copies are still in flight (then
-        the context stays open: close again once they are done)."""
+        closed), while another thread's copies are still in flight (then
+        the context stays open: close again once they are done) or while
+        another thread is closing it.  From the start of the close, pins
+        and maps on it in other threads raise ClosedError."""
         if self._h == 0:
             return
         if self._fork_gen != gdrpy_fork_generation:
             self._h = 0     # the parent's; nothing to do in the child
             return
-        pins = list(self._pins)
-        for p in pins:
-            (<Pin>p)._check_closable()
-        for p in pins:
-            (<Pin>p).close()
+        if self._closing:
+            raise BusyError("the context is being closed by another thread; close it "
+                            "again once that returns", _errno.EBUSY)
         cdef gdrpy_ctx_t h = self._h
         cdef int rc
-        with nogil:   # waits (bounded) for calls in flight in other threads
-            rc = gdrpy_close(h)
-        if rc != _errno.EBUSY:   # EBUSY: still open; close again later
-            self._h = 0
-        _check(rc)
+        # From here other threads can no longer hand out new pins or
+        # mappings (they register, see the flag and give up), so the list
+        # below holds every Pin object that can reach this context's memory.
+        self._closing = True
+        try:
+            pins = list(self._pins)
+            for p in pins:
+                (<Pin>p)._check_closable()
+            for p in pins:
+                (<Pin>p).close()
+            with nogil:   # waits (bounded) for calls in flight in other threads
+                rc = gdrpy_close(h)
+            if rc != _errno.EBUSY:   # EBUSY: still open; close again later
+                self._h = 0
+            _check(rc)
+        finally:
+            self._closing = False
 
     def __enter__(self):
         self._ready()
@@ -530,6 +559,14 @@ cdef class Pin:
         m = Mapping.__new__(Mapping)
         (<Mapping>m)._init(self, <char *>mp, <char *>up)
         self._mapping = _weakref.ref(m)
+        if self._ctx._closing:
+            # The context's close() began during the map: it may not have
+            # seen this mapping, so undo it here and never hand it out.
+            try:
+                m.close()
+            except GdrError:
+                pass
+            self._ctx._refuse_while_closing()
         return m
 
     cdef int _check_closable(self) except -1:
