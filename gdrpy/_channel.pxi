@@ -176,6 +176,10 @@ cdef class Channel:
     context cannot unmap it underneath (``Context.close()`` raises BusyError
     while a channel is open).  Tiny sends keep the GIL (tens of ns);
     waits longer than 50 us release it.  Single producer, single consumer.
+    ``close()`` from another thread while a send or receive waits: the wait
+    ends (ChannelClosedError once the kernel has stopped) and the close
+    waits for it, bounded (``GDRPY_BUSY_WAIT_MS``); then BusyError, with
+    the channel left open.
     """
 
     cdef gdrpy_chan_t *_c
@@ -187,6 +191,11 @@ cdef class Channel:
     cdef bint _own_buffer
     cdef bint _stopped
     cdef unsigned _fork_gen
+    # Calls running on _c without the GIL (waits), and close() in progress:
+    # close() frees _c only once the count is 0, and sets _closing first so
+    # that no new call starts meanwhile (_ready refuses).
+    cdef int _inflight
+    cdef bint _closing
     cdef readonly _u32 nslots
     cdef readonly _u32 slot_size
     cdef readonly _u32 comp_nslots
@@ -200,6 +209,8 @@ cdef class Channel:
     def __cinit__(self):
         self._c = NULL
         self._stopped = False
+        self._inflight = 0
+        self._closing = False
 
     def __init__(self, Context ctx not None, nslots=64, slot_size=64, comp_size=16,
                  comp_nslots=0, buffer=None, plain=False, near=False):
@@ -300,11 +311,39 @@ cdef class Channel:
         self._c = NULL
 
     cdef inline int _ready(self) except -1:
-        if self._c == NULL:
-            raise ClosedError("the channel is closed", _errno.EBADF)
+        if self._c == NULL or self._closing:
+            return self._not_ready()
         if self._fork_gen != gdrpy_fork_generation:
             raise WrongProcessError("this channel belongs to the parent process (fork)",
                                     _errno.EACCES)
+        return 0
+
+    cdef int _not_ready(self) except -1:
+        if self._c == NULL:
+            raise ClosedError("the channel is closed", _errno.EBADF)
+        raise ClosedError("the channel is being closed by another thread", _errno.EBADF)
+
+    cdef inline int _enter_nogil(self) except -1:
+        # Right before a call that releases the GIL: nothing in between may
+        # run Python code, so close() either refused it here or waits for it.
+        self._ready()
+        self._inflight += 1
+        return 0
+
+    cdef int _wait_calls(self) except -1:
+        """Waits (GIL released, bounded by GDRPY_BUSY_WAIT_MS) for calls of
+        other threads still inside the channel; BusyError if they stay."""
+        if self._inflight == 0:
+            return 0
+        import time
+        limit = _busy_wait_s()
+        t0 = time.monotonic()
+        while self._inflight > 0 and time.monotonic() - t0 < limit:
+            time.sleep(0.0002)
+        if self._inflight > 0:
+            raise BusyError(f"{self._inflight} call(s) on the channel are still waiting in "
+                            f"other threads after {limit:.1f} s (its kernel has not stopped); "
+                            f"it stays open: close it again once they return", _errno.EBUSY)
         return 0
 
     @property
@@ -351,19 +390,22 @@ cdef class Channel:
                                           PyBytes_GET_SIZE(payload), tag, t))
         _get_in_buffer(payload, &view)
         try:
+            self._ready()   # the export may have run Python code (a close)
             rc = self._send(<const char *>view.buf, view.len, tag, t)
         finally:
             PyBuffer_Release(&view)
         return _chan_check(rc)
 
-    cdef inline int _send(self, const char *p, Py_ssize_t n, _u32 tag, _i64 t):
+    cdef inline int _send(self, const char *p, Py_ssize_t n, _u32 tag, _i64 t) except -1:
         # Spin up to SPIN_WITH_GIL_NS with the GIL (the common case costs no
         # wait at all), then go on without it.
         cdef _i64 first = SPIN_WITH_GIL_NS if (t < 0 or t > SPIN_WITH_GIL_NS) else t
         cdef int rc = gdrpy_chan_send(self._c, p, <size_t>n, tag, first)
         if rc == GDRPY_ETIMEDOUT and (t < 0 or t > first):
+            self._enter_nogil()
             with nogil:
                 rc = gdrpy_chan_send(self._c, p, <size_t>n, tag, t - first if t > 0 else -1)
+            self._inflight -= 1
         return rc
 
     def send_many(self, payloads, tags=None, timeout=1.0):
@@ -427,10 +469,13 @@ cdef class Channel:
                         raise InvalidArgumentError("message too large", _errno.EINVAL)
                     msgs[i].len = <_u32>views[i].len
                 msgs[i].tag = <_u32>tags[i] if per_tag else one_tag
+            self._ready()   # the exports above may have run Python code
             rc = gdrpy_chan_send_batch(self._c, msgs, <size_t>n, 0)
             if rc == _errno.EAGAIN and t != 0:
+                self._enter_nogil()
                 with nogil:
                     rc = gdrpy_chan_send_batch(self._c, msgs, <size_t>n, t)
+                self._inflight -= 1
             _chan_check(rc)
             return n
         finally:
@@ -444,13 +489,16 @@ cdef class Channel:
             if have_whole:
                 PyBuffer_Release(&whole)
 
-    cdef int _recv_wait(self, void *buf, size_t cap, _i64 t):
+    cdef int _recv_wait(self, void *buf, size_t cap, _i64 t) except -1:
         cdef _u32 ln = 0, tg = 0
         cdef _i64 first = SPIN_WITH_GIL_NS if (t < 0 or t > SPIN_WITH_GIL_NS) else t
+        self._ready()   # callers may have run Python code since their check
         cdef int rc = gdrpy_chan_recv(self._c, buf, cap, &ln, &tg, first)
         if rc == GDRPY_ETIMEDOUT and (t < 0 or t > first):
+            self._enter_nogil()
             with nogil:
                 rc = gdrpy_chan_recv(self._c, buf, cap, &ln, &tg, t - first if t > 0 else -1)
+            self._inflight -= 1
         if rc == 0:
             self.last_len = ln
             self.last_tag = tg
@@ -538,13 +586,16 @@ cdef class Channel:
             have = True
             buf = view.buf
         try:
+            self._ready()   # the export above may have run Python code
             rc = gdrpy_chan_recv_many(self._c, buf, self.comp_size, NULL, NULL, <size_t>mn,
                                       <size_t>mx, 0 if t == 0 else min(t, SPIN_WITH_GIL_NS)
                                       if t > 0 else SPIN_WITH_GIL_NS, &got)
             if rc == GDRPY_ETIMEDOUT and (t < 0 or t > SPIN_WITH_GIL_NS):
+                self._enter_nogil()
                 with nogil:
                     rc = gdrpy_chan_recv_many(self._c, buf, self.comp_size, NULL, NULL,
                                               <size_t>mn, <size_t>mx, t, &got)
+                self._inflight -= 1
             _chan_check(rc)
         finally:
             if have:
@@ -592,8 +643,10 @@ cdef class Channel:
         self._ready()
         cdef _i64 t = _timeout_ns(timeout)
         cdef int rc
+        self._enter_nogil()
         with nogil:
             rc = gdrpy_chan_wait_attached(self._c, t)
+        self._inflight -= 1
         _chan_check(rc)
 
     def stats(self):
@@ -611,6 +664,13 @@ cdef class Channel:
         report stopped in time."""
         self._ready()
         cdef _i64 t = _timeout_ns(timeout)
+        self._enter_nogil()
+        try:
+            return self._shutdown(drain, t)
+        finally:
+            self._inflight -= 1
+
+    cdef dict _shutdown(self, bint drain, _i64 t):
         cdef gdrpy_chan_stats_t s
         cdef unsigned mode = GDRPY_CHAN_DRAIN if drain else GDRPY_CHAN_ABORT
         cdef int rc
@@ -632,13 +692,22 @@ cdef class Channel:
         if self._fork_gen != gdrpy_fork_generation:
             self._c = NULL
             return
+        if self._closing:
+            raise BusyError("the channel is being closed by another thread", _errno.EBUSY)
+        cdef _i64 t = _timeout_ns(timeout)
         err = None
-        if not self._stopped:
-            try:
-                self.shutdown(True, timeout)
-            except Exception as e:  # still free what we can
-                err = e
-        self._destroy()
+        self._closing = True     # no new call from here on (see _ready)
+        try:
+            if not self._stopped:
+                try:
+                    self._shutdown(True, t)
+                except Exception as e:  # still free what we can
+                    err = e
+            # waits in other threads end once the kernel reports stopped
+            self._wait_calls()
+            self._destroy()
+        finally:
+            self._closing = False
         if err is not None:
             raise err
 

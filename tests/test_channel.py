@@ -5,6 +5,9 @@ The GPU versions of these tests are in test_channel_gpu.py."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import numpy as np
 import pytest
 
@@ -195,6 +198,64 @@ def test_kernel_watchdog_stop_fails_waits_fast(sctx):
         assert ch.stats()["status"] == "timeout"
         with pytest.raises(ChannelClosedError, match="stopped"):
             ch.recv(timeout=None)
+
+
+def _wait_in_thread(call, out):
+    """Runs call() in a thread; out gets (what happened, monotonic end time)."""
+    def run():
+        try:
+            call()
+            what = "returned"
+        except GdrError as e:
+            what = type(e).__name__
+        out.append((what, time.monotonic()))
+    t = threading.Thread(target=run)
+    t.start()
+    return t
+
+
+def test_close_from_another_thread_ends_a_waiting_recv_first(sctx):
+    """close() while another thread waits in recv() without the GIL: the
+    shutdown ends the wait, and close() frees the channel only after the
+    waiter has left it (it used to free it under the wait: a heap
+    use-after-free that ASan reports, see the CI sanitizer stage)."""
+    for _ in range(20):
+        ch = gdrpy.Channel(sctx, nslots=8, slot_size=16)
+        h = ch._sim_consumer(check=False, complete=False, idle_timeout=5.0)
+        ch.send(b"abcd")
+        out: list = []
+        t = _wait_in_thread(lambda ch=ch: ch.recv(timeout=5.0), out)
+        time.sleep(0.02)                       # the waiter is past its GIL-held spin
+        ch.close(timeout=2.0)
+        closed_at = time.monotonic()
+        t.join(10)
+        ch._sim_join(h)
+        assert ch.closed
+        assert out and out[0][0] == "ChannelClosedError"
+        assert out[0][1] <= closed_at, "close() returned while recv() was still inside"
+        with pytest.raises(ClosedError):
+            ch.recv(timeout=0)
+
+
+def test_close_waits_bounded_for_a_wait_that_cannot_end(sctx, monkeypatch):
+    """No kernel ever attached: nothing ends another thread's send() wait on
+    a full ring, so close() gives up after GDRPY_BUSY_WAIT_MS with
+    BusyError and leaves the channel open; once the wait times out, close()
+    works."""
+    monkeypatch.setenv("GDRPY_BUSY_WAIT_MS", "200")
+    ch = gdrpy.Channel(sctx, nslots=2, slot_size=16)
+    ch.send(b"a", timeout=0)
+    ch.send(b"b", timeout=0)
+    out: list = []
+    t = _wait_in_thread(lambda: ch.send(b"c", timeout=1.5), out)
+    time.sleep(0.1)
+    with pytest.raises(BusyError, match="still waiting"):
+        ch.close(timeout=0.1)
+    assert not ch.closed
+    t.join(10)
+    assert out and out[0][0] == "ChannelTimeoutError"
+    ch.close()
+    assert ch.closed
 
 
 def test_context_cannot_unmap_under_an_open_channel(sctx):
