@@ -269,7 +269,10 @@ GDRPY_API int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin,
 /* Frees the host block and lets go of the pin.  If a kernel attached and has
  * not reported stopped, the host block is leaked on purpose (the GPU may
  * still write to it) and GDRPY_EBUSY is returned; the channel is gone either
- * way.  NULL is a no-op. */
+ * way.  NULL is a no-op.  As with free(), no other thread may still be in a
+ * call on the channel: a send or receive waiting in another thread returns
+ * (GDRPY_EPIPE) once gdrpy_chan_shutdown() has seen the kernel stop; let it
+ * return, then destroy.  (gdrpy.Channel.close() waits for its callers.) */
 GDRPY_API int gdrpy_chan_destroy(gdrpy_chan_t *chan);
 GDRPY_API int gdrpy_chan_get_desc(const gdrpy_chan_t *chan, gdrpy_chan_desc_t *out);
 GDRPY_API int gdrpy_chan_get_config(const gdrpy_chan_t *chan, gdrpy_chan_config_t *out);
