@@ -875,8 +875,12 @@ cdef class Mapping:
         """Copy ``data`` (bytes, bytearray, memoryview, numpy array: any
         contiguous buffer) to ``offset`` with the CPU copy kernel (stores +
         sfence).  Returns the number of bytes written."""
+        # Conversions first: they may run Python code (a user __index__, a
+        # collection) and so let another thread unmap.  Nothing but C runs
+        # between _ready() and the stores (see _write_obj).
+        cdef Py_ssize_t off = _index(offset, "offset")
         self._ready()
-        return self._write_obj(_index(offset, "offset"), data)
+        return self._write_obj(off, data)
 
     def read(self, offset, n, out=None):
         """Copy ``n`` bytes at ``offset`` out of the mapping (streaming loads).
@@ -890,19 +894,18 @@ cdef class Mapping:
         one aligned 8-byte store, then sfence: the way to write a flag or a
         sequence number after a payload (a reader never sees a torn value).
         The address must be 8-byte aligned."""
-        self._ready()
+        # Every conversion before _ready() (see write()).
         cdef Py_ssize_t off = _index(offset, "offset")
-        self._range(off, 8)
-        if (<uintptr_t>(self._ptr + off)) & 7:
-            raise InvalidArgumentError(
-                f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
         if isinstance(value, (bool, float, complex, str, bytes)) or value is None or \
                 not hasattr(value, "__index__"):
             raise ArgumentTypeError(f"value must be an int, not {type(value).__name__}")
         value = value.__index__()
         if value < 0 or value >= 2**64:
             raise InvalidArgumentError(f"value {value} does not fit in 64 bits", _errno.EINVAL)
-        gp_store_u64(self._ptr + off, <unsigned long long>value)
+        cdef unsigned long long v = <unsigned long long>value
+        self._ready()
+        self._aligned_u64(off)
+        gp_store_u64(self._ptr + off, v)
 
     def put_many(self, items):
         """Vectored put: ``items`` = [(offset, buffer), ...]; every range is
@@ -913,13 +916,17 @@ cdef class Mapping:
     def read_u64(self, offset):
         """Load one aligned 8-byte little-endian value at ``offset`` (a single
         load: never torn)."""
+        cdef Py_ssize_t off = _index(offset, "offset")   # before _ready() (see write())
         self._ready()
-        cdef Py_ssize_t off = _index(offset, "offset")
+        self._aligned_u64(off)
+        return gp_load_u64(self._ptr + off)
+
+    cdef inline int _aligned_u64(self, Py_ssize_t off) except -1:
         self._range(off, 8)
         if (<uintptr_t>(self._ptr + off)) & 7:
             raise InvalidArgumentError(
                 f"offset {off} is not 8-byte aligned in device memory", _errno.EINVAL)
-        return gp_load_u64(self._ptr + off)
+        return 0
 
     # _inflight counts copies running without the GIL: close() waits for them
     # (bounded) and marks the mapping closed before it releases the GIL to
