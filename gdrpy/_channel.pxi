@@ -196,6 +196,8 @@ cdef class Channel:
     # that no new call starts meanwhile (_ready refuses).
     cdef int _inflight
     cdef bint _closing
+    cdef int _host_exports      # live buffer exports of host_block() views
+    cdef object _sims           # handles of sim consumers not joined yet
     cdef readonly _u32 nslots
     cdef readonly _u32 slot_size
     cdef readonly _u32 comp_nslots
@@ -211,6 +213,8 @@ cdef class Channel:
         self._stopped = False
         self._inflight = 0
         self._closing = False
+        self._host_exports = 0
+        self._sims = set()
 
     def __init__(self, Context ctx not None, nslots=64, slot_size=64, comp_size=16,
                  comp_nslots=0, buffer=None, plain=False, near=False):
@@ -606,14 +610,20 @@ cdef class Channel:
         """A writable buffer over the channel's page-locked host block
         (consumed count, status, completion ring, near channels' slot table:
         gdrpy_channel.h's layout), for CPU code standing in for the kernel
-        (sim) and for diagnostics.  It keeps the channel object alive, not
-        its memory: do not use it after close()."""
+        (sim) and for diagnostics.  While a view of it (memoryview, numpy
+        array) lives, close() raises BusyError; after close() it exports
+        nothing (ClosedError)."""
         self._ready()
         cdef gdrpy_chan_desc_t d
         gdrpy_chan_get_desc(self._c, &d)
-        return host_view(self, <uintptr_t>gdrpy_chan_host_block(self._c),
-                         128 + <Py_ssize_t>d.comp_nslots * d.comp_stride
-                         + (4 * <Py_ssize_t>d.nslots if d.place_nslots else 0))
+        v = _ChannelHostView.__new__(_ChannelHostView)
+        (<_ChannelHostView>v).owner = self
+        (<_ChannelHostView>v).ptr = <char *>gdrpy_chan_host_block(self._c)
+        (<_ChannelHostView>v).size = (128 + <Py_ssize_t>d.comp_nslots * d.comp_stride
+                                      + (4 * <Py_ssize_t>d.nslots if d.place_nslots else 0))
+        (<_ChannelHostView>v).shape[0] = (<_ChannelHostView>v).size
+        (<_ChannelHostView>v).strides[0] = 1
+        return v
 
     @property
     def kernel_sm(self):
@@ -694,6 +704,10 @@ cdef class Channel:
             return
         if self._closing:
             raise BusyError("the channel is being closed by another thread", _errno.EBUSY)
+        if self._host_exports > 0:
+            raise BusyError(f"the channel's host block has {self._host_exports} live buffer "
+                            f"export(s) (views of host_block()); release them before closing",
+                            _errno.EBUSY)
         cdef _i64 t = _timeout_ns(timeout)
         err = None
         self._closing = True     # no new call from here on (see _ready)
@@ -751,25 +765,48 @@ cdef class Channel:
         host-visible ring; meant for sim): check payloads, answer {seq,
         checksum, len} (complete) or echo each message (echo).  Returns a
         handle for ``_sim_join``."""
-        self._ready()
         cdef unsigned fl = (GDRPY_CHAN_SIM_CHECK if check else 0) | \
             (GDRPY_CHAN_SIM_COMPLETE if complete else 0) | (GDRPY_CHAN_SIM_ECHO if echo else 0)
         cdef gdrpy_chan_sim_consumer_t *sc = NULL
         cdef _i64 d = _timeout_ns(start_delay)
         cdef _i64 it = _timeout_ns(idle_timeout)
+        self._ready()
         _check(gdrpy_chan_sim_consumer_start(self._c, fl, d, it, &sc))
-        return <uintptr_t>sc
+        h = <uintptr_t>sc
+        self._sims.add(h)
+        return h
 
     def _sim_join(self, handle):
-        """Wait for the sim consumer to stop: (consumed, errors, first_bad)."""
-        cdef gdrpy_chan_sim_consumer_t *sc = <gdrpy_chan_sim_consumer_t *><uintptr_t>_u64(
-            handle, "handle")
+        """Wait for the sim consumer to stop: (consumed, errors, first_bad).
+        Each handle joins once (InvalidArgumentError after)."""
+        h = _u64(handle, "handle")
+        if h not in self._sims:
+            raise InvalidArgumentError(f"{handle!r} is not a sim consumer of this channel "
+                                       f"that is still to be joined", _errno.EINVAL)
+        self._sims.discard(h)   # under the GIL: a second join, here or elsewhere, refuses
+        cdef gdrpy_chan_sim_consumer_t *sc = <gdrpy_chan_sim_consumer_t *><uintptr_t>h
         cdef uint64_t a = 0, b = 0, c = 0
         cdef int rc
         with nogil:
             rc = gdrpy_chan_sim_consumer_join(sc, &a, &b, &c)
         _check(rc)
         return a, b, c
+
+
+cdef class _ChannelHostView(_HostView):
+    """Channel.host_block()'s buffer: its exports are counted on the channel,
+    whose close() refuses while any lives (it would free the memory under
+    them), and it exports nothing once the channel is closed or closing."""
+
+    def __getbuffer__(self, Py_buffer *buffer, int flags):
+        cdef Channel ch = <Channel>self.owner
+        ch._ready()
+        buffer.obj = self
+        _fill_u8_buffer(buffer, self.ptr, self.size, self.shape, self.strides, flags)
+        ch._host_exports += 1
+
+    def __releasebuffer__(self, Py_buffer *buffer):
+        (<Channel>self.owner)._host_exports -= 1
 
 
 cdef dict _stats_dict(gdrpy_chan_stats_t *s):

@@ -111,8 +111,39 @@ _COPIES = {
 _TEARDOWNS = {"mapping": "m.close()", "pin": "pin.close()", "context": "ctx.close()"}
 
 
+# An index whose conversion closes the mapping: the call must notice (the
+# conversion runs Python code, as a user __index__ or a collection may, and
+# another thread could have unmapped meanwhile) and raise, never store or
+# load through the unmapped range.
+_INDEX_CLOSES = "class I:\n    def __index__(self): m.close(); return {v}\n"
+_INDEX_CLOSES_CALLS = {
+    "write_u64_value": "m.write_u64(0, I())",
+    "write_u64_offset": "m.write_u64(I(), 1)",
+    "read_u64": "m.read_u64(I())",
+    "write_bytes": "m.write(I(), b'x' * 64)",
+    "read": "m.read(I(), 64)",
+}
+
+
 def _py_named() -> list[Case]:
-    c = [
+    c = [Case(f"py.index_closes_mapping_{name}", "py", _INDEX_CLOSES.format(v=0) + call)
+         for name, call in _INDEX_CLOSES_CALLS.items()]
+    c += [
+        Case("py.channel_close_with_host_block_view", "py",
+             "ch = gdrpy.Channel(ctx, nslots=4, slot_size=16)\n"
+             "v = memoryview(ch.host_block())\n"
+             "ch.close()"),
+        Case("py.channel_host_block_after_close", "py",
+             "ch = gdrpy.Channel(ctx, nslots=4, slot_size=16)\n"
+             "hb = ch.host_block()\n"
+             "ch.close()\n"
+             "memoryview(hb)"),
+        Case("py.channel_sim_join_twice", "py",
+             "ch = gdrpy.Channel(ctx, nslots=4, slot_size=16)\n"
+             "h = ch._sim_consumer(check=False)\n"
+             "ch.shutdown()\n"
+             "ch._sim_join(h)\n"
+             "ch._sim_join(h)"),
         Case("py.use_after_unmap", "py", "m.close(); m.write(0, b'x')"),
         Case("py.use_after_unpin", "py", "pin.close(); pin.ce_write(0, b'x')"),
         Case("py.map_after_unpin", "py", "pin.close(); pin.map()"),
