@@ -1,8 +1,10 @@
 """Hypothesis drives the Python API with random sequences of open / alloc / pin /
-map / copy / view / unmap / unpin / close, split over three threads that run at
-the same time on shared objects (so objects get closed under other threads'
-copies).  Every call must either work or raise a GdrError (a clear error); no
-crash, no hang (threads joined with a deadline), nothing left open at the end.
+map / copy / view / unmap / unpin / close, and of channel create / send / recv /
+host-block view / close (a CPU thread in libgdrpy answers as the kernel), split
+over three threads that run at the same time on shared objects (so objects get
+closed under other threads' copies and waits).  Every call must either work or
+raise a GdrError (a clear error); no crash, no hang (threads joined with a
+deadline), nothing left open at the end.
 Backend: sim here; GDRPY_FUZZ_BACKEND=auto runs it on a GPU."""
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import gdrpy
 BACKEND = os.environ.get("GDRPY_FUZZ_BACKEND", "sim")
 SIZE = 1 << 17
 OPS = ["open", "alloc", "pin", "map", "write", "read", "write_big", "ce_write", "ce_read",
-       "put", "get", "view", "drop_view", "unmap", "unpin", "close_ctx", "free"]
+       "put", "get", "view", "drop_view", "unmap", "unpin", "close_ctx", "free",
+       "chan", "chan_send", "chan_recv", "chan_view", "chan_close"]
 
 op_st = st.tuples(st.integers(0, 2), st.sampled_from(OPS), st.integers(0, 7),
                   st.integers(-16, SIZE + 16), st.integers(0, SIZE + 8))
@@ -34,6 +37,7 @@ class World:
         self.pins: list[gdrpy.Pin] = []
         self.maps: list[gdrpy.Mapping] = []
         self.views: list[object] = []
+        self.chans: list[tuple[gdrpy.Channel, int]] = []   # (channel, sim consumer)
 
     def pick(self, seq: list, i: int):  # type: ignore[no-untyped-def]
         with self.lock:
@@ -100,6 +104,24 @@ def run_op(w: World, op: str, i: int, off: int, n: int) -> None:
         b = w.pick(w.bufs, i)
         if b is not None:
             b.close()  # type: ignore[attr-defined]
+    elif op == "chan":
+        c = w.pick(w.ctxs, i)
+        if c is not None:
+            ch = gdrpy.Channel(c, nslots=8, slot_size=64)
+            w.add(w.chans, (ch, ch._sim_consumer(check=False, idle_timeout=2.0)))
+    elif op.startswith("chan_"):
+        pair = w.pick(w.chans, i)
+        if pair is None:
+            return
+        ch = pair[0]
+        if op == "chan_send":
+            ch.send(data[:n % 65], tag=i, timeout=0.01 * (n % 3))
+        elif op == "chan_recv":
+            ch.recv(timeout=0.01 * (n % 3))
+        elif op == "chan_view":
+            w.add(w.views, np.frombuffer(ch.host_block(), np.uint8))
+        else:
+            ch.close(timeout=0.5)
 
 
 @given(st.lists(op_st, min_size=1, max_size=40))
@@ -130,6 +152,10 @@ def test_random_api_sequences_from_three_threads(ops: list) -> None:
     assert not any(t.is_alive() for t in threads), "a thread hung (no return within 60 s)"
     assert not errors, f"non-GdrError raised: {errors[0]!r}"
     w.views.clear()
+    for ch, h in w.chans:
+        ch.close(timeout=2.0)   # no view left: must close
+        assert ch.closed
+        ch._sim_join(h)
     for c in w.ctxs:
         c.close()
         assert c.closed
