@@ -759,6 +759,11 @@ cdef class Channel:
                 f"{self.comp_nslots} x {self.comp_size} B backend={self.context.backend!r}>")
 
     # ---- test support (sim) ---------------------------------------------
+    @property
+    def _calls_inside(self):
+        """Calls of this channel running without the GIL now (waits)."""
+        return self._inflight
+
     def _sim_consumer(self, check=True, complete=True, start_delay=0.0, idle_timeout=10.0,
                       echo=False):
         """Start a CPU thread standing in for the GPU kernel (any backend's

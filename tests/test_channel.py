@@ -214,6 +214,14 @@ def _wait_in_thread(call, out):
     return t
 
 
+def _until_waiting(ch: gdrpy.Channel) -> None:
+    """Until another thread's call on ch waits without the GIL (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while ch._calls_inside == 0:
+        assert time.monotonic() < deadline, "the other thread never started waiting"
+        time.sleep(0.001)
+
+
 def test_close_from_another_thread_ends_a_waiting_recv_first(sctx):
     """close() while another thread waits in recv() without the GIL: the
     shutdown ends the wait, and close() frees the channel only after the
@@ -225,7 +233,7 @@ def test_close_from_another_thread_ends_a_waiting_recv_first(sctx):
         ch.send(b"abcd")
         out: list = []
         t = _wait_in_thread(lambda ch=ch: ch.recv(timeout=5.0), out)
-        time.sleep(0.02)                       # the waiter is past its GIL-held spin
+        _until_waiting(ch)
         ch.close(timeout=2.0)
         closed_at = time.monotonic()
         t.join(10)
@@ -247,8 +255,8 @@ def test_close_waits_bounded_for_a_wait_that_cannot_end(sctx, monkeypatch):
     ch.send(b"a", timeout=0)
     ch.send(b"b", timeout=0)
     out: list = []
-    t = _wait_in_thread(lambda: ch.send(b"c", timeout=1.5), out)
-    time.sleep(0.1)
+    t = _wait_in_thread(lambda: ch.send(b"c", timeout=3.0), out)
+    _until_waiting(ch)
     with pytest.raises(BusyError, match="still waiting"):
         ch.close(timeout=0.1)
     assert not ch.closed
