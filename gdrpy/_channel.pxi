@@ -337,17 +337,12 @@ cdef class Channel:
     cdef int _wait_calls(self) except -1:
         """Waits (GIL released, bounded by GDRPY_BUSY_WAIT_MS) for calls of
         other threads still inside the channel; BusyError if they stay."""
-        if self._inflight == 0:
-            return 0
-        import time
-        limit = _busy_wait_s()
-        t0 = time.monotonic()
-        while self._inflight > 0 and time.monotonic() - t0 < limit:
-            time.sleep(0.0002)
-        if self._inflight > 0:
-            raise BusyError(f"{self._inflight} call(s) on the channel are still waiting in "
-                            f"other threads after {limit:.1f} s (its kernel has not stopped); "
-                            f"it stays open: close it again once they return", _errno.EBUSY)
+        cdef int left = _wait_idle(&self._inflight)
+        if left > 0:
+            raise BusyError(f"{left} call(s) on the channel are still waiting in other "
+                            f"threads after {_busy_wait_s():.1f} s (its kernel has not "
+                            f"stopped); it stays open: close it again once they return",
+                            _errno.EBUSY)
         return 0
 
     @property
@@ -616,14 +611,10 @@ cdef class Channel:
         self._ready()
         cdef gdrpy_chan_desc_t d
         gdrpy_chan_get_desc(self._c, &d)
-        v = _ChannelHostView.__new__(_ChannelHostView)
-        (<_ChannelHostView>v).owner = self
-        (<_ChannelHostView>v).ptr = <char *>gdrpy_chan_host_block(self._c)
-        (<_ChannelHostView>v).size = (128 + <Py_ssize_t>d.comp_nslots * d.comp_stride
-                                      + (4 * <Py_ssize_t>d.nslots if d.place_nslots else 0))
-        (<_ChannelHostView>v).shape[0] = (<_ChannelHostView>v).size
-        (<_ChannelHostView>v).strides[0] = 1
-        return v
+        return (<_HostView>_ChannelHostView.__new__(_ChannelHostView))._set(
+            self, <char *>gdrpy_chan_host_block(self._c),
+            128 + <Py_ssize_t>d.comp_nslots * d.comp_stride
+            + (4 * <Py_ssize_t>d.nslots if d.place_nslots else 0))
 
     @property
     def kernel_sm(self):

@@ -75,6 +75,20 @@ def _busy_wait_s():
     return min(max(v, 0), 600000) / 1000.0
 
 
+cdef int _wait_idle(const int *count) except -1:
+    """Sleeps, with the GIL released, until ``*count`` - an object's calls
+    running without the GIL in other threads - is 0, for at most
+    GDRPY_BUSY_WAIT_MS; returns what is left (0: idle)."""
+    if count[0] == 0:
+        return 0
+    import time
+    limit = _busy_wait_s()
+    t0 = time.monotonic()
+    while count[0] > 0 and time.monotonic() - t0 < limit:
+        time.sleep(0.0002)
+    return count[0]
+
+
 cdef int _check(int rc) except -1:
     if rc != 0:
         raise error_for_code(rc, gdrpy_last_error().decode("utf-8", "replace"))
@@ -1018,18 +1032,13 @@ cdef class Mapping:
         they are still running after GDRPY_BUSY_WAIT_MS (default 3000 ms)."""
         if self._inflight == 0:
             return 0
-        import time
-        limit = _busy_wait_s()
         self._closed = True
-        t0 = time.monotonic()
-        while self._inflight > 0 and time.monotonic() - t0 < limit:
-            time.sleep(0.0002)
-        if self._inflight > 0:
-            self._closed = False
-            raise BusyError(f"{self._inflight} copies through the mapping are still in flight "
-                            f"in other threads after {limit:.1f} s; it stays mapped",
-                            _errno.EBUSY)
+        left = _wait_idle(&self._inflight)
         self._closed = False
+        if left > 0:
+            raise BusyError(f"{left} copies through the mapping are still in flight "
+                            f"in other threads after {_busy_wait_s():.1f} s; it stays mapped",
+                            _errno.EBUSY)
         return 0
 
     def close(self):
@@ -1510,16 +1519,19 @@ cdef class _HostView:
     def __releasebuffer__(self, Py_buffer *buffer):
         pass
 
+    cdef _set(self, object owner, char *ptr, Py_ssize_t size):
+        self.owner = owner
+        self.ptr = ptr
+        self.size = size
+        self.shape[0] = size
+        self.strides[0] = 1
+        return self
+
 
 def host_view(owner, ptr, nbytes):
     """A writable buffer of ``nbytes`` host bytes at ``ptr`` owned by ``owner``."""
-    v = _HostView.__new__(_HostView)
-    (<_HostView>v).owner = owner
-    (<_HostView>v).ptr = <char *><uintptr_t>_u64(ptr, "ptr")
-    (<_HostView>v).size = _index(nbytes, "nbytes")
-    (<_HostView>v).shape[0] = (<_HostView>v).size
-    (<_HostView>v).strides[0] = 1
-    return v
+    return (<_HostView>_HostView.__new__(_HostView))._set(
+        owner, <char *><uintptr_t>_u64(ptr, "ptr"), _index(nbytes, "nbytes"))
 
 
 include "_channel.pxi"
