@@ -850,7 +850,7 @@ int gdrpy_chan_slot_offset(const gdrpy_chan_t *c, uint64_t i, size_t *out)
     if (!__atomic_load_n(&c->settled, __ATOMIC_ACQUIRE))
         return gp_err(GDRPY_EAGAIN, "chan_slot_offset: near-slot channel: the slots are known "
                                     "once the kernel has attached (wait_attached)");
-    *out = (size_t)c->slot_of[i & c->mask] * c->stride;
+    *out = (size_t)(slot_at(c, i) - c->ring);
     return 0;
 }
 
