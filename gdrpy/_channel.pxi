@@ -372,18 +372,19 @@ cdef class Channel:
         """Byte offset of message ``i``'s slot from slot 0, as sends use it
         (near channels: the kernel's choice; ChannelFullError [EAGAIN] until
         ``wait_attached`` or a send has taken it)."""
-        self._ready()
+        cdef uint64_t k = <uint64_t>_index(i, "i")
         cdef size_t off = 0
-        _check(gdrpy_chan_slot_offset(self._c, <uint64_t>_index(i, "i"), &off))
+        self._ready()
+        _check(gdrpy_chan_slot_offset(self._c, k, &off))
         return off
 
     def send(self, payload, unsigned int tag=0, timeout=1.0):
         """Publish one message (payload: bytes or any contiguous buffer,
         at most ``slot_size`` bytes)."""
-        self._ready()
+        cdef _i64 t = _timeout_ns(timeout)
         cdef Py_buffer view
         cdef int rc
-        cdef _i64 t = _timeout_ns(timeout)
+        self._ready()
         if PyBytes_CheckExact(payload):
             return _chan_check(self._send(PyBytes_AS_STRING(payload),
                                           PyBytes_GET_SIZE(payload), tag, t))
@@ -412,8 +413,8 @@ cdef class Channel:
         2-D C-contiguous buffer (each row one message) or a sequence of
         buffers; ``tags`` None, an int for all, or a sequence.  All or nothing
         (at most ``nslots`` messages).  Returns the count."""
-        self._ready()
         cdef _i64 t = _timeout_ns(timeout)
+        self._ready()
         cdef Py_buffer whole
         cdef Py_buffer *views = NULL
         cdef gdrpy_chan_msg_t *msgs = NULL
@@ -505,9 +506,9 @@ cdef class Channel:
 
     def recv(self, timeout=1.0):
         """The next completion's payload (bytes; ``last_tag`` gets its tag)."""
+        cdef _i64 t = _timeout_ns(timeout)
         self._ready()
         cdef char tmp[256]
-        cdef _i64 t = _timeout_ns(timeout)
         cdef int rc
         cdef size_t cap = self.comp_size
         if cap <= 256:
@@ -523,9 +524,9 @@ cdef class Channel:
     def recv_into(self, out, timeout=1.0):
         """Copy the next completion's payload into ``out``; returns its length
         (``last_tag``: its tag)."""
+        cdef _i64 t = _timeout_ns(timeout)
         self._ready()
         cdef Py_buffer view
-        cdef _i64 t = _timeout_ns(timeout)
         cdef _i64 first
         cdef _u32 ln = 0, tg = 0
         cdef int rc
@@ -568,10 +569,10 @@ cdef class Channel:
         completions; payload k goes to ``out[k*comp_size:]`` (``out``: a
         writable buffer of max_count*comp_size bytes, or None to skip
         payloads).  Returns the count."""
-        self._ready()
         cdef Py_ssize_t mn = _index(min_count, "min_count")
         cdef Py_ssize_t mx = mn if max_count is None else _index(max_count, "max_count")
         cdef _i64 t = _timeout_ns(timeout)
+        self._ready()
         cdef Py_buffer view
         cdef void *buf = NULL
         cdef size_t got = 0
@@ -641,7 +642,6 @@ cdef class Channel:
         """Wait until a kernel has attached (call after launching it, before
         sending).  ChannelTimeoutError otherwise.  Near channels: also takes
         the kernel's slot table (DriverError [EIO] if it is not valid)."""
-        self._ready()
         cdef _i64 t = _timeout_ns(timeout)
         cdef int rc
         self._enter_nogil()
@@ -663,7 +663,6 @@ cdef class Channel:
         else at once, the rest counted as ``dropped``) and wait for it.
         Returns the stats dict.  ChannelTimeoutError if the kernel does not
         report stopped in time."""
-        self._ready()
         cdef _i64 t = _timeout_ns(timeout)
         self._enter_nogil()
         try:
@@ -837,6 +836,7 @@ def mapping_put_many(Mapping m not None, items):
             iov[i].buf = views[i].buf
             iov[i].len = <size_t>views[i].len
             total += views[i].len
+        m._ready()   # the conversions and exports above may have run Python code
         m._inflight += 1
         if total >= _nogil_bytes:
             with nogil:

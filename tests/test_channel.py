@@ -319,6 +319,68 @@ def test_put_many_checks_every_range_first(sctx):
     buf.close()
 
 
+class _ClosesWhenCompared(float):
+    """A timeout whose conversion (``timeout < 0``) closes ``target`` first:
+    Python code that runs inside a call, as a user type's method or a
+    finalizer can, and as another thread could."""
+    target = None
+
+    def __lt__(self, other):
+        self.target.close()
+        return float(self) < other
+
+
+class _ClosesWhenIndexed:
+    """An index whose conversion closes ``target`` first."""
+    def __init__(self, target, v):
+        self.target, self.v = target, v
+
+    def __index__(self):
+        self.target.close()
+        return self.v
+
+
+_CLOSING_CALLS = {
+    "send_bytes": lambda ch, t: ch.send(b"x", timeout=t),
+    "send_buffer": lambda ch, t: ch.send(bytearray(b"x"), timeout=t),
+    "send_many": lambda ch, t: ch.send_many([b"x"], timeout=t),
+    "recv": lambda ch, t: ch.recv(timeout=t),
+    "recv_into_bytearray": lambda ch, t: ch.recv_into(bytearray(16), timeout=t),
+    "recv_many": lambda ch, t: ch.recv_many(1, timeout=t),
+    "recv_many_count": lambda ch, t: ch.recv_many(_ClosesWhenIndexed(ch, 1)),
+    "slot_offset": lambda ch, t: ch.slot_offset(_ClosesWhenIndexed(ch, 0)),
+    "wait_attached": lambda ch, t: ch.wait_attached(timeout=t),
+    "shutdown": lambda ch, t: ch.shutdown(timeout=t),
+}
+
+
+@pytest.mark.parametrize("call", sorted(_CLOSING_CALLS))
+def test_an_argument_whose_conversion_closes_the_channel_gives_closed_error(sctx, call):
+    """Every argument is converted before the channel's last readiness
+    check, so a conversion that closes the channel ends the call with
+    ClosedError (not a C call on the freed channel: "channel is NULL")."""
+    ch = gdrpy.Channel(sctx, nslots=4, slot_size=16)
+    t = _ClosesWhenCompared(1.0)
+    t.target = ch
+    with pytest.raises(ClosedError):
+        _CLOSING_CALLS[call](ch, t)
+
+
+def test_put_many_index_that_unmaps_is_refused(sctx):
+    """put_many converts every offset and exports every buffer first, then
+    looks at the mapping once more: an offset whose conversion unmaps it
+    ends in ClosedError, nothing stored through the unmapped range."""
+    buf = gdrpy.memory.alloc(4096, ctx=sctx)
+    with sctx.pin(buf) as pin:
+        m = pin.map()
+        with pytest.raises(ClosedError):
+            m.put_many([(0, b"a" * 64), (_ClosesWhenIndexed(m, 64), b"b" * 64)])
+        assert m.closed
+        with pin.map() as m2:
+            assert m2.read(0, 128) == bytes(128)
+    buf.close()
+
+
 # ---- near slots (GDRPY_CHAN_NEAR) --------------------------------------------------
 
 
