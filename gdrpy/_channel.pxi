@@ -564,42 +564,54 @@ cdef class Channel:
         self.last_tag = tg
         return PyBytes_FromStringAndSize(tmp, min(ln, cap))
 
-    def recv_many(self, min_count=1, max_count=None, out=None, timeout=1.0):
+    def recv_many(self, min_count=1, max_count=None, out=None, timeout=1.0, tags=None):
         """Receive between ``min_count`` and ``max_count`` (default: min_count)
         completions; payload k goes to ``out[k*comp_size:]`` (``out``: a
         writable buffer of max_count*comp_size bytes, or None to skip
-        payloads).  Returns the count."""
+        payloads), tag k to ``tags[k]`` (``tags``: a writable, 4-byte aligned
+        buffer of max_count uint32 - ``numpy.empty(n, numpy.uint32)`` - or
+        None).  Returns the count."""
         cdef Py_ssize_t mn = _index(min_count, "min_count")
         cdef Py_ssize_t mx = mn if max_count is None else _index(max_count, "max_count")
         cdef _i64 t = _timeout_ns(timeout)
         self._ready()
-        cdef Py_buffer view
+        cdef Py_buffer view, tview
         cdef void *buf = NULL
+        cdef _u32 *tg = NULL
         cdef size_t got = 0
         cdef int rc
-        cdef bint have = False
+        cdef bint have = False, have_tags = False
         if mx < mn or mn < 1:
             raise InvalidArgumentError(f"need 1 <= min_count <= max_count, got {mn}, {mx}",
                                        _errno.EINVAL)
-        if out is not None:
-            _get_out_buffer(out, &view, mx * <Py_ssize_t>self.comp_size)
-            have = True
-            buf = view.buf
         try:
-            self._ready()   # the export above may have run Python code
-            rc = gdrpy_chan_recv_many(self._c, buf, self.comp_size, NULL, NULL, <size_t>mn,
+            if out is not None:
+                _get_out_buffer(out, &view, mx * <Py_ssize_t>self.comp_size)
+                have = True
+                buf = view.buf
+            if tags is not None:
+                _get_out_buffer(tags, &tview, mx * <Py_ssize_t>sizeof(_u32))
+                have_tags = True
+                if (<size_t>tview.buf) & (sizeof(_u32) - 1):
+                    raise InvalidArgumentError("tags must be 4-byte aligned (a uint32 array)",
+                                               _errno.EINVAL)
+                tg = <_u32 *>tview.buf
+            self._ready()   # the exports above may have run Python code
+            rc = gdrpy_chan_recv_many(self._c, buf, self.comp_size, NULL, tg, <size_t>mn,
                                       <size_t>mx, 0 if t == 0 else min(t, SPIN_WITH_GIL_NS)
                                       if t > 0 else SPIN_WITH_GIL_NS, &got)
             if rc == GDRPY_ETIMEDOUT and (t < 0 or t > SPIN_WITH_GIL_NS):
                 self._enter_nogil()
                 with nogil:
-                    rc = gdrpy_chan_recv_many(self._c, buf, self.comp_size, NULL, NULL,
+                    rc = gdrpy_chan_recv_many(self._c, buf, self.comp_size, NULL, tg,
                                               <size_t>mn, <size_t>mx, t, &got)
                 self._inflight -= 1
             _chan_check(rc)
         finally:
             if have:
                 PyBuffer_Release(&view)
+            if have_tags:
+                PyBuffer_Release(&tview)
         return got
 
     def host_block(self):

@@ -14,6 +14,7 @@ import pytest
 import gdrpy
 from gdrpy._core import chan_checksum, chan_pattern
 from gdrpy.errors import (
+    ArgumentTypeError,
     BusyError,
     ChannelClosedError,
     ChannelFullError,
@@ -72,6 +73,28 @@ def test_send_recv_roundtrip_answers_each_message(sctx, plain):
         st = ch.shutdown()
         assert st["status"] == "stopped" and st["final_consumed"] == 100
         assert ch._sim_join(h) == (100, 0, 2**64 - 1)
+
+
+def test_recv_many_tags_argument(sctx):
+    """``tags``: each completion's tag (with {seq, checksum, len} answers: the
+    message's own); a buffer too small or not 4-byte aligned is refused
+    before anything is received."""
+    with gdrpy.Channel(sctx, nslots=16, slot_size=16, comp_size=16) as ch:
+        h = ch._sim_consumer(check=False, complete=True)
+        ch.send_many([b"a", b"b", b"c"], tags=[7, 8, 9])
+        with pytest.raises(InvalidArgumentError, match="12 needed"):
+            ch.recv_many(3, 3, None, tags=np.zeros(2, dtype=np.uint32))
+        raw = bytearray(13)
+        with pytest.raises(InvalidArgumentError, match="aligned"):
+            ch.recv_many(3, 3, None, tags=memoryview(raw)[1:])
+        with pytest.raises(ArgumentTypeError):
+            ch.recv_many(3, 3, None, tags=5)
+        tags = np.zeros(3, dtype=np.uint32)
+        out = np.zeros(3, dtype=COMP)
+        assert ch.recv_many(3, 3, out, timeout=5, tags=tags) == 3
+        assert tags.tolist() == [7, 8, 9] and out["seq"].tolist() == [1, 2, 3]
+        ch.shutdown()
+        ch._sim_join(h)
 
 
 @pytest.mark.parametrize("near", [False, True], ids=["all-slots", "near-slots"])
