@@ -75,6 +75,27 @@ def test_send_recv_roundtrip_answers_each_message(sctx, plain):
         assert ch._sim_join(h) == (100, 0, 2**64 - 1)
 
 
+@pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
+def test_tag_answers_without_completion_payloads(sctx, plain):
+    """comp_size 0: the reference consumer answers with the checksum as the
+    completion's tag (as the GPU ping-pong kernel does), singles and
+    batches; recv_many hands the tags over in ``tags``."""
+    with gdrpy.Channel(sctx, nslots=16, slot_size=64, comp_size=0, plain=plain) as ch:
+        h = ch._sim_consumer(check=True, complete=True)
+        for i in range(50):
+            payload = chan_pattern(i, 1 + i % 64)
+            ch.send(payload, tag=i)
+            assert ch.recv(timeout=5) == b""
+            assert ch.last_tag == chan_checksum(payload), f"message {i}"
+        rows = patterns(50, 8, 64)
+        ch.send_many(rows, tags=list(range(50, 58)))
+        tags = np.zeros(8, dtype=np.uint32)
+        assert ch.recv_many(8, 8, None, timeout=5, tags=tags) == 8
+        assert tags.tolist() == checksums(rows).tolist()
+        ch.shutdown()
+        assert ch._sim_join(h) == (58, 0, 2**64 - 1)
+
+
 def test_recv_many_tags_argument(sctx):
     """``tags``: each completion's tag (with {seq, checksum, len} answers: the
     message's own); a buffer too small or not 4-byte aligned is refused

@@ -7,7 +7,10 @@
  * Answer to message i (all kernels): one completion
  *     {u64 seq = i + 1, u32 checksum, u32 len}     (16 bytes)
  * with the message's tag; checksum = sum(byte[k] * ((k & 255) + 1)) mod 2^32
- * (gdrpy_chan_checksum).
+ * (gdrpy_chan_checksum).  On a channel whose completions carry no payload
+ * (comp_size 0) the answer is the checksum as the completion's tag ("tag
+ * answers": the completion is its 16-byte header, one store; a burst of 32
+ * is one store instruction) - the sim consumer answers the same way.
  */
 #include "gdrpy_channel.cuh"
 
@@ -151,12 +154,14 @@ __device__ __forceinline__ u32 in_pattern_errors(const gdrpy_chan_in_t &in, u64 
                     : words_pattern_errors(in.buf, in.len, i);
 }
 
-/* The answer {u64 seq, u32 csum, u32 len} as the 4 words of a completion. */
+/* The answer {u64 seq, u32 csum, u32 len} as the 4 words of a completion;
+ * comp_size 0: the checksum as the tag of a completion without payload. */
 __device__ __forceinline__ void answer(const gdrpy_chan_desc_t &d, u64 j, u64 i, u32 csum,
                                        u32 len, u32 tag)
 {
     const u32 w[4] = {(u32)(i + 1), (u32)((i + 1) >> 32), csum, len};
-    gdrpy_chan_comp_fill_words(d, j, w, 16u, tag);
+    if (d.comp_size == 0u) gdrpy_chan_comp_fill_words(d, j, w, 0u, csum);
+    else gdrpy_chan_comp_fill_words(d, j, w, 16u, tag);
 }
 
 /* Bytes [off, off + 4) of a `clen`-byte answer that exist, as a mask. */
@@ -169,6 +174,7 @@ __device__ __forceinline__ u32 answer_mask(u32 clen, u32 off)
  * on the lane and comp_size, so it is computed once, before the loop. */
 struct answer_lane {
     u32 pair; /* words 2*pair, 2*pair+1 of the line */
+    u32 stores; /* lanes that store one answer: 4 (a line), 1 (a tag answer) */
     u32 clen; /* the answer's bytes: min(comp_size, 16) */
     u32 am, bm; /* masks of the two data words (pair 1: seq; 2: csum, len; 3: pad) */
     /* short_answer_guess(): which of the message's tag, checksum and length
@@ -186,6 +192,12 @@ __device__ __forceinline__ answer_lane answer_lane_of(const gdrpy_chan_desc_t &d
     a.tag_m = a.pair == 0u ? 0xffffffffu : 0u;
     a.csum_m = a.pair == 2u ? a.am : 0u;
     a.len_m = a.pair == 2u ? a.bm : 0u;
+    a.stores = 4u;
+    if (d.comp_size == 0u) { /* tag answers: lane 0 stores {f, checksum}, {f, 0} */
+        a.tag_m = 0u;
+        a.csum_m = a.pair == 0u ? 0xffffffffu : 0u;
+        a.stores = 1u;
+    }
     return a;
 }
 
@@ -196,13 +208,23 @@ __device__ __forceinline__ answer_lane answer_lane_of(const gdrpy_chan_desc_t &d
  * per store instruction.  Every slot is at least 64 bytes; words beyond the
  * completion's LL area are padding or longer completions' LL words, written
  * with the current f (harmless).  The caller uses answer() instead on a
- * refresh lap when the LL area is longer than the line (comp_size > 24). */
+ * refresh lap when the LL area is longer than the line (comp_size > 24).
+ * Tag answers (comp_size 0): lane k < n stores its completion's 16 bytes -
+ * one store instruction for the burst. */
 __device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, const answer_lane &al,
                                              u64 comp_head, u64 head, unsigned n, u32 csum,
                                              u32 len, u32 tag)
 {
     const unsigned full = 0xffffffffu;
     const unsigned lane = threadIdx.x & 31u;
+    if (al.stores == 1u) { /* tag answers: lane k's, one store instruction */
+        if (lane < n) {
+            const u32 f = (u32)(comp_head + lane + 1);
+            gdrpy_st_relaxed_v2(gdrpy_chan_comp_slot(d, comp_head + lane), gdrpy_llword(f, csum),
+                                gdrpy_llword(f, 0u));
+        }
+        return;
+    }
     for (unsigned base = 0; base < n; base += 8) {
         const unsigned m = base + (lane >> 2);                  /* completion of this lane */
         const unsigned src = m < n ? m : 0u;
@@ -225,6 +247,9 @@ __device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, const a
 #define GDRPY_PP_AB_MMIO 8192u
 /* -DGDRPY_PP_AB: the short sample without the length guess (answer_pre) */
 #define GDRPY_PP_AB_NOGUESS 65536u
+/* -DGDRPY_PP_AB: answer shapes 1..3 from the short sample too (before the
+ * vote, as shape 0 is), not after it */
+#define GDRPY_PP_AB_SAMPLE_SHAPE 131072u
 /* the mode bits under which the short sample answers with short_answer() */
 #define GDRPY_PP_AB_SHORT_OK (GDRPY_PP_AB_MMIO | GDRPY_PP_AB_NOGUESS)
 __device__ __forceinline__ void pp_st_v2(void *p, u64 a, u64 b, u32 ab_mode)
@@ -262,7 +287,7 @@ __device__ __forceinline__ void answer_line_store(const answer_lane &al, const a
     const u32 f = (u32)pre.a;
     const u32 ah = (tag & al.tag_m) | (c & al.csum_m) | (u32)(pre.a >> 32);
     const u32 bh = (len & al.len_m) | (u32)(pre.b >> 32);
-    if ((threadIdx.x & 31u) < 4u)
+    if ((threadIdx.x & 31u) < al.stores)
         pp_st_v2((void *)pre.slot, gdrpy_llword(f, ah), gdrpy_llword(f, bh), ab_mode);
 }
 
@@ -316,6 +341,12 @@ __device__ __forceinline__ void short_answer(const answer_lane &al, const answer
         m1 = len > 4u ? low_bytes(len - 4u) : 0u;
     }
     const u32 c = __dp4a((u32)(w3 >> 32) & m1, 0x08070605u, __dp4a((u32)(w2 >> 32) & m0, 0x04030201u, 0u));
+#ifdef GDRPY_PP_AB
+    if (ab_mode & 3u) { /* GDRPY_PP_AB_SAMPLE_SHAPE */
+        single_answer(al, pre, c, len, (u32)(w0 >> 32), ab_mode & (3u | GDRPY_PP_AB_MMIO));
+        return;
+    }
+#endif
     answer_line_store(al, pre, (u32)(w0 >> 32), c, len, ab_mode);
 }
 
@@ -620,8 +651,10 @@ __device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head
             const bool mine =
                 hdr && len <= 8u && (len == 0u || (u32)w2 == f) && (len <= 4u || (u32)w3 == f);
             const long long t_seen = clock64();
-            if (mine && (ab_mode & ~GDRPY_PP_AB_SHORT_OK) == 0u)
-                short_answer(al, pre, w0, len, w2, w3, ab_mode);
+            const bool early = (ab_mode & ~GDRPY_PP_AB_SHORT_OK) == 0u ||
+                               ((ab_mode & GDRPY_PP_AB_SAMPLE_SHAPE) &&
+                                (ab_mode & ~(GDRPY_PP_AB_SHORT_OK | GDRPY_PP_AB_SAMPLE_SHAPE | 3u)) == 0u);
+            if (mine && early) short_answer(al, pre, w0, len, w2, w3, ab_mode);
             ab_sampled(tl, t_seen - t_iss);
             if (__all_sync(full, mine)) {
                 in->plain = nullptr;
@@ -629,7 +662,7 @@ __device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head
                 in->tag = (u32)(w0 >> 32);
                 in->buf[0] = (u32)(w2 >> 32);
                 in->buf[1] = len > 4u ? (u32)(w3 >> 32) : 0u;
-                if ((ab_mode & ~GDRPY_PP_AB_SHORT_OK) != 0u)
+                if (!early)
                     single_answer(al, pre, words_checksum(in->buf, len), len,
                                   in->tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
                 *answered = true;

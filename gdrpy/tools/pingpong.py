@@ -67,6 +67,19 @@ __all__ = [
 ]
 
 ANSWER = np.dtype([("seq", "<u8"), ("csum", "<u4"), ("len", "<u4")])
+# The server's answer to a message, by the channel's completion size (see
+# channel_kernels.cu): "tag" (comp_size 0) - the checksum as the
+# completion's tag, a 16-byte completion; "line" (16) - {seq, checksum, len}.
+ANSWER_COMP_SIZE = {"tag": 0, "line": 16}
+
+
+def answer_ok(ch, n: int, tag: int, ans, seq: int, want: int) -> bool:
+    """Whether the completion received (``n`` payload bytes in ``ans``, its
+    ``tag``) answers message ``seq`` (1-based) with checksum ``want``."""
+    if ch.comp_size == 0:
+        return n == 0 and tag == want
+    a = np.frombuffer(ans, dtype=ANSWER, count=1)
+    return n == 16 and int(a["seq"][0]) == seq and int(a["csum"][0]) == want
 MAX_SIZE = 1 << 20
 DEFAULT_SIZES = "4,64,1K,4K"
 DEFAULT_ITERS = 10000
@@ -135,7 +148,8 @@ class Server:
     frees the channel; a kernel that does not stop keeps its memory."""
 
     def __init__(self, ctx, max_size: int, nslots: int = 256, idle_timeout_s: float = 30.0,
-                 rt=None, module=None, plain: bool = False, near: bool = True):
+                 rt=None, module=None, plain: bool = False, near: bool = True,
+                 answer: str = "tag"):
         import gdrpy
         self.ctx = ctx
         self.sim = ctx.is_sim
@@ -143,7 +157,8 @@ class Server:
         self.stream = None
         self.handle = None
         self.ch: gdrpy.Channel | None = gdrpy.Channel(ctx, nslots=nslots, slot_size=max_size,
-                                                     comp_size=16, plain=plain, near=near)
+                                                     comp_size=ANSWER_COMP_SIZE[answer],
+                                                     plain=plain, near=near)
         try:
             if self.sim:
                 self.handle = self.ch._sim_consumer(check=False, complete=True,
@@ -183,7 +198,6 @@ def py_roundtrips(ch, size: int, iters: int, warmup: int, rng) -> np.ndarray:
     expect = [int(c) for c in checksums(rows)]
     pls = [r.tobytes() for r in rows]
     ans = bytearray(16)
-    av = np.frombuffer(ans, dtype=ANSWER)
     out = np.empty(iters, dtype=np.int64)
     pc = time.perf_counter_ns
     send, recv_into = ch.send, ch.recv_into
@@ -192,12 +206,12 @@ def py_roundtrips(ch, size: int, iters: int, warmup: int, rng) -> np.ndarray:
         v = i % variants
         t0 = pc()
         send(pls[v])
-        recv_into(ans)
+        n = recv_into(ans)
         t1 = pc()
-        if int(av["seq"][0]) != seq0 + i + 1 or int(av["csum"][0]) != expect[v]:
-            raise RuntimeError(f"wrong answer to message {seq0 + i + 1} ({size} B): seq "
-                               f"{int(av['seq'][0])}, checksum {int(av['csum'][0]):#x} "
-                               f"(expected {expect[v]:#x})")
+        if not answer_ok(ch, n, ch.last_tag, ans, seq0 + i + 1, expect[v]):
+            raise RuntimeError(f"wrong answer to message {seq0 + i + 1} ({size} B): {n} bytes "
+                               f"{bytes(ans[:n]).hex()}, tag {ch.last_tag:#x} (expected "
+                               f"checksum {expect[v]:#x})")
         if i >= warmup:
             out[i - warmup] = t1 - t0
     return out
@@ -212,7 +226,8 @@ def py_blocks(ch, size: int, nblocks: int, rng, block: int = 10) -> np.ndarray:
     expect = [int(c) for c in checksums(rows)]
     pls = [r.tobytes() for r in rows]
     answers = [bytearray(16) for _ in range(block)]
-    views = [np.frombuffer(a, dtype=ANSWER) for a in answers]
+    lens = [0] * block
+    tags = [0] * block
     out = np.empty(nblocks, dtype=np.int64)
     pc = time.perf_counter_ns
     send, recv_into = ch.send, ch.recv_into
@@ -222,11 +237,12 @@ def py_blocks(ch, size: int, nblocks: int, rng, block: int = 10) -> np.ndarray:
         t0 = pc()
         for k in ks:
             send(pls[k])
-            recv_into(answers[k])
+            lens[k] = recv_into(answers[k])
+            tags[k] = ch.last_tag
         t1 = pc()
         for k in ks:
             seq += 1
-            if int(views[k]["seq"][0]) != seq or int(views[k]["csum"][0]) != expect[k]:
+            if not answer_ok(ch, lens[k], tags[k], answers[k], seq, expect[k]):
                 raise RuntimeError(f"wrong answer to message {seq} ({size} B, block)")
         out[b] = (t1 - t0) // block
     return out
@@ -250,7 +266,9 @@ def py_batch(ch, size: int, batch: int, iters: int, warmup: int) -> tuple:
     rows = np.zeros((batch, size), dtype=np.uint8)
     rows[:] = (np.arange(batch, dtype=np.uint8) + 1)[:, None]
     csum = checksums(rows)
-    out = np.zeros(batch, dtype=ANSWER)
+    tag_answers = ch.comp_size == 0
+    out = None if tag_answers else np.zeros(batch, dtype=ANSWER)
+    tags = np.zeros(batch, dtype=np.uint32)
     one = np.empty(iters, dtype=np.int64)
     many = np.empty(iters, dtype=np.int64)
     tick = rows[0].tobytes()
@@ -260,15 +278,20 @@ def py_batch(ch, size: int, batch: int, iters: int, warmup: int) -> tuple:
     for i in range(warmup + iters):
         t0 = pc()
         ch.send(tick)
-        ch.recv_into(ans)
+        n = ch.recv_into(ans)
         t1 = pc()
         ch.send_many(rows)
-        ch.recv_many(batch, batch, out)
+        ch.recv_many(batch, batch, out, tags=tags)
         t2 = pc()
         seq += 1
-        if int(np.frombuffer(ans, ANSWER)["seq"][0]) != seq:
+        if not answer_ok(ch, n, ch.last_tag, ans, seq, int(csum[0])):
             raise RuntimeError(f"batch run: wrong answer to tick {seq}")
-        if (out["seq"] != np.arange(seq + 1, seq + batch + 1)).any() or (out["csum"] != csum).any():
+        if out is None:
+            bad = (tags != csum).any()
+        else:
+            bad = (out["csum"] != csum).any() or \
+                (out["seq"] != np.arange(seq + 1, seq + batch + 1)).any()
+        if bad:
             raise RuntimeError(f"batch run: wrong answers in the batch after message {seq}")
         seq += batch
         if i >= warmup:
@@ -292,14 +315,15 @@ def chanpp_path() -> str | None:
 
 def c_roundtrips(ctx, sizes, iters: int, warmup: int, batch: int, tick: int, image: bytes | None,
                  cpu: int | None, timeout_s: float, alloc: str = "vmm",
-                 plain: bool = False, near: bool = True) -> dict:
+                 plain: bool = False, near: bool = True, answer: str = "tag") -> dict:
     tool = chanpp_path()
     if tool is None:
         return {"error": "gdrpy_chanpp not found (build it with `make -C native tools`)"}
     sz = [tick] + [s for s in sizes if s != tick]
     cmd = [tool, "--device", str(ctx.device), "--sizes", ",".join(map(str, sz)),
            "--iters", str(iters), "--warmup", str(warmup), "--batch", str(batch),
-           "--timeout", str(timeout_s), "--alloc", alloc] + (["--plain"] if plain else []) \
+           "--timeout", str(timeout_s), "--alloc", alloc, "--answer", answer] \
+        + (["--plain"] if plain else []) \
         + (["--near"] if near else [])
     if cpu is not None:
         cmd += ["--cpu", str(cpu)]
@@ -405,7 +429,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
         host_timeout_s: float = 5.0, seed: int = 1234, log=print, with_baseline: bool = True,
         with_c: bool = True, batch: int = BATCH, tick: int = TICK_SIZE,
         near_gpu: bool = True, cpu: int | None = None, plain: bool = False,
-        c_alloc: str = "vmm", near: bool = True) -> dict:
+        c_alloc: str = "vmm", near: bool = True, answer: str = "tag") -> dict:
     """Everything for every size on an open context; returns the result dict."""
     from ..numa import device_locality, pin_thread_near_gpu
     rng = np.random.default_rng(seed)
@@ -417,7 +441,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
                  "sizes": list(sizes), "batch": batch, "tick": tick,
                  "poll_pipe": os.environ.get("GDRPY_PP_POLL_PIPE") or "default",
                  "format": "plain" if plain else "ll",
-                 "slots": "near" if near else "all",
+                 "slots": "near" if near else "all", "answer": answer,
                  "consumer": SIM_LABEL if sim else "persistent GPU kernel gdrpy_pp_serve (NVRTC)",
                  "results": [], "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     res["locality"] = device_locality(ctx)
@@ -434,7 +458,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
             res.update(arch=module.arch, module=module.kind, nvrtc=nvrtc_version(),
                        compile_s=round(time.perf_counter() - t0, 3))
         srv = Server(ctx, max(max(sizes), tick), idle_timeout_s=kernel_timeout_s, rt=rt,
-                     module=module, plain=plain, near=near)
+                     module=module, plain=plain, near=near, answer=answer)
         res["python_sm"] = srv.sm
         try:
             res["python_timer_ns"] = round(timer_cost_ns(), 1)
@@ -454,7 +478,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
         if with_c:
             c = c_roundtrips(ctx, sizes, iters, warmup, batch, tick,
                              module.image if module else None, res.get("cpu"), host_timeout_s,
-                             alloc=c_alloc, plain=plain, near=near)
+                             alloc=c_alloc, plain=plain, near=near, answer=answer)
             res["c_tool"] = {k: v for k, v in c.items() if k != "rows"}
             for row in c.get("rows", []):
                 if row["path"] == "c":
@@ -526,6 +550,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
          help="channels with GDRPY_CHAN_PLAIN slots (default: LL, see docs/channel.md)")
     _add(parser, "--all-slots", action="store_true",
          help="channels without GDRPY_CHAN_NEAR (default: near slots, docs/channel.md)")
+    _add(parser, "--answer", choices=("tag", "line"), default="tag",
+         help="the server's answer: tag - the checksum as the completion's tag (comp_size 0, "
+              "the default); line - {seq, checksum, len} (comp_size 16)")
     _add(parser, "--c-alloc", choices=("vmm", "cumemalloc"), default="vmm",
          help="the C tool's ring memory (default vmm: cuMemCreate, as the Python run's)")
     _add(parser, "--variant-alloc", choices=("cumemalloc", "vmm", "both"), default="both",
@@ -577,7 +604,8 @@ def _main(args) -> int:
                   near_gpu=not getattr(args, "no_near_gpu", False),
                   cpu=getattr(args, "cpu", None), plain=getattr(args, "plain", False),
                   c_alloc=getattr(args, "c_alloc", "vmm"),
-                  near=not getattr(args, "all_slots", False))
+                  near=not getattr(args, "all_slots", False),
+                  answer=getattr(args, "answer", "tag"))
     if json_to == "-":
         print(json.dumps(res, indent=2))
     else:

@@ -114,8 +114,10 @@ def format_report(res: dict) -> str:
         lines.append(f"  GPU NUMA node {loc.get('numa_node')}, nearby CPUs "
                      f"{loc.get('local_cpulist') or '?'}; measuring thread on CPU "
                      f"{res.get('cpu', 'any')}")
+    answer = ("the checksum as the tag" if res.get("answer") == "tag"
+              else "{seq, checksum, len}")
     lines.append(f"  consumer: {res['consumer']}; slot format {res.get('format', 'll').upper()}, "
-                 f"{res.get('slots', 'all')} slots; "
+                 f"{res.get('slots', 'all')} slots; answers: {answer}; "
                  f"idle poll loads in flight: {res.get('poll_pipe', 'default')}")
     if not sim:
         ct = res.get("c_tool", {})

@@ -327,7 +327,9 @@ GDRPY_API int gdrpy_chan_slot_offset(const gdrpy_chan_t *chan, uint64_t i, size_
  * a mismatch counts an error.  COMPLETE: one completion per message:
  * payload {u64 seq (= i + 1), u32 checksum, u32 len} (truncated to
  * comp_size), tag = the message's tag; checksum = sum of byte[k] * ((k & 255) + 1)
- * mod 2^32.  ECHO (without COMPLETE): the completion carries the message's
+ * mod 2^32.  A channel without completion payloads (comp_size 0) gets the
+ * checksum as the tag instead ("tag answers", as the GPU ping-pong kernel
+ * gives them).  ECHO (without COMPLETE): the completion carries the message's
  * own bytes (up to comp_size).  Honours shutdown (drain / abort) and stops
  * with status TIMEOUT after idle_timeout_ns (< 0: never) without a message. */
 #define GDRPY_CHAN_SIM_CHECK 1u

@@ -5,6 +5,7 @@
  *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
  *                [--alloc cumemalloc|vmm] [--plain] [--near] [--kernel-rounds]
+ *                [--answer tag|line]
  *                [--ab-answer ROUNDS [--ab-modes M,...] [--ab-sm N]]   (in-place A/B, see ab_answer)
  *                [--steer-probe VISITS]   (what steering past slow slots gives, see steer_probe)
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
@@ -13,8 +14,11 @@
  * The kernel (FILE: a cubin or PTX image, e.g. written by gdrpy.tools.pingpong
  * after NVRTC compiled it) must be
  *     extern "C" __global__ void NAME(gdrpy_chan_desc_t d, unsigned long long idle_ns)
- * and answer message i with one completion {u64 i+1, u32 checksum, u32 len}
- * (gdrpy_chan_checksum) - as the sim consumer does.  Every answer is checked.
+ * and answer message i as the sim consumer does (gdrpy_channel.h,
+ * GDRPY_CHAN_SIM_COMPLETE): --answer tag (the default) makes a channel
+ * without completion payloads (comp_size 0), answered with the checksum
+ * (gdrpy_chan_checksum) as the completion's tag; --answer line, comp_size
+ * 16: {u64 i+1, u32 checksum, u32 len}.  Every answer is checked.
  * libcuda is loaded with dlopen; the ring lives in cuMemAlloc memory (--alloc
  * vmm: cuMemCreate with gpuDirectRDMACapable, as gdrpy.memory.alloc and
  * GDRCopy's pplat -a cuMemCreate) pinned and mapped by libgdrpy (backend
@@ -165,19 +169,38 @@ static void report(const char *path, size_t size, int batch, int64_t *t, size_t 
     fflush(stdout);
 }
 
-typedef struct {
-    uint64_t seq;
-    uint32_t csum, len;
-} answer_t;
+/* The channel's answers (--answer): shape 1, tag answers (comp_size 0), or
+ * shape 0, {seq, checksum, len} lines (comp_size 16); see answer_ok. */
+static unsigned answer_shape = 1;
 
-/* After a batch's send and receive returned rc == 0: 0 when answer k is
- * message seq + k's (sequence and checksum), else 1 with a message. */
-static int check_batch(const answer_t *ans, const gdrpy_chan_msg_t *bm, int batch, uint64_t seq,
-                       size_t s)
+/* Whether a completion (len bytes of ans, its tag) answers message seq of
+ * `size` bytes, checksum want, sent with tag sent_tag, in the answer shape
+ * `shape` (the --ab-answer modes' bits 0-1): 0 {u64 seq, u32 checksum, u32
+ * len}; 1 no payload, the checksum as the tag; 2, 3 a 4-byte payload (the
+ * checksum) with the message's tag. */
+static int answer_ok(unsigned shape, uint32_t len, uint32_t tag, const unsigned char *ans,
+                     uint64_t seq, uint32_t want, size_t size, uint32_t sent_tag)
+{
+    uint32_t c4, l4;
+    uint64_t sq;
+    memcpy(&c4, ans, 4);
+    memcpy(&sq, ans, 8);
+    memcpy(&l4, ans + 12, 4);
+    if (shape == 0) return len == 16 && sq == seq && memcmp(ans + 8, &want, 4) == 0 && l4 == size;
+    if (shape == 1) return len == 0 && tag == want;
+    return len == 4 && c4 == want && tag == sent_tag;
+}
+
+/* After a batch's send and receive returned rc == 0: 0 when answer k (ans[k],
+ * lens[k], tags[k]) is message seq + 1 + k's, else 1 with a message. */
+static int check_batch(const unsigned char (*ans)[16], const uint32_t *lens, const uint32_t *tags,
+                       const gdrpy_chan_msg_t *bm, int batch, uint64_t seq, size_t s)
 {
     for (int k = 0; k < batch; k++)
-        if (ans[k].seq != seq + 1 + (uint64_t)k || ans[k].csum != gdrpy_chan_checksum(bm[k].buf, s)) {
-            fprintf(stderr, "gdrpy_chanpp: batch: wrong answer %d\n", k);
+        if (!answer_ok(answer_shape, lens[k], tags[k], ans[k], seq + 1 + (uint64_t)k,
+                       gdrpy_chan_checksum(bm[k].buf, s), s, bm[k].tag)) {
+            fprintf(stderr, "gdrpy_chanpp: batch: wrong answer %d (len %u tag 0x%x)\n", k,
+                    lens[k], tags[k]);
             return 1;
         }
     return 0;
@@ -208,21 +231,6 @@ static int check_batch(const answer_t *ans, const gdrpy_chan_msg_t *bm, int batc
  * on other SMs leave, the first on SM N claims the channel).
  * Every answer is checked; one "ab-modeM" (and "ab-batch32-modeM") line per
  * mode, and after the run the kernel's "ab-timeline". */
-/* sent_tag: the message's tag, which shapes 2 and 3 carry back (a batch's
- * message k has tag k, and the kernel's idle poll may answer any of them
- * alone, in the mode's shape). */
-static int ab_ok(unsigned shape, uint32_t len, uint32_t tag, const unsigned char *ans,
-                 uint64_t seq, uint32_t want, uint32_t sent_tag)
-{
-    uint32_t c4;
-    uint64_t sq;
-    memcpy(&c4, ans, 4);
-    memcpy(&sq, ans, 8);
-    if (shape == 0) return len == 16 && sq == seq && memcmp(ans + 8, &want, 4) == 0;
-    if (shape == 1) return len == 0 && tag == want;
-    return len == 4 && c4 == want && tag == sent_tag;
-}
-
 /* Mode 4096 + 536870912, block r: the device block offset of the flag -
  * line (r % 64) of 64 spread over the ring: slot (r % 64) * nslots / 64,
  * and a different 64-byte line of that slot each time (the slot's first
@@ -256,7 +264,8 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
         return 1;
     }
     ++*seq;
-    if (!ab_ok(prev, len, tag, ans, *seq, want, 0) && !ab_ok(0, len, tag, ans, *seq, want, 0)) {
+    if (!answer_ok(prev, len, tag, ans, *seq, want, s, 0) &&
+        !answer_ok(answer_shape, len, tag, ans, *seq, want, s, 0)) {
         fprintf(stderr, "gdrpy_chanpp: ab floor: wrong answer to message %llu\n",
                 (unsigned long long)*seq);
         return 1;
@@ -314,27 +323,26 @@ static int ab_floor_block(gdrpy_chan_t *ch, int64_t tmo, const unsigned char *ms
 }
 
 /* One timed round trip of message *seq (s bytes of msg, checksum want),
- * its answer checked: the completion {seq, checksum, len} of 16 bytes.
- * Its time in *t; 1 (with a message) on error. */
+ * its answer checked (answer_ok).  Its time in *t; 1 (with a message) on
+ * error. */
 static int checked_rt(gdrpy_chan_t *ch, const unsigned char *msg, size_t s, uint32_t want,
                       int64_t tmo, uint64_t *seq, int64_t *t)
 {
-    answer_t ans = {0, 0, 0};
-    uint32_t clen = 0;
+    unsigned char ans[16] = {0};
+    uint32_t clen = 0, tag = 0;
     uint64_t t0 = pt_now();
     int e = gdrpy_chan_send(ch, msg, s, 0, tmo);
-    if (!e) e = gdrpy_chan_recv(ch, &ans, sizeof ans, &clen, NULL, tmo);
+    if (!e) e = gdrpy_chan_recv(ch, ans, sizeof ans, &clen, &tag, tmo);
     uint64_t t1 = pt_now();
     if (e) {
         fprintf(stderr, "gdrpy_chanpp: %s\n", gdrpy_last_error());
         return 1;
     }
     ++*seq;
-    if (clen != sizeof ans || ans.seq != *seq || ans.csum != want || ans.len != s) {
-        fprintf(stderr, "gdrpy_chanpp: wrong answer to message %llu (%zu B): %u bytes, seq %llu "
-                        "csum 0x%x len %u (expected csum 0x%x)\n",
-                (unsigned long long)*seq, s, clen, (unsigned long long)ans.seq, ans.csum, ans.len,
-                want);
+    if (!answer_ok(answer_shape, clen, tag, ans, *seq, want, s, 0)) {
+        fprintf(stderr, "gdrpy_chanpp: wrong answer to message %llu (%zu B): %u bytes, tag 0x%x "
+                        "(expected checksum 0x%x)\n",
+                (unsigned long long)*seq, s, clen, tag, want);
         return 1;
     }
     *t = pt_ns(t1 - t0);
@@ -421,11 +429,12 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
     volatile uint32_t *mode_word = (volatile uint32_t *)((char *)gdrpy_chan_device_block(ch) + 16);
     gdrpy_chan_desc_t dsc;
     gdrpy_chan_get_desc(ch, &dsc);
-    unsigned prev = 0;
+    unsigned prev = answer_shape;
     uint64_t fseq = 0;
     for (int r = 0; r < rounds; r++)
         for (int mi = 0; mi < nmodes; mi++) {
-            const unsigned shape = modes[mi] & 3u;
+            /* mode 0: the channel's own answers (--answer) */
+            const unsigned shape = (modes[mi] & 3u) ? modes[mi] & 3u : answer_shape;
             uint32_t at = 0;
             if (modes[mi] & 536870912u) {
                 /* the scanned flag's offset, for the kernel's ab_floor (word 24) */
@@ -456,10 +465,10 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
                 }
                 ++*seq;
                 /* a message found by the kernel's burst round (after the
-                 * last answer) is answered with the line in every mode */
-                int ok = ab_ok(shape, len, tag, ans, *seq, want, 0) ||
-                         ab_ok(0, len, tag, ans, *seq, want, 0) ||
-                         (i < 0 && ab_ok(prev, len, tag, ans, *seq, want, 0));
+                 * last answer) gets the channel's own answer in every mode */
+                int ok = answer_ok(shape, len, tag, ans, *seq, want, s, 0) ||
+                         answer_ok(answer_shape, len, tag, ans, *seq, want, s, 0) ||
+                         (i < 0 && answer_ok(prev, len, tag, ans, *seq, want, s, 0));
                 if (!ok) {
                     fprintf(stderr, "gdrpy_chanpp: ab: wrong answer to message %llu in mode %u "
                                     "(len %u tag 0x%x)\n",
@@ -490,10 +499,10 @@ static int ab_answer(gdrpy_chan_t *ch, int rounds, const unsigned *modes, int nm
                     goto out;
                 }
                 for (int k = 0; k < NB; k++)
-                    if (!ab_ok(shape, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want,
-                               (uint32_t)k) &&
-                        !ab_ok(0, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want,
-                               (uint32_t)k)) {
+                    if (!answer_ok(shape, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want, s,
+                                   (uint32_t)k) &&
+                        !answer_ok(answer_shape, lens[k], tags[k], bans[k], *seq + 1 + (uint64_t)k, want, s,
+                                   (uint32_t)k)) {
                         fprintf(stderr, "gdrpy_chanpp: ab batch: wrong answer %d in mode %u\n", k,
                                 modes[mi]);
                         goto out;
@@ -568,7 +577,11 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--ab-answer")) ab_rounds = atoi(v);
         else if (!strcmp(a, "--ab-sm")) ab_sm = atoi(v);
         else if (!strcmp(a, "--steer-probe")) steer_visits = atoi(v);
-        else if (!strcmp(a, "--ab-modes")) {
+        else if (!strcmp(a, "--answer")) {
+            if (!strcmp(v, "tag")) answer_shape = 1;
+            else if (!strcmp(v, "line")) answer_shape = 0;
+            else die("--answer must be tag or line");
+        } else if (!strcmp(a, "--ab-modes")) {
             nab = 0;
             for (const char *p = v; *p;) {
                 char *end;
@@ -609,7 +622,7 @@ int main(int argc, char **argv)
     int64_t tmo = (int64_t)(timeout_s * 1e9);
 
     /* ring: 256 slots of maxsize (>= batch) */
-    gdrpy_chan_config_t cfg = {256, (uint32_t)maxsize, 0, 16,
+    gdrpy_chan_config_t cfg = {256, (uint32_t)maxsize, 0, answer_shape == 1 ? 0u : 16u,
                                (plain ? GDRPY_CHAN_PLAIN : 0) | (near ? GDRPY_CHAN_NEAR : 0), 0};
     while (cfg.nslots < (uint32_t)batch * 2) cfg.nslots *= 2;
     size_t need;
@@ -682,8 +695,9 @@ int main(int argc, char **argv)
     }
     gcheck(gdrpy_chan_wait_attached(ch, 10000000000LL), "wait for the kernel to attach");
     printf("{\"path\": \"info\", \"alloc\": \"%s\", \"format\": \"%s\", \"slots\": \"%s\", "
-           "\"sm\": %d, ",
+           "\"answer\": \"%s\", \"sm\": %d, ",
            sim ? "sim" : alloc_kind, plain ? "plain" : "ll", near ? "near" : "all",
+           answer_shape == 1 ? "tag" : "line",
            sim ? -1 : (int)*(volatile uint32_t *)((char *)gdrpy_chan_host_block(ch) + GDRPY_CHAN_HOST_SMID));
     pt_json(stdout);
     printf("}\n");
@@ -692,7 +706,8 @@ int main(int argc, char **argv)
     /* samples: `iters` per size, and the batch run takes max(iters / 4, 100) */
     const int batch_iters = iters / 4 > 100 ? iters / 4 : 100;
     int64_t *t = malloc(sizeof(int64_t) * (size_t)(iters > batch_iters ? iters : batch_iters));
-    answer_t ans[1024];
+    unsigned char ans[1024][16]; /* answers, their lengths and tags (answer_ok) */
+    uint32_t alen[1024], atag[1024];
     gdrpy_chan_msg_t bm[1024];
     uint64_t seq = 0;
     int rc = 0;
@@ -728,7 +743,7 @@ int main(int argc, char **argv)
             uint64_t t0 = pt_now();
             for (int k = 0; k < 10 && !rc; k++) {
                 rc = gdrpy_chan_send(ch, msg, s, 0, tmo);
-                if (!rc) rc = gdrpy_chan_recv(ch, &ans[k], sizeof ans[0], NULL, NULL, tmo);
+                if (!rc) rc = gdrpy_chan_recv(ch, ans[k], sizeof ans[0], &alen[k], &atag[k], tmo);
             }
             uint64_t t1 = pt_now();
             if (rc) {
@@ -736,7 +751,7 @@ int main(int argc, char **argv)
                 break;
             }
             for (int k = 0; k < 10; k++)
-                if (ans[k].seq != seq + 1 + (uint64_t)k || ans[k].csum != want || ans[k].len != s) {
+                if (!answer_ok(answer_shape, alen[k], atag[k], ans[k], seq + 1 + (uint64_t)k, want, s, 0)) {
                     fprintf(stderr, "gdrpy_chanpp: wrong answer to message %llu (%zu B, block)\n",
                             (unsigned long long)(seq + 1 + (uint64_t)k), s);
                     rc = 1;
@@ -760,11 +775,11 @@ int main(int argc, char **argv)
             uint64_t t0 = pt_now();
             rc = gdrpy_chan_send_batch(ch, bm, (size_t)batch, tmo);
             size_t got = 0;
-            if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], NULL, NULL, (size_t)batch,
+            if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], alen, atag, (size_t)batch,
                                                (size_t)batch, tmo, &got);
             uint64_t t1 = pt_now();
             if (rc) fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
-            else rc = check_batch(ans, bm, batch, seq, s);
+            else rc = check_batch(ans, alen, atag, bm, batch, seq, s);
             if (rc) break;
             seq += (uint64_t)batch;
             if (i >= warmup) t[i - warmup] = pt_ns(t1 - t0);
@@ -778,16 +793,17 @@ int main(int argc, char **argv)
             uint64_t t0 = pt_now();
             rc = gdrpy_chan_send_batch(ch, bm, (size_t)batch, tmo);
             uint64_t ts = pt_now();
-            if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], NULL, NULL, 1, 1, tmo, &got);
+            if (!rc) rc = gdrpy_chan_recv_many(ch, ans, sizeof ans[0], alen, atag, 1, 1, tmo, &got);
             uint64_t tfirst = pt_now();
             if (!rc && batch > 1)
-                rc = gdrpy_chan_recv_many(ch, &ans[1], sizeof ans[0], NULL, NULL, 1, 1, tmo, &got);
+                rc = gdrpy_chan_recv_many(ch, ans[1], sizeof ans[0], alen + 1, atag + 1, 1, 1, tmo,
+                                          &got);
             uint64_t tsecond = pt_now();
             if (!rc && batch > 2)
-                rc = gdrpy_chan_recv_many(ch, &ans[2], sizeof ans[0], NULL, NULL, (size_t)batch - 2,
-                                          (size_t)batch - 2, tmo, &got);
+                rc = gdrpy_chan_recv_many(ch, ans[2], sizeof ans[0], alen + 2, atag + 2,
+                                          (size_t)batch - 2, (size_t)batch - 2, tmo, &got);
             if (rc) fprintf(stderr, "gdrpy_chanpp: batch: %s\n", gdrpy_last_error());
-            else rc = check_batch(ans, bm, batch, seq, s);
+            else rc = check_batch(ans, alen, atag, bm, batch, seq, s);
             if (rc) break;
             seq += (uint64_t)batch;
             if (i >= warmup) {

@@ -1037,6 +1037,7 @@ static void *sim_consumer_main(void *arg)
                     r.csum = gdrpy_chan_checksum(pl, len);
                     src = &r;
                     rl = d->comp_size < sizeof r ? d->comp_size : (uint32_t)sizeof r;
+                    if (d->comp_size == 0) tag = r.csum; /* tag answers */
                 }
                 char *cs = comp + (size_t)(comp_head & (d->comp_nslots - 1)) * d->comp_stride;
                 if (ll) {
