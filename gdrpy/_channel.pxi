@@ -584,13 +584,16 @@ cdef class Channel:
         if mx < mn or mn < 1:
             raise InvalidArgumentError(f"need 1 <= min_count <= max_count, got {mn}, {mx}",
                                        _errno.EINVAL)
+        # C takes at most comp_nslots completions a call: the buffers need
+        # no more (and the sizes below cannot overflow)
+        cdef Py_ssize_t cap = mx if mx <= <Py_ssize_t>self.comp_nslots else self.comp_nslots
         try:
             if out is not None:
-                _get_out_buffer(out, &view, mx * <Py_ssize_t>self.comp_size)
+                _get_out_buffer(out, &view, cap * <Py_ssize_t>self.comp_size)
                 have = True
                 buf = view.buf
             if tags is not None:
-                _get_out_buffer(tags, &tview, mx * <Py_ssize_t>sizeof(_u32))
+                _get_out_buffer(tags, &tview, cap * <Py_ssize_t>sizeof(_u32))
                 have_tags = True
                 if (<size_t>tview.buf) & (sizeof(_u32) - 1):
                     raise InvalidArgumentError("tags must be 4-byte aligned (a uint32 array)",
@@ -676,9 +679,10 @@ cdef class Channel:
         Returns the stats dict.  ChannelTimeoutError if the kernel does not
         report stopped in time."""
         cdef _i64 t = _timeout_ns(timeout)
+        cdef bint dr = drain    # (a user __bool__ is Python code: before the check)
         self._enter_nogil()
         try:
-            return self._shutdown(drain, t)
+            return self._shutdown(dr, t)
         finally:
             self._inflight -= 1
 
@@ -704,13 +708,18 @@ cdef class Channel:
         if self._fork_gen != gdrpy_fork_generation:
             self._c = NULL
             return
+        # the conversion may run Python code (a user type's methods) that
+        # closes the channel or takes a host_block() view: it comes before
+        # the checks, and nothing but C runs between them and _closing
+        cdef _i64 t = _timeout_ns(timeout)
+        if self._c == NULL:
+            return
         if self._closing:
             raise BusyError("the channel is being closed by another thread", _errno.EBUSY)
         if self._host_exports > 0:
             raise BusyError(f"the channel's host block has {self._host_exports} live buffer "
                             f"export(s) (views of host_block()); release them before closing",
                             _errno.EBUSY)
-        cdef _i64 t = _timeout_ns(timeout)
         err = None
         self._closing = True     # no new call from here on (see _ready)
         try:
@@ -770,8 +779,9 @@ cdef class Channel:
                       echo=False):
         """Start a CPU thread standing in for the GPU kernel (any backend's
         host-visible ring; meant for sim): check payloads, answer {seq,
-        checksum, len} (complete) or echo each message (echo).  Returns a
-        handle for ``_sim_join``."""
+        checksum, len} (complete; on a comp_size 0 channel the checksum as
+        the tag) or echo each message (echo).  Returns a handle for
+        ``_sim_join``."""
         cdef unsigned fl = (GDRPY_CHAN_SIM_CHECK if check else 0) | \
             (GDRPY_CHAN_SIM_COMPLETE if complete else 0) | (GDRPY_CHAN_SIM_ECHO if echo else 0)
         cdef gdrpy_chan_sim_consumer_t *sc = NULL

@@ -110,6 +110,12 @@ def test_recv_many_tags_argument(sctx):
             ch.recv_many(3, 3, None, tags=memoryview(raw)[1:])
         with pytest.raises(ArgumentTypeError):
             ch.recv_many(3, 3, None, tags=5)
+        # a huge max_count: the buffers are sized for what C can take (at
+        # most comp_nslots), and the size cannot wrap around
+        with pytest.raises(InvalidArgumentError, match="needed"):
+            ch.recv_many(1, 2**62 + 1, None, tags=np.zeros(1, dtype=np.uint32))
+        with pytest.raises(InvalidArgumentError, match="needed"):
+            ch.recv_many(1, 2**62 + 1, bytearray(16))
         tags = np.zeros(3, dtype=np.uint32)
         out = np.zeros(3, dtype=COMP)
         assert ch.recv_many(3, 3, out, timeout=5, tags=tags) == 3
@@ -384,6 +390,16 @@ class _ClosesWhenIndexed:
         return self.v
 
 
+class _ClosesWhenTested:
+    """A ``drain`` flag whose truth test closes ``target`` first."""
+    def __init__(self, target):
+        self.target = target
+
+    def __bool__(self):
+        self.target.close()
+        return True
+
+
 _CLOSING_CALLS = {
     "send_bytes": lambda ch, t: ch.send(b"x", timeout=t),
     "send_buffer": lambda ch, t: ch.send(bytearray(b"x"), timeout=t),
@@ -395,6 +411,7 @@ _CLOSING_CALLS = {
     "slot_offset": lambda ch, t: ch.slot_offset(_ClosesWhenIndexed(ch, 0)),
     "wait_attached": lambda ch, t: ch.wait_attached(timeout=t),
     "shutdown": lambda ch, t: ch.shutdown(timeout=t),
+    "shutdown_drain": lambda ch, t: ch.shutdown(drain=_ClosesWhenTested(ch)),
 }
 
 
@@ -408,6 +425,29 @@ def test_an_argument_whose_conversion_closes_the_channel_gives_closed_error(sctx
     t.target = ch
     with pytest.raises(ClosedError):
         _CLOSING_CALLS[call](ch, t)
+
+
+def test_close_converts_its_timeout_before_its_checks(sctx):
+    """close()'s timeout conversion may run Python code: one that takes a
+    host_block() view makes the close refuse (BusyError, nothing freed
+    under the view); one that closes the channel itself leaves the outer
+    close nothing to do."""
+    ch = gdrpy.Channel(sctx, nslots=4, slot_size=16)
+    views = []
+
+    class TakesAView(float):
+        def __lt__(self, other):
+            views.append(np.frombuffer(ch.host_block(), dtype=np.uint8))
+            return float(self) < other
+
+    with pytest.raises(BusyError, match="live buffer"):
+        ch.close(timeout=TakesAView(1.0))
+    assert views[0][:8].tolist() == [0] * 8     # still the channel's, still readable
+    views.clear()
+    t = _ClosesWhenCompared(1.0)
+    t.target = ch
+    ch.close(timeout=t)
+    assert ch.closed
 
 
 def test_put_many_index_that_unmaps_is_refused(sctx):
