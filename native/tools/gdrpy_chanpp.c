@@ -212,10 +212,14 @@ static int check_batch(const unsigned char (*ans)[16], const uint32_t *lens, con
  * times.  The host stores the mode in the device block's spare word 16;
  * the kernel reads it after each busy round, so after a switch one untimed
  * round trip lets it do so.  Modes (channel_kernels.cu):
- *   bits 0-1  the answer's shape: 0 the 64-byte answer line; 1 a 0-byte
- *             completion with the checksum as its tag (16 bytes, one lane;
- *             in bursts too); 2 a 4-byte completion (32 bytes, two lanes);
- *             3 the same from one lane
+ *   bits 0-1  the answer's shape: 0 the channel's own (--answer: tag
+ *             answers, or the 64-byte answer line); 1 a 0-byte completion
+ *             with the checksum as its tag (16 bytes, one lane; in bursts
+ *             too); 2 a 4-byte completion (32 bytes, two lanes); 3 the same
+ *             from one lane (2 and 3 need --answer line: a comp_size 0
+ *             channel cannot carry their payload)
+ *   131072    shapes 1-3 answered from round 11's sample (before the vote),
+ *             not after it
  *   256       the idle poll of round 8 (one sample per serve() pass)
  *   4096      GDRCopy pplat's flag-only round trip on this kernel and
  *             memory (ab_floor_block); +33554432: its flag on a fixed line;
@@ -541,7 +545,8 @@ int main(int argc, char **argv)
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0, near = 0;
     int kernel_rounds = 0, ab_rounds = 0, nab = 4, ab_sm = -1, steer_visits = 0;
-    unsigned ab_modes[16] = {0, 1, 2, 3};
+    unsigned ab_modes[16] = {0, 1, 2, 3}; /* (tag answers: 0, 1, 131073) */
+    int ab_modes_given = 0;
     const char *alloc_kind = "cumemalloc";
     double timeout_s = 5.0;
     for (int i = 1; i < argc; i++) {
@@ -582,6 +587,7 @@ int main(int argc, char **argv)
             else if (!strcmp(v, "line")) answer_shape = 0;
             else die("--answer must be tag or line");
         } else if (!strcmp(a, "--ab-modes")) {
+            ab_modes_given = 1;
             nab = 0;
             for (const char *p = v; *p;) {
                 char *end;
@@ -600,6 +606,15 @@ int main(int argc, char **argv)
     if (warmup < 0) warmup = iters / 10 > 10 ? iters / 10 : 10;
     if (!sim && !cubin) die("--cubin FILE is required (or --sim)");
     if (ab_rounds > 0 && sim) die("--ab-answer needs a GPU kernel built with -DGDRPY_PP_AB");
+    if (!ab_modes_given && answer_shape == 1) { /* the default modes a tag channel can answer */
+        const unsigned tag_modes[3] = {0, 1, 131073};
+        memcpy(ab_modes, tag_modes, sizeof tag_modes);
+        nab = 3;
+    }
+    for (int k = 0; k < nab && ab_rounds > 0; k++)
+        if ((ab_modes[k] & 3u) >= 2u && answer_shape == 1)
+            die("--ab-modes %u: shapes 2 and 3 answer with a 4-byte payload: add --answer line",
+                ab_modes[k]);
     if (cpu >= 0) {
         cpu_set_t set;
         CPU_ZERO(&set);
