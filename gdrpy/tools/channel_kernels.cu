@@ -201,6 +201,16 @@ __device__ __forceinline__ answer_lane answer_lane_of(const gdrpy_chan_desc_t &d
     return a;
 }
 
+/* A tag answer: completion comp_head + k as its 16-byte header {f, csum},
+ * {f, 0} (one relaxed 16-byte store; LL: complete when it lands). */
+__device__ __forceinline__ void tag_answer(const gdrpy_chan_desc_t &d, u64 comp_head, unsigned k,
+                                           u32 csum)
+{
+    const u32 f = (u32)(comp_head + k + 1);
+    gdrpy_st_relaxed_v2(gdrpy_chan_comp_slot(d, comp_head + k), gdrpy_llword(f, csum),
+                        gdrpy_llword(f, 0u));
+}
+
 /* LL channels, all 32 lanes: the answers to messages head..head+n-1 (lane
  * k < n holds message head + k's checksum, len and tag) written as whole
  * 64-byte lines - the completion's 6 LL words and 2 pad words {f, 0} - four
@@ -218,11 +228,7 @@ __device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, const a
     const unsigned full = 0xffffffffu;
     const unsigned lane = threadIdx.x & 31u;
     if (al.stores == 1u) { /* tag answers: lane k's, one store instruction */
-        if (lane < n) {
-            const u32 f = (u32)(comp_head + lane + 1);
-            gdrpy_st_relaxed_v2(gdrpy_chan_comp_slot(d, comp_head + lane), gdrpy_llword(f, csum),
-                                gdrpy_llword(f, 0u));
-        }
+        if (lane < n) tag_answer(d, comp_head, lane, csum);
         return;
     }
     for (unsigned base = 0; base < n; base += 8) {
@@ -833,11 +839,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
 #ifdef GDRPY_PP_AB
                 if ((ab_mode & 3u) == 1u && ll) {
                     /* shape 1 in bursts too: one 16-byte store per completion */
-                    if (lane < n) {
-                        const u32 f = (u32)(comp_head + lane + 1);
-                        gdrpy_st_relaxed_v2(gdrpy_chan_comp_slot(d, comp_head + lane),
-                                            gdrpy_llword(f, c), gdrpy_llword(f, 0u));
-                    }
+                    if (lane < n) tag_answer(d, comp_head, lane, c);
                 } else
 #endif
                 if (ll && !GDRPY_PP_ANSWER_LANE && (d.comp_size <= 24u || !refresh_lap(d, comp_head, n)))
