@@ -72,14 +72,6 @@ ANSWER = np.dtype([("seq", "<u8"), ("csum", "<u4"), ("len", "<u4")])
 # completion's tag, a 16-byte completion; "line" (16) - {seq, checksum, len}.
 ANSWER_COMP_SIZE = {"tag": 0, "line": 16}
 
-
-def answer_ok(ch, n: int, tag: int, ans, seq: int, want: int) -> bool:
-    """Whether the completion received (``n`` payload bytes in ``ans``, its
-    ``tag``) answers message ``seq`` (1-based) with checksum ``want``."""
-    if ch.comp_size == 0:
-        return n == 0 and tag == want
-    a = np.frombuffer(ans, dtype=ANSWER, count=1)
-    return n == 16 and int(a["seq"][0]) == seq and int(a["csum"][0]) == want
 MAX_SIZE = 1 << 20
 DEFAULT_SIZES = "4,64,1K,4K"
 DEFAULT_ITERS = 10000
@@ -189,6 +181,15 @@ class Server:
                 from .cuda_rt import wait_stream
                 if wait_stream(self.stream, timeout_s):
                     self.stream.close()
+
+
+def answer_ok(ch, n: int, tag: int, ans, seq: int, want: int) -> bool:
+    """Whether the completion received (``n`` payload bytes in ``ans``, its
+    ``tag``) answers message ``seq`` (1-based) with checksum ``want``."""
+    if ch.comp_size == 0:
+        return n == 0 and tag == want
+    a = np.frombuffer(ans, dtype=ANSWER, count=1)
+    return n == 16 and int(a["seq"][0]) == seq and int(a["csum"][0]) == want
 
 
 def py_roundtrips(ch, size: int, iters: int, warmup: int, rng) -> np.ndarray:
