@@ -545,7 +545,7 @@ int main(int argc, char **argv)
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0, near = 0;
     int kernel_rounds = 0, ab_rounds = 0, nab = 4, ab_sm = -1, steer_visits = 0;
-    unsigned ab_modes[16] = {0, 1, 2, 3}; /* (tag answers: 0, 1, 131073) */
+    unsigned ab_modes[16] = {0, 1, 2, 3}; /* tag channels: tag_modes below */
     int ab_modes_given = 0;
     const char *alloc_kind = "cumemalloc";
     double timeout_s = 5.0;
