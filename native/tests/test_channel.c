@@ -427,11 +427,76 @@ static int near_sends_wait_for_the_table_then_follow_it(void)
     return 0;
 }
 
+/* LL: what a short message leaves in its slot, byte for byte, for every
+ * length 0..64, through send and send_batch: {f, tag}, {f, len}, the
+ * payload 4 bytes per word (the last one zero-filled), {f, 0} up to the end
+ * of its last 64-byte line, and nothing after that line (the refresh lap,
+ * the ring's first, writes all of the slot's LL words).  A consumer thread
+ * frees the slots between laps; it reads them and writes nothing there. */
+static int ll_short_messages_stored_in_whole_lines(void)
+{
+    const uint32_t saved = g_flags;
+    g_flags = 0; /* LL, every slot where the ring says */
+    env_t e;
+    CHECK(env_open(&e, 8, 64, 0, 16) == 0);
+    gdrpy_chan_desc_t d;
+    CHECK(gdrpy_chan_get_desc(e.ch, &d) == 0 && d.slot_stride == 192);
+    unsigned char *ring = (unsigned char *)gdrpy_chan_device_block(e.ch) + 128;
+    gdrpy_chan_sim_consumer_t *sc;
+    CHECK(gdrpy_chan_sim_consumer_start(e.ch, 0, 0, 10000000000LL, &sc) == 0);
+    unsigned char msg[8][64];
+    gdrpy_chan_msg_t m[8];
+    uint64_t i = 0;
+    for (uint32_t lap = 0; lap < 10; lap++) {
+        gdrpy_chan_stats_t st;
+        for (int spin = 0; spin < 2000000; spin++) /* the consumer has taken the last lap */
+            if (gdrpy_chan_get_stats(e.ch, &st) == 0 && st.consumed == i) break;
+        CHECK(st.consumed == i);
+        memset(ring, 0xab, (size_t)8 * d.slot_stride);
+        for (uint32_t k = 0; k < 8; k++) {
+            const uint32_t len = lap == 0 ? 5 * k : lap == 9 ? 64 - k
+                                                             : 8 * (lap - 1) + k; /* 0..64 */
+            gdrpy_chan_pattern(i + k, msg[k], len);
+            m[k].buf = msg[k];
+            m[k].len = len;
+            m[k].tag = 1000u + (uint32_t)(i + k);
+        }
+        if (lap % 2) CHECK(gdrpy_chan_send_batch(e.ch, m, 8, 1000000000LL) == 0);
+        else
+            for (uint32_t k = 0; k < 8; k++)
+                CHECK(gdrpy_chan_send(e.ch, m[k].buf, m[k].len, m[k].tag, 1000000000LL) == 0);
+        for (uint32_t k = 0; k < 8; k++, i++) {
+            const unsigned char *s = ring + (size_t)(i % 8) * d.slot_stride;
+            const uint32_t f = (uint32_t)(i + 1), len = m[k].len, nw = (len + 3) / 4;
+            const uint32_t nb = i < 8 ? d.slot_stride : (8 * (2 + nw) + 63) & ~63u;
+            uint64_t w;
+            memcpy(&w, s, 8);
+            CHECK(w == (f | (uint64_t)m[k].tag << 32));
+            memcpy(&w, s + 8, 8);
+            CHECK(w == (f | (uint64_t)len << 32));
+            for (uint32_t b = 16; b < nb; b += 8) {
+                const uint32_t at = (b - 16) / 2; /* the payload bytes this word carries */
+                uint32_t data = 0;
+                if (at < len) memcpy(&data, msg[k] + at, len - at < 4 ? len - at : 4);
+                memcpy(&w, s + b, 8);
+                CHECK(w == (f | (uint64_t)data << 32));
+            }
+            for (uint32_t b = nb; b < d.slot_stride; b++) CHECK(s[b] == 0xab);
+        }
+    }
+    CHECK(gdrpy_chan_shutdown(e.ch, GDRPY_CHAN_DRAIN, 5000000000LL, NULL) == 0);
+    CHECK(gdrpy_chan_sim_consumer_join(sc, NULL, NULL, NULL) == 0);
+    env_close(&e);
+    g_flags = saved;
+    return 0;
+}
+
 int main(void)
 {
     RUN(bad_arguments_are_rejected);
     RUN(writev_checks_every_range_first);
     RUN(host_take_checks_every_word_and_clamps);
+    RUN(ll_short_messages_stored_in_whole_lines);
     for (int plain = 0; plain < 2; plain++) {
         g_flags = plain ? GDRPY_CHAN_PLAIN : 0;
         printf("-- slot format %s\n", plain ? "PLAIN" : "LL (default)");
