@@ -307,6 +307,15 @@ def test_close_waits_bounded_for_a_wait_that_cannot_end(sctx, monkeypatch):
     out: list = []
     t = _wait_in_thread(lambda: ch.send(b"c", timeout=3.0), out)
     _until_waiting(ch)
+    # ... and inside the library's wait, past the check of the shutdown that
+    # close() is about to request: the send's first wait (with the GIL) and
+    # its second (without) each count one full_wait.  Under load the thread
+    # can be counted as inside and still not be there yet; it then sees the
+    # shutdown and leaves at once (ChannelClosedError), as it should.
+    deadline = time.monotonic() + 10
+    while ch.stats()["full_waits"] < 2:
+        assert time.monotonic() < deadline, "the send never waited without the GIL"
+        time.sleep(0.001)
     with pytest.raises(BusyError, match="still waiting"):
         ch.close(timeout=0.1)
     assert not ch.closed
