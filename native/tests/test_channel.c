@@ -449,6 +449,7 @@ static int ll_short_messages_stored_in_whole_lines(void)
     uint64_t i = 0;
     for (uint32_t lap = 0; lap < 10; lap++) {
         gdrpy_chan_stats_t st;
+        memset(&st, 0xff, sizeof st);              /* no count at all, should every read fail */
         for (int spin = 0; spin < 2000000; spin++) /* the consumer has taken the last lap */
             if (gdrpy_chan_get_stats(e.ch, &st) == 0 && st.consumed == i) break;
         CHECK(st.consumed == i);
