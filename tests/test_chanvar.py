@@ -99,11 +99,12 @@ def test_every_variant_compiles_for_sm90(tmp_path):
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found")
-@pytest.mark.parametrize("macro", ["-DGDRPY_PP_ROUNDS", "-DGDRPY_PP_AB"])
+@pytest.mark.parametrize("macro", ["-DGDRPY_PP_ROUNDS", "-DGDRPY_PP_AB", "-DGDRPY_PP_RSTAMPS"])
 def test_library_kernel_diagnostics_compile_for_sm90(tmp_path, macro):
     """The serving kernel's diagnostic builds that no variant row uses:
-    -DGDRPY_PP_ROUNDS (`gdrpy_chanpp --kernel-rounds`) and -DGDRPY_PP_AB
-    (`gdrpy_chanpp --ab-answer`, the in-place A/B)."""
+    -DGDRPY_PP_ROUNDS (`gdrpy_chanpp --kernel-rounds`), -DGDRPY_PP_AB
+    (`gdrpy_chanpp --ab-answer`, the in-place A/B) and -DGDRPY_PP_RSTAMPS
+    (`gdrpy_chanpp --timeline`, the kernel's columns)."""
     here = os.path.dirname(__import__("gdrpy.tools", fromlist=["x"]).__file__)
     inc = os.path.join(os.path.dirname(os.path.dirname(here)), "native", "include")
     out = tmp_path / "diag.cubin"
@@ -111,3 +112,25 @@ def test_library_kernel_diagnostics_compile_for_sm90(tmp_path, macro):
                         str(out), os.path.join(here, "channel_kernels.cu")],
                        capture_output=True, text=True, timeout=300, env=_TOOL_ENV)
     assert p.returncode == 0 and out.stat().st_size > 0, p.stderr
+
+
+def test_timeline_on_sim_takes_batches_apart():
+    """`gdrpy_chanpp --timeline` on sim: every batch's answers checked (exit
+    status 0), the host's columns there and in the order the completions
+    are taken, no kernel columns (the stand-in leaves no stamps)."""
+    p = subprocess.run([TOOL, "--sim", "--sizes", "32", "--iters", "300", "--timeline"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = [json.loads(x) for x in p.stdout.splitlines() if '"path": "timeline"' in x]
+    assert len(lines) == 1, p.stdout
+    t = lines[0]
+    assert (t["size"], t["batch"], t["batches"], t["kernel_batches"]) == (32, 32, 100, 0)
+    assert "A_end" not in t and "B_end" not in t
+    for col in ("send", "comp0", "c1-c0", "c2-c0", "c8-c0", "c16-c0", "clast-c0", "recv_all",
+                "jump_clast-c1"):
+        p10, med, p90 = t[col]
+        assert 0 <= p10 <= med <= p90, (col, t[col])
+    # completion 0 comes after the send returned; later completions after earlier ones
+    assert t["comp0"][1] >= t["send"][1]
+    order = [t[c][1] for c in ("c1-c0", "c2-c0", "c8-c0", "c16-c0", "clast-c0")]
+    assert order == sorted(order), order

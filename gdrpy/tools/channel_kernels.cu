@@ -460,6 +460,46 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
 #define GDRPY_PP_R_REPORT() ((void)0)
 #endif
 
+/* -DGDRPY_PP_RSTAMPS (diagnostics, `gdrpy_chanpp --timeline`): lane 0 of
+ * every round that found messages leaves eight u64 in the array whose
+ * device address the tool stored at device block byte 96 (the protocol
+ * leaves bytes 96..127 unused): {globaltimer at the round's end, then SM
+ * clocks: the poll's start, its end, marks 0..2, the round's end, n | one
+ * << 32}, at entry (index of the round's first message) & 4095.  Mark 0:
+ * after the completion-slot wait; 1: before the answers' stores; 2: after
+ * them.  The marks are clock reads with a memory clobber: the compiler
+ * keeps them in place against memory operations only, so where no memory
+ * operation lies between two marks they may read the same time.  Unlike
+ * the builds above it writes nothing into the host block. */
+#ifdef GDRPY_PP_RSTAMPS
+#define GDRPY_PP_RS_DECL                                                           \
+    u64 *const rs_arr = *(u64 *const volatile *)(d.dev_ctrl + 96u);              \
+    long long rs_polled = 0, rs_m[3] = {0, 0, 0}
+#define GDRPY_PP_RS_POLLED() (rs_polled = clock64())
+#define GDRPY_PP_RS_MARK(k) asm volatile("mov.u64 %0, %%clock64;" : "=l"(rs_m[k])::"memory")
+#define GDRPY_PP_RS_ROUND(head, n, one, t_poll)                                   \
+    do {                                                                          \
+        if (lane == 0u && rs_arr) {                                               \
+            const long long rs_end = clock64();                                   \
+            u64 *e = rs_arr + 8u * ((head) & 4095u);                              \
+            e[0] = gdrpy_globaltimer();                                           \
+            e[1] = (u64)(t_poll);                                                 \
+            e[2] = (u64)rs_polled;                                                \
+            e[3] = (u64)rs_m[0];                                                  \
+            e[4] = (u64)rs_m[1];                                                  \
+            e[5] = (u64)rs_m[2];                                                  \
+            e[6] = (u64)rs_end;                                                   \
+            e[7] = (u64)(n) | ((u64)(one) << 32);                                 \
+        }                                                                         \
+        rs_m[0] = rs_m[1] = rs_m[2] = 0;                                          \
+    } while (0)
+#else
+#define GDRPY_PP_RS_DECL
+#define GDRPY_PP_RS_POLLED() ((void)0)
+#define GDRPY_PP_RS_MARK(k) ((void)0)
+#define GDRPY_PP_RS_ROUND(head, n, one, t_poll) ((void)0)
+#endif
+
 /* -DGDRPY_PP_ANSWER_LANE=1 (the `--variants` row "library-alane" only):
  * each message's lane writes its answer alone (answer(): three 16-byte
  * stores, the header pair last) instead of four lanes writing the line. */
@@ -751,6 +791,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     __syncwarp();
     GDRPY_PP_T_DECL;
     GDRPY_PP_R_DECL;
+    GDRPY_PP_RS_DECL;
     u32 status = GDRPY_CHAN_ST_STOPPED;
     bool burst = false; /* the last round found messages: look at 32 slots */
     u32 ab_mode = 0;    /* -DGDRPY_PP_AB only (single_answer) */
@@ -802,6 +843,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
                                                          &answered, &tl)
                          : gdrpy_chan_poll_warp_in(d, head, &in);
         GDRPY_PP_R_POLLED();
+        GDRPY_PP_RS_POLLED();
         /* an empty pipelined call: learn the spacing from what it took */
         if (GDRPY_CHAN_POLL_PIPE > 1 && one && n == 0 && ll)
             gap = gdrpy_chan_pipe_gap(gap, clock64() - t_poll, GDRPY_CHAN_POLL_PIPE, 4u);
@@ -823,12 +865,16 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             status = GDRPY_CHAN_ST_TIMEOUT;
             break;
         }
+        GDRPY_PP_RS_MARK(0);
         if (one && ll && !in.plain && (!complete || d.comp_size <= 24u || !refresh_lap(d, comp_head, 1))) {
             /* one short LL message, the same in every lane: no vote, no
              * shuffle, no divergence on the way to its answer line */
-            if (complete && !answered)
-                single_answer(al, pre, words_checksum(in.buf, in.len), in.len,
-                              in.tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
+            if (complete && !answered) {
+                const u32 c = words_checksum(in.buf, in.len);
+                GDRPY_PP_RS_MARK(1);
+                single_answer(al, pre, c, in.len, in.tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
+                GDRPY_PP_RS_MARK(2);
+            }
             if (check && lane == 0 && (words_pattern_errors(in.buf, in.len, head) || in.tag != (u32)head)) {
                 if (nerr++ == 0) errors[1] = head + 1;
                 errors[0] = nerr;
@@ -842,6 +888,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             u32 c = 0;
             if (lane < n && complete) c = in_checksum(in);
             if (complete) {
+                GDRPY_PP_RS_MARK(1);
 #ifdef GDRPY_PP_AB
                 if ((ab_mode & 3u) == 1u && ll) {
                     /* shape 1 in bursts too: one 16-byte store per completion */
@@ -852,6 +899,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
                     answer_lines(d, al, comp_head, head, n, c, in.len, in.tag);   /* all lanes */
                 else if (lane < n)
                     answer(d, comp_head + lane, head + lane, c, in.len, in.tag);
+                GDRPY_PP_RS_MARK(2);
             }
             if (lane < n) {
                 u64 i = head + lane;
@@ -891,6 +939,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         }
         GDRPY_PP_T1();
         GDRPY_PP_R_ROUND(one, t_poll);
+        GDRPY_PP_RS_ROUND(head, n, one, t_poll);
         __syncwarp();
         u32 mode = 0;
         if (lane == 0) {

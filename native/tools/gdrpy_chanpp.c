@@ -5,7 +5,7 @@
  *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
  *                [--alloc cumemalloc|vmm] [--plain] [--near] [--kernel-rounds]
- *                [--answer tag|line]
+ *                [--answer tag|line] [--timeline]
  *                [--ab-answer ROUNDS [--ab-modes M,...] [--ab-sm N]]   (in-place A/B, see ab_answer)
  *                [--steer-probe VISITS]   (what steering past slow slots gives, see steer_probe)
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
@@ -34,6 +34,9 @@
  *   {"path":"c-batch-send"|"c-batch-first"|"c-batch-second",...}   a second
  *        batch run, taken apart: send_batch alone; up to the first, the
  *        second completion
+ *   {"path":"timeline",...}   --timeline: batches taken apart on both sides
+ *        (tools/chanpp/timeline.c; the kernel's columns with a kernel built
+ *        with -DGDRPY_PP_RSTAMPS)
  *   {"path":"kernel-rounds",...}   --kernel-rounds, with a kernel built with
  *        -DGDRPY_PP_ROUNDS: how its busy rounds found their messages
  *   {"path":"steer-slots",...}, {"path":"steer-deciles",...}, {"path":"c-steer-base",...},
@@ -54,6 +57,7 @@
 
 #include "chanpp/cuvmm.h"
 #include "chanpp/ptimer.h"
+#include "chanpp/timeline.h"
 #include "gdrpy.h"
 #include "gdrpy_channel.h"
 
@@ -544,7 +548,7 @@ int main(int argc, char **argv)
             return chanvar_main(argc, argv);
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0, near = 0;
-    int kernel_rounds = 0, ab_rounds = 0, nab = 4, ab_sm = -1, steer_visits = 0;
+    int kernel_rounds = 0, timeline = 0, ab_rounds = 0, nab = 4, ab_sm = -1, steer_visits = 0;
     unsigned ab_modes[16] = {0, 1, 2, 3}; /* tag channels: tag_modes below */
     int ab_modes_given = 0;
     const char *alloc_kind = "cumemalloc";
@@ -562,6 +566,10 @@ int main(int argc, char **argv)
         }
         if (!strcmp(a, "--near")) {
             near = 1;
+            continue;
+        }
+        if (!strcmp(a, "--timeline")) {
+            timeline = 1;
             continue;
         }
         if (!strcmp(a, "--kernel-rounds")) {
@@ -690,6 +698,18 @@ int main(int argc, char **argv)
     gcheck(gdrpy_chan_create(ctx, pin, &cfg, &ch), "chan_create");
     gdrpy_chan_desc_t desc;
     gdrpy_chan_get_desc(ch, &desc);
+    /* --timeline: the array a -DGDRPY_PP_RSTAMPS kernel stamps its rounds
+     * into; its device address where the kernel looks (before the launch) */
+    CUdeviceptr tl_dev = 0;
+    gdrpy_pin_t tl_pin;
+    void *tl_map = NULL, *tl_user = NULL;
+    if (timeline && !sim) {
+        cucheck(cu.MemAlloc(&tl_dev, CHANPP_TL_BYTES), "cuMemAlloc");
+        gcheck(gdrpy_pin(ctx, tl_dev, CHANPP_TL_BYTES, 0, &tl_pin), "pin");
+        gcheck(gdrpy_map(ctx, tl_pin, &tl_map, &tl_user), "map");
+        const uint64_t a = (uint64_t)tl_dev;
+        gdrpy_copy_to_mapping((char *)gdrpy_chan_device_block(ch) + CHANPP_TL_DEV_OFFSET, &a, 8);
+    }
     gdrpy_chan_sim_consumer_t *sc = NULL;
     unsigned long long idle_ns = (unsigned long long)(tmo > 0 ? tmo * 4 : 20000000000LL);
     if (sim) {
@@ -834,6 +854,8 @@ int main(int argc, char **argv)
         }
         free(tf);
     }
+    if (!rc && timeline)
+        rc = chanpp_timeline(ch, bm, batch, sizes[0], tmo, &seq, tl_user, 100, check_batch);
     gdrpy_chan_stats_t stats;
     int src = gdrpy_chan_shutdown(ch, GDRPY_CHAN_DRAIN, 10000000000LL, &stats);
     if (src) {
@@ -863,6 +885,11 @@ int main(int argc, char **argv)
                (double)r[3] / found, (double)r[4] / found);
     }
     gdrpy_chan_destroy(ch);
+    if (tl_map) {
+        gdrpy_unmap(ctx, tl_pin);
+        gdrpy_unpin(ctx, tl_pin);
+        cu.MemFree(tl_dev);
+    }
     gdrpy_unmap(ctx, pin);
     gdrpy_unpin(ctx, pin);
     gdrpy_close(ctx);

@@ -56,7 +56,7 @@ static inline int64_t pt_ns(uint64_t dt)
     return pt.use_tsc ? (int64_t)((double)dt * pt.ns_per_tick + 0.5) : (int64_t)dt;
 }
 
-static void pt_init(void)
+static inline void pt_init(void)
 {
     const int n = 20000;
     int64_t a = pt_clock_ns();
@@ -85,7 +85,7 @@ static void pt_init(void)
 }
 
 /* JSON fields (no braces): timer, its per-read costs. */
-static void pt_json(FILE *f)
+static inline void pt_json(FILE *f)
 {
     fprintf(f, "\"timer\": \"%s\", \"clock_gettime_ns\": %.1f, \"rdtscp_ns\": %.1f",
             pt.use_tsc ? "rdtscp" : "clock_gettime", pt.clock_cost_ns, pt.tsc_cost_ns);
