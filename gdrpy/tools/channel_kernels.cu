@@ -464,10 +464,10 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
  * every round that found messages leaves eight u64 in the array whose
  * device address the tool stored at device block byte 96 (the protocol
  * leaves bytes 96..127 unused): {globaltimer at the round's end, then SM
- * clocks: the poll's start, its end, marks 0..2, the round's end, n | one
- * << 32}, at entry (index of the round's first message) & 4095.  Mark 0:
- * after the completion-slot wait; 1: before the answers' stores; 2: after
- * them.  The marks are clock reads with a memory clobber: the compiler
+ * clocks: the poll's start, its end, marks 0..2, the round's end; then n |
+ * (u32)head << 32}, at entry head & 4095 (head: the round's first message;
+ * its low half tells an entry from one 4096 messages older).  Mark 0: after
+ * the completion-slot wait; 1: before the answers' stores; 2: after them.  The marks are clock reads with a memory clobber: the compiler
  * keeps them in place against memory operations only, so where no memory
  * operation lies between two marks they may read the same time.  Unlike
  * the builds above it writes nothing into the host block. */
@@ -477,7 +477,7 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
     long long rs_polled = 0, rs_m[3] = {0, 0, 0}
 #define GDRPY_PP_RS_POLLED() (rs_polled = clock64())
 #define GDRPY_PP_RS_MARK(k) asm volatile("mov.u64 %0, %%clock64;" : "=l"(rs_m[k])::"memory")
-#define GDRPY_PP_RS_ROUND(head, n, one, t_poll)                                   \
+#define GDRPY_PP_RS_ROUND(head, n, t_poll)                                        \
     do {                                                                          \
         if (lane == 0u && rs_arr) {                                               \
             const long long rs_end = clock64();                                   \
@@ -489,7 +489,7 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
             e[4] = (u64)rs_m[1];                                                  \
             e[5] = (u64)rs_m[2];                                                  \
             e[6] = (u64)rs_end;                                                   \
-            e[7] = (u64)(n) | ((u64)(one) << 32);                                 \
+            e[7] = (u64)(n) | ((u64)(u32)(head) << 32);                           \
         }                                                                         \
         rs_m[0] = rs_m[1] = rs_m[2] = 0;                                          \
     } while (0)
@@ -497,7 +497,7 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
 #define GDRPY_PP_RS_DECL
 #define GDRPY_PP_RS_POLLED() ((void)0)
 #define GDRPY_PP_RS_MARK(k) ((void)0)
-#define GDRPY_PP_RS_ROUND(head, n, one, t_poll) ((void)0)
+#define GDRPY_PP_RS_ROUND(head, n, t_poll) ((void)0)
 #endif
 
 /* -DGDRPY_PP_ANSWER_LANE=1 (the `--variants` row "library-alane" only):
@@ -939,7 +939,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         }
         GDRPY_PP_T1();
         GDRPY_PP_R_ROUND(one, t_poll);
-        GDRPY_PP_RS_ROUND(head, n, one, t_poll);
+        GDRPY_PP_RS_ROUND(head, n, t_poll);
         __syncwarp();
         u32 mode = 0;
         if (lane == 0) {

@@ -6,6 +6,7 @@
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
  *                [--alloc cumemalloc|vmm] [--plain] [--near] [--kernel-rounds]
  *                [--answer tag|line] [--timeline]
+ *   gdrpy_chanpp --timeline-selftest   (the timeline's kernel arithmetic on made-up stamps)
  *                [--ab-answer ROUNDS [--ab-modes M,...] [--ab-sm N]]   (in-place A/B, see ab_answer)
  *                [--steer-probe VISITS]   (what steering past slow slots gives, see steer_probe)
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
@@ -543,9 +544,11 @@ int chanvar_main(int argc, char **argv); /* chanvar.c: --variants */
 
 int main(int argc, char **argv)
 {
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--variants") || !strcmp(argv[i], "--list-variants"))
             return chanvar_main(argc, argv);
+        if (!strcmp(argv[i], "--timeline-selftest")) return chanpp_timeline_selftest();
+    }
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0, near = 0;
     int kernel_rounds = 0, timeline = 0, ab_rounds = 0, nab = 4, ab_sm = -1, steer_visits = 0;
@@ -642,6 +645,9 @@ int main(int argc, char **argv)
         p = *end == ',' ? end + 1 : end;
     }
     if (batch < 1 || batch > 1024) die("--batch %d out of range (1..1024)", batch);
+    if (timeline && (batch < 2 || ab_rounds > 0 || steer_visits > 0))
+        die("--timeline takes batches of 2 or more apart: not with --batch 1, --ab-answer or "
+            "--steer-probe");
     int64_t tmo = (int64_t)(timeout_s * 1e9);
 
     /* ring: 256 slots of maxsize (>= batch) */
@@ -854,8 +860,11 @@ int main(int argc, char **argv)
         }
         free(tf);
     }
-    if (!rc && timeline)
-        rc = chanpp_timeline(ch, bm, batch, sizes[0], tmo, &seq, tl_user, 100, check_batch);
+    chanpp_timeline_t *tl = NULL; /* reported once the kernel has stopped */
+    if (!rc && timeline) {
+        tl = chanpp_timeline_run(ch, bm, batch, sizes[0], tmo, &seq, tl_user, check_batch);
+        if (!tl) rc = 1;
+    }
     gdrpy_chan_stats_t stats;
     int src = gdrpy_chan_shutdown(ch, GDRPY_CHAN_DRAIN, 10000000000LL, &stats);
     if (src) {
@@ -875,6 +884,7 @@ int main(int argc, char **argv)
                (unsigned long long)r[0], (unsigned long long)r[1], (unsigned long long)r[2],
                (unsigned long long)r[3], (unsigned long long)r[4]);
     }
+    chanpp_timeline_report(tl);
     if (ab_rounds > 0 && !sim) { /* the -DGDRPY_PP_AB kernel's idle-poll timeline */
         const volatile uint64_t *r =
             (const volatile uint64_t *)((char *)gdrpy_chan_host_block(ch) + 24);
