@@ -467,10 +467,11 @@ __device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 
  * clocks: the poll's start, its end, marks 0..2, the round's end; then n |
  * (u32)head << 32}, at entry head & 4095 (head: the round's first message;
  * its low half tells an entry from one 4096 messages older).  Mark 0: after
- * the completion-slot wait; 1: before the answers' stores; 2: after them.  The marks are clock reads with a memory clobber: the compiler
- * keeps them in place against memory operations only, so where no memory
- * operation lies between two marks they may read the same time.  Unlike
- * the builds above it writes nothing into the host block. */
+ * the completion-slot wait; 1: before the answers' stores; 2: after them.
+ * The marks are clock reads with a memory clobber: the compiler keeps them
+ * in place against memory operations only, so where no memory operation
+ * lies between two marks they may read the same time.  Unlike the builds
+ * above it writes nothing into the host block. */
 #ifdef GDRPY_PP_RSTAMPS
 #define GDRPY_PP_RS_DECL                                                           \
     u64 *const rs_arr = *(u64 *const volatile *)(d.dev_ctrl + 96u);              \

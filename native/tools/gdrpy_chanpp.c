@@ -6,11 +6,11 @@
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
  *                [--alloc cumemalloc|vmm] [--plain] [--near] [--kernel-rounds]
  *                [--answer tag|line] [--timeline]
- *   gdrpy_chanpp --timeline-selftest   (the timeline's kernel arithmetic on made-up stamps)
  *                [--ab-answer ROUNDS [--ab-modes M,...] [--ab-sm N]]   (in-place A/B, see ab_answer)
  *                [--steer-probe VISITS]   (what steering past slow slots gives, see steer_probe)
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
  *   gdrpy_chanpp --variants ... (protocol variants side by side: tools/chanpp/chanvar.c)
+ *   gdrpy_chanpp --timeline-selftest   (the timeline's kernel arithmetic on made-up stamps)
  *
  * The kernel (FILE: a cubin or PTX image, e.g. written by gdrpy.tools.pingpong
  * after NVRTC compiled it) must be
