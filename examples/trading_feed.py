@@ -222,6 +222,8 @@ def main(argv=None) -> int:
                             log(sweep.stage_row(r))
                             if sweep.tail_row(r):
                                 log(sweep.tail_row(r))
+                            if osinfo.stall_row(r):
+                                log(osinfo.stall_row(r))
                             if a.stages:
                                 log(osinfo.evidence_row(r))
             rep = {"points": pts, "threads": note}

@@ -234,6 +234,12 @@ def main(d):
               f"{us(e.get('median'))} / {us(e.get('p99'))}  {us(w.get('median'))} / "
               f"{us(w.get('p99'))}"
               f"{'' if r.get('checks_ok') else '  CHECK FAILED'}")
+            hs = r.get("host_stalls") or {}
+            if hs.get("per_s") is not None:
+                p(f"    host stalls during it: {hs['per_s']:,.0f}/s, "
+                  f"{hs['stalled_fraction']:.2%} of the time, median "
+                  f"{(hs.get('duration_us') or {}).get('median', float('nan')):.1f} us "
+                  f"(a spinning thread on CPU {hs['cpu']})")
         for k, v in (tf.get("zero_loss_capacity") or {}).items():
             p(f"  zero-loss capacity {k}: {v:,.0f}/s")
         for dw in tf.get("done_when") or []:

@@ -7,9 +7,12 @@ kernel.  No timing is asserted: the sweep reports it."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import subprocess
 import sys
+import time
 
 import pytest
 from test_examples import EXAMPLES, ROOT, SIM_LABEL, run
@@ -271,6 +274,79 @@ def test_feed_python_drop_room_reads_the_consumed_count_once():
         assert c.reads == 1
         assert room == want, (w, m, c0, nslots, room)
         assert room is None or 0 <= room < m
+
+
+def feed_module(name: str):
+    """A module of examples/feed (engine, osinfo, ...)."""
+    sys.path.insert(0, os.path.join(EXAMPLES, "feed"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
+def check_host_stalls(r, measured: bool | None = None):
+    """A point's stall-probe record: measured (numbers that agree with each
+    other) or skipped with its reason; `measured` says which it must be."""
+    hs = r["host_stalls"]
+    if measured is not None:
+        assert ("skipped" not in hs) == measured, describe(r) + json.dumps(hs)
+    if "skipped" in hs:
+        assert hs["skipped"], hs
+        return
+    n = hs["stalls"]
+    assert hs["seconds"] > 0 and 0 <= hs["stalled_fraction"] <= 1, hs
+    assert hs["duration_us"]["n"] == n and hs["interval_us"]["n"] == max(n - 1, 0), hs
+    assert abs(hs["per_s"] - n / hs["seconds"]) < 1e-6 * max(n, 1), hs
+    if n:
+        assert hs["duration_us"]["min"] >= hs["threshold_us"], hs
+        assert hs["duration_us"]["max"] * 1e-6 <= hs["seconds"] + 1e-3, hs
+
+
+def test_feed_stall_probe_counts_the_time_its_cpu_runs_something_else():
+    # The probe counts the gaps in which its CPU ran something else.  With a
+    # busy process pinned to the same CPU, the scheduler shares the CPU
+    # between them: the probe must see a large part of the time as stalls of
+    # scheduler-slice length among them.  Alone (the control) it must see
+    # much less.
+    engine = feed_module("engine")
+    L = engine.lib()
+    cpu = max(os.sched_getaffinity(0))
+
+    def probe(seconds: float, hog: bool) -> dict:
+        p = None
+        if hog:
+            hog_src = (f"import os, time\nos.sched_setaffinity(0, {{{cpu}}})\n"
+                       f"t = time.monotonic() + {seconds + 0.6}\n"
+                       "while time.monotonic() < t: pass")
+            p = subprocess.Popen([sys.executable, "-c", hog_src])
+            time.sleep(0.3)
+        try:
+            pr = engine.StallProbe(L, cpu)
+            time.sleep(seconds)
+            return pr.stop()
+        finally:
+            if p is not None:
+                p.wait(timeout=30)
+
+    alone, shared = probe(0.6, False), probe(0.6, True)
+    for rec in (alone, shared):
+        assert rec["cpu"] == cpu
+        check_host_stalls({"host_stalls": rec}, measured=True)
+    assert shared["stalled_fraction"] > 0.2, shared
+    assert shared["duration_us"]["max"] >= 1000, shared
+    assert alone["stalled_fraction"] < shared["stalled_fraction"] / 2, (alone, shared)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_feed_run_reports_the_hosts_stalls_beside_it(backend):
+    # every point says what the stall probe saw during it, or why it did not
+    # run; on the GPU machine (16 CPUs, the run's threads pinned) it runs
+    rep, out = feed(["--handlers", "c", "--paths", "gdrpy", "--sources", "udp",
+                     "--rate", "20000", "--seconds", "1"], backend)
+    (r,) = rep["points"]
+    assert_clean(r)
+    check_host_stalls(r, measured=True if backend is None else None)
 
 
 def check_tail(r):

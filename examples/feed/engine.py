@@ -144,6 +144,8 @@ def lib():
         "feed_ctx_close": (None, [u64]), "feed_last_error": (ctypes.c_char_p, []),
         "feed_now_ns": (u64, []),
         "feed_acks_thread_info": (None, [vp, vp]),
+        "feed_stalls_start": (vp, [i32, u64]), "feed_stalls_stop": (None, [vp, vp]),
+        "feed_stalls_hist": (vp, [vp, i32]), "feed_stalls_free": (None, [vp]),
         "feed_acks_tail": (None, [vp, vp]), "feed_ta_edge_ns": (ctypes.c_double, [i32]),
         "feed_acks_stamp": (i32, [vp, u64, u32, vp, u32, u64]),
         "feed_udp_rx_new": (vp, [i32, vp, u32, u32, vp, vp, u64]),
@@ -165,7 +167,11 @@ def lib():
 
 def hist_stats(L, acks, k: int) -> dict:
     """median/p90/p99/p99.9/max/mean (us) and n of histogram k."""
-    p = L.feed_acks_hist(acks, k)
+    return hist_stats_at(L, L.feed_acks_hist(acks, k))
+
+
+def hist_stats_at(L, p: int) -> dict:
+    """The same for the feed_hist_t at address p."""
     head = (ctypes.c_uint64 * 4).from_address(p)
     n, total, mn, mx = (int(v) for v in head)
     if n == 0:
@@ -178,6 +184,39 @@ def hist_stats(L, acks, k: int) -> dict:
         out[name] = float(min(L.hist_values[min(i, HBUCKETS - 1)], mx)) / 1e3
     out.update(max=mx / 1e3, min=mn / 1e3, mean=total / n / 1e3)
     return out
+
+
+STALL_NS = 1500   # the stall probe counts gaps longer than this between two clock reads
+
+
+class StallProbe:
+    """feed_stalls_*: a thread spinning on the clock on a CPU no role uses,
+    counting the gaps over STALL_NS - the times the host did not run it -
+    while a point runs.  A VM's hypervisor can stop every vCPU at once
+    (docs/feed.md "The host's own stalls"); a spinning ack collector that is
+    stopped when an ack lands sees it late, so a run's written->ack tail is
+    read against this."""
+
+    def __init__(self, L, cpu: int):
+        self.L, self.cpu = L, cpu
+        self.p = L.feed_stalls_start(cpu, STALL_NS)
+        if not self.p:
+            raise RuntimeError(f"stall probe: {L.feed_last_error().decode(errors='replace')}")
+
+    def stop(self) -> dict:
+        """Stops the thread; the record (stalls per second, the share of the
+        time stalled, their durations and the time between their starts)."""
+        out = (ctypes.c_uint64 * 3)()
+        self.L.feed_stalls_stop(self.p, out)
+        n, total, wall = (int(v) for v in out)
+        rec = {"cpu": self.cpu, "threshold_us": STALL_NS / 1e3, "seconds": wall / 1e9,
+               "stalls": n, "per_s": n / (wall / 1e9) if wall else None,
+               "stalled_fraction": total / wall if wall else None,
+               "duration_us": hist_stats_at(self.L, self.L.feed_stalls_hist(self.p, 0)),
+               "interval_us": hist_stats_at(self.L, self.L.feed_stalls_hist(self.p, 1))}
+        self.L.feed_stalls_free(self.p)
+        self.p = None
+        return rec
 
 
 def tail_attribution(L, acks, quantiles=(0.5, 0.9, 0.99, 0.999)) -> dict:

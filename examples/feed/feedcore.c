@@ -298,6 +298,68 @@ int feed_acks_stop(feed_acks_t *a)
     return 0;
 }
 
+/* ---- host stall probe ------------------------------------------------- */
+struct feed_stalls {
+    int cpu;
+    uint64_t thr_ns;
+    volatile int stop;
+    pthread_t th;
+    uint64_t n, total_ns, t0, t1;
+    feed_hist_t dur, gap;
+};
+
+static void *stalls_main(void *arg)
+{
+    feed_stalls_t *s = arg;
+    pin_cpu(s->cpu);
+    uint64_t prev = now_ns(), last_start = 0;
+    s->t0 = prev;
+    while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+        uint64_t t = now_ns();
+        if (t - prev > s->thr_ns) {
+            s->n++;
+            s->total_ns += t - prev;
+            hadd(&s->dur, (int64_t)(t - prev));
+            if (last_start) hadd(&s->gap, (int64_t)(prev - last_start));
+            last_start = prev;
+        }
+        prev = t;
+    }
+    s->t1 = prev;
+    return NULL;
+}
+
+feed_stalls_t *feed_stalls_start(int cpu, uint64_t thr_ns)
+{
+    feed_stalls_t *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(feed_err, sizeof feed_err, "stall probe: out of memory");
+        return NULL;
+    }
+    s->cpu = cpu;
+    s->thr_ns = thr_ns;
+    int rc = pthread_create(&s->th, NULL, stalls_main, s);
+    if (rc) {
+        snprintf(feed_err, sizeof feed_err, "stall probe: pthread_create: %s", strerror(rc));
+        free(s);
+        return NULL;
+    }
+    return s;
+}
+
+void feed_stalls_stop(feed_stalls_t *s, uint64_t *out3)
+{
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(s->th, NULL);
+    out3[0] = s->n;
+    out3[1] = s->total_ns;
+    out3[2] = s->t1 - s->t0;
+}
+
+feed_hist_t *feed_stalls_hist(feed_stalls_t *s, int k) { return k ? &s->gap : &s->dur; }
+
+void feed_stalls_free(feed_stalls_t *s) { free(s); }
+
 /* ---- UDP batch receive (for the Python handler) ----------------------- */
 int feed_udp_recv_batch(int fd, void *buf, uint32_t cap, uint32_t max, uint32_t *lens)
 {

@@ -140,6 +140,24 @@ FEED_API void feed_acks_thread_info(feed_acks_t *a, uint64_t *out5);
  * bookkeeping in C, as the C handler does it inline. */
 FEED_API int feed_acks_stamp(feed_acks_t *a, uint64_t first, uint32_t m, const void *ticks,
                              uint32_t stride, uint64_t t_recv);
+/* ---- host stall probe ------------------------------------------------- */
+/* A thread pinned to `cpu` reads the clock back to back and counts every
+ * gap longer than thr_ns: time in which that CPU did not run it (an
+ * interrupt, the scheduler, on a VM the hypervisor).  Run beside a feed
+ * run on a CPU no other role uses, it says how often the host itself
+ * stops a spinning thread - the ack collector and the handler spin too -
+ * so the run's tail can be read against it.  NULL (feed_last_error) when
+ * the thread cannot start. */
+typedef struct feed_stalls feed_stalls_t;
+FEED_API feed_stalls_t *feed_stalls_start(int cpu, uint64_t thr_ns);
+/* Stops and joins: out[0] stalls, out[1] their summed ns, out[2] the ns
+ * the probe ran. */
+FEED_API void feed_stalls_stop(feed_stalls_t *s, uint64_t *out3);
+/* After stop: k = 0 the stalls' durations, k = 1 the time from one stall's
+ * start to the next one's (ns). */
+FEED_API feed_hist_t *feed_stalls_hist(feed_stalls_t *s, int k);
+FEED_API void feed_stalls_free(feed_stalls_t *s);
+
 /* Bucket k's representative value (ns). */
 FEED_API double feed_hist_value(int k);
 

@@ -103,6 +103,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         H_HANDLER,
         H_RECV_ACK,
         H_SOCKET,
+        StallProbe,
         hist_stats,
         reference_sums,
         ring_is_plain,
@@ -118,7 +119,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
                  "slot_format": "plain" if ring_is_plain(path, plain) else "ll"}
     err = None
     snmp0 = None
-    sock = shm = sender = None
+    sock = shm = sender = probe = None
+    allowed = os.sched_getaffinity(0)
     try:
         ring = Ring(env, handler, path, nslots, nsym, seed, delay_ns=delay_ns, plain=plain)
     except Exception as e:  # a point that could not be set up is reported
@@ -155,6 +157,15 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         if not env.sim:
             roles.pop("consumer")
         os0 = osinfo.snapshot(list(roles.values()))
+        threads = (c_snd, c_hnd, c_ack) + ((c_con,) if env.sim else ())
+        probe_cpu = osinfo.spare_cpu(list(roles.values()), allowed)
+        if min(threads) < 0:
+            rec["host_stalls"] = {"skipped": "the run's threads are not pinned: a probe "
+                                             "would take CPU time from them"}
+        elif probe_cpu is None:
+            rec["host_stalls"] = {"skipped": "no physical core left over for the stall probe"}
+        else:
+            probe = StallProbe(L, probe_cpu)
         sender = subprocess.Popen(cmd, stdout=subprocess.PIPE, pass_fds=pass_fds, text=True)
         max_s = seconds + 10.0
         if handler == "c":
@@ -177,6 +188,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         else:
             st = py_handler(ring, env, src, sock, shm, batch, max_s, on_full, 0.5, per_packet,
                             gro)
+        if probe is not None:
+            rec["host_stalls"], probe = probe.stop(), None
         rec["os"] = osinfo.delta(os0, osinfo.snapshot(list(roles.values())), roles)
         out, _ = sender.communicate(timeout=seconds + 20)
         snd = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
@@ -187,6 +200,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         if sender is not None and sender.poll() is None:
             sender.kill()
     finally:
+        if probe is not None:
+            probe.stop()
         try:
             os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
         except OSError:

@@ -88,6 +88,14 @@ def pick(candidates: list[int], n: int = 4) -> list[int]:
     return chosen
 
 
+def spare_cpu(used, allowed) -> int | None:
+    """A CPU of `allowed` on a physical core none of `used` (CPUs, -1 = not
+    pinned) is on, the highest such; None when every core is taken."""
+    busy = {core_of(c) for c in used if c is not None and c >= 0}
+    free = [c for c in sorted(allowed) if core_of(c) not in busy]
+    return free[-1] if free else None
+
+
 def describe(cpus: list[int]) -> str:
     cores = [core_of(c) for c in cpus]
     shared = len(set(cores)) < len(cores)
@@ -220,6 +228,25 @@ def evidence_row(rec: dict) -> str:
                   f"{r['ksoftirqd_wait_ms']:.1f} ms")
         parts.append(s)
     return "      stalls (max gap, gaps > 50 us, involuntary switches): " + "; ".join(parts)
+
+
+def stall_row(rec: dict) -> str:
+    """One line: what the stall probe (engine.StallProbe) saw during the
+    point - how often the host stopped a spinning thread and for how long."""
+    hs = rec.get("host_stalls")
+    if not hs:
+        return ""
+    if hs.get("skipped"):
+        return f"      host stalls: not measured ({hs['skipped']})"
+    d, i = hs.get("duration_us") or {}, hs.get("interval_us") or {}
+    s = (f"      host stalls (a thread spinning on the clock on CPU {hs['cpu']}, gaps over "
+         f"{hs['threshold_us']:g} us): {hs['per_s']:,.0f}/s, {hs['stalled_fraction']:.2%} of "
+         f"the time")
+    if d.get("n"):
+        s += f"; each median {d['median']:.1f} us, p99 {d['p99']:.1f}, max {d['max']:.0f}"
+    if i.get("n"):
+        s += f"; one to the next median {i['median']:,.0f} us"
+    return s
 
 
 # ---------------------------------------------------------------------------

@@ -199,6 +199,8 @@ def _log_point(log, r: dict, suffix: str = "") -> None:
     t = tail_row(r)
     if t:
         log(t)
+    if osinfo.stall_row(r):
+        log(osinfo.stall_row(r))
     log(osinfo.evidence_row(r))
 
 
