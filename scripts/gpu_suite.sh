@@ -13,7 +13,8 @@
 #   feed      the trading feed's capacity sweep (UDP and shared memory, C and
 #             Python handlers, gdrpy and cuMemcpy paths), its 10 s proof
 #             points and half-capacity latency: about 4-5 min (issue 21)
-#   channel   (only when named) issue 15: channel tests, pingpong SUMMARY, trading feed
+#   channel   (only when named) issue 15: channel tests, pingpong SUMMARY, GDRCopy
+#             pplat beside it (when .ext/gdrcopy is there), trading feed
 #   misuse    issue 17: the hostile-input sweep on the default backend (counts of
 #             crashes, hangs, clear errors), gdrpy_apilat (8/64 B validated copies
 #             and gdrpy_open latency while 8 threads copy); with MISUSE_OLD_TREE=DIR
@@ -184,6 +185,12 @@ if [[ " $STAGES " == *" channel "* ]]; then
     step channel_pingpong 300 python3 -m gdrpy bench pingpong --backend nvrm \
         --json "$WORK/pingpong.json"
     grep -A6 '^SUMMARY' "$WORK/channel_pingpong.log"
+    # GDRCopy's own ping-pong (pplat, through libgdrapi.so.2) in the same
+    # run, the issue's yardstick: flag only, and 4 bytes of data + the flag
+    if [ -d .ext/gdrcopy ]; then
+        step channel_pplat 300 scripts/gdrcopy_tests.sh .ext/gdrcopy --only pplat \
+            --work "$WORK/pplat" --timeout 120
+    fi
     step channel_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
     # the gdrpy path with PLAIN slots (the feed's format before round 10), same VM
     step channel_feed_plain 300 python3 examples/trading_feed.py --backend nvrm --slots plain \
