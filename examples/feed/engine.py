@@ -193,7 +193,7 @@ class StallProbe:
     """feed_stalls_*: a thread spinning on the clock on a CPU no role uses,
     counting the gaps over STALL_NS - the times the host did not run it -
     while a point runs.  A VM's hypervisor can stop every vCPU at once
-    (docs/feed.md "The host's own stalls"); a spinning ack collector that is
+    (docs/examples.md, "The host's own stalls"); a spinning ack collector that is
     stopped when an ack lands sees it late, so a run's written->ack tail is
     read against this."""
 
