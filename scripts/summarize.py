@@ -214,13 +214,14 @@ def main(d):
               f"{sm.get('c_batch_ratio', float('nan')):.2f}x (< 2)")
         if (pp.get("c_tool") or {}).get("error"):
             p(f"  C tool: {pp['c_tool']['error']}")
-        # GDRCopy's pplat in the same run (scripts/gdrcopy_tests.sh lines:
-        # "gdrcopy_pplat -a X [-s 4 -B 1]: exit N: ... (median) Y us")
-        for m in re.finditer(r"^gdrcopy_pplat (.*?): exit (\d+): .*?(?:\(median\) ([\d.]+) us)?$",
-                             read(d, "channel_pplat.log"), re.M):
-            what = "4 B data + flag" if "-s 4" in m.group(1) else "flag only"
-            got = f"{float(m.group(3)):.3f} us" if m.group(3) else f"no result (exit {m.group(2)})"
-            p(f"  GDRCopy pplat {m.group(1)} ({what}), same run: {got}")
+    # GDRCopy's pplat in the same run (scripts/gdrcopy_tests.sh lines:
+    # "gdrcopy_pplat -a X [-s 4 -B 1]: exit N: ... (median) Y us"), printed
+    # under the ping-pong's numbers, or alone when the ping-pong left none
+    for m in re.finditer(r"^gdrcopy_pplat (.*?): exit (\d+): .*?(?:\(median\) ([\d.]+) us)?$",
+                         read(d, "channel_pplat.log"), re.M):
+        what = "4 B data + flag" if "-s 4" in m.group(1) else "flag only"
+        got = f"{float(m.group(3)):.3f} us" if m.group(3) else f"no result (exit {m.group(2)})"
+        p(f"  GDRCopy pplat {m.group(1)} ({what}), same run: {got}")
 
     for fname in ("trading_feed.json", "trading_feed_plain.json", "feed_sweep.json"):
         tf = load(d, fname)

@@ -196,3 +196,8 @@ def test_suite_summary_puts_gdrcopy_pplat_beside_the_channel(tmp_path):
     assert ("GDRCopy pplat -a cuMemAlloc -s 4 -B 1 (4 B data + flag), same run: 2.540 us"
             in out), out
     assert "GDRCopy pplat -a cuMemCreate (flag only), same run: no result (exit 124)" in out, out
+    # without the ping-pong's numbers the pplat lines are still there
+    (tmp_path / "pingpong.json").unlink()
+    out = subprocess.run([sys.executable, os.path.join(root, "scripts", "summarize.py"),
+                          str(tmp_path)], capture_output=True, text=True, check=True).stdout
+    assert "GDRCopy pplat -a cuMemAlloc (flag only), same run: 1.410 us" in out, out

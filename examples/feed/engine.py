@@ -203,20 +203,24 @@ class StallProbe:
         if not self.p:
             raise RuntimeError(f"stall probe: {L.feed_last_error().decode(errors='replace')}")
 
-    def stop(self) -> dict:
+    def stop(self) -> dict | None:
         """Stops the thread; the record (stalls per second, the share of the
-        time stalled, their durations and the time between their starts)."""
-        out = (ctypes.c_uint64 * 3)()
-        self.L.feed_stalls_stop(self.p, out)
-        n, total, wall = (int(v) for v in out)
-        rec = {"cpu": self.cpu, "threshold_us": STALL_NS / 1e3, "seconds": wall / 1e9,
-               "stalls": n, "per_s": n / (wall / 1e9) if wall else None,
-               "stalled_fraction": total / wall if wall else None,
-               "duration_us": hist_stats_at(self.L, self.L.feed_stalls_hist(self.p, 0)),
-               "interval_us": hist_stats_at(self.L, self.L.feed_stalls_hist(self.p, 1))}
-        self.L.feed_stalls_free(self.p)
-        self.p = None
-        return rec
+        time stalled, their durations and the time between their starts).
+        None when it was stopped already: a second call does nothing."""
+        p, self.p = self.p, None
+        if p is None:
+            return None
+        try:
+            out = (ctypes.c_uint64 * 3)()
+            self.L.feed_stalls_stop(p, out)
+            n, total, wall = (int(v) for v in out)
+            return {"cpu": self.cpu, "threshold_us": STALL_NS / 1e3, "seconds": wall / 1e9,
+                    "stalls": n, "per_s": n / (wall / 1e9) if wall else None,
+                    "stalled_fraction": total / wall if wall else None,
+                    "duration_us": hist_stats_at(self.L, self.L.feed_stalls_hist(p, 0)),
+                    "interval_us": hist_stats_at(self.L, self.L.feed_stalls_hist(p, 1))}
+        finally:
+            self.L.feed_stalls_free(p)
 
 
 def tail_attribution(L, acks, quantiles=(0.5, 0.9, 0.99, 0.999)) -> dict:

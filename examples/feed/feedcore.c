@@ -310,8 +310,7 @@ struct feed_stalls {
 
 static void *stalls_main(void *arg)
 {
-    feed_stalls_t *s = arg;
-    pin_cpu(s->cpu);
+    feed_stalls_t *s = arg; /* on its CPU from the start (feed_stalls_start) */
     uint64_t prev = now_ns(), last_start = 0;
     s->t0 = prev;
     while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
@@ -338,9 +337,21 @@ feed_stalls_t *feed_stalls_start(int cpu, uint64_t thr_ns)
     }
     s->cpu = cpu;
     s->thr_ns = thr_ns;
-    int rc = pthread_create(&s->th, NULL, stalls_main, s);
+    /* the thread starts on its CPU (it must not spin, even briefly, on the
+     * CPU of the thread that starts it: the handler's), and a CPU it may
+     * not run on is an error here, not a probe on the wrong CPU */
+    pthread_attr_t attr;
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    int rc = cpu < 0 || cpu >= CPU_SETSIZE ? EINVAL : pthread_attr_init(&attr);
+    if (!rc) {
+        rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
+        if (!rc) rc = pthread_create(&s->th, &attr, stalls_main, s);
+        pthread_attr_destroy(&attr);
+    }
     if (rc) {
-        snprintf(feed_err, sizeof feed_err, "stall probe: pthread_create: %s", strerror(rc));
+        snprintf(feed_err, sizeof feed_err, "stall probe on CPU %d: %s", cpu, strerror(rc));
         free(s);
         return NULL;
     }

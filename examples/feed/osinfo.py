@@ -238,6 +238,8 @@ def stall_row(rec: dict) -> str:
         return ""
     if hs.get("skipped"):
         return f"      host stalls: not measured ({hs['skipped']})"
+    if hs.get("per_s") is None:
+        return f"      host stalls: the probe on CPU {hs['cpu']} ran for no measurable time"
     d, i = hs.get("duration_us") or {}, hs.get("interval_us") or {}
     s = (f"      host stalls (a thread spinning on the clock on CPU {hs['cpu']}, gaps over "
          f"{hs['threshold_us']:g} us): {hs['per_s']:,.0f}/s, {hs['stalled_fraction']:.2%} of "
