@@ -30,6 +30,15 @@ def feed(args, backend, timeout=240, expect_rc=0):
     return rep, err
 
 
+def feed_module(name: str):
+    """A module of examples/feed (engine, osinfo, ...)."""
+    sys.path.insert(0, os.path.join(EXAMPLES, "feed"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.pop(0)
+
+
 def describe(r):
     keep = ("handler", "path", "source", "offered_per_s", "error", "consumer_status", "loss",
             "ring", "consumer", "handler_stats", "sender")
@@ -251,11 +260,7 @@ def test_feed_python_drop_room_reads_the_consumed_count_once():
     # the Python handler's drop policy computes must come from one read, so
     # it never exceeds the batch (a second, newer read once made the handler
     # count 12 ticks forwarded that it never sent, on the H100)
-    sys.path.insert(0, os.path.join(EXAMPLES, "feed"))
-    try:
-        from pyhandler import drop_room
-    finally:
-        sys.path.pop(0)
+    drop_room = feed_module("pyhandler").drop_room
 
     class Advancing:
         def __init__(self, v):
@@ -275,15 +280,6 @@ def test_feed_python_drop_room_reads_the_consumed_count_once():
         assert c.reads == 1
         assert room == want, (w, m, c0, nslots, room)
         assert room is None or 0 <= room < m
-
-
-def feed_module(name: str):
-    """A module of examples/feed (engine, osinfo, ...)."""
-    sys.path.insert(0, os.path.join(EXAMPLES, "feed"))
-    try:
-        return importlib.import_module(name)
-    finally:
-        sys.path.pop(0)
 
 
 def check_host_stalls(r, measured: bool | None = None):

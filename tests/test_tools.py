@@ -179,7 +179,13 @@ def test_suite_summary_puts_gdrcopy_pplat_beside_the_channel(tmp_path):
     # scripts/summarize.py reads scripts/gdrcopy_tests.sh's pplat lines
     # (channel_pplat.log) into the ping-pong section: the median of each run,
     # what it measured, and a run without a result as such
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          "scripts", "summarize.py")
+
+    def summarize() -> str:
+        return subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True,
+                              text=True, check=True).stdout
+
     (tmp_path / "pingpong.json").write_text(json.dumps({
         "sizes": [4], "results": [{"size": 4, "path": "c", "stats_us": {"median": 1.5, "p99": 2}}],
         "summary": {}}))
@@ -190,14 +196,12 @@ def test_suite_summary_puts_gdrcopy_pplat_beside_the_channel(tmp_path):
         "gdrcopy_pplat -a cuMemAlloc -s 4 -B 1: exit 0: Round-trip latency per iteration is "
         "(min) 2.53757, (median) 2.54036 us\n"
         "gdrcopy_pplat -a cuMemCreate: exit 124: \n")
-    out = subprocess.run([sys.executable, os.path.join(root, "scripts", "summarize.py"),
-                          str(tmp_path)], capture_output=True, text=True, check=True).stdout
+    out = summarize()
     assert "GDRCopy pplat -a cuMemAlloc (flag only), same run: 1.410 us" in out, out
     assert ("GDRCopy pplat -a cuMemAlloc -s 4 -B 1 (4 B data + flag), same run: 2.540 us"
             in out), out
     assert "GDRCopy pplat -a cuMemCreate (flag only), same run: no result (exit 124)" in out, out
     # without the ping-pong's numbers the pplat lines are still there
     (tmp_path / "pingpong.json").unlink()
-    out = subprocess.run([sys.executable, os.path.join(root, "scripts", "summarize.py"),
-                          str(tmp_path)], capture_output=True, text=True, check=True).stdout
+    out = summarize()
     assert "GDRCopy pplat -a cuMemAlloc (flag only), same run: 1.410 us" in out, out

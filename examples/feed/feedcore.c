@@ -300,7 +300,6 @@ int feed_acks_stop(feed_acks_t *a)
 
 /* ---- host stall probe ------------------------------------------------- */
 struct feed_stalls {
-    int cpu;
     uint64_t thr_ns;
     volatile int stop;
     pthread_t th;
@@ -335,17 +334,16 @@ feed_stalls_t *feed_stalls_start(int cpu, uint64_t thr_ns)
         snprintf(feed_err, sizeof feed_err, "stall probe: out of memory");
         return NULL;
     }
-    s->cpu = cpu;
     s->thr_ns = thr_ns;
     /* the thread starts on its CPU (it must not spin, even briefly, on the
      * CPU of the thread that starts it: the handler's), and a CPU it may
      * not run on is an error here, not a probe on the wrong CPU */
     pthread_attr_t attr;
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
     int rc = cpu < 0 || cpu >= CPU_SETSIZE ? EINVAL : pthread_attr_init(&attr);
     if (!rc) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        CPU_SET(cpu, &set);
         rc = pthread_attr_setaffinity_np(&attr, sizeof set, &set);
         if (!rc) rc = pthread_create(&s->th, &attr, stalls_main, s);
         pthread_attr_destroy(&attr);

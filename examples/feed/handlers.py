@@ -158,11 +158,10 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
             roles.pop("consumer")
         os0 = osinfo.snapshot(list(roles.values()))
         threads = (c_snd, c_hnd, c_ack) + ((c_con,) if env.sim else ())
-        probe_cpu = osinfo.spare_cpu(list(roles.values()), allowed)
         if min(threads) < 0:
             rec["host_stalls"] = {"skipped": "the run's threads are not pinned: a probe "
                                              "would take CPU time from them"}
-        elif probe_cpu is None:
+        elif (probe_cpu := osinfo.spare_cpu(list(roles.values()), allowed)) is None:
             rec["host_stalls"] = {"skipped": "no physical core left over for the stall probe"}
         else:
             try:
