@@ -18,7 +18,7 @@ BUILD = os.path.join(HERE, "build")
 TICK = 32
 CHAN_PLAIN = 1    # GDRPY_CHAN_PLAIN (gdrpy_channel.h): the cuMemcpy path's slot layout
 SHM_HDR, SHM_SLOT, SHM_MAGIC = 4096, 64, 0x4D48534445454646
-OUT_SYM = 64
+OUT_ACK, OUT_SYM = 64, 128   # feedcore.h: FEED_OUT_ACK, FEED_OUT_SYM
 HBUCKETS = 1024 + 40 * 512
 H_E2E, H_SOCKET, H_HANDLER, H_GPU, H_RECV_ACK = range(5)
 TA_BUCKETS, TA_FIELDS = 160, 7          # feedcore.h: FEED_TA_*
@@ -272,8 +272,9 @@ class Ring:
     context, over the same kind of memory), LL slots unless ``plain``.  path
     'cuMemcpy': PLAIN's slot layout (header + tick) in a plain device buffer,
     written with cuMemcpyHtoD, plus a count word.  The consumer (GPU kernel
-    or sim thread) publishes "consumed" (the ack) in host memory;
-    ``consumed_ptr`` is its CPU address."""
+    or sim thread) acks in host memory: after each round's checks a plain
+    store of its count to ``ack_ptr`` (the ack collector's word), then the
+    channel's "consumed" count (``consumed_ptr``: a release, slot reuse)."""
 
     def __init__(self, env, handler: str, path: str, nslots: int, nsym: int, seed: int,
                  delay_ns: int = 0, idle_ns: int = 20_000_000_000, plain: bool = False):
@@ -342,6 +343,7 @@ class Ring:
             self._hb = np.frombuffer(self.chan.host_block(), dtype=np.uint8)
             self.consumed_ptr = self._hb.ctypes.data
         self.out, self.out_dev = env.host_alloc(OUT_SYM + 24 * nsym)
+        self.ack_ptr = self.out + OUT_ACK
         if not self.sim:
             self.acc = gdrpy.memory.alloc(24 * nsym, ctx=env.ctx)
             env.gpu.memset(self.acc.ptr, 24 * nsym)

@@ -91,7 +91,7 @@ static inline void hadd(feed_hist_t *h, int64_t d)
 struct feed_acks {
     feed_ts_t *ts;
     uint64_t mask;
-    const volatile uint64_t *consumed;
+    const volatile uint64_t *ack;
     volatile uint64_t done;
     volatile int stop;
     int cpu;
@@ -225,7 +225,7 @@ static void *acks_main(void *arg)
     unsigned idle = 0;
     for (;;) {
         int stopping = __atomic_load_n(&a->stop, __ATOMIC_ACQUIRE);
-        uint64_t c = ld_acq(a->consumed);
+        uint64_t c = ld_acq(a->ack);
         if (c > done || (++idle & 63u) == 0) {
             /* stall evidence: time between two looks (every 64th idle look) */
             uint64_t t = now_ns();
@@ -271,10 +271,10 @@ static void *acks_main(void *arg)
     return NULL;
 }
 
-int feed_acks_start(feed_acks_t *a, const volatile uint64_t *consumed, int cpu)
+int feed_acks_start(feed_acks_t *a, const volatile uint64_t *ack, int cpu)
 {
     if (a->started) return EBUSY;
-    a->consumed = consumed;
+    a->ack = ack;
     a->cpu = cpu;
     a->stop = 0;
     a->done = 0;
@@ -1048,6 +1048,8 @@ static void *simc_main(void *arg)
             continue;
         }
         head += n;
+        /* the ack, then the consumed count (the kernel's order) */
+        __atomic_store_n((uint64_t *)(c->out + FEED_OUT_ACK), head, __ATOMIC_RELAXED);
         st_rel((volatile uint64_t *)(host + GDRPY_CHAN_HOST_CONSUMED), head);
         t_idle = now_ns();
     }
@@ -1140,7 +1142,7 @@ void feed_sim_free(uint64_t dptr)
 }
 
 /* The feed's channel: `nslots` tick slots, LL (plain == 0) or PLAIN format;
- * no completions (the consumed count is the ack). */
+ * no completions (the consumer's ack word, FEED_OUT_ACK, is the ack). */
 static gdrpy_chan_config_t feed_chan_config(uint32_t nslots, int plain)
 {
     gdrpy_chan_config_t cfg = {.nslots = nslots, .slot_size = FEED_TICK_SIZE, .comp_nslots = 2, .comp_size = 0, .flags = plain ? GDRPY_CHAN_PLAIN : 0};

@@ -6,8 +6,9 @@
  *    shared-memory ring -> batches -> gdrpy channel (gdrpy_chan_send_batch:
  *    one fence per batch) or the cuMemcpy path; back-pressure counted.
  *  - the ack collector (feed_acks_*): a thread that spins on the consumer's
- *    cumulative "consumed" word in host memory and turns every advance into
- *    per-tick latencies (histograms), so no handler ever waits for an ack.
+ *    cumulative ack word in host memory (FEED_OUT_ACK) and turns every
+ *    advance into per-tick latencies (histograms), so no handler ever waits
+ *    for an ack.
  *  - the sim consumer (feed_simc_*): a CPU thread running the GPU kernel's
  *    protocol and checks on host memory (backend sim only).
  *  - feed_udp_recv_batch: recvmmsg into a preallocated array, for the
@@ -43,8 +44,9 @@ typedef struct feed_ts {
 
 typedef struct feed_acks feed_acks_t;
 
-/* ---- consumer result block (host memory the consumer writes at the end)
- * The sim consumer and the GPU kernel write the same layout. */
+/* ---- consumer block (host memory): the ack word while it runs, the
+ * results at the end.  The sim consumer and the GPU kernel write the same
+ * layout. */
 #define FEED_OUT_PROCESSED 0
 #define FEED_OUT_TORN 8         /* tick fields that do not match its seq */
 #define FEED_OUT_MISSING 16     /* seqs skipped in ring order */
@@ -53,7 +55,11 @@ typedef struct feed_acks feed_acks_t;
 #define FEED_OUT_LAST_SEQ 40
 #define FEED_OUT_BADLEN 48
 #define FEED_OUT_DONE 56        /* u32: 1 once the block is final */
-#define FEED_OUT_SYM 64         /* per symbol: sum(px*qty) u64, sum(qty) u64, count u64 */
+/* u64, a line of its own: ticks received and checked so far - the ack.  A
+ * plain store (no fence) after each round's checks; the channel's consumed
+ * word (release, for slot reuse) follows it. */
+#define FEED_OUT_ACK 64
+#define FEED_OUT_SYM 128        /* per symbol: sum(px*qty) u64, sum(qty) u64, count u64 */
 #define FEED_OUT_SYM_BYTES 24
 /* The cuMemcpy path publishes its count here (device control block). */
 #define FEED_DEV_PUBLISHED 96
@@ -119,8 +125,8 @@ FEED_API feed_acks_t *feed_acks_new(uint64_t ts_slots);   /* power of two */
 FEED_API void feed_acks_free(feed_acks_t *a);
 FEED_API feed_ts_t *feed_acks_ts(feed_acks_t *a);
 FEED_API uint64_t feed_acks_mask(feed_acks_t *a);
-/* Starts the thread on `cpu` (-1: any) spinning on *consumed. */
-FEED_API int feed_acks_start(feed_acks_t *a, const volatile uint64_t *consumed, int cpu);
+/* Starts the thread on `cpu` (-1: any) spinning on *ack (FEED_OUT_ACK). */
+FEED_API int feed_acks_start(feed_acks_t *a, const volatile uint64_t *ack, int cpu);
 /* Accounts what is acknowledged now, stops and joins. */
 FEED_API int feed_acks_stop(feed_acks_t *a);
 FEED_API uint64_t feed_acks_done(feed_acks_t *a);        /* ring index accounted */
@@ -129,7 +135,7 @@ FEED_API uint64_t feed_acks_first_ns(feed_acks_t *a);
 FEED_API uint64_t feed_acks_last_ns(feed_acks_t *a);
 FEED_API uint64_t feed_acks_stamp_waits(feed_acks_t *a);
 /* The collector thread's stall evidence, after stop: out[0] longest gap
- * between two looks at the consumed word (ns), out[1] gaps > 50 us, out[2]
+ * between two looks at the ack word (ns), out[1] gaps > 50 us, out[2]
  * involuntary and out[3] voluntary context switches, out[4] minor page
  * faults of the thread. */
 FEED_API void feed_acks_thread_info(feed_acks_t *a, uint64_t *out5);

@@ -49,13 +49,15 @@ __device__ __forceinline__ void tick_fields(const gdrpy_chan_in_t &in, u64 &seq,
  * per poll); the round after one that found messages looks at 32 slots,
  * lane k at message head + k (bursts).  The ready prefix (up to 32) is
  * checked in parallel (tick against its seq: torn; sequence continuity
- * against the previous tick), then ONE release store publishes "consumed"
- * to the host - the ack: these ticks are in the warp's registers, checked,
- * and their slots free - and only then go the per-symbol integer sums
- * (atomics: order-independent, exact), so the ack's release does not wait
- * for this round's atomics.  published != 0 (cuMemcpy path): PLAIN's slot
- * layout, and a count word at dev_ctrl + 96 says how many messages are
- * complete instead of the slots' sequence words. */
+ * against the previous tick), then lane 0 stores the count to the host:
+ * first the ack (out + 64, a plain 8-byte store: these ticks are in the
+ * warp's registers and checked; no fence, so nothing waits in front of
+ * it), then the channel's consumed count (st.release.sys: the slots' loads
+ * are done, the host may reuse them).  Only then go the per-symbol integer
+ * sums (atomics: order-independent, exact), so neither store waits for this
+ * round's atomics.  published != 0 (cuMemcpy path): PLAIN's slot layout,
+ * and a count word at dev_ctrl + 96 says how many messages are complete
+ * instead of the slots' sequence words. */
 extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64 *acc,
                                          unsigned char *out, u32 nsym, u64 seed,
                                          u64 idle_ns, u64 delay_ns)
@@ -120,7 +122,10 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
             }
             batch += n;
             __syncwarp();
-            if (lane == 0) gdrpy_chan_consume(d, head + batch);   /* the ack (st.release.sys) */
+            if (lane == 0) {
+                gdrpy_st_relaxed_u64(out + 64, head + batch);    /* the ack */
+                gdrpy_chan_consume(d, head + batch);             /* slot reuse */
+            }
             if (lane < n && sym < nsym) {
                 atomicAdd(&acc[3 * sym], px * (u64)qty);
                 atomicAdd(&acc[3 * sym + 1], (u64)qty);
@@ -176,7 +181,7 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
     __syncwarp();
     volatile u64 *o64 = (volatile u64 *)out;
     for (u32 k = lane; k < 3u * nsym; k += 32u)
-        o64[8 + k] = *(volatile u64 *)&acc[k];
+        o64[16 + k] = *(volatile u64 *)&acc[k];          /* out + 128: the sums */
     if (lane == 0) {
         o64[0] = head; o64[1] = torn; o64[2] = missing; o64[3] = gaps;
         o64[4] = backward; o64[5] = last; o64[6] = badlen;

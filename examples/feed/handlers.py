@@ -10,7 +10,7 @@
 
 Both stamp every tick (send time from the tick, receive, published) into the
 ack collector's ring; the collector (a C thread, the same for both) turns
-each advance of the consumer's "consumed" word into latencies.
+each advance of the consumer's ack word into latencies.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         return rec
     try:
         ring.start(cpu=c_con)
-        if L.feed_acks_start(env.acks, ring.consumed_ptr, c_ack):
+        if L.feed_acks_start(env.acks, ring.ack_ptr, c_ack):
             raise RuntimeError("ack collector did not start")
         cmd = [os.path.join(BUILD, "feed_sender"), "--mode", src, "--rate", str(rate),
                "--seconds", str(seconds), "--symbols", str(nsym), "--seed", str(seed),
