@@ -8,7 +8,8 @@
 What runs (docs/examples.md has the whole story):
 
 * a sender process (examples/feed/feed_sender.c) offers ticks at a paced
-  rate over UDP loopback (sendmmsg) or into a shared-memory ring (as
+  rate (Poisson arrivals: random gaps of mean 1/rate; --arrivals even: a
+  metronome) over UDP loopback (sendmmsg) or into a shared-memory ring (as
   kernel-bypass NIC libraries hand packets over); it reports its own rate;
 * a handler - Python on gdrpy's public API, or C on gdrpy.h - drains the
   source in batches, checks sequence numbers, and writes each batch into a
@@ -137,6 +138,11 @@ def main(argv=None) -> int:
     p.add_argument("--pace", choices=("yield", "sleep", "spin"), default="yield",
                    help="the sender between ticks: yield its CPU (default; the kernel's "
                         "loopback receive work runs on it), sleep, or busy-wait")
+    p.add_argument("--arrivals", choices=("poisson", "even"), default="poisson",
+                   help="when the sender's ticks are due: gaps drawn from an exponential "
+                        "distribution of mean 1/rate (default; a Poisson process, seeded by "
+                        "--seed), or exactly 1/rate apart (a metronome, which can keep one "
+                        "phase to a periodic host stall for a whole run)")
     p.add_argument("--json", default=None, metavar="PATH", help="results as JSON ('-': stdout)")
     p.add_argument("--plot", default=None, metavar="SVG", help="rate vs end-to-end p99 plot")
     p.add_argument("--markdown", default=None, metavar="MD", help="tables for docs/results.md")
@@ -215,7 +221,8 @@ def main(argv=None) -> int:
                                 delay_ns=a.consumer_delay_ns, per_packet=a.per_packet,
                                 ticks=a.ticks, shm_slots=a.shm_slots, gso=not a.no_gso,
                                 pace=a.pace, rps_cpu=rps_cpu, gro=a.gro,
-                                burst=a.sender_burst, plain=a.slots == "plain")
+                                burst=a.sender_burst, plain=a.slots == "plain",
+                                arrivals=a.arrivals)
                             r["kind"] = "run"
                             pts.append(r)
                             log(sweep.fmt_row(r))

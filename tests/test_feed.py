@@ -168,6 +168,65 @@ def test_feed_packed_datagrams_and_sender_pacing(pace):
     assert len({r["sums_digest"] for r in pts}) == 1
 
 
+def sender_stamps(arrivals: str, rate: float, seconds: float, seed: int = 7):
+    """Runs feed_sender into a shared-memory ring large enough for every
+    tick (nothing drains it) and returns its JSON line and every tick's
+    send stamp (ns), in seq order."""
+    import mmap
+    import struct
+
+    import numpy as np
+    engine = feed_module("engine")
+    engine.build()
+    nslots = 1 << 16
+    size = engine.SHM_HDR + nslots * engine.SHM_SLOT
+    fd = os.memfd_create("feed-test", 0)
+    try:
+        os.ftruncate(fd, size)
+        with mmap.mmap(fd, size) as m:
+            struct.pack_into("<QQ", m, 0, engine.SHM_MAGIC, nslots)
+            out = subprocess.run(
+                [os.path.join(engine.BUILD, "feed_sender"), "--mode", "shm", "--shm-fd", str(fd),
+                 "--rate", str(rate), "--seconds", str(seconds), "--pace", "spin",
+                 "--seed", str(seed), "--arrivals", arrivals],
+                pass_fds=(fd,), capture_output=True, text=True, timeout=60, check=True).stdout
+            snd = json.loads(out.strip().splitlines()[-1])
+            n = snd["sent"]
+            assert 0 < n < nslots and snd["dropped_ring_full"] == 0, snd
+            ticks = np.frombuffer(m[engine.SHM_HDR:engine.SHM_HDR + n * engine.SHM_SLOT],
+                                  dtype=np.uint64).reshape(n, engine.SHM_SLOT // 8)
+            assert (ticks[:, 0] == np.arange(1, n + 1)).all(), "seqs out of order"
+            return snd, ticks[:, 1].astype(np.int64)
+    finally:
+        os.close(fd)
+
+
+def test_feed_sender_poisson_arrivals_are_random_gaps_at_the_rate():
+    # Poisson: exponential gaps, so ~39% of them are under half the mean
+    # (1 - e^-0.5) and ~14% over twice it (e^-2); a metronome has neither.
+    # Both keep the rate.  (Wide bounds: this 2-CPU machine is busy.)
+    import numpy as np
+    rate, secs = 20000.0, 0.5
+    for arrivals in ("poisson", "even"):
+        snd, t = sender_stamps(arrivals, rate, secs)
+        assert snd["arrivals"] == arrivals, snd
+        assert abs(snd["generated"] / secs - rate) < 0.06 * rate, snd
+        gaps = np.diff(t)
+        mean = 1e9 / rate
+        short, long_ = (gaps < 0.5 * mean).mean(), (gaps > 2 * mean).mean()
+        if arrivals == "poisson":
+            assert 0.25 < short < 0.55 and 0.06 < long_ < 0.25, (short, long_)
+        else:
+            assert short < 0.1 and long_ < 0.03, (short, long_)
+    # the schedule is the seed's: the same seed, the same gaps (up to the
+    # sender's own timing noise); another seed, unrelated ones
+    g1, g1b, g2 = (np.diff(sender_stamps("poisson", rate, 0.1, seed=s)[1]) for s in (1, 1, 2))
+    k = min(len(g1), len(g1b), len(g2))
+    same = np.corrcoef(g1[:k], g1b[:k])[0, 1]
+    other = np.corrcoef(g1[:k], g2[:k])[0, 1]
+    assert same > 0.8 and abs(other) < 0.3, (same, other)
+
+
 @pytest.mark.parametrize("per_packet", [1, 3])
 def test_feed_latency_sender_sends_one_datagram_per_call(per_packet):
     # --latency-sender: one datagram per send call (its own stamp), no GSO,
@@ -182,7 +241,9 @@ def test_feed_latency_sender_sends_one_datagram_per_call(per_packet):
         assert_clean(r)
         lo, snd = r["loss"], r["sender"]
         assert lo["generated"] == 4500 and lo["lost"] == lo["injected"] == 4500 // 17, describe(r)
-        assert r["sender_mode"] == {"gso": False, "pace": "spin", "burst": per_packet}, describe(r)
+        assert r["sender_mode"] == {"gso": False, "pace": "spin", "burst": per_packet,
+                                    "arrivals": "poisson"}, describe(r)
+        assert snd["arrivals"] == "poisson", describe(r)
         assert snd["gso"] == 0 and snd["pace"] == "spin" and snd["burst"] == per_packet
         sc, lag = snd["send_call_us"], snd["stamp_lag_us"]
         assert sc["n"] == snd["batches"] == snd["packets"], describe(r)

@@ -6,12 +6,22 @@
  *   feed_sender --mode shm --shm-fd FD --rate R --seconds S [options]
  *
  * Pacing: every pass of the loop computes how many ticks are due by now
- * (rate x elapsed) and publishes them in one batch (at most --batch): one
- * sendmmsg() for UDP, one run of slot stores for the shared-memory ring.
- * So the offered rate is kept over any time slice longer than one batch,
- * and at low rates batches are small and each tick's timestamp is close to
- * its real departure.  send_ns is CLOCK_MONOTONIC taken just before the
- * batch goes out.  --rate 0: as fast as possible.
+ * and publishes them in one batch (at most --batch): one sendmmsg() for
+ * UDP, one run of slot stores for the shared-memory ring.  So the offered
+ * rate is kept over any time slice longer than one batch, and at low rates
+ * batches are small and each tick's timestamp is close to its real
+ * departure.  send_ns is CLOCK_MONOTONIC taken just before the batch goes
+ * out.  --rate 0: as fast as possible.
+ *
+ * When ticks are due (--arrivals): `poisson` (the default) draws the gaps
+ * between ticks from an exponential distribution of mean 1/rate (seeded by
+ * --seed): a Poisson process, as independent orders reach an exchange, so
+ * the ticks fall at every phase of any periodic event on the host.  `even`
+ * spaces them exactly 1/rate apart (a metronome).  A metronome at a rate
+ * that is a multiple of a periodic host stall (the H200 VMs stop every vCPU
+ * about every 1 ms; the default 20,000/s is 20 ticks a ms) keeps one phase
+ * to it for a whole run, so one run has a tick in every stall and the next
+ * none (docs/examples.md).
  *
  * Between passes with nothing due the sender gives its CPU away (--pace):
  * `yield` (default) calls sched_yield(), so anything else runnable on its
@@ -49,6 +59,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <sched.h>
@@ -86,9 +97,12 @@ enum { PACE_YIELD = 0,
        PACE_SLEEP = 1,
        PACE_SPIN = 2 };
 
+enum { ARRIVE_POISSON = 0,
+       ARRIVE_EVEN = 1 };
+
 typedef struct {
     const char *mode;
-    int port, shm_fd, cpu, batch, per_packet, gso, pace, burst;
+    int port, shm_fd, cpu, batch, per_packet, gso, pace, burst, arrivals;
     double sleep_min_us;
     double rate, seconds;
     uint64_t ticks, seed, inject_skip;
@@ -118,15 +132,67 @@ static void usage(void)
     fprintf(stderr, "usage: feed_sender --mode udp|shm [--port P | --shm-fd FD] --rate R "
                     "--seconds S [--ticks N] [--symbols N] [--seed N] [--batch N] [--cpu N] "
                     "[--inject-skip K] [--per-packet K] [--gso] [--pace yield|sleep|spin] "
-                    "[--sleep-min-us U] [--burst N]\n");
+                    "[--sleep-min-us U] [--burst N] [--arrivals poisson|even]\n");
     exit(2);
 }
 
-/* How many seqs are due at `t`; `rate` 0 = a full batch every pass. */
-static inline uint64_t due_by(const opts_t *o, uint64_t t0, uint64_t t)
+/* ---- the schedule: when seq k is due (see --arrivals) ----------------- */
+#define SCHED_KEEP 65536u /* due times kept (poisson): the pass's first tick */
+
+typedef struct {
+    double rate;
+    int poisson;
+    uint64_t t0;
+    uint64_t n;              /* poisson: seqs 1..n are due at times already drawn */
+    double next;             /* poisson: when seq n + 1 is due (ns after t0) */
+    uint64_t rng;            /* splitmix64 state */
+    uint64_t at[SCHED_KEEP]; /* poisson: due time of seq k at k % SCHED_KEEP */
+} sched_t;
+
+static sched_t sched;
+
+static void sched_init(sched_t *s, const opts_t *o, uint64_t t0)
 {
-    if (o->rate <= 0) return UINT64_MAX;
-    return (uint64_t)((double)(t - t0) * o->rate * 1e-9) + 1;
+    s->rate = o->rate;
+    s->poisson = o->arrivals == ARRIVE_POISSON;
+    s->t0 = t0;
+    s->n = 0;
+    s->next = 0.0; /* seq 1 is due at once, as with even arrivals */
+    s->rng = o->seed ^ 0x5851f42d4c957f2dull;
+}
+
+/* An exponential gap of mean 1/rate, in ns. */
+static double sched_gap(sched_t *s)
+{
+    uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    double u = ((double)(z >> 11) + 0.5) * 0x1.0p-53; /* (0, 1) */
+    return -log(u) * 1e9 / s->rate;
+}
+
+/* How many seqs are due at `t`; `rate` 0 = a full batch every pass. */
+static uint64_t sched_due(sched_t *s, uint64_t t)
+{
+    if (s->rate <= 0) return UINT64_MAX;
+    if (!s->poisson) return (uint64_t)((double)(t - s->t0) * s->rate * 1e-9) + 1;
+    while (s->next <= (double)(t - s->t0)) {
+        s->n++;
+        s->at[s->n % SCHED_KEEP] = s->t0 + (uint64_t)s->next;
+        s->next += sched_gap(s);
+    }
+    return s->n;
+}
+
+/* When seq k is due: k <= n + 1 (poisson; older than SCHED_KEEP seqs: the
+ * oldest time kept). */
+static uint64_t sched_at(const sched_t *s, uint64_t k)
+{
+    if (!s->poisson) return s->t0 + (uint64_t)((double)(k - 1) * 1e9 / s->rate);
+    if (k == s->n + 1) return s->t0 + (uint64_t)s->next;
+    if (s->n - k >= SCHED_KEEP) k = s->n - SCHED_KEEP + 1;
+    return s->at[k % SCHED_KEEP];
 }
 
 /* Loop bookkeeping: the gap since the previous pass (a stall of the sender
@@ -196,15 +262,14 @@ static uint64_t lh_over(const lhist_t *h, double us)
 }
 
 /* Nothing is due: give the CPU away until seq `next` is (see --pace). */
-static inline void pace_idle(const opts_t *o, counts_t *c, uint64_t t0, uint64_t t, uint64_t next)
+static inline void pace_idle(const opts_t *o, counts_t *c, uint64_t t, uint64_t next)
 {
     if (o->pace == PACE_SPIN || o->rate <= 0) {
         __builtin_ia32_pause();
         return;
     }
     if (o->pace == PACE_SLEEP) {
-        /* seq `next` is due at t0 + (next - 1) / rate */
-        uint64_t at = t0 + (uint64_t)((double)(next - 1) * 1e9 / o->rate);
+        uint64_t at = sched_at(&sched, next);
         if (at > t && (double)(at - t) > o->sleep_min_us * 1e3) {
             struct timespec ts = {.tv_sec = (time_t)(at / 1000000000ull),
                                   .tv_nsec = (long)(at % 1000000000ull)};
@@ -260,6 +325,7 @@ static int run_udp(const opts_t *o, counts_t *c)
         msgs[i].msg_hdr.msg_iovlen = 1;
     }
     uint64_t t0 = now_ns();
+    sched_init(&sched, o, t0);
     uint64_t t_end = t0 + (uint64_t)(o->seconds * 1e9);
     uint64_t seq = 0; /* last seq generated */
     uint64_t t_prev = t0;
@@ -267,10 +333,10 @@ static int run_udp(const opts_t *o, counts_t *c)
         uint64_t t = now_ns();
         pass_gap(c, &t_prev, t);
         if (t >= t_end || seq >= o->ticks) break;
-        uint64_t due = due_by(o, t0, t);
+        uint64_t due = sched_due(&sched, t);
         if (due > o->ticks) due = o->ticks;
         if (due <= seq) {
-            pace_idle(o, c, t0, t, seq + 1);
+            pace_idle(o, c, t, seq + 1);
             continue;
         }
         uint64_t behind = due - seq;
@@ -292,9 +358,8 @@ static int run_udp(const opts_t *o, counts_t *c)
             iov[i].iov_len = (size_t)((i + 1) * per <= n ? per : n - i * per) * FEED_TICK_SIZE;
         uint64_t ts = now_ns();
         for (int i = 0; i < n; i++) ticks[i].send_ns = ts;
-        if (o->rate > 0) { /* the pass's first tick (seq first) was due at t0 + (first-1)/rate */
-            uint64_t first = ticks[0].seq;
-            uint64_t at = t0 + (uint64_t)((double)(first - 1) * 1e9 / o->rate);
+        if (o->rate > 0) { /* how late the pass's first tick goes out */
+            uint64_t at = sched_at(&sched, ticks[0].seq);
             lh_add(&h_lag, ts > at ? ts - at : 0);
         }
         int off = 0;
@@ -362,6 +427,7 @@ static int run_shm(const opts_t *o, counts_t *c)
     unsigned char *slots = (unsigned char *)base + FEED_SHM_HDR;
     uint64_t head = h->head, tail = __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE);
     uint64_t t0 = now_ns();
+    sched_init(&sched, o, t0);
     uint64_t t_end = t0 + (uint64_t)(o->seconds * 1e9);
     uint64_t seq = 0;
     uint64_t t_prev = t0;
@@ -369,10 +435,10 @@ static int run_shm(const opts_t *o, counts_t *c)
         uint64_t t = now_ns();
         pass_gap(c, &t_prev, t);
         if (t >= t_end || seq >= o->ticks) break;
-        uint64_t due = due_by(o, t0, t);
+        uint64_t due = sched_due(&sched, t);
         if (due > o->ticks) due = o->ticks;
         if (due <= seq) {
-            pace_idle(o, c, t0, t, seq + 1);
+            pace_idle(o, c, t, seq + 1);
             continue;
         }
         uint64_t behind = due - seq;
@@ -420,9 +486,9 @@ static int run_shm(const opts_t *o, counts_t *c)
 
 int main(int argc, char **argv)
 {
-    opts_t o = {.mode = NULL, .port = 0, .shm_fd = -1, .cpu = -1, .batch = 64, .per_packet = 1, .gso = 0, .pace = PACE_YIELD, .burst = 256, .sleep_min_us = 30.0, .rate = 0, .seconds = 1.0, .ticks = UINT64_MAX - 1, .seed = 7, .inject_skip = 0, .nsym = 16};
+    opts_t o = {.mode = NULL, .port = 0, .shm_fd = -1, .cpu = -1, .batch = 64, .per_packet = 1, .gso = 0, .pace = PACE_YIELD, .burst = 256, .arrivals = ARRIVE_POISSON, .sleep_min_us = 30.0, .rate = 0, .seconds = 1.0, .ticks = UINT64_MAX - 1, .seed = 7, .inject_skip = 0, .nsym = 16};
     static struct option lo[] = {
-        {"mode", 1, 0, 'm'}, {"port", 1, 0, 'p'}, {"shm-fd", 1, 0, 'f'}, {"rate", 1, 0, 'r'}, {"seconds", 1, 0, 's'}, {"ticks", 1, 0, 'n'}, {"symbols", 1, 0, 'y'}, {"seed", 1, 0, 'e'}, {"batch", 1, 0, 'b'}, {"cpu", 1, 0, 'c'}, {"inject-skip", 1, 0, 'k'}, {"per-packet", 1, 0, 'K'}, {"gso", 0, 0, 'G'}, {"pace", 1, 0, 'P'}, {"sleep-min-us", 1, 0, 'S'}, {"burst", 1, 0, 'B'}, {0, 0, 0, 0}};
+        {"mode", 1, 0, 'm'}, {"port", 1, 0, 'p'}, {"shm-fd", 1, 0, 'f'}, {"rate", 1, 0, 'r'}, {"seconds", 1, 0, 's'}, {"ticks", 1, 0, 'n'}, {"symbols", 1, 0, 'y'}, {"seed", 1, 0, 'e'}, {"batch", 1, 0, 'b'}, {"cpu", 1, 0, 'c'}, {"inject-skip", 1, 0, 'k'}, {"per-packet", 1, 0, 'K'}, {"gso", 0, 0, 'G'}, {"pace", 1, 0, 'P'}, {"sleep-min-us", 1, 0, 'S'}, {"burst", 1, 0, 'B'}, {"arrivals", 1, 0, 'A'}, {0, 0, 0, 0}};
     int ch;
     while ((ch = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         switch (ch) {
@@ -447,6 +513,11 @@ int main(int argc, char **argv)
             break;
         case 'S': o.sleep_min_us = atof(optarg); break;
         case 'B': o.burst = atoi(optarg); break;
+        case 'A':
+            if (strcmp(optarg, "poisson") == 0) o.arrivals = ARRIVE_POISSON;
+            else if (strcmp(optarg, "even") == 0) o.arrivals = ARRIVE_EVEN;
+            else usage();
+            break;
         default: usage();
         }
     }
@@ -482,7 +553,7 @@ int main(int argc, char **argv)
            "\"batches\": %llu, \"packets\": %llu, \"per_packet\": %d, \"max_behind\": %llu, \"seconds\": %.6f, "
            "\"achieved_per_s\": %.1f, \"t_first_ns\": %llu, \"t_last_ns\": %llu, "
            "\"sndbuf\": %d, \"last_errno\": %d, \"cpu\": %d, \"gso\": %d, "
-           "\"gso_errno\": %d, \"pace\": \"%s\", \"yields\": %llu, \"sleeps\": %llu, "
+           "\"gso_errno\": %d, \"pace\": \"%s\", \"arrivals\": \"%s\", \"yields\": %llu, \"sleeps\": %llu, "
            "\"max_gap_us\": %.2f, \"gaps_over_50us\": %llu, \"gaps_over_50us_ms\": %.3f, "
            "\"ctx_switches_involuntary\": %ld, \"ctx_switches_voluntary\": %ld, "
            "\"cpu_user_s\": %.3f, \"cpu_sys_s\": %.3f, \"minflt\": %ld, \"burst\": %d, "
@@ -498,6 +569,7 @@ int main(int argc, char **argv)
            c.last_errno, o.cpu, c.gso, c.gso_failed,
            o.pace == PACE_YIELD ? "yield" : o.pace == PACE_SLEEP ? "sleep"
                                                                  : "spin",
+           o.arrivals == ARRIVE_POISSON ? "poisson" : "even",
            (unsigned long long)c.yields, (unsigned long long)c.sleeps, c.max_gap_ns / 1e3,
            (unsigned long long)c.gaps_50us, c.gaps_50us_ns / 1e6, ru.ru_nivcsw, ru.ru_nvcsw,
            (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec * 1e-6,

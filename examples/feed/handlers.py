@@ -93,7 +93,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
               inject_skip: int = 0, delay_ns: int = 0, per_packet: int = 1,
               cpus: tuple = (-1, -1, -1, -1), ticks: int = 0, check: bool = True,
               gso: bool = True, pace: str = "yield", rps_cpu: int = -1,
-              gro: bool = False, burst: int = 256, plain: bool = False) -> dict:
+              gro: bool = False, burst: int = 256, plain: bool = False,
+              arrivals: str = "poisson") -> dict:
     """One measured run; returns its record (JSON-able).  plain: the gdrpy
     path's channel uses PLAIN slots instead of LL (the cuMemcpy path always
     writes PLAIN's layout)."""
@@ -115,7 +116,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
     rec: dict = {"handler": handler, "path": path, "source": src, "offered_per_s": rate,
                  "seconds": seconds, "ring_slots": nslots, "batch_max": batch,
                  "sim": env.sim, "on_full": on_full, "per_packet": per_packet,
-                 "sender_mode": {"gso": gso, "pace": pace, "burst": burst},
+                 "sender_mode": {"gso": gso, "pace": pace, "burst": burst,
+                                 "arrivals": arrivals},
                  "slot_format": "plain" if ring_is_plain(path, plain) else "ll"}
     err = None
     snmp0 = None
@@ -135,7 +137,8 @@ def run_point(env, handler: str, path: str, src: str, rate: float, seconds: floa
         cmd = [os.path.join(BUILD, "feed_sender"), "--mode", src, "--rate", str(rate),
                "--seconds", str(seconds), "--symbols", str(nsym), "--seed", str(seed),
                "--cpu", str(c_snd), "--inject-skip", str(inject_skip),
-               "--per-packet", str(per_packet), "--pace", pace, "--burst", str(burst)]
+               "--per-packet", str(per_packet), "--pace", pace, "--burst", str(burst),
+               "--arrivals", arrivals]
         if ticks:
             cmd += ["--ticks", str(ticks)]
         pass_fds: tuple = ()

@@ -228,7 +228,7 @@ def run_sweep(env, a, log=print) -> dict:
     common = {"nsym": a.symbols, "seed": a.seed, "nslots": a.ring, "batch": a.batch,
               "cpus": cpus, "rcvbuf": a.rcvbuf, "per_packet": a.per_packet, "gso": not a.no_gso,
               "pace": a.pace, "shm_slots": a.shm_slots, "rps_cpu": a.rps, "gro": a.gro,
-              "burst": a.sender_burst, "plain": a.slots == "plain"}
+              "burst": a.sender_burst, "plain": a.slots == "plain", "arrivals": a.arrivals}
     points: list[dict] = []
     report: dict = {"points": points, "threads": pin_note, "zero_loss_capacity": {}}
     t0 = time.monotonic()
@@ -355,9 +355,10 @@ def sender_mode(r: dict) -> str:
         k = r.get("per_packet", 1)
         what = "one tick" if k == 1 else f"the ticks already due (at most {k})"
         return (f"sender: one datagram per send call carrying {what}, stamped just before "
-                f"it, {m.get('pace')} pacing")
+                f"it, {m.get('pace')} pacing, {m.get('arrivals', 'even')} arrivals")
     return (f"sender: up to {m.get('burst')} ticks per send call sharing one stamp"
-            f"{', UDP_SEGMENT' if m.get('gso') else ''}, {m.get('pace')} pacing")
+            f"{', UDP_SEGMENT' if m.get('gso') else ''}, {m.get('pace')} pacing, "
+            f"{m.get('arrivals', 'even')} arrivals")
 
 
 def _verdict(r: dict, ok: bool, what: str) -> dict:
