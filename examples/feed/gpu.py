@@ -59,6 +59,14 @@ __device__ __forceinline__ unsigned poll_two(const gdrpy_chan_desc_t &d, u64 i,
     return (m & 1u) ? ((m & 2u) ? 2u : 1u) : 0u;
 }
 
+/* Warp 0 and warp 1 meet from different places in the code: a barrier
+ * that allows that (bar.sync / __syncthreads() is .aligned: every thread
+ * of the block at the same instruction), with its memory ordering. */
+__device__ __forceinline__ void both_warps_meet()
+{
+    asm volatile("barrier.sync 1, 64;" ::: "memory");
+}
+
 /* Two warps (launch exactly 64 threads).  Warp 0 consumes the channel
  * (gdrpy_channel.cuh helpers, LL or PLAIN slots); warp 1 only publishes the
  * consumed count for slot reuse, so the system-scope release that needs
@@ -109,7 +117,7 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
             if (c != pub) pub = c;
             else if (done) break;
         }
-        __syncthreads();                             /* before warp 0's final report */
+        both_warps_meet();                           /* before warp 0's final report */
         return;
     }
     const unsigned window = d.nslots < 32u ? d.nslots : 32u;
@@ -221,7 +229,7 @@ extern "C" __global__ void feed_consumer(gdrpy_chan_desc_t d, int published, u64
         __threadfence_block();
         s_done = 1;                                  /* after the last count */
     }
-    __syncthreads();                                 /* warp 1 has published it */
+    both_warps_meet();                               /* warp 1 has published it */
     for (int o = 16; o > 0; o >>= 1) {
         torn += __shfl_xor_sync(full, torn, o);
         missing += __shfl_xor_sync(full, missing, o);
