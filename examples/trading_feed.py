@@ -15,10 +15,11 @@ What runs (docs/examples.md has the whole story):
   source in batches, checks sequence numbers, and writes each batch into a
   gdrpy channel with one fence; it waits only when the ring is full
   (counted); it never waits for an ack;
-* a persistent kernel (one warp; gdrpy_channel.cuh) checks every tick
+* a persistent kernel (two warps; gdrpy_channel.cuh) checks every tick
   (content vs its seq: torn; order: reordered/duplicate/missing), keeps exact
-  per-symbol sums (VWAP), and publishes "consumed" - the ack - into host
-  memory; on sim a CPU thread stands in for it;
+  per-symbol sums (VWAP), and stores its count - the ack - into host memory
+  (and the channel's consumed count, which frees the slots); on sim a CPU
+  thread stands in for it;
 * an ack collector thread sees each advance of that word and records, per
   tick, end-to-end latency = ack seen - the sender's CLOCK_MONOTONIC stamp in
   the tick (socket queueing included), and the stages in between.
@@ -236,9 +237,9 @@ def main(argv=None) -> int:
             rep = {"points": pts, "threads": note}
         rep.update(tool="examples/trading_feed.py", backend=env.backend, sim=env.sim,
                    loopback=rps_note,
-                   consumer=SIM_LABEL if env.sim else "persistent GPU kernel (one warp)",
+                   consumer=SIM_LABEL if env.sim else "persistent GPU kernel (two warps)",
                    latency_definition="end-to-end: sender's CLOCK_MONOTONIC stamp in the tick "
-                                      "-> the ack collector sees the consumer's consumed count "
+                                      "-> the ack collector sees the consumer's ack count "
                                       "cover it (same host clock)")
         rb = next((r.get("rcvbuf") for r in rep["points"] if r.get("rcvbuf")), None)
         if rb:
