@@ -143,7 +143,7 @@ def main(argv=None) -> int:
                    help="when the sender's ticks are due: gaps drawn from an exponential "
                         "distribution of mean 1/rate (default; a Poisson process, seeded by "
                         "--seed), or exactly 1/rate apart (a metronome, which can keep one "
-                        "phase to a periodic host stall for a whole run)")
+                        "phase to a periodic host stall for long stretches)")
     p.add_argument("--json", default=None, metavar="PATH", help="results as JSON ('-': stdout)")
     p.add_argument("--plot", default=None, metavar="SVG", help="rate vs end-to-end p99 plot")
     p.add_argument("--markdown", default=None, metavar="MD", help="tables for docs/results.md")

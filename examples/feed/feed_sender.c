@@ -20,8 +20,8 @@
  * spaces them exactly 1/rate apart (a metronome).  A metronome at a rate
  * that is a multiple of a periodic host stall (the H200 VMs stop every vCPU
  * about every 1 ms; the default 20,000/s is 20 ticks a ms) keeps one phase
- * to it for a whole run, so one run has a tick in every stall and the next
- * none (docs/examples.md).
+ * to it for long stretches, so in one run a tick meets every stall for a
+ * while and in the next none does (docs/examples.md).
  *
  * Between passes with nothing due the sender gives its CPU away (--pace):
  * `yield` (default) calls sched_yield(), so anything else runnable on its
