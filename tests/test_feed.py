@@ -204,22 +204,19 @@ def sender_stamps(arrivals: str, rate: float, seconds: float, seed: int = 7):
 def due_times(arrivals: str, rate: float, n: int, seed: int):
     """The sender's schedule rebuilt here (feed_sender.c, sched_*): seq k+1
     is due this many ns after the start.  Poisson: splitmix64 from the
-    seed, gaps -ln(u) / rate; even: k / rate."""
-    import math
-
+    seed (feed.h's mixer, engine._mix64), gaps -ln(u) / rate, summed in
+    order as the sender does; even: k / rate."""
     import numpy as np
     if arrivals == "even":
         return (np.arange(n) * (1e9 / rate)).astype(np.int64)
-    m64 = (1 << 64) - 1
-    s, t, out = (seed ^ 0x5851F42D4C957F2D) & m64, 0.0, []
-    for _ in range(n):
-        out.append(int(t))
-        s = (s + 0x9E3779B97F4A7C15) & m64
-        z = ((s ^ (s >> 30)) * 0xBF58476D1CE4E5B9) & m64
-        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m64
-        z ^= z >> 31
-        t += -math.log(((z >> 11) + 0.5) * 2.0 ** -53) * 1e9 / rate
-    return np.array(out, dtype=np.int64)
+    mix64 = feed_module("engine")._mix64
+    with np.errstate(over="ignore"):
+        states = (np.uint64((seed ^ 0x5851F42D4C957F2D) & (2**64 - 1))
+                  + np.arange(1, n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15))
+        z = mix64(states)
+    u = ((z >> np.uint64(11)).astype(np.float64) + 0.5) * 2.0 ** -53
+    gaps = -np.log(u) * 1e9 / rate
+    return np.concatenate(([0.0], np.cumsum(gaps))).astype(np.int64)
 
 
 def lag_against(stamps, due):

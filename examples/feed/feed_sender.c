@@ -161,13 +161,11 @@ static void sched_init(sched_t *s, const opts_t *o, uint64_t t0)
     s->rng = o->seed ^ 0x5851f42d4c957f2dull;
 }
 
-/* An exponential gap of mean 1/rate, in ns. */
+/* An exponential gap of mean 1/rate, in ns (splitmix64: feed.h's mixer on
+ * a Weyl sequence). */
 static double sched_gap(sched_t *s)
 {
-    uint64_t z = (s->rng += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    uint64_t z = feed_mix64(s->rng += 0x9e3779b97f4a7c15ull);
     double u = ((double)(z >> 11) + 0.5) * 0x1.0p-53; /* (0, 1) */
     return -log(u) * 1e9 / s->rate;
 }
