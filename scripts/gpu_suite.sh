@@ -14,7 +14,9 @@
 #             Python handlers, gdrpy and cuMemcpy paths), its 10 s proof
 #             points and half-capacity latency: about 4-5 min (issue 21)
 #   channel   (only when named) issue 15: channel tests, pingpong SUMMARY, GDRCopy
-#             pplat beside it (when .ext/gdrcopy is there), trading feed
+#             pplat beside it (when .ext/gdrcopy is there) and 12 process pairs of
+#             the C 4 B round trip and pplat's flag-only loop (scripts/chan_floor.py),
+#             trading feed
 #   misuse    issue 17: the hostile-input sweep on the default backend (counts of
 #             crashes, hangs, clear errors), gdrpy_apilat (8/64 B validated copies
 #             and gdrpy_open latency while 8 threads copy); with MISUSE_OLD_TREE=DIR
@@ -190,6 +192,12 @@ if [[ " $STAGES " == *" channel "* ]]; then
     if [ -d .ext/gdrcopy ]; then
         step channel_pplat 300 scripts/gdrcopy_tests.sh .ext/gdrcopy --only pplat \
             --work "$WORK/pplat" --timeout 120
+        # per process, 12 pairs: the C 4-byte round trip next to pplat's
+        # flag-only loop on the same CPU (the machine's floor moves by VM)
+        if [ -x "$WORK/pplat/build/gdrcopy_pplat" ]; then
+            step channel_floor 300 python3 scripts/chan_floor.py \
+                --pplat "$WORK/pplat/build/gdrcopy_pplat" --json "$WORK/chan_floor.json"
+        fi
     fi
     step channel_feed 300 python3 examples/trading_feed.py --backend nvrm --json "$WORK/trading_feed.json"
     # the gdrpy path with PLAIN slots (the feed's format before round 10), same VM

@@ -222,6 +222,16 @@ def main(d):
         what = "4 B data + flag" if "-s 4" in m.group(1) else "flag only"
         got = f"{float(m.group(3)):.3f} us" if m.group(3) else f"no result (exit {m.group(2)})"
         p(f"  GDRCopy pplat {m.group(1)} ({what}), same run: {got}")
+    # scripts/chan_floor.py: the C 4 B round trip and pplat's flag-only loop,
+    # process by process
+    fl = (load(d, "chan_floor.json") or {}).get("summary") or {}
+    if fl.get("c4_medians_us") and fl.get("pplat_flag_us"):
+        c, f = fl["c4_medians_us"], fl["pplat_flag_us"]
+        p(f"  {fl['pairs']} process pairs, CPU {fl['cpu']}: "
+          f"C 4 B medians {min(c):.3f}-{max(c):.3f} "
+          f"({fl['c4_at_or_under_target']}/{len(c)} <= 1.6), pplat flag only "
+          f"{min(f):.3f}-{max(f):.3f} ({fl['pplat_flag_at_or_under_target']}/{len(f)} <= 1.6), "
+          f"C - pplat paired median {fl['paired_difference_median_us']:+.3f}")
 
     for fname in ("trading_feed.json", "trading_feed_plain.json", "feed_sweep.json"):
         tf = load(d, fname)
