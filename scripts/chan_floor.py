@@ -64,12 +64,18 @@ def chanpp_c4(tool: str, cubin: str, cpu: int) -> dict | None:
     cmd = [tool, "--sizes", "32,4", "--alloc", "vmm", "--cpu", str(cpu), "--near",
            "--answer", "tag", "--iters", "10000", "--batch", "32",
            "--cubin", cubin, "--kernel", "gdrpy_pp_serve"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        print("chan_floor.py: gdrpy_chanpp did not finish in 120 s", file=sys.stderr)
+        return None
     for line in p.stdout.splitlines():
-        if line.startswith("{"):
-            row = json.loads(line)
-            if row.get("path") == "c" and row.get("size") == 4:
-                return {k: row[k] for k in ("median_us", "mean_us", "p99_us")}
+        try:
+            row = json.loads(line) if line.startswith("{") else {}
+        except ValueError:
+            continue
+        if row.get("path") == "c" and row.get("size") == 4:
+            return {k: row[k] for k in ("median_us", "mean_us", "p99_us")}
     print(f"chan_floor.py: gdrpy_chanpp exited {p.returncode}: {p.stderr.strip()[-300:]}",
           file=sys.stderr)
     return None
@@ -77,9 +83,13 @@ def chanpp_c4(tool: str, cubin: str, cpu: int) -> dict | None:
 
 def pplat_flag(pplat: str, cpu: int) -> float | None:
     """One pplat process, flag only: the median of its bucket means (us)."""
-    p = subprocess.run(["taskset", "-c", str(cpu), pplat, "-a", "cuMemAlloc", "-t", "10000"],
-                       capture_output=True, text=True, timeout=120,
-                       cwd=os.path.dirname(os.path.abspath(pplat)))
+    try:
+        p = subprocess.run(["taskset", "-c", str(cpu), pplat, "-a", "cuMemAlloc", "-t", "10000"],
+                           capture_output=True, text=True, timeout=120,
+                           cwd=os.path.dirname(os.path.abspath(pplat)))
+    except subprocess.TimeoutExpired:
+        print("chan_floor.py: pplat did not finish in 120 s", file=sys.stderr)
+        return None
     m = re.search(r"\(median\) ([0-9.]+)", p.stdout)
     if not m:
         print(f"chan_floor.py: pplat exited {p.returncode}: {(p.stdout + p.stderr)[-300:]}",

@@ -223,8 +223,8 @@ def test_chan_floor_pairs_the_c_round_trip_with_pplat_and_the_summary_shows_it(t
     # and reports both spreads, the count at or under 1.6 us and the median
     # of the paired differences; stand-in tools give it known numbers
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    c_rows = [json.dumps({"path": "c", "size": 32, "median_us": 2.2, "mean_us": 2.3,
-                          "p99_us": 2.9}) + "\n" +
+    tick = json.dumps({"path": "c", "size": 32, "median_us": 2.2, "mean_us": 2.3, "p99_us": 2.9})
+    c_rows = ["{a line that is not JSON\n" + tick + "\n" +
               json.dumps({"path": "c", "size": 4, "median_us": m, "mean_us": m + 0.01,
                           "p99_us": m + 0.1}) for m in (1.55, 1.62, 1.60)]
     _fake_tool(tmp_path / "chanpp", c_rows)
