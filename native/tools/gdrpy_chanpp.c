@@ -5,7 +5,7 @@
  *   gdrpy_chanpp --cubin FILE [--kernel NAME] [--device N] [--sizes 4,64,1024,4096]
  *                [--iters N] [--warmup N] [--batch 32] [--cpu N] [--timeout S]
  *                [--alloc cumemalloc|vmm] [--plain] [--near] [--kernel-rounds]
- *                [--answer tag|line] [--timeline]
+ *                [--answer tag|line] [--timeline] [--comp-nslots N]
  *                [--ab-answer ROUNDS [--ab-modes M,...] [--ab-sm N]]   (in-place A/B, see ab_answer)
  *                [--steer-probe VISITS]   (what steering past slow slots gives, see steer_probe)
  *   gdrpy_chanpp --sim ...      (no GPU: libgdrpy's CPU consumer thread answers)
@@ -25,6 +25,8 @@
  * GDRCopy's pplat -a cuMemCreate) pinned and mapped by libgdrpy (backend
  * auto).  --plain: the channel uses GDRPY_CHAN_PLAIN slots (default LL).
  * --near: a GDRPY_CHAN_NEAR channel (the kernel keeps the slots nearest its SM).
+ * --comp-nslots N: the completion ring's slots (a power of two; default: as
+ * many as the message ring's), to see what the ring's size costs a round trip.
  *
  * Output: one JSON object per line:
  *   {"path":"info", ...}   alloc, slot format, the kernel's SM, the timer and its cost
@@ -552,6 +554,7 @@ int main(int argc, char **argv)
     const char *cubin = NULL, *kname = "gdrpy_pp_serve", *sizes_s = "4,64,1024,4096";
     int device = 0, iters = 10000, warmup = -1, batch = 32, cpu = -1, sim = 0, plain = 0, near = 0;
     int kernel_rounds = 0, timeline = 0, ab_rounds = 0, nab = 4, ab_sm = -1, steer_visits = 0;
+    long comp_nslots = 0;
     unsigned ab_modes[16] = {0, 1, 2, 3}; /* tag channels: tag_modes below */
     int ab_modes_given = 0;
     const char *alloc_kind = "cumemalloc";
@@ -593,6 +596,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--ab-answer")) ab_rounds = atoi(v);
         else if (!strcmp(a, "--ab-sm")) ab_sm = atoi(v);
         else if (!strcmp(a, "--steer-probe")) steer_visits = atoi(v);
+        else if (!strcmp(a, "--comp-nslots")) comp_nslots = atol(v);
         else if (!strcmp(a, "--answer")) {
             if (!strcmp(v, "tag")) answer_shape = 1;
             else if (!strcmp(v, "line")) answer_shape = 0;
@@ -654,6 +658,8 @@ int main(int argc, char **argv)
     gdrpy_chan_config_t cfg = {256, (uint32_t)maxsize, 0, answer_shape == 1 ? 0u : 16u,
                                (plain ? GDRPY_CHAN_PLAIN : 0) | (near ? GDRPY_CHAN_NEAR : 0), 0};
     while (cfg.nslots < (uint32_t)batch * 2) cfg.nslots *= 2;
+    if (comp_nslots < 0 || comp_nslots > (1L << 20)) die("--comp-nslots %ld out of range", comp_nslots);
+    cfg.comp_nslots = (uint32_t)comp_nslots; /* 0: nslots; the library checks the rest */
     size_t need;
     gcheck(gdrpy_chan_device_bytes(&cfg, &need), "chan_device_bytes");
     size_t alloc = need + GDRPY_GPU_PAGE_SIZE;
