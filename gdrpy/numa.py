@@ -4,8 +4,9 @@ A CPU store to BAR1 and the GPU's answer in host memory cross the
 CPU<->PCIe path; from a core on the GPU's own NUMA node (socket) that path
 is shortest.  ``device_locality(ctx)`` reads the GPU's NUMA node and its
 nearby CPUs from sysfs (``/sys/bus/pci/devices/<bus id>/numa_node`` and
-``local_cpulist``); ``pin_thread_near_gpu(ctx)`` restricts the calling thread
-to one of those CPUs (``os.sched_setaffinity``).  The sim backend has no
+``local_cpulist``); ``near_cpu(ctx)`` picks one of those CPUs and
+``pin_thread_near_gpu(ctx)`` restricts the calling thread to it
+(``os.sched_setaffinity``).  The sim backend has no
 GPU: both report that and change nothing.
 """
 
@@ -13,7 +14,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["device_locality", "parse_cpulist", "pin_thread_near_gpu", "sysfs_pci_dir"]
+__all__ = ["device_locality", "near_cpu", "parse_cpulist", "pin_thread_near_gpu",
+           "sysfs_pci_dir"]
 
 SYSFS_PCI = "/sys/bus/pci/devices"
 
@@ -78,16 +80,22 @@ def device_locality(ctx=None, pci_bus_id: str | None = None, root: str = SYSFS_P
     return res
 
 
+def near_cpu(ctx) -> int | None:
+    """The CPU near the GPU that gdrpy pins to: the last local CPU in this
+    process's affinity (the first ones tend to take interrupts), or None
+    when there is none (sim, no locality information, none allowed)."""
+    cands = device_locality(ctx)["allowed_local_cpus"]
+    return cands[-1] if cands else None
+
+
 def pin_thread_near_gpu(ctx, cpu: int | None = None) -> int | None:
-    """Restrict the calling thread to one CPU near the GPU (``cpu``, or the
-    last allowed local CPU: the first ones tend to take interrupts).
-    Returns the CPU, or None when there is nothing to pin to (sim, no
-    locality information, or no local CPU in this process's affinity)."""
-    loc = device_locality(ctx)
+    """Restrict the calling thread to one CPU near the GPU (``cpu``, or
+    ``near_cpu(ctx)``).  Returns the CPU, or None when there is nothing to
+    pin to (sim, no locality information, or no local CPU in this
+    process's affinity)."""
     if cpu is None:
-        cands = loc["allowed_local_cpus"]
-        if not cands:
+        cpu = near_cpu(ctx)
+        if cpu is None:
             return None
-        cpu = cands[-1]
     os.sched_setaffinity(0, {cpu})
     return cpu

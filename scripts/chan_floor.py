@@ -21,8 +21,9 @@ and the median of the paired differences (C - pplat).
 --pplat: a gdrcopy_pplat built against our libgdrapi.so.2
 (scripts/gdrcopy_tests.sh --only pplat builds one in WORK/build). --cubin:
 the ping-pong kernels (gdrpy/tools/channel_kernels.cu) compiled for this
-GPU; without it nvcc ($CUDA_HOME, default /usr/local/cuda) compiles them.
-GPU machines only: there is nothing to compare on the sim backend.
+GPU; without it they are compiled as `bench pingpong` compiles them (NVRTC
+for this GPU, GDRPY_PP_POLL_PIPE honoured). GPU machines only: there is
+nothing to compare on the sim backend.
 """
 from __future__ import annotations
 
@@ -35,35 +36,41 @@ import subprocess
 import sys
 import tempfile
 
+from gdrpy.tools.pingpong import chanpp_command
+from gdrpy.tools.pingpong_report import TARGETS
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TARGET_US = 1.6
+TARGET_US = TARGETS["c_us"]
 
 
 def near_cpu() -> int:
-    """The CPU `bench pingpong` pins to: the last allowed CPU near GPU 0."""
+    """The CPU `bench pingpong` pins to (gdrpy.numa.near_cpu of GPU 0)."""
     import gdrpy
     from gdrpy import numa
     with gdrpy.open(0) as ctx:
         if ctx.is_sim:
             sys.exit("chan_floor.py: the sim backend was chosen; this needs a GPU")
-        cpus = numa.device_locality(ctx)["allowed_local_cpus"]
-    if not cpus:
+        cpu = numa.near_cpu(ctx)
+    if cpu is None:
         sys.exit("chan_floor.py: no CPU near the GPU is known; pass --cpu")
-    return cpus[-1]
+    return cpu
 
 
-def compile_cubin(out: str) -> None:
-    nvcc = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")
-    src = os.path.join(ROOT, "gdrpy", "tools", "channel_kernels.cu")
-    subprocess.run([nvcc, "-cubin", "-arch=sm_90", "-std=c++17",
-                    "-I" + os.path.join(ROOT, "native", "include"), src, "-o", out], check=True)
+def write_kernel_image(out: str) -> None:
+    """The ping-pong kernels as `bench pingpong` builds them for GPU 0."""
+    from gdrpy.tools.cuda_rt import GpuRuntime
+    from gdrpy.tools.pingpong import kernel_source, pipe_options
+    module = GpuRuntime(0).compile(kernel_source(), "channel_kernels.cu", pipe_options())
+    try:
+        with open(out, "wb") as f:
+            f.write(module.image)
+    finally:
+        module.close()
 
 
 def chanpp_c4(tool: str, cubin: str, cpu: int) -> dict | None:
     """One gdrpy_chanpp process: its `c` row for 4 bytes (median, mean, p99)."""
-    cmd = [tool, "--sizes", "32,4", "--alloc", "vmm", "--cpu", str(cpu), "--near",
-           "--answer", "tag", "--iters", "10000", "--batch", "32",
-           "--cubin", cubin, "--kernel", "gdrpy_pp_serve"]
+    cmd = chanpp_command(tool, [32, 4], 10000, 32, cpu=cpu, cubin=cubin)
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     except subprocess.TimeoutExpired:
@@ -120,7 +127,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="chan-floor-") as tmp:
         cubin = a.cubin or os.path.join(tmp, "channel_kernels.cubin")
         if not a.cubin:
-            compile_cubin(cubin)
+            write_kernel_image(cubin)
         pairs = []
         for r in range(a.rounds):
             c = chanpp_c4(a.chanpp, cubin, cpu)
@@ -134,7 +141,7 @@ def main() -> int:
     fs = [p["pplat_flag_us"] for p in pairs if p["pplat_flag_us"] is not None]
     both = [p["c4"]["median_us"] - p["pplat_flag_us"] for p in pairs
             if p["c4"] and p["pplat_flag_us"] is not None]
-    summary = {"cpu": cpu, "pairs": len(pairs),
+    summary = {"cpu": cpu, "pairs": len(pairs), "target_us": TARGET_US,
                "c4_medians_us": cs, "pplat_flag_us": fs,
                "c4_at_or_under_target": sum(x <= TARGET_US for x in cs),
                "pplat_flag_at_or_under_target": sum(x <= TARGET_US for x in fs),

@@ -226,11 +226,11 @@ def main(d):
     # process by process
     fl = (load(d, "chan_floor.json") or {}).get("summary") or {}
     if fl.get("c4_medians_us") and fl.get("pplat_flag_us"):
-        c, f = fl["c4_medians_us"], fl["pplat_flag_us"]
+        c, f, t = fl["c4_medians_us"], fl["pplat_flag_us"], fl["target_us"]
         p(f"  {fl['pairs']} process pairs, CPU {fl['cpu']}: "
           f"C 4 B medians {min(c):.3f}-{max(c):.3f} "
-          f"({fl['c4_at_or_under_target']}/{len(c)} <= 1.6), pplat flag only "
-          f"{min(f):.3f}-{max(f):.3f} ({fl['pplat_flag_at_or_under_target']}/{len(f)} <= 1.6), "
+          f"({fl['c4_at_or_under_target']}/{len(c)} <= {t:g}), pplat flag only "
+          f"{min(f):.3f}-{max(f):.3f} ({fl['pplat_flag_at_or_under_target']}/{len(f)} <= {t:g}), "
           f"C - pplat paired median {fl['paired_difference_median_us']:+.3f}")
 
     for fname in ("trading_feed.json", "trading_feed_plain.json", "feed_sweep.json"):

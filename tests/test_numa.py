@@ -12,6 +12,7 @@ from conftest import GPU_PRESENT
 import gdrpy
 from gdrpy.numa import (
     device_locality,
+    near_cpu,
     parse_cpulist,
     pin_thread_near_gpu,
     sysfs_pci_dir,
@@ -47,6 +48,7 @@ def test_locality_from_a_fake_sysfs(tmp_path):
 def test_sim_has_no_locality_and_pins_nothing():
     with gdrpy.open(0, "sim") as ctx:
         assert device_locality(ctx)["why"].startswith("no GPU")
+        assert near_cpu(ctx) is None
         assert pin_thread_near_gpu(ctx) is None
 
 
@@ -72,3 +74,4 @@ def test_gpu_locality_is_read_from_sysfs():
         loc = device_locality(ctx)
         assert loc["pci_bus_id"] and loc["why"] is None, loc
         assert loc["local_cpus"], loc
+        assert near_cpu(ctx) == loc["allowed_local_cpus"][-1], loc

@@ -314,6 +314,30 @@ def chanpp_path() -> str | None:
     return None
 
 
+def chanpp_command(tool: str, sizes, iters: int, batch: int, *, alloc: str = "vmm",
+                   answer: str = "tag", plain: bool = False, near: bool = True,
+                   cpu: int | None = None, device: int | None = None, warmup: int | None = None,
+                   timeout_s: float | None = None, cubin: str | None = None) -> list[str]:
+    """gdrpy_chanpp's command line for the C round trips (None: the tool's
+    default); ``cubin``: the kernels' image, served by gdrpy_pp_serve."""
+    cmd = [tool]
+    if device is not None:
+        cmd += ["--device", str(device)]
+    cmd += ["--sizes", ",".join(map(str, sizes)), "--iters", str(iters)]
+    if warmup is not None:
+        cmd += ["--warmup", str(warmup)]
+    cmd += ["--batch", str(batch)]
+    if timeout_s is not None:
+        cmd += ["--timeout", str(timeout_s)]
+    cmd += ["--alloc", alloc, "--answer", answer] + (["--plain"] if plain else []) \
+        + (["--near"] if near else [])
+    if cpu is not None:
+        cmd += ["--cpu", str(cpu)]
+    if cubin is not None:
+        cmd += ["--cubin", cubin, "--kernel", "gdrpy_pp_serve"]
+    return cmd
+
+
 def c_roundtrips(ctx, sizes, iters: int, warmup: int, batch: int, tick: int, image: bytes | None,
                  cpu: int | None, timeout_s: float, alloc: str = "vmm",
                  plain: bool = False, near: bool = True, answer: str = "tag") -> dict:
@@ -321,23 +345,20 @@ def c_roundtrips(ctx, sizes, iters: int, warmup: int, batch: int, tick: int, ima
     if tool is None:
         return {"error": "gdrpy_chanpp not found (build it with `make -C native tools`)"}
     sz = [tick] + [s for s in sizes if s != tick]
-    cmd = [tool, "--device", str(ctx.device), "--sizes", ",".join(map(str, sz)),
-           "--iters", str(iters), "--warmup", str(warmup), "--batch", str(batch),
-           "--timeout", str(timeout_s), "--alloc", alloc, "--answer", answer] \
-        + (["--plain"] if plain else []) \
-        + (["--near"] if near else [])
-    if cpu is not None:
-        cmd += ["--cpu", str(cpu)]
     with tempfile.TemporaryDirectory(prefix="gdrpy-pp-") as tmp:
         if ctx.is_sim:
-            cmd.append("--sim")
+            path = None
         else:
             if image is None:
                 raise RuntimeError("the C ping-pong needs the NVRTC image of the kernels")
             path = os.path.join(tmp, "channel_kernels.cubin")
             with open(path, "wb") as f:
                 f.write(image)
-            cmd += ["--cubin", path, "--kernel", "gdrpy_pp_serve"]
+        cmd = chanpp_command(tool, sz, iters, batch, alloc=alloc, answer=answer, plain=plain,
+                             near=near, cpu=cpu, device=ctx.device, warmup=warmup,
+                             timeout_s=timeout_s, cubin=path)
+        if ctx.is_sim:
+            cmd.append("--sim")
         try:
             p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
         except subprocess.TimeoutExpired:
