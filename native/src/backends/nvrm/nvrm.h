@@ -145,6 +145,24 @@ GP_HIDDEN int nvrm_map_range_at(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off
 GP_HIDDEN int nvrm_unmap_range(struct nvrm_ctx *nc, uint32_t hMem, struct nvrm_map *m);
 GP_HIDDEN int nvrm_map_type_of(uint32_t flags);
 
+/* Imports the (single-object) RM export fd `fd` of the memory at `addr`
+ * into our client; closes fd. */
+GP_HIDDEN int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd,
+                             uint32_t *hOut);
+/* RM_DUP_OBJECT of (hClientSrc, hObjectSrc) into our client under hDevice. */
+GP_HIDDEN int nvrm_dup(struct nvrm_ctx *nc, uint32_t hcli, uint32_t hobj, uint32_t *hOut,
+                       const char *what);
+/* Frees our dups h[0..n) (zero entries skipped). */
+GP_HIDDEN void nvrm_free_dups(struct nvrm_ctx *nc, const uint32_t *h, int n, const char *what);
+/* RM class of a handle in our client (0 if unknown); physical size of a
+ * memory object in our client (0 if the driver does not say). */
+GP_HIDDEN uint32_t nvrm_class_of(struct nvrm_ctx *nc, uint32_t h);
+GP_HIDDEN uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h);
+/* The physical address and aperture (0 video memory, 1 system memory) of
+ * byte `off` of our RM memory object h (NV0041_CTRL_CMD_GET_SURFACE_PHYS_ATTR;
+ * the driver answers only callers with CAP_SYS_ADMIN).  0, or the error. */
+GP_HIDDEN int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint64_t *pa,
+                             uint32_t *aperture);
 /* ---- table.c ---------------------------------------------------------- */
 GP_HIDDEN size_t nvrm_abi_count(void);
 GP_HIDDEN const struct nvrm_abi *nvrm_abi_at(size_t i);
@@ -159,15 +177,8 @@ GP_HIDDEN int nvrm_abi_test_corrupt(struct nvrm_abi *t);
 /* ---- routes.c --------------------------------------------------------- */
 GP_HIDDEN int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr,
                               const gp_cuda_ptr *cp, uint32_t *hOut);
-/* Imports the (single-object) RM export fd `fd` of the memory at `addr`
- * into our client; closes fd. */
-GP_HIDDEN int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd,
-                             uint32_t *hOut);
 /* cuIpcGetMemHandle of the allocation at `base` as 16 u32 words. */
 GP_HIDDEN int nvrm_ipc_words(uint64_t base, uint32_t w[16]);
-/* RM_DUP_OBJECT of (hClientSrc, hObjectSrc) into our client under hDevice. */
-GP_HIDDEN int nvrm_dup(struct nvrm_ctx *nc, uint32_t hcli, uint32_t hobj, uint32_t *hOut,
-                       const char *what);
 GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
                               uint32_t *hOut, uint64_t *objoff);
 /* Read-only identity check: `hMem` at RM offset `rm_off` must hold what
@@ -276,10 +287,6 @@ GP_HIDDEN struct nvrm_path nvrm_path_of(const struct nvrm_blk *b, int i, uint32_
 GP_HIDDEN int nvrm_path_read(uint64_t root, const struct nvrm_path *p, void *out, size_t w);
 GP_HIDDEN void nvrm_path_str(const struct nvrm_path *p, char *s, size_t n);
 GP_HIDDEN int nvrm_is_client(uint32_t x);
-/* RM class of a handle in our client (0 if unknown); physical size of a
- * memory object in our client (0 if the driver does not say). */
-GP_HIDDEN uint32_t nvrm_class_of(struct nvrm_ctx *nc, uint32_t h);
-GP_HIDDEN uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h);
 /* CUDA's RM client as route C sees it (a 1-byte cuMemAlloc's IPC words), or 0. */
 GP_HIDDEN uint32_t nvrm_cuda_client(void);
 /* The distinct (client, object) pairs a descriptor names for one
@@ -330,13 +337,6 @@ GP_HIDDEN int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t
  * route V's proof (route_v.c) to decide. */
 GP_HIDDEN int nvrm_dup_alive(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
                              int n, uint64_t need, uint32_t *keep);
-/* Frees our dups h[0..n) (zero entries skipped). */
-GP_HIDDEN void nvrm_free_dups(struct nvrm_ctx *nc, const uint32_t *h, int n, const char *what);
-/* The physical address and aperture (0 video memory, 1 system memory) of
- * byte `off` of our RM memory object h (NV0041_CTRL_CMD_GET_SURFACE_PHYS_ATTR;
- * the driver answers only callers with CAP_SYS_ADMIN).  0, or the error. */
-GP_HIDDEN int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint64_t *pa,
-                             uint32_t *aperture);
 /* The learned descriptors of `device` (learn.c: learned at the first call,
  * on scratch memory of our own, inside a CUDA scope of the device); ENOTSUP
  * with the reason if they could not be learned and confirmed. */

@@ -52,88 +52,6 @@ int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, const gp_cu
     return nvrm_import_fd(ctx, nc, addr, fd, hOut);
 }
 
-/* Imports the (single-object) RM export fd `fd` of the memory at `addr`
- * into our client; closes fd. */
-int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd, uint32_t *hOut)
-{
-    int rc;
-    /* The parameters differ by branch (abi.h): fill the fd, read the two
-     * outputs at the table's offsets. */
-    union {
-        nv0000_export_info_t cur;
-        nv0000_export_info_v535_t v535;
-    } eu;
-    memset(&eu, 0, sizeof eu);
-    eu.cur.fd = fd;
-    if (nc->abi.size_export_info > sizeof eu) {
-        rc = gp_err(GDRPY_EIO, "ABI table %s: GET_EXPORT_OBJECT_INFO size %u exceeds our "
-                               "definitions",
-                    nc->abi.branch, nc->abi.size_export_info);
-        goto out;
-    }
-    rc = nvrm_rm_control(nc, nc->abi.ctrl_export_info, &eu, nc->abi.size_export_info,
-                         "OS_UNIX_GET_EXPORT_OBJECT_INFO on the exported fd");
-    if (rc) goto out;
-    uint32_t dev_inst;
-    uint16_t max_objects;
-    memcpy(&dev_inst, (const uint8_t *)&eu + nc->abi.export_off_device_instance, 4);
-    memcpy(&max_objects, (const uint8_t *)&eu + nc->abi.export_off_max_objects, 2);
-    if (dev_inst != nc->dev_instance) {
-        rc = gp_err(GDRPY_ENODEV, "the allocation at 0x%llx lives on RM device instance %u, "
-                                  "but this context's GPU (CUDA device %d) is instance %u",
-                    (unsigned long long)addr, dev_inst, ctx->device, nc->dev_instance);
-        goto out;
-    }
-    if (max_objects < 1) {
-        rc = gp_err(GDRPY_EIO, "the exported fd of 0x%llx holds no objects",
-                    (unsigned long long)addr);
-        goto out;
-    }
-    for (int attempt = 0; attempt < 4; attempt++) {
-        static nv0000_import_t zero;
-        nv0000_import_t *im = malloc(sizeof *im);
-        if (!im) {
-            rc = gp_err(GDRPY_ENOMEM, "out of memory");
-            goto out;
-        }
-        *im = zero;
-        im->fd = fd;
-        im->hParent = nc->hDevice;
-        im->objects[0] = nvrm_new_handle(nc);
-        im->numObjects = 1;
-        im->index = 0;
-        nv_os54_t a;
-        memset(&a, 0, sizeof a);
-        a.hClient = nc->hClient;
-        a.hObject = nc->hClient;
-        a.cmd = nc->abi.ctrl_import_from_fd;
-        a.params = (uint64_t)(uintptr_t)im;
-        a.paramsSize = nc->abi.size_import_from_fd;
-        rc = nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status,
-                           "OS_UNIX_IMPORT_OBJECTS_FROM_FD");
-        uint32_t hh = im->objects[0];
-        uint8_t type = im->objectTypes[0];
-        free(im);
-        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue; /* handle taken */
-        if (rc) goto out;
-        if (type != nc->abi.import_type_vidmem) {
-            nvrm_rm_free(nc, nc->hDevice, hh, "freeing a non-vidmem import");
-            rc = gp_err(GDRPY_ENOTSUP, "the allocation at 0x%llx imported as object type %u, "
-                                       "not video memory (1)",
-                        (unsigned long long)addr, type);
-            goto out;
-        }
-        *hOut = hh;
-        nvrm_live_add(&nc->n_mem, 1);
-        rc = 0;
-        goto out;
-    }
-    rc = gp_err(GDRPY_EIO, "no free RM handle for the import after 4 attempts");
-out:
-    close(fd);
-    return rc;
-}
-
 /* ---- route C: cuMemAlloc memory, IPC words -> dup --------------------- */
 
 #ifdef GDRPY_NVRM_TESTING
@@ -152,28 +70,6 @@ int nvrm_ipc_words(uint64_t base, uint32_t w[16])
                            (unsigned long long)base);
     memcpy(w, ih.reserved, 16 * sizeof(uint32_t));
     return 0;
-}
-
-int nvrm_dup(struct nvrm_ctx *nc, uint32_t hcli, uint32_t hobj, uint32_t *hOut, const char *what)
-{
-    int rc = GDRPY_EIO;
-    for (int attempt = 0; attempt < 4; attempt++) {
-        nv_os55_t a;
-        memset(&a, 0, sizeof a);
-        a.hClient = nc->hClient;
-        a.hParent = nc->hDevice;
-        a.hObject = nvrm_new_handle(nc);
-        a.hClientSrc = hcli;
-        a.hObjectSrc = hobj;
-        a.flags = 0;
-        rc = nvrm_esc_call(nc, &nc->abi.rm_dup, "RM_DUP_OBJECT", &a, sizeof a, &a.status, what);
-        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue; /* handle taken */
-        if (rc) return rc;
-        *hOut = a.hObject;
-        nvrm_live_add(&nc->n_mem, 1);
-        return 0;
-    }
-    return rc;
 }
 
 /* CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR of p, or 0 where CUDA has none. */
