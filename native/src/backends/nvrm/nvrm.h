@@ -181,6 +181,7 @@ GP_HIDDEN int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr,
 GP_HIDDEN int nvrm_ipc_words(uint64_t base, uint32_t w[16]);
 GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
                               uint32_t *hOut, uint64_t *objoff);
+/* ---- identity.c ------------------------------------------------------- */
 /* Read-only identity check: `hMem` at RM offset `rm_off` must hold what
  * CUDA shows at virtual address `va` (rm_off corresponds to va), sampled at
  * the first and last host page of [addr, addr + size) (va <= addr).  Never
@@ -191,12 +192,13 @@ GP_HIDDEN int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hM
  * mapping or copy that failed (*differs = 0: nothing was learnt). */
 GP_HIDDEN int nvrm_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
                             uint64_t rm_off, uint64_t addr, uint64_t size, int *differs);
-/* The same comparison, read-only, at up to 256 windows of 64 bytes spread
- * evenly over [addr, addr + size): *differs = 1 where a stable byte of hMem
- * differs from CUDA's copy.  0, or the error of a mapping or copy.  Used to
- * tell apart candidates that all passed nvrm_verify_identity. */
-GP_HIDDEN int nvrm_compare_spread(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
-                                  uint64_t rm_off, uint64_t addr, uint64_t size, int *differs);
+/* Which of the n live candidates c[0..n) (our dups: freed here unless
+ * chosen) holds the caller's memory [lo, lo + len) (va: the CUDA address
+ * rm_off corresponds to), proven read-only; 0 with *hOut and how in proof,
+ * else the reason (identity.c has the steps). */
+GP_HIDDEN int nvrm_identity_pick(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t *c, int n,
+                                 uint64_t va, uint64_t rm_off, uint64_t lo, uint64_t len,
+                                 uint32_t *hOut, char *proof, size_t prooflen);
 /* 8-byte-load reads / writes through a mapping (BAR1: never byte by byte). */
 GP_HIDDEN void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a,
                                 size_t n, uint8_t *out);
