@@ -23,27 +23,6 @@
 #include "internal.h"
 #include "nvrm.h"
 
-/* Reads [a, a+n) of a mapping with aligned 8-byte loads (BAR1 reads cost
- * ~1 us each, so never byte by byte).  `win` maps the page-aligned window
- * starting at address `wbase`. */
-void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a, size_t n,
-                      uint8_t *out)
-{
-    uint64_t lo = gp_round_down(a, 8), hi = gp_round_up(a + n, 8);
-    while (lo < hi) {
-        uint8_t tmp[256];
-        uint64_t chunk_hi = hi - lo > sizeof tmp ? lo + sizeof tmp : hi;
-        for (uint64_t x = lo; x < chunk_hi; x += 8) {
-            uint64_t v = *(const volatile uint64_t *)(win + (x - wbase));
-            memcpy(tmp + (x - lo), &v, 8);
-        }
-        uint64_t from = a > lo ? a : lo;
-        uint64_t to = a + n < chunk_hi ? a + n : chunk_hi;
-        memcpy(out + (from - a), tmp + (from - lo), (size_t)(to - from));
-        lo = chunk_hi;
-    }
-}
-
 static int dtoh(gp_ctx *ctx, void *dst, uint64_t src, size_t n)
 {
     return gp_cuda_memcpy(ctx->device, 1, src, dst, n, NULL);
@@ -157,7 +136,7 @@ int nvrm_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va, 
  * differs from CUDA's copy.  0, or the error of a mapping or copy.  Used to
  * tell apart candidates that all passed nvrm_verify_identity. */
 static int compare_spread(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
-                         uint64_t rm_off, uint64_t addr, uint64_t size, int *differs)
+                          uint64_t rm_off, uint64_t addr, uint64_t size, int *differs)
 {
     enum { SAMPLE = 64,
            MAXWIN = 256 };

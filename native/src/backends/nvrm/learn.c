@@ -41,69 +41,12 @@ enum { MAX_TRIES = 12000, /* candidate dups per client while learning */
 
 /* ---- scratch memory of our own ----------------------------------------- */
 
-void nvrm_lpattern(uint8_t *p, size_t n, uint64_t salt)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t s = ((uint64_t)ts.tv_nsec + 1) * 0x9e3779b97f4a7c15ull ^ salt ^ (uint64_t)(uintptr_t)p;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        p[i] = (uint8_t)(s >> 24);
-    }
-}
-
-/* Does RM object h (our dup) hold `pat` at rm_off?  Read only. */
-int nvrm_lholds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_off, const uint8_t *pat)
-{
-    const uint64_t hp = (uint64_t)nvrm_host_page();
-    struct nvrm_map m;
-    if ((rm_off & 7) || nvrm_map_range(nc, h, rm_off, NVRM_LPAT, &m)) return 0;
-    uint8_t got[NVRM_LPAT];
-    const volatile uint8_t *base = (const volatile uint8_t *)m.mm + (rm_off & (hp - 1));
-    nvrm_read_mapped(base, rm_off, rm_off, NVRM_LPAT, got);
-    nvrm_unmap_range(nc, h, &m);
-    return memcmp(got, pat, NVRM_LPAT) == 0;
-}
-
-static void drop(struct nvrm_ctx *nc, uint32_t h)
-{
-    nvrm_rm_free(nc, nc->hDevice, h, "learning: freeing a candidate");
-    nvrm_live_add(&nc->n_mem, -1);
-}
-
-/* Is (cli, obj) video memory holding pat at rm_off?  (Dup freed again.) */
-int nvrm_lnames(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
-                const uint8_t *pat)
-{
-    uint32_t h = 0;
-    if (!obj || obj == cli || nvrm_dup(nc, cli, obj, &h, "learning: candidate")) return 0;
-    int ok = nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER && nvrm_lholds(nc, h, rm_off, pat);
-    drop(nc, h);
-    return ok;
-}
-
-/* The per-pin rule picks, among `n` candidates, the one holding pat: a
- * layout is confirmed only where it names exactly one live video-memory
- * object and that one holds pat (stricter than a user's pin, where route V
- * may tell several apart). */
-int nvrm_lrule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,
-                     uint64_t need, uint64_t rm_off, const uint8_t *pat)
-{
-    uint32_t h[NVRM_MAX_CAND];
-    int kept = n > 0 ? nvrm_dup_alive(nc, cli, obj, n, need, h) : -1;
-    int ok = kept == 1 && nvrm_lholds(nc, h[0], rm_off, pat);
-    if (kept > 0) nvrm_free_dups(nc, h, kept, "learning: freeing a candidate");
-    return ok;
-}
-
 struct vscratch {
     CUdeviceptr va;
     size_t size;
     CUmemGenericAllocationHandle h;
     int mapped, reserved, created;
-    uint8_t pat[NVRM_LPAT];
+    uint8_t pat[NVRM_SCRATCH_PAT];
 };
 
 static int vscratch_alloc(int device, int rdma, struct vscratch *s)
@@ -130,8 +73,8 @@ static int vscratch_alloc(int device, int rdma, struct vscratch *s)
     s->mapped = 1;
     gp_CUmemAccessDesc ad = {CU_MEM_LOCATION_TYPE_DEVICE, device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     if ((r = gp_cu.MemSetAccess(s->va, g, &ad, 1))) goto fail;
-    nvrm_lpattern(s->pat, NVRM_LPAT, s->va);
-    return gp_cuda_memcpy(device, 0, s->va, s->pat, NVRM_LPAT, NULL);
+    nvrm_scratch_pattern(s->pat, NVRM_SCRATCH_PAT, s->va);
+    return gp_cuda_memcpy(device, 0, s->va, s->pat, NVRM_SCRATCH_PAT, NULL);
 fail:
     return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemCreate/cuMemMap", "scratch VMM allocation");
 }
@@ -202,7 +145,7 @@ static int find_first(struct nvrm_ctx *nc, const struct vscratch *s, const struc
                 for (uint32_t q = 0; q < o && !earlier; q += 4) earlier = !memcmp(b[i].d + q, &x, 4);
                 if (earlier) continue;
                 tries++;
-                if (nvrm_lnames(nc, cs[c], x, 0, s->pat)) {
+                if (nvrm_scratch_names(nc, cs[c], x, 0, s->pat)) {
                     *cli = cs[c];
                     *obj = x;
                     return 0;
@@ -282,7 +225,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         for (int i = 0; i < np && !good; i++) {
             uint32_t o2 = 0;
             good = nvrm_path_read((uint64_t)h2, &P[i], &o2, 4) == 0 && o2 != obj &&
-                   nvrm_lnames(nc, c2, o2, 0, s2.pat);
+                   nvrm_scratch_names(nc, c2, o2, 0, s2.pat);
         }
         if (good) d.cli[d.ncli++] = Q[j];
     }
@@ -293,7 +236,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
         int n = nvrm_desc_vmm_candidates(&one, (uint64_t)h2, cc, oo, NVRM_MAX_CAND);
         int good = 0;
-        for (int k = 0; k < n && !good; k++) good = oo[k] != obj && nvrm_lnames(nc, cc[k], oo[k], 0, s2.pat);
+        for (int k = 0; k < n && !good; k++) good = oo[k] != obj && nvrm_scratch_names(nc, cc[k], oo[k], 0, s2.pat);
         if (good) d.obj[d.nobj++] = P[i];
     }
     /* soundness, as a busy process needs it: with more allocations alive, a
@@ -328,10 +271,10 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
                 uint64_t sz = 0;
                 if (nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
                     ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= all[a]->size)) {
-                    if (nvrm_lholds(nc, h, 0, all[a]->pat)) r = 1;
+                    if (nvrm_scratch_holds(nc, h, 0, all[a]->pat)) r = 1;
                     else wrong++;
                 }
-                drop(nc, h);
+                nvrm_free_dups(nc, &h, 1, "learning: freeing a candidate");
             }
             right += r;
         }
@@ -358,7 +301,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
             int all_ok = one.cli_fixed || one.ncli > 0;
             for (int a = 0; a < nall && all_ok; a++) {
                 uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
-                all_ok = nvrm_lrule_picks(
+                all_ok = nvrm_scratch_rule_picks(
                     nc, cc, oo, nvrm_desc_vmm_candidates(&one, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
                     all[a]->size, 0, all[a]->pat);
             }
@@ -371,9 +314,9 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
     int ok = d.nobj > 0 && (d.cli_fixed || d.ncli > 0);
     for (int a = 0; a < nall && ok; a++) {
         uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
-        ok = nvrm_lrule_picks(nc, cc, oo,
-                              nvrm_desc_vmm_candidates(&d, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
-                              all[a]->size, 0, all[a]->pat);
+        ok = nvrm_scratch_rule_picks(nc, cc, oo,
+                                     nvrm_desc_vmm_candidates(&d, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
+                                     all[a]->size, 0, all[a]->pat);
     }
     if (!ok) {
         snprintf(why, wl, "the %d places that named the memory of one scratch allocation did "

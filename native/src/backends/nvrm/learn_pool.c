@@ -41,7 +41,7 @@ struct pscratch {
     CUdeviceptr va[PS_MAX];
     int live[PS_MAX];
     uint64_t mbase[PS_MAX], msize[PS_MAX];
-    uint8_t pat[PS_MAX][NVRM_LPAT];
+    uint8_t pat[PS_MAX][NVRM_SCRATCH_PAT];
 };
 
 static int pscratch_fill(int device, struct pscratch *s, const size_t *sizes, int n,
@@ -103,8 +103,8 @@ static int pscratch_fill(int device, struct pscratch *s, const size_t *sizes, in
                                       s->va[i]) ||
             !s->mbase[i] || s->va[i] < s->mbase[i])
             return gp_err(GDRPY_ENOTSUP, "CUDA gives no mapping base/size for pool memory");
-        nvrm_lpattern(s->pat[i], NVRM_LPAT, s->va[i] + (uint64_t)i);
-        if (gp_cuda_memcpy(device, 0, s->va[i], s->pat[i], NVRM_LPAT, NULL)) return GDRPY_EIO;
+        nvrm_scratch_pattern(s->pat[i], NVRM_SCRATCH_PAT, s->va[i] + (uint64_t)i);
+        if (gp_cuda_memcpy(device, 0, s->va[i], s->pat[i], NVRM_SCRATCH_PAT, NULL)) return GDRPY_EIO;
     }
     for (int i = 0; i < s->nva; i++)
         if ((free_mask >> i) & 1) {
@@ -265,12 +265,12 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint
                 /* the client: route C's, else one in the record */
                 int qc = -1;
                 uint32_t c = ipc_cli;
-                if (!c || !nvrm_lnames(nc, c, x, off0, pat)) {
+                if (!c || !nvrm_scratch_names(nc, c, x, off0, pat)) {
                     c = 0;
                     for (int z = lo; z + 4 <= hi && !c; z += 4) {
                         uint32_t y;
                         memcpy(&y, b[j].d + z, 4);
-                        if (nvrm_is_client(y) && y != ipc_cli && nvrm_lnames(nc, y, x, off0, pat)) {
+                        if (nvrm_is_client(y) && y != ipc_cli && nvrm_scratch_names(nc, y, x, off0, pat)) {
                             c = y;
                             qc = z;
                         }
@@ -297,7 +297,7 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint
                     uint32_t x;
                     memcpy(&x, blk + r, 4);
                     if (!x || nvrm_is_client(x) || !seen_add(&sn, x)) continue;
-                    if (!nvrm_lnames(nc, ipc_cli, x, off0, pat)) continue;
+                    if (!nvrm_scratch_names(nc, ipc_cli, x, off0, pat)) continue;
                     struct nvrm_pool_rule u = {
                         .hop = 1, .dp = q - (int)o, .dh = r, .cli_fixed = ipc_cli};
                     size_field(b[j].d, lo, hi, (int)o, s->msize[i], &u);
@@ -318,7 +318,7 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint
                     if (t == nt) {
                         if (nt == (int)(sizeof tx / sizeof tx[0])) continue;
                         tx[nt] = x;
-                        tg[nt++] = nvrm_lnames(nc, ipc_cli, x, off0, pat);
+                        tg[nt++] = nvrm_scratch_names(nc, ipc_cli, x, off0, pat);
                     }
                     if (!tg[t]) continue;
                     struct nvrm_pool_rule u = {.hop = 2,
@@ -372,7 +372,7 @@ static void pool_rules_hop2_any(struct nvrm_ctx *nc, const struct pscratch *s, i
                         memcpy(&x, b2 + r2, 4);
                         if (!x || nvrm_is_client(x) || !seen_add(&sn, x)) continue;
                         budget--;
-                        if (!nvrm_lnames(nc, ipc_cli, x, off0, s->pat[i])) continue;
+                        if (!nvrm_scratch_names(nc, ipc_cli, x, off0, s->pat[i])) continue;
                         struct nvrm_pool_rule u = {.hop = 2,
                                                    .dp = q - (int)o,
                                                    .dp2 = r1,
@@ -421,7 +421,7 @@ static void judge(struct nvrm_ctx *nc, const struct raw_rules *raw, const struct
             int big = nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
                       ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= s->msize[i]);
             if (big) {
-                if (nvrm_lholds(nc, h, off, s->pat[i])) right = 1;
+                if (nvrm_scratch_holds(nc, h, off, s->pat[i])) right = 1;
                 else v[k].wrong++;
             }
             nvrm_rm_free(nc, nc->hDevice, h, "learning: freeing a candidate");
@@ -439,7 +439,7 @@ static int pool_rule_picks(struct nvrm_ctx *nc, const struct nvrm_pool_desc *d,
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     int n = nvrm_desc_pool_candidates(d, (uint64_t)(uintptr_t)s->pool, s->mbase[i], s->msize[i],
                                       cc, oo, NVRM_MAX_CAND);
-    return nvrm_lrule_picks(nc, cc, oo, n, s->msize[i], s->va[i] - s->mbase[i], s->pat[i]);
+    return nvrm_scratch_rule_picks(nc, cc, oo, n, s->msize[i], s->va[i] - s->mbase[i], s->pat[i]);
 }
 
 static int distinct_chunks(const struct pscratch *s)

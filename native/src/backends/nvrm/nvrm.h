@@ -144,6 +144,9 @@ GP_HIDDEN int nvrm_map_range_at(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off
                                 void *at, struct nvrm_map *m);
 GP_HIDDEN int nvrm_unmap_range(struct nvrm_ctx *nc, uint32_t hMem, struct nvrm_map *m);
 GP_HIDDEN int nvrm_map_type_of(uint32_t flags);
+/* 8-byte-load reads through a mapping (BAR1: never byte by byte). */
+GP_HIDDEN void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a,
+                                size_t n, uint8_t *out);
 
 /* Imports the (single-object) RM export fd `fd` of the memory at `addr`
  * into our client; closes fd. */
@@ -199,9 +202,35 @@ GP_HIDDEN int nvrm_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uin
 GP_HIDDEN int nvrm_identity_pick(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t *c, int n,
                                  uint64_t va, uint64_t rm_off, uint64_t lo, uint64_t len,
                                  uint32_t *hOut, char *proof, size_t prooflen);
-/* 8-byte-load reads / writes through a mapping (BAR1: never byte by byte). */
-GP_HIDDEN void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a,
-                                size_t n, uint8_t *out);
+
+/* ---- scratch.c -------------------------------------------------------- */
+#define NVRM_CHECK_BYTES 512 /* the self-test's data check */
+#define NVRM_SCRATCH_PAT 64  /* learning's pattern */
+GP_HIDDEN double nvrm_now_ms(void);
+/* A failed step of a route's self-test: its name and message; _last: the
+ * message of the last error, with the RM status of the last ioctl when it
+ * was not NV_OK, and the driver version. */
+GP_HIDDEN void nvrm_report_fail(struct nvrm_route_report *r, const char *step, const char *fmt,
+                                ...) GP_PRINTF(3, 4);
+GP_HIDDEN void nvrm_report_last(struct nvrm_route_report *r, const char *step,
+                                struct nvrm_ctx *nc);
+/* Data check of [dptr, dptr + NVRM_CHECK_BYTES) (scratch memory), which is
+ * offset `rm_off` of RM memory `hMem`.  write_back 0: the read direction
+ * only.  0, or -1 with r filled; -2 when the failure cannot be a wrong offset
+ * (a copy or the ioctl itself failed). */
+GP_HIDDEN int nvrm_scratch_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t rm_off,
+                                 uint64_t dptr, int write_back, struct nvrm_route_report *r);
+/* Learning: a random pattern; does our dup h hold it at rm_off (read through
+ * BAR1); is (cli, obj) video memory holding it; does the per-pin rule pick,
+ * among n candidates, the one holding it. */
+GP_HIDDEN void nvrm_scratch_pattern(uint8_t *p, size_t n, uint64_t salt);
+GP_HIDDEN int nvrm_scratch_holds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_off,
+                                 const uint8_t *pat);
+GP_HIDDEN int nvrm_scratch_names(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
+                                 const uint8_t *pat);
+GP_HIDDEN int nvrm_scratch_rule_picks(struct nvrm_ctx *nc, const uint32_t *cli,
+                                      const uint32_t *obj, int n, uint64_t need, uint64_t rm_off,
+                                      const uint8_t *pat);
 
 /* ---- selftest.c ------------------------------------------------------- */
 /* Runs the device's self-test once per process (the session `nc` must be
@@ -361,17 +390,6 @@ static inline const char *nvrm_pool_kind_name(int k)
 /* learn_pool.c: learns the pool layouts (0, or -1 with why). */
 GP_HIDDEN int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind,
                               struct nvrm_pool_desc *out, char *why, size_t wl);
-/* learn.c's scratch helpers, shared with learn_pool.c: a random pattern; does
- * our dup h hold it at rm_off (read through BAR1); is (cli, obj) video memory
- * holding it; does the per-pin rule pick, among n candidates, the one holding
- * it. */
-#define NVRM_LPAT 64
-GP_HIDDEN void nvrm_lpattern(uint8_t *p, size_t n, uint64_t salt);
-GP_HIDDEN int nvrm_lholds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_off, const uint8_t *pat);
-GP_HIDDEN int nvrm_lnames(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
-                          const uint8_t *pat);
-GP_HIDDEN int nvrm_lrule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
-                               int n, uint64_t need, uint64_t rm_off, const uint8_t *pat);
 GP_HIDDEN int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind,
                              struct nvrm_pool_desc *out);
 

@@ -37,134 +37,9 @@
 #include "nvrm.h"
 
 #define MAX_DEV 64
-#define CHECK_BYTES 512
-#define CORRUPT_SKEW 65536
 
 static pthread_mutex_t st_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct nvrm_dev_state st_dev[MAX_DEV];
-
-/* The test-only offset skew (GDRPY_NVRM_TEST_CORRUPT_ABI=2) of this run. */
-static __thread uint64_t st_skew;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void fail_step(struct nvrm_route_report *r, const char *step, const char *fmt, ...)
-    GP_PRINTF(3, 4);
-static void fail_step(struct nvrm_route_report *r, const char *step, const char *fmt, ...)
-{
-    r->ok = 0;
-    snprintf(r->step, sizeof r->step, "%s", step);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
-    va_end(ap);
-}
-
-/* The message of the last failure, with the RM status of the last ioctl
- * when it was not NV_OK. */
-static void fail_last(struct nvrm_route_report *r, const char *step, struct nvrm_ctx *nc)
-{
-    if (nvrm_last_rm_status != NV_OK)
-        fail_step(r, step, "%s [RM status %s, driver %s]", gdrpy_last_error(),
-                  nvrm_nv_status_name(nvrm_last_rm_status), nc->version);
-    else
-        fail_step(r, step, "%s [driver %s]", gdrpy_last_error(), nc->version);
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-static void fill_random(uint8_t *b, size_t n, uint64_t seed)
-{
-    uint64_t s = seed | 1;
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t v = xorshift(&s);
-        memcpy(b + i, &v, n - i < 8 ? n - i : 8);
-    }
-}
-
-static int htod_sync(int device, uint64_t dst, const void *src, size_t n)
-{
-    int rc = gp_cuda_memcpy(device, 0, dst, (void *)src, n, NULL);
-    if (rc) return rc;
-    CUresult r = gp_cu.StreamSynchronize(NULL);
-    if (r) return gp_cuda_err(0, r, "cuStreamSynchronize", "after a self-test write");
-    return 0;
-}
-
-/* Data check of [dptr, dptr + CHECK_BYTES) (scratch memory), which is
- * offset `rm_off` of RM memory `hMem`.  write_back 0: the read direction only
- * (used while searching for the IPC layout).  0, or -1 with r filled; -2
- * when the failure cannot be a wrong offset (a copy or the ioctl itself
- * failed, rather than RM refusing the range or the data differing). */
-static int data_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t rm_off,
-                      uint64_t dptr, int write_back, struct nvrm_route_report *r)
-{
-    uint8_t p1[CHECK_BYTES], p2[CHECK_BYTES], got[CHECK_BYTES];
-    uint64_t seed = (uint64_t)now_ms() * 1000003u ^ dptr ^ ((uint64_t)getpid() << 32);
-    fill_random(p1, sizeof p1, seed);
-    if (htod_sync(device, dptr, p1, sizeof p1)) {
-        fail_last(r, "cuMemcpyHtoD of the scratch pattern", nc);
-        return -2;
-    }
-    struct nvrm_map m;
-    uint64_t off = rm_off + st_skew;
-    if (nvrm_map_range(nc, hMem, off, CHECK_BYTES, &m)) {
-        fail_last(r, "map (RM_MAP_MEMORY + mmap)", nc);
-        return nvrm_last_errno || nvrm_last_rm_status == NV_OK ? -2 : -1;
-    }
-    volatile uint8_t *bar = (volatile uint8_t *)m.mm + (off & ((uint64_t)nvrm_host_page() - 1));
-    uint64_t wbase = dptr; /* bar points at the byte CUDA calls dptr */
-    nvrm_read_mapped(bar, wbase, dptr, CHECK_BYTES, got);
-    int rc = 0;
-    size_t k = 0;
-    while (k < CHECK_BYTES && got[k] == p1[k]) k++;
-    if (k < CHECK_BYTES) {
-        fail_step(r, "read through the mapping", "byte %zu of a pattern written with "
-                                                 "cuMemcpyHtoD reads 0x%02x through BAR1, expected 0x%02x: the mapping does "
-                                                 "not show the scratch memory (ABI table %s, driver %s); nothing was written "
-                                                 "through it",
-                  k, got[k], p1[k], nc->abi.branch, nc->version);
-        rc = -1;
-    }
-    if (!rc && write_back) {
-        fill_random(p2, sizeof p2, seed ^ 0x9e3779b97f4a7c15ull);
-        for (size_t i = 0; i < CHECK_BYTES; i += 8) {
-            uint64_t v;
-            memcpy(&v, p2 + i, 8);
-            *(volatile uint64_t *)(bar + i) = v;
-        }
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        (void)*(volatile uint64_t *)(bar + CHECK_BYTES - 8); /* drains WC buffers */
-        if (gp_cuda_memcpy(device, 1, dptr, got, CHECK_BYTES, NULL)) {
-            fail_last(r, "cuMemcpyDtoH of bytes written through the mapping", nc);
-            rc = -1;
-        } else {
-            k = 0;
-            while (k < CHECK_BYTES && got[k] == p2[k]) k++;
-            if (k < CHECK_BYTES) {
-                fail_step(r, "write through the mapping", "byte %zu written through BAR1 "
-                                                          "reads 0x%02x with cuMemcpyDtoH, expected 0x%02x (ABI table %s, "
-                                                          "driver %s)",
-                          k, got[k], p2[k], nc->abi.branch, nc->version);
-                rc = -1;
-            }
-        }
-    }
-    nvrm_unmap_range(nc, hMem, &m);
-    return rc;
-}
 
 /* ---- route A ----------------------------------------------------------- */
 
@@ -174,7 +49,7 @@ static void test_route_a(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
     r->tested = 1;
     if (!gp_cu.MemCreate || !gp_cu.MemAddressReserve || !gp_cu.MemMap || !gp_cu.MemSetAccess ||
         !gp_cu.MemUnmap || !gp_cu.MemAddressFree || !gp_cu.MemGetAllocationGranularity) {
-        fail_step(r, "scratch allocation", "libcuda lacks the VMM API (cuMemCreate...)");
+        nvrm_report_fail(r, "scratch allocation", "libcuda lacks the VMM API (cuMemCreate...)");
         return;
     }
     gp_CUmemAllocationProp prop;
@@ -197,7 +72,7 @@ static void test_route_a(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
     }
     if (cr) {
         gp_cuda_err(0, cr, "cuMemCreate", "self-test scratch (%zu bytes, POSIX_FD)", size);
-        fail_last(r, "scratch allocation (cuMemCreate)", nc);
+        nvrm_report_last(r, "scratch allocation (cuMemCreate)", nc);
         return;
     }
     uint64_t va = 0;
@@ -214,7 +89,7 @@ static void test_route_a(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
     }
     if (cr) {
         gp_cuda_err(0, cr, "cuMemAddressReserve/cuMemMap/cuMemSetAccess", "self-test scratch");
-        fail_last(r, "scratch allocation (cuMemMap)", nc);
+        nvrm_report_last(r, "scratch allocation (cuMemMap)", nc);
         goto out;
     }
     {
@@ -226,15 +101,15 @@ static void test_route_a(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
         memset(&fake, 0, sizeof fake);
         fake.device = device;
         fake.bpriv = nc;
-        if (gp_cuda_classify(at, CHECK_BYTES, device, &cp)) {
-            fail_last(r, "classify the scratch pointer", nc);
+        if (gp_cuda_classify(at, NVRM_CHECK_BYTES, device, &cp)) {
+            nvrm_report_last(r, "classify the scratch pointer", nc);
             goto out;
         }
         if (nvrm_import_vmm(&fake, nc, at, &cp, &hMem)) {
-            fail_last(r, "pin (export POSIX fd + OS_UNIX_IMPORT_OBJECTS_FROM_FD)", nc);
+            nvrm_report_last(r, "pin (export POSIX fd + OS_UNIX_IMPORT_OBJECTS_FROM_FD)", nc);
             goto out;
         }
-        if (data_check(device, nc, hMem, at - cp.base, at, 1, r) == 0) r->ok = 1;
+        if (nvrm_scratch_check(device, nc, hMem, at - cp.base, at, 1, r) == 0) r->ok = 1;
         nvrm_rm_free(nc, nc->hDevice, hMem, "freeing the self-test import");
         nvrm_live_add(&nc->n_mem, -1);
     }
@@ -267,10 +142,10 @@ static int try_layout(int device, struct nvrm_ctx *nc, const struct nvrm_ipc_lay
     uint32_t h;
     (*dups)++;
     if (nvrm_dup(nc, hcli, hobj, &h, "self-test: RM_DUP_OBJECT of an IPC word pair")) {
-        fail_last(r, "IPC handle layout: RM_DUP_OBJECT", nc);
+        nvrm_report_last(r, "IPC handle layout: RM_DUP_OBJECT", nc);
         return -1;
     }
-    int rc = data_check(device, nc, h, off, s->base, 0, r); /* -2 passes through */
+    int rc = nvrm_scratch_check(device, nc, h, off, s->base, 0, r); /* -2 passes through */
     nvrm_rm_free(nc, nc->hDevice, h, "freeing a self-test dup");
     nvrm_live_add(&nc->n_mem, -1);
     return rc;
@@ -314,7 +189,7 @@ static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
                         if (o == i || o == c || o == m) continue;
                         uint64_t off = o >= 0 ? s[1].w[o] : 0;
                         if (off >= (1u << 30) || ((s[1].base ^ off) & 4095)) continue;
-                        if (data_check(device, nc, h, off, s[1].base, 0, r) != 0) continue;
+                        if (nvrm_scratch_check(device, nc, h, off, s[1].base, 0, r) != 0) continue;
                         struct nvrm_ipc_layout t = {.w_size = i, .w_pages = -1, .w_off = o, .w_client = c, .w_mem = m};
                         if (try_layout(device, nc, &t, &s[0], r, &dups) == 0) {
                             *out = t;
@@ -336,12 +211,12 @@ static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
             char last[sizeof r->step + 160];
             snprintf(last, sizeof last, "%s: %.150s", r->step[0] ? r->step : "-",
                      r->detail[0] ? r->detail : "-");
-            fail_step(r, "IPC handle layout", "no layout of the cuIpcGetMemHandle words maps "
-                                              "the scratch allocation (%zu bytes at 0x%llx; words %s; %d duplications "
-                                              "tried; last failure: %s) [driver %s, CUDA %d]",
-                      s[1].size,
-                      (unsigned long long)s[1].base, words, dups, last, nc->version,
-                      nc->cuda_version);
+            nvrm_report_fail(r, "IPC handle layout", "no layout of the cuIpcGetMemHandle words maps "
+                                                     "the scratch allocation (%zu bytes at 0x%llx; words %s; %d duplications "
+                                                     "tried; last failure: %s) [driver %s, CUDA %d]",
+                             s[1].size,
+                             (unsigned long long)s[1].base, words, dups, last, nc->version,
+                             nc->cuda_version);
             return -1;
         }
     }
@@ -367,7 +242,7 @@ static void test_route_c(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
     struct nvrm_route_report *r = &st->route_c;
     r->tested = 1;
     if (!gp_cu.MemAlloc || !gp_cu.MemFree) {
-        fail_step(r, "scratch allocation", "libcuda lacks cuMemAlloc/cuMemFree");
+        nvrm_report_fail(r, "scratch allocation", "libcuda lacks cuMemAlloc/cuMemFree");
         return;
     }
     /* Two sizes no other word is likely to hold; the second usually sits
@@ -381,11 +256,11 @@ static void test_route_c(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
         CUresult cr = gp_cu.MemAlloc(&s[k].base, s[k].size);
         if (cr) {
             gp_cuda_err(0, cr, "cuMemAlloc", "self-test scratch (%zu bytes)", s[k].size);
-            fail_last(r, "scratch allocation (cuMemAlloc)", nc);
+            nvrm_report_last(r, "scratch allocation (cuMemAlloc)", nc);
             goto out;
         }
         if (nvrm_ipc_words(s[k].base, s[k].w)) {
-            fail_last(r, "cuIpcGetMemHandle of the scratch allocation", nc);
+            nvrm_report_last(r, "cuIpcGetMemHandle of the scratch allocation", nc);
             goto out;
         }
     }
@@ -425,15 +300,15 @@ static void test_route_c(int device, struct nvrm_ctx *nc, struct nvrm_dev_state 
         uint64_t objoff = 0;
         const uint64_t at = s[1].base + 4096 + 64;
         r->ok = 0;
-        if (gp_cuda_classify(at, CHECK_BYTES, device, &cp)) {
-            fail_last(r, "classify the scratch pointer", nc);
+        if (gp_cuda_classify(at, NVRM_CHECK_BYTES, device, &cp)) {
+            nvrm_report_last(r, "classify the scratch pointer", nc);
         } else if (nvrm_dup_legacy(&fake, nc, &cp, &hMem, &objoff)) {
-            fail_last(r, "pin (IPC words + RM_DUP_OBJECT)", nc);
+            nvrm_report_last(r, "pin (IPC words + RM_DUP_OBJECT)", nc);
         } else {
             uint64_t rm_at = objoff + (at - cp.base);
-            if (nvrm_verify_identity(&fake, nc, hMem, at, rm_at, at, CHECK_BYTES))
-                fail_last(r, "identity check", nc);
-            else if (data_check(device, nc, hMem, rm_at, at, 1, r) == 0)
+            if (nvrm_verify_identity(&fake, nc, hMem, at, rm_at, at, NVRM_CHECK_BYTES))
+                nvrm_report_last(r, "identity check", nc);
+            else if (nvrm_scratch_check(device, nc, hMem, rm_at, at, 1, r) == 0)
                 r->ok = 1;
             nvrm_rm_free(nc, nc->hDevice, hMem, "freeing the self-test dup");
             nvrm_live_add(&nc->n_mem, -1);
@@ -468,7 +343,7 @@ int nvrm_selftest(int device, struct nvrm_ctx *nc)
             pthread_mutex_unlock(&st_lock);
             return gp_err(GDRPY_ENOMEM, "nvrm self-test: out of memory");
         }
-        double t0 = now_ms();
+        double t0 = nvrm_now_ms();
         snprintf(t->version, sizeof t->version, "%s", nc->version);
         snprintf(t->branch, sizeof t->branch, "%s", nc->abi.branch);
         snprintf(t->tag, sizeof t->tag, "%s", nc->abi.tag);
@@ -476,12 +351,10 @@ int nvrm_selftest(int device, struct nvrm_ctx *nc)
         t->cuda_version = nc->cuda_version;
         const char *cs = getenv("GDRPY_NVRM_TEST_CORRUPT_ABI");
         t->corrupt = cs ? atoi(cs) : 0;
-        st_skew = t->corrupt == 2 ? CORRUPT_SKEW : 0;
         nc->st = t;
         test_route_a(device, nc, t);
         test_route_c(device, nc, t);
-        st_skew = 0;
-        t->ms = now_ms() - t0;
+        t->ms = nvrm_now_ms() - t0;
         t->usable = t->route_a.ok || t->route_c.ok;
         if (!t->usable)
             snprintf(t->reason, sizeof t->reason, "the nvrm self-test failed on every route "
