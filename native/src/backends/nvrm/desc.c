@@ -148,7 +148,20 @@ void nvrm_path_str(const struct nvrm_path *p, char *s, size_t n)
     if (u < n) snprintf(s + u, n - u, "+0x%x", p->off[p->hops]);
 }
 
-/* ---- RM helpers -------------------------------------------------------- */
+/* ---- CUDA's IPC handle words (route C) ----------------------------------- */
+
+int nvrm_ipc_words(uint64_t base, uint32_t w[16])
+{
+    CUipcMemHandle ih;
+    memset(&ih, 0, sizeof ih);
+    CUresult r = gp_cu.IpcGetMemHandle(&ih, base);
+    if (r)
+        return gp_cuda_err(0, r, "cuIpcGetMemHandle", "IPC handle of the allocation at 0x%llx",
+                           (unsigned long long)base);
+    memcpy(w, ih.reserved, 16 * sizeof(uint32_t));
+    return 0;
+}
+
 
 uint32_t nvrm_cuda_client(void)
 {

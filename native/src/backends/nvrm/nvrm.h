@@ -177,13 +177,6 @@ GP_HIDDEN const struct nvrm_abi *nvrm_abi_select(const char *version, const char
  * scratch data (a wrong offset).  Returns the mode (0 = none). */
 GP_HIDDEN int nvrm_abi_test_corrupt(struct nvrm_abi *t);
 
-/* ---- routes.c --------------------------------------------------------- */
-GP_HIDDEN int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr,
-                              const gp_cuda_ptr *cp, uint32_t *hOut);
-/* cuIpcGetMemHandle of the allocation at `base` as 16 u32 words. */
-GP_HIDDEN int nvrm_ipc_words(uint64_t base, uint32_t w[16]);
-GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
-                              uint32_t *hOut, uint64_t *objoff);
 /* ---- identity.c ------------------------------------------------------- */
 /* Read-only identity check: `hMem` at RM offset `rm_off` must hold what
  * CUDA shows at virtual address `va` (rm_off corresponds to va), sampled at
@@ -231,6 +224,33 @@ GP_HIDDEN int nvrm_scratch_names(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj
 GP_HIDDEN int nvrm_scratch_rule_picks(struct nvrm_ctx *nc, const uint32_t *cli,
                                       const uint32_t *obj, int n, uint64_t need, uint64_t rm_off,
                                       const uint8_t *pat);
+
+/* ---- route_a.c -------------------------------------------------------- */
+/* Route A: the RM memory of the cuMemCreate(POSIX_FD) allocation at `addr`,
+ * exported and imported into our client (*hOut). */
+GP_HIDDEN int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr,
+                              const gp_cuda_ptr *cp, uint32_t *hOut);
+/* The self-test of route A (fills st->route_a). */
+GP_HIDDEN void nvrm_route_a_selftest(int device, struct nvrm_ctx *nc, struct nvrm_dev_state *st);
+
+/* ---- route_c.c -------------------------------------------------------- */
+/* Route C: CUDA's RM memory of the cuMemAlloc allocation `cp`, duplicated
+ * into our client (*hOut), and the allocation's offset in it (*objoff), by
+ * the IPC words the self-test proved. */
+GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
+                              uint32_t *hOut, uint64_t *objoff);
+/* First address in [lo, hi) that lies in a CUDA allocation, or 0. */
+GP_HIDDEN uint64_t nvrm_first_alloc(uint64_t lo, uint64_t hi);
+/* Route C: checks that [*lo, *hi) lies in the RM object (chunk) behind the
+ * cuMemAlloc allocation `cp` (at offset `objoff` in it) and that every
+ * allocation met in the range belongs to that chunk; returns the chunk's
+ * VA range.  EINVAL naming the allowed range otherwise. */
+GP_HIDDEN int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff,
+                               uint64_t *lo, uint64_t *hi, uint64_t *chunk_lo,
+                               uint64_t *chunk_hi);
+/* The self-test of route C: learns the IPC word layout (st->ipc) and
+ * fills st->route_c. */
+GP_HIDDEN void nvrm_route_c_selftest(int device, struct nvrm_ctx *nc, struct nvrm_dev_state *st);
 
 /* ---- selftest.c ------------------------------------------------------- */
 /* Runs the device's self-test once per process (the session `nc` must be
@@ -308,6 +328,8 @@ struct nvrm_blk {
     uint8_t level;
     uint8_t d[NVRM_WALK_L0];
 };
+/* cuIpcGetMemHandle of the allocation at `base` as 16 u32 words. */
+GP_HIDDEN int nvrm_ipc_words(uint64_t base, uint32_t w[16]);
 /* Reads n bytes of this process at addr without faulting: 0 or -1. */
 GP_HIDDEN int nvrm_safe_read(uint64_t addr, void *buf, size_t n);
 /* Fills b[maxb] with the block at root and, breadth first, the blocks it
@@ -392,16 +414,5 @@ GP_HIDDEN int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind,
                               struct nvrm_pool_desc *out, char *why, size_t wl);
 GP_HIDDEN int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind,
                              struct nvrm_pool_desc *out);
-
-/* ---- chunk.c ---------------------------------------------------------- */
-/* First address in [lo, hi) that lies in a CUDA allocation, or 0. */
-GP_HIDDEN uint64_t nvrm_first_alloc(uint64_t lo, uint64_t hi);
-/* Route C: checks that [*lo, *hi) lies in the RM object (chunk) behind the
- * cuMemAlloc allocation `cp` (at offset `objoff` in it) and that every
- * allocation met in the range belongs to that chunk; returns the chunk's
- * VA range.  EINVAL naming the allowed range otherwise. */
-GP_HIDDEN int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff,
-                               uint64_t *lo, uint64_t *hi, uint64_t *chunk_lo,
-                               uint64_t *chunk_hi);
 
 #endif /* GDRPY_NVRM_H */
