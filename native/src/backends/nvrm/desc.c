@@ -163,16 +163,21 @@ int nvrm_ipc_words(uint64_t base, uint32_t w[16])
 }
 
 
-uint32_t nvrm_cuda_client(void)
+/* Word k of the IPC handle of a 1-byte cuMemAlloc of our own, or 0. */
+static uint32_t one_byte_word(int k)
 {
     if (!gp_cu.MemAlloc || !gp_cu.MemFree) return 0;
     CUdeviceptr d = 0;
     if (gp_cu.MemAlloc(&d, 1) != CUDA_SUCCESS) return 0;
     uint32_t w[16];
-    uint32_t c = nvrm_ipc_words(d, w) == 0 ? w[12] : 0;
+    uint32_t x = nvrm_ipc_words(d, w) == 0 ? w[k] : 0;
     gp_cu.MemFree(d);
-    return c;
+    return x;
 }
+
+uint32_t nvrm_cuda_client(void) { return one_byte_word(12); }
+
+uint32_t nvrm_cuda_handle(void) { return one_byte_word(13); }
 
 /* ---- candidates a descriptor names -------------------------------------- */
 

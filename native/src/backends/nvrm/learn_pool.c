@@ -1,6 +1,10 @@
 /*
  * learn_pool.c - nvrm backend: learns where a stream-ordered pool's records
- * name the RM memory of its chunks (route V), on scratch pools of our own.
+ * name the RM memory of its chunks (route V), on scratch pools of our own:
+ * at an offset from a field holding the chunk's mapping base address
+ * (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR), or one or two pointers away.
+ * route_v.c asks once per process, device and pool kind, and again when
+ * CUDA's client changed.
  *
  * The scratch pools look like a busy one: pool 1 holds several chunks (the
  * first with its chunk-start allocation freed again, so only an allocation at
@@ -208,18 +212,6 @@ static const struct hop2 *hop2_of(struct hop2_cache *c, uint64_t p, uint32_t fam
     }
     c->n++;
     return e;
-}
-
-/* An RM memory handle of CUDA's client (route C's words of a 1-byte
- * cuMemAlloc): its top bits select which u32s two pointers away are tried. */
-static uint32_t cuda_handle_family(void)
-{
-    CUdeviceptr d = 0;
-    if (!gp_cu.MemAlloc || gp_cu.MemAlloc(&d, 1) != CUDA_SUCCESS) return 0;
-    uint32_t w[16];
-    uint32_t h = nvrm_ipc_words(d, w) == 0 ? w[13] : 0;
-    gp_cu.MemFree(d);
-    return h;
 }
 
 struct raw_rules {
@@ -479,7 +471,7 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
         snprintf(why, wl, "scratch pools: %s", gdrpy_last_error());
         goto out;
     }
-    uint32_t ipc_cli = nvrm_cuda_client(), fam = cuda_handle_family();
+    uint32_t ipc_cli = nvrm_cuda_client(), fam = nvrm_cuda_handle();
     struct hop2_cache *c2 = calloc(1, sizeof *c2);
     /* raw layouts from one allocation of each chunk */
     for (int p = 0; p < 2; p++)

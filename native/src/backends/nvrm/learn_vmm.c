@@ -1,27 +1,21 @@
 /*
- * learn.c - nvrm backend: learns, once per process and device, where CUDA
- * names the RM memory of allocations it gives no export for (route V), on
- * scratch memory of the backend's own.
- *
- *  - VMM (cuMemCreate without a handle type): behind the address
- *    cuMemRetainAllocationHandle returns;
- *  - pools: in the pool's records, at an offset from a field holding the
- *    chunk's mapping base address (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR).
+ * learn_vmm.c - nvrm backend: learns where CUDA names the RM memory of a VMM
+ * allocation created without an exportable handle type (route V), on scratch
+ * memory of the backend's own: behind the address cuMemRetainAllocationHandle
+ * returns.  route_v.c asks once per process and device, at the first pin of
+ * such memory (not at open), and keeps the answer; it costs tens of
+ * milliseconds.  Pools are learned by learn_pool.c.
  *
  * Learning: a random pattern is written through CUDA into scratch memory of
  * our own (the only memory this file writes); the words behind CUDA's handle
- * (or pool) are read without faulting (desc.c); a candidate RM handle counts
- * only if its duplicate in our client is video memory whose bytes, read
- * through BAR1 at the expected offset, are the pattern.  Every place the
+ * are read without faulting (desc.c); a candidate RM handle counts only if
+ * its duplicate in our client is video memory whose bytes, read through BAR1
+ * at the expected offset, are the pattern (scratch.c).  Every place the
  * proven handle was seen is then tried on a second scratch allocation
  * without the RDMA flag, and only the places that named the right memory
  * every time are kept.  Finally the per-pin rule itself (desc.c: exactly one
  * candidate may be video memory large enough) must pick the right object on
- * both.  Otherwise the kind stays refused, with the reason.  Pools are
- * learned by learn_pool.c (on scratch pools of several chunks); this file
- * keeps what was learned per device, and learns pools again when CUDA's
- * client changed.  Costs tens of milliseconds, once, at the first pin of
- * such memory (not at open).
+ * both.  Otherwise the kind stays refused, with the reason.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -86,22 +80,6 @@ static void vscratch_free(struct vscratch *s)
     if (s->created) gp_cu.MemRelease(s->h);
     memset(s, 0, sizeof *s);
 }
-
-/* ---- per-device learned state ------------------------------------------- */
-
-#define MAX_DEV 64
-static pthread_mutex_t d_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    int vstate; /* 0 untried, 1 learned, -1 failed */
-    struct nvrm_vmm_desc v;
-    char vwhy[320];
-    /* pools, [0] without and [1] with an exportable handle type: CUDA keeps
-     * the two kinds' chunks differently, so each is learned on its own kind */
-    int pstate[NVRM_POOL_KINDS], ptries[NVRM_POOL_KINDS];
-    uint32_t pcli[NVRM_POOL_KINDS]; /* route C's client when they were learned */
-    struct nvrm_pool_desc p[NVRM_POOL_KINDS];
-    char pwhy[NVRM_POOL_KINDS][320];
-} dstate[MAX_DEV];
 
 /* ---- VMM ----------------------------------------------------------------- */
 
@@ -174,10 +152,10 @@ static int place_inside(uint64_t root, const struct nvrm_path *p)
     return (uint64_t)p->off[p->hops] + 4 <= sz - 8;
 }
 
-static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
+int nvrm_learn_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out, char *why,
+                   size_t wl)
 {
-    char *why = dstate[slot].vwhy;
-    const size_t wl = sizeof dstate[slot].vwhy;
+    int rc = -1;
     enum { VMM_EXTRA = 3 };
     struct vscratch s1, s2, sx[VMM_EXTRA];
     CUmemGenericAllocationHandle hx[VMM_EXTRA] = {0};
@@ -189,7 +167,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         snprintf(why, wl, "scratch allocation: %s", b ? gdrpy_last_error() : "out of memory");
         free(b);
         vscratch_free(&s1);
-        return;
+        return rc;
     }
     uint32_t ipc_cli = nvrm_cuda_client(), cli = 0, obj = 0;
     enum { MAXP = 32 };
@@ -324,8 +302,8 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
                  np, nall - 1, d.nobj);
         goto out;
     }
-    dstate[slot].v = d;
-    dstate[slot].vstate = 1;
+    *out = d;
+    rc = 0;
     char ps[96], cs[96] = "route C's client";
     nvrm_path_str(&d.obj[0], ps, sizeof ps);
     if (!d.cli_fixed) nvrm_path_str(&d.cli[0], cs, sizeof cs);
@@ -342,64 +320,5 @@ out:
     vscratch_free(&s2);
     vscratch_free(&s1);
     free(b);
-}
-
-int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out)
-{
-    int slot = device >= 0 && device < MAX_DEV ? device : 0;
-    pthread_mutex_lock(&d_lock);
-    if (!dstate[slot].vstate) {
-        dstate[slot].vstate = -1;
-        learn_vmm(device, nc, slot);
-    }
-    int ok = dstate[slot].vstate == 1;
-    if (ok) *out = dstate[slot].v;
-    char why[320];
-    snprintf(why, sizeof why, "%s", dstate[slot].vwhy);
-    pthread_mutex_unlock(&d_lock);
-    if (ok) return 0;
-    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of a VMM allocation could not "
-                                 "be learned on this driver: %s",
-                  why);
-}
-
-/* ---- pools (learn_pool.c learns) ---------------------------------------- */
-
-int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool_desc *out)
-{
-    int slot = device >= 0 && device < MAX_DEV ? device : 0;
-    if (fdkind < 0 || fdkind >= NVRM_POOL_KINDS) fdkind = NVRM_POOL_PLAIN;
-    /* The layouts name CUDA's client as route C sees it; if that changed
-     * (CUDA's context was destroyed and made anew), what was learned is
-     * stale: learn again.  A failed learning is retried a few times (at
-     * later pins), not at every pin. */
-    uint32_t cli = nvrm_cuda_client();
-    pthread_mutex_lock(&d_lock);
-    int st = dstate[slot].pstate[fdkind];
-    if (st && cli && dstate[slot].pcli[fdkind] != cli && dstate[slot].ptries[fdkind] < 8) {
-        gp_log(1, "nvrm: pool records (%s) were learned with CUDA's client 0x%x, now 0x%x: "
-                  "learning again",
-               nvrm_pool_kind_name(fdkind), dstate[slot].pcli[fdkind], cli);
-        st = 0;
-    } else if (st < 0 && dstate[slot].ptries[fdkind] < 3) {
-        st = 0;
-    }
-    if (!st) {
-        dstate[slot].ptries[fdkind]++;
-        dstate[slot].pcli[fdkind] = cli;
-        dstate[slot].pstate[fdkind] =
-            nvrm_learn_pool(device, nc, fdkind, &dstate[slot].p[fdkind], dstate[slot].pwhy[fdkind],
-                            sizeof dstate[slot].pwhy[fdkind]) == 0
-                ? 1
-                : -1;
-    }
-    int ok = dstate[slot].pstate[fdkind] == 1;
-    if (ok) *out = dstate[slot].p[fdkind];
-    char why[320];
-    snprintf(why, sizeof why, "%s", dstate[slot].pwhy[fdkind]);
-    pthread_mutex_unlock(&d_lock);
-    if (ok) return 0;
-    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of the chunks of %s could not be "
-                                 "learned on this driver: %s",
-                  nvrm_pool_kind_name(fdkind), why);
+    return rc;
 }

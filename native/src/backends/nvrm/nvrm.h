@@ -30,6 +30,8 @@
 #include "internal.h"
 
 /* ---- state ------------------------------------------------------------ */
+#define NVRM_MAX_DEV 64 /* CUDA devices per process this backend tracks */
+
 struct nvrm_ctx {
     int ctl; /* /dev/nvidiactl */
     uint32_t hClient, hDevice;
@@ -342,6 +344,8 @@ GP_HIDDEN void nvrm_path_str(const struct nvrm_path *p, char *s, size_t n);
 GP_HIDDEN int nvrm_is_client(uint32_t x);
 /* CUDA's RM client as route C sees it (a 1-byte cuMemAlloc's IPC words), or 0. */
 GP_HIDDEN uint32_t nvrm_cuda_client(void);
+/* An RM memory handle of CUDA's client (the same words), or 0. */
+GP_HIDDEN uint32_t nvrm_cuda_handle(void);
 /* The distinct (client, object) pairs a descriptor names for one
  * allocation; the count (pools: -1 if the pool is unreadable). */
 GP_HIDDEN int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle,
@@ -390,12 +394,6 @@ GP_HIDDEN int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t
  * route V's proof (route_v.c) to decide. */
 GP_HIDDEN int nvrm_dup_alive(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
                              int n, uint64_t need, uint32_t *keep);
-/* The learned descriptors of `device` (learn.c: learned at the first call,
- * on scratch memory of our own, inside a CUDA scope of the device); ENOTSUP
- * with the reason if they could not be learned and confirmed. */
-GP_HIDDEN int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out);
-/* fdkind: an NVRM_POOL_* kind (learned separately: CUDA keeps those chunks
- * differently). */
 /* Pool kinds learned apart: pools created without / with an exportable
  * handle type, and the device's default pool (learned on allocations of our
  * own in it, only when the created pools' layouts do not name its chunk). */
@@ -409,10 +407,14 @@ static inline const char *nvrm_pool_kind_name(int k)
            : k == NVRM_POOL_FD    ? "pools with handle types"
                                   : "pools without handle types";
 }
-/* learn_pool.c: learns the pool layouts (0, or -1 with why). */
+/* learn_vmm.c: learns where CUDA names the RM memory of a VMM allocation,
+ * on scratch memory of our own, inside a CUDA scope of the device (0, or -1
+ * with why). */
+GP_HIDDEN int nvrm_learn_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out,
+                             char *why, size_t wl);
+/* learn_pool.c: learns the pool layouts of kind fdkind, an NVRM_POOL_* kind
+ * (0, or -1 with why). */
 GP_HIDDEN int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind,
                               struct nvrm_pool_desc *out, char *why, size_t wl);
-GP_HIDDEN int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind,
-                             struct nvrm_pool_desc *out);
 
 #endif /* GDRPY_NVRM_H */

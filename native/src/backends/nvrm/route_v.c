@@ -10,23 +10,27 @@
  *  1. VMM: cuMemRetainAllocationHandle; if cuMemExportToShareableHandle
  *     (POSIX_FD) works on the handle, the export is imported as in route A.
  *  2. Otherwise CUDA's own record of the allocation names the RM object: at
- *     the place desc.c learned and confirmed on scratch memory of its own
- *     (behind the allocation handle for VMM; in the pool's record of the
- *     chunk, next to its mapping base, for pools).  Exactly that one object
+ *     the place learn_vmm.c / learn_pool.c learned and confirmed on scratch
+ *     memory of their own (asked once per device; kept below): behind the
+ *     allocation handle for VMM; in the pool's record of the chunk, next to
+ *     its mapping base, for pools.  Exactly that one object
  *     is duplicated into our client (RM_DUP_OBJECT works only between clients
  *     of the same process) and must be video memory (class
  *     NV01_MEMORY_LOCAL_USER) at least as large as the mapping.
  *  3. The offset of the first pinned byte in the object is va - mapping base
  *     (cuMemMap maps a handle from offset 0, the only offset CUDA accepts;
- *     for pools the same rule was confirmed by desc.c on its scratch pools).
- *  4. Route C's read-only identity check (bytes read through BAR1 == bytes
- *     cuMemcpyDtoH reads, at the first and last page of the request).
+ *     for pools the same rule was confirmed by learn_pool.c on its scratch
+ *     pools).
+ *  4. The read-only identity proof (identity.c: bytes read through BAR1 ==
+ *     bytes cuMemcpyDtoH reads, at the first and last page of the request),
+ *     which also picks among several named objects.
  * Nothing of the caller's memory is ever written (docs/memory-kinds.md).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +43,83 @@
 static const char *WORKS = "what works: cuMemAlloc/cudaMalloc memory and cuMemCreate memory "
                            "with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (gdrpy.memory "
                            "allocates so)";
+
+/* ---- what was learned, per device (learn_vmm.c, learn_pool.c learn it) -- */
+
+static pthread_mutex_t d_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int vstate; /* 0 untried, 1 learned, -1 failed */
+    struct nvrm_vmm_desc v;
+    char vwhy[320];
+    /* pools, [0] without and [1] with an exportable handle type: CUDA keeps
+     * the two kinds' chunks differently, so each is learned on its own kind */
+    int pstate[NVRM_POOL_KINDS], ptries[NVRM_POOL_KINDS];
+    uint32_t pcli[NVRM_POOL_KINDS]; /* route C's client when they were learned */
+    struct nvrm_pool_desc p[NVRM_POOL_KINDS];
+    char pwhy[NVRM_POOL_KINDS][320];
+} dstate[NVRM_MAX_DEV];
+
+static int learned_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out)
+{
+    int slot = device >= 0 && device < NVRM_MAX_DEV ? device : 0;
+    pthread_mutex_lock(&d_lock);
+    if (!dstate[slot].vstate) {
+        dstate[slot].vstate = -1;
+        if (nvrm_learn_vmm(device, nc, &dstate[slot].v, dstate[slot].vwhy,
+                           sizeof dstate[slot].vwhy) == 0)
+            dstate[slot].vstate = 1;
+    }
+    int ok = dstate[slot].vstate == 1;
+    if (ok) *out = dstate[slot].v;
+    char why[320];
+    snprintf(why, sizeof why, "%s", dstate[slot].vwhy);
+    pthread_mutex_unlock(&d_lock);
+    if (ok) return 0;
+    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of a VMM allocation could not "
+                                 "be learned on this driver: %s",
+                  why);
+}
+
+static int learned_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool_desc *out)
+{
+    int slot = device >= 0 && device < NVRM_MAX_DEV ? device : 0;
+    if (fdkind < 0 || fdkind >= NVRM_POOL_KINDS) fdkind = NVRM_POOL_PLAIN;
+    /* The layouts name CUDA's client as route C sees it; if that changed
+     * (CUDA's context was destroyed and made anew), what was learned is
+     * stale: learn again.  A failed learning is retried a few times (at
+     * later pins), not at every pin. */
+    uint32_t cli = nvrm_cuda_client();
+    pthread_mutex_lock(&d_lock);
+    int st = dstate[slot].pstate[fdkind];
+    if (st && cli && dstate[slot].pcli[fdkind] != cli && dstate[slot].ptries[fdkind] < 8) {
+        gp_log(1, "nvrm: pool records (%s) were learned with CUDA's client 0x%x, now 0x%x: "
+                  "learning again",
+               nvrm_pool_kind_name(fdkind), dstate[slot].pcli[fdkind], cli);
+        st = 0;
+    } else if (st < 0 && dstate[slot].ptries[fdkind] < 3) {
+        st = 0;
+    }
+    if (!st) {
+        dstate[slot].ptries[fdkind]++;
+        dstate[slot].pcli[fdkind] = cli;
+        dstate[slot].pstate[fdkind] =
+            nvrm_learn_pool(device, nc, fdkind, &dstate[slot].p[fdkind], dstate[slot].pwhy[fdkind],
+                            sizeof dstate[slot].pwhy[fdkind]) == 0
+                ? 1
+                : -1;
+    }
+    int ok = dstate[slot].pstate[fdkind] == 1;
+    if (ok) *out = dstate[slot].p[fdkind];
+    char why[320];
+    snprintf(why, sizeof why, "%s", dstate[slot].pwhy[fdkind]);
+    pthread_mutex_unlock(&d_lock);
+    if (ok) return 0;
+    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of the chunks of %s could not be "
+                                 "learned on this driver: %s",
+                  nvrm_pool_kind_name(fdkind), why);
+}
+
+/* ---- per pin ------------------------------------------------------------ */
 
 /* VMM: export (route A's door: one object) or the learned record (the live
  * video-memory objects it names, for nvrm_route_v's proof). */
@@ -62,7 +143,7 @@ static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_
         return nvrm_import_fd(ctx, nc, anchor, fd, &cand[0]);
     }
     struct nvrm_vmm_desc d;
-    int rc = nvrm_desc_vmm(ctx->device, nc, &d);
+    int rc = learned_vmm(ctx->device, nc, &d);
     if (rc) {
         gp_cu.MemRelease(h);
         return gp_err_prefix(GDRPY_ENOTSUP, "0x%llx is %s created without an exportable handle "
@@ -121,7 +202,7 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
 {
     memset(o, 0, sizeof *o);
     struct nvrm_pool_desc d;
-    if (nvrm_desc_pool(ctx->device, nc, pk, &d)) return -1;
+    if (learned_pool(ctx->device, nc, pk, &d)) return -1;
     o->learned = 1;
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     struct nvrm_pool_look lk;
@@ -168,7 +249,7 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
 }
 
 /* Per device: the default pool's chunks were named only by its own layouts. */
-static int dflt_own[64];
+static int dflt_own[NVRM_MAX_DEV];
 
 static int is_default_pool(int device, uint64_t pool)
 {
@@ -192,7 +273,7 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
     const int pk = (cp->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ? NVRM_POOL_FD
                                                                                  : NVRM_POOL_PLAIN;
     struct pool_try_out o;
-    const int dslot = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
+    const int dslot = ctx->device >= 0 && ctx->device < NVRM_MAX_DEV ? ctx->device : 0;
     const int dflt = pk == NVRM_POOL_PLAIN && is_default_pool(ctx->device, cp->pool);
     if (dflt && __atomic_load_n(&dflt_own[dslot], __ATOMIC_RELAXED)) {
         /* this default pool already needed its own layouts: those first */

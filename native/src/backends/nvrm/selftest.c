@@ -34,18 +34,16 @@
 
 #include "nvrm.h"
 
-#define MAX_DEV 64
-
 static pthread_mutex_t st_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct nvrm_dev_state st_dev[MAX_DEV];
+static struct nvrm_dev_state st_dev[NVRM_MAX_DEV];
 
 /* ---- the self-test ----------------------------------------------------- */
 
 int nvrm_selftest(int device, struct nvrm_ctx *nc)
 {
-    if (device < 0 || device >= MAX_DEV)
+    if (device < 0 || device >= NVRM_MAX_DEV)
         return gp_err(GDRPY_ENODEV, "nvrm: device %d is beyond the %d this backend tracks",
-                      device, MAX_DEV);
+                      device, NVRM_MAX_DEV);
     pthread_mutex_lock(&st_lock);
     struct nvrm_dev_state *st = &st_dev[device];
     /* A route that could not even get its scratch memory (e.g. the GPU was
@@ -99,7 +97,7 @@ int nvrm_selftest(int device, struct nvrm_ctx *nc)
 
 const struct nvrm_dev_state *nvrm_selftest_state(int device)
 {
-    if (device < 0 || device >= MAX_DEV) return NULL;
+    if (device < 0 || device >= NVRM_MAX_DEV) return NULL;
     pthread_mutex_lock(&st_lock);
     const struct nvrm_dev_state *st = st_dev[device].done ? &st_dev[device] : NULL;
     pthread_mutex_unlock(&st_lock);
