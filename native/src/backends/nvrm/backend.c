@@ -271,7 +271,7 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
 
     /* The pinned range: the 64 KiB GPU pages around the request, as GDRCopy
      * pins (routes A, V: clamped to the mapping; route C: they must lie in
-     * the chunk behind the allocation, see chunk.c). */
+     * the chunk behind the allocation, see route_c.c). */
     uint64_t va = gp_round_down(p->addr, GDRPY_GPU_PAGE_SIZE);
     uint64_t hi = gp_round_up(end, GDRPY_GPU_PAGE_SIZE);
 

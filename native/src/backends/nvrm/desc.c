@@ -1,6 +1,7 @@
 /*
- * desc.c - nvrm backend: reading where CUDA itself describes memory that it
- * gives no export for (route V); learn.c learns where that is.
+ * desc.c - nvrm backend: reading CUDA's own records of its memory, without
+ * faulting: the cuIpcGetMemHandle words (route C), and where CUDA describes
+ * memory it gives no export for (route V).
  *
  * A cuMemCreate allocation without an exportable handle type, and the
  * physical chunks of a stream-ordered pool, are RM video-memory objects in
@@ -11,11 +12,12 @@
  *    CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, is the address of CUDA's pool),
  *    where a chunk's record holds its mapping base address next to the RM
  *    handle of the chunk.
- * Where exactly is undocumented; learn.c learns it once per process and
- * device on scratch memory of its own.  This file reads it: a walk of the
- * blocks behind a pointer (process_vm_readv: never a fault), the places a
- * descriptor names, and the per-pin rule that exactly one of the named RM
- * objects may be video memory of this process large enough.
+ * Where exactly is undocumented; learn_vmm.c and learn_pool.c learn it once
+ * per process and device on scratch memory of their own.  This file reads
+ * it: a walk of the blocks behind a pointer (process_vm_readv: never a
+ * fault), the places a descriptor names, and the per-pin rule that exactly
+ * one of the named RM objects may be video memory of this process large
+ * enough.  Route V (per pin) and learning both use it.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
