@@ -2,11 +2,13 @@
  * backends/nvrm/backend.c - BAR1 mappings through the NVIDIA driver's own resource
  * manager (RM) interface: /dev/nvidiactl + /dev/nvidiaN, no extra module.
  *
- * The ioctl sequence follows facts/nvrm-bar1.md (measured on driver
- * 580.159.04); what is sent to the driver comes from the ABI table of the
- * running driver's branch (abi.h, table.c), and the first open of a device
- * runs the self-test (selftest.c), which decides which routes are used.
- * docs/nvrm.md describes both.
+ * The ioctl sequence (CARD_INFO, an RM root client, the device object, the
+ * pin's memory handle, RM_MAP_MEMORY on /dev/nvidiactl with a /dev/nvidiaN
+ * fd that is then mmap'ed) was first measured on an H100 with the open
+ * kernel module 580.159.04 and CUDA 13.0; what is sent to the driver comes
+ * from the ABI table of the running driver's branch (abi.h, table.c), and
+ * the first open of a device runs the self-test (selftest.c), which decides
+ * which routes are used.  docs/nvrm.md describes both.
  *
  * Per context: one /dev/nvidiactl fd, one RM root client, one RM device
  * object (the GPU matched to the CUDA ordinal by PCI address).

@@ -231,7 +231,9 @@ static int try_layout(int device, struct nvrm_ctx *nc, const struct nvrm_ipc_lay
 static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
                         struct nvrm_ipc_layout *out, struct nvrm_route_report *r)
 {
-    /* Seen with CUDA 13.0 / driver 580 (facts/nvrm-bar1.md). */
+    /* Seen with CUDA 13.0 and driver 580.159.04 (H100): w4 the allocation's
+     * size, w6 the RM object's size in 4 KiB pages, w7 the allocation's
+     * offset in it, w12 CUDA's RM client, w13 the RM memory handle. */
     struct nvrm_ipc_layout L = {.w_size = 4, .w_pages = 6, .w_off = 7, .w_client = 12, .w_mem = 13};
     int dups = 0;
     int t1 = try_layout(device, nc, &L, &s[1], r, &dups);
