@@ -213,7 +213,7 @@ static int new_obj(uint64_t size)
     size = (size + CHUNK - 1) & ~(uint64_t)(CHUNK - 1);
     if (fb_used + size > FB_SIZE || nobjs >= MAXO) return -1;
     int i = nobjs++;
-    objs[i] = (struct obj){0xcaf00000u + (uint32_t)i * 16 + 3, fb_used, size, 1};
+    objs[i] = (struct obj){0xcaf00000u + (uint32_t)i * 16 + 3, fb_used, size, 1, 0};
     fb_used += size;
     return i;
 }
