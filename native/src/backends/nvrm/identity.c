@@ -69,15 +69,15 @@ static int compare_window(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint6
 }
 
 /*
- * Route C identity check, read only.  Why it is enough (docs/nvrm.md has the
- * long form):
+ * The identity check, read only.  Why it is enough for route C (docs/nvrm.md
+ * has the long form):
  *  - what the IPC words mean was proven by the self-test on scratch memory
  *    of its own, where it may write: a pattern written by CUDA was read
- *    through the mapping and the reverse;
+ *    through the mapping and the reverse (route_c.c);
  *  - the words are CUDA's own description of this allocation (what another
- *    process would import), checked above against the allocation's size, page
- *    congruence, the RM object's size and, where the self-test found CUDA
- *    reports it, the documented mapping base address;
+ *    process would import), checked by nvrm_dup_legacy (route_c.c) against
+ *    the allocation's size, page congruence, the RM object's size and, where
+ *    the self-test found CUDA reports it, the documented mapping base address;
  *  - here, bytes read through BAR1 around a cuMemcpyDtoH of the same range
  *    must agree wherever they are stable (a concurrent writer can change
  *    bytes between the reads: those are not compared).  A mismatch refuses.
