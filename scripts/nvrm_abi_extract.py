@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
 """Derives the nvrm backend's ABI records from one NVIDIA driver tag's headers.
 
-The headers come from NVIDIA/open-gpu-kernel-modules (a bare git mirror with
+The headers come from NVIDIA/open-gpu-kernel-modules (a git clone with
 ``--repo`` + ``--tag``, or an unpacked tree with ``--tree``); they are unpacked
 into a temporary directory, compiled into a probe (sizeof/offsetof/#define
 values, see scripts/nvrm_abi_spec.py), and deleted.  Nothing of the driver's
-source is written to the project: only the numbers, as JSON.
+source is written to the project: only the numbers, as JSON.  Without
+``--repo``, the clone named by the environment variable
+GDRPY_OPEN_GPU_KERNEL_MODULES is read; get one with
 
-    scripts/nvrm_abi_extract.py --repo /work/.mirror/NVIDIA+open-gpu-kernel-modules/repo \\
+    git clone --bare https://github.com/NVIDIA/open-gpu-kernel-modules
+
+    scripts/nvrm_abi_extract.py --repo open-gpu-kernel-modules.git \\
         --all --outdir native/src/backends/nvrm/abi
     scripts/nvrm_abi_extract.py --repo R --tag 580.142 --out -
     scripts/nvrm_abi_extract.py --repo R --all --cc aarch64-linux-gnu-gcc --outdir /tmp/arm
@@ -25,6 +29,27 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nvrm_abi_probe import arch_of, evaluate, target_of
 from nvrm_abi_spec import BRANCHES, HEADER_DIRS, HEADERS, RECORDS
+
+# The environment variable naming a clone of the driver's source, and where
+# to get one.
+REPO_ENV = "GDRPY_OPEN_GPU_KERNEL_MODULES"
+REPO_URL = "https://github.com/NVIDIA/open-gpu-kernel-modules"
+
+
+def repo_from_env() -> str | None:
+    """The clone GDRPY_OPEN_GPU_KERNEL_MODULES names, or None when unset."""
+    return os.environ.get(REPO_ENV) or None
+
+
+def check_repo(repo: str) -> str | None:
+    """Why `repo` cannot serve as the driver source, or None if it can."""
+    r = subprocess.run(["git", "-C", repo, "rev-parse", "--git-dir"], capture_output=True,
+                       text=True)
+    if r.returncode:
+        return (f"{repo} is not a git clone of {REPO_URL} "
+                f"({r.stderr.strip() or 'git rev-parse failed'}); get one with "
+                f"`git clone --bare {REPO_URL}`")
+    return None
 
 
 def newest_tag(repo: str, branch: str) -> str:
@@ -137,10 +162,11 @@ def c_tables(docs: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    src = ap.add_mutually_exclusive_group(required=True)
+    src = ap.add_mutually_exclusive_group()
     src.add_argument("--gen-c", metavar="ABIDIR",
                      help="write ABIDIR/../abi_tables.h from ABIDIR/*.json and exit")
-    src.add_argument("--repo", help="bare git mirror of open-gpu-kernel-modules")
+    src.add_argument("--repo", help=f"a git clone (bare or not) of {REPO_URL} "
+                                    f"(default: ${REPO_ENV})")
     src.add_argument("--tree", help="an unpacked tag (checkout or git archive)")
     ap.add_argument("--tag", help="tag to read (with --repo), or the tag --tree holds")
     ap.add_argument("--all", action="store_true",
@@ -168,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--tree needs --tag (the tag the tree holds)")
         docs = [record(a.tag, a.tree, a.cc, cflags)]
     else:
+        a.repo = a.repo or repo_from_env()
+        if not a.repo:
+            ap.error(f"no driver source: pass --repo CLONE or set {REPO_ENV} to a clone of "
+                     f"{REPO_URL} (`git clone --bare {REPO_URL}`), or --tree an unpacked tag")
+        why = check_repo(a.repo)
+        if why:
+            ap.error(why)
         tags = [newest_tag(a.repo, b) for b in BRANCHES] if a.all else [a.tag]
         if not tags[0]:
             ap.error("--repo needs --tag or --all")

@@ -7,6 +7,11 @@ them (made by ``scripts/nvrm_abi_extract.py``).  Here our own definitions
 (``abi.h``) are compiled and compared, record by record, per branch; the
 generated C tables must match the records; and the check is shown to fail on a
 deliberately wrong definition.  No GPU needed.
+
+The records themselves are regenerated from the driver's source only where a
+clone of it is named: GDRPY_OPEN_GPU_KERNEL_MODULES=<a clone of
+https://github.com/NVIDIA/open-gpu-kernel-modules> (``git clone --bare`` is
+enough); without it those tests skip and say so.
 """
 from __future__ import annotations
 
@@ -25,7 +30,11 @@ from nvrm_abi_spec import BRANCHES, RECORDS, ours_for  # noqa: E402
 
 NVRM = os.path.join(ROOT, "native", "src", "backends", "nvrm")
 ABIDIR = os.path.join(NVRM, "abi")
-MIRROR = "/work/.mirror/NVIDIA+open-gpu-kernel-modules/repo"
+REPO = nvrm_abi_extract.repo_from_env()
+NEEDS_REPO = pytest.mark.skipif(
+    REPO is None, reason=f"set {nvrm_abi_extract.REPO_ENV} to a clone of "
+                         f"{nvrm_abi_extract.REPO_URL} to compare the records with the driver's "
+                         f"source (git clone --bare {nvrm_abi_extract.REPO_URL})")
 
 pytestmark = pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None,
                                 reason="no C compiler")
@@ -113,14 +122,17 @@ def test_check_catches_a_drifted_definition(tmp_path, what: str, old: str, new: 
     assert any(b.startswith(key + ":") for b in bad), (what, bad)
 
 
-@pytest.mark.skipif(not os.path.isdir(MIRROR), reason="driver source mirror not present")
+@NEEDS_REPO
 @pytest.mark.parametrize("branch", BRANCHES)
 def test_records_are_what_the_newest_tag_says(branch: str, tmp_path) -> None:
     """Regenerates the branch's records from its newest tag: the committed JSON
     must be exactly that (so a newer tag with a change shows up here)."""
-    tag = nvrm_abi_extract.newest_tag(MIRROR, branch)
+    assert REPO is not None
+    why = nvrm_abi_extract.check_repo(REPO)
+    assert why is None, f"{nvrm_abi_extract.REPO_ENV}: {why}"
+    tag = nvrm_abi_extract.newest_tag(REPO, branch)
     out = tmp_path / f"{branch}.json"
-    assert nvrm_abi_extract.main(["--repo", MIRROR, "--tag", tag, "--out", str(out)]) == 0
+    assert nvrm_abi_extract.main(["--repo", REPO, "--tag", tag, "--out", str(out)]) == 0
     fresh = json.loads(out.read_text())
     stored = _load(branch)
     assert stored["tag"] == tag, f"a newer tag of {branch} exists: {tag}; regenerate"
@@ -138,3 +150,21 @@ def test_probe_parses_cross_compiler_assembly() -> None:
     assert _parse_asm(asm, 5) == [72, 0, 0, 32, 5]
     with pytest.raises(RuntimeError):
         _parse_asm(asm, 6)
+
+
+def test_extract_says_which_clone_it_needs(tmp_path, monkeypatch, capsys) -> None:
+    """Without --repo and without the variable, or with a folder that is not a
+    clone, the extractor stops with a message naming the variable, the clone
+    URL and the command."""
+    monkeypatch.delenv(nvrm_abi_extract.REPO_ENV, raising=False)
+    with pytest.raises(SystemExit) as e:
+        nvrm_abi_extract.main(["--all", "--outdir", str(tmp_path)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert nvrm_abi_extract.REPO_ENV in err and "git clone --bare" in err, err
+    monkeypatch.setenv(nvrm_abi_extract.REPO_ENV, str(tmp_path))
+    with pytest.raises(SystemExit):
+        nvrm_abi_extract.main(["--all", "--outdir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert f"{tmp_path} is not a git clone of {nvrm_abi_extract.REPO_URL}" in err, err
+    assert not list(tmp_path.iterdir()), "nothing may be written"

@@ -1,8 +1,13 @@
 /*
- * backend_gdrdrv.c - BAR1 mappings through NVIDIA's gdrdrv kernel module
- * (GDRCopy), /dev/gdrdrv.  The ioctl table and layouts follow
- * /work/shared/facts/gdrapi-abi.md; the request numbers are computed from
- * our own struct definitions and checked against that table at compile time.
+ * gdrdrv.c - BAR1 mappings through NVIDIA's gdrdrv kernel module (GDRCopy
+ * 2.x), /dev/gdrdrv.  The ioctls are gdrdrv's: type byte 0xDA; PIN_BUFFER 1
+ * (40 bytes), UNPIN_BUFFER 2, GET_CB_FLAG 3, GET_INFO 4, GET_INFO_V2 5,
+ * GET_ATTR 6, PIN_BUFFER_V2 7 (32 bytes), GET_VERSION 255; the argument
+ * layouts are the structs below.  The request numbers are computed from
+ * those structs and checked at compile time against the values the module
+ * answers to (0xC028DA01 ... 0xC008DAFF, below; the ones declared with a
+ * pointer type encode size 8).  A pin is mmap'ed at file offset
+ * handle << PAGE_SHIFT.
  *
  * Pins are rounded out to 64 KiB GPU pages here (gdrdrv would round them the
  * same way internally, but then refuses to mmap a pin whose address had an

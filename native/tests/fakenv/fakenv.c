@@ -4,8 +4,12 @@
  * driver calls gdrpy makes) and, when LD_PRELOADed, the kernel driver's
  * /dev/nvidiactl + /dev/nvidia0 ioctls and mmap.  "Video memory" is a memfd;
  * RM objects, CUDA allocations, IPC handles and BAR1 mappings are modelled
- * after facts/nvrm-bar1.md.  It checks argument sizes exactly, as the driver
- * does.  Test knobs (environment):
+ * after what the real driver did on an H100 (open kernel module 580.159.04,
+ * CUDA 13.0): cuMemAlloc allocations packed at 4 KiB granularity into 2 MiB
+ * RM objects; IPC handle words w4 = size, w7 = offset in the RM object,
+ * w12 = CUDA's RM client, w13 = its RM memory handle; RM_DUP_OBJECT between
+ * clients of one process; an ioctl whose status field says the call failed.
+ * It checks argument sizes exactly, as the driver does.  Test knobs (environment):
  *   FAKE_NV_VERSION     version string (default 580.159.04)
  *   FAKE_NV_EXPORT_SIZE GET_EXPORT_OBJECT_INFO params size it accepts (80; 535: 76)
  *   FAKE_IPC_LAYOUT     "cuda13" (default) or "alt" (words moved around)
@@ -209,7 +213,7 @@ static int new_obj(uint64_t size)
     size = (size + CHUNK - 1) & ~(uint64_t)(CHUNK - 1);
     if (fb_used + size > FB_SIZE || nobjs >= MAXO) return -1;
     int i = nobjs++;
-    objs[i] = (struct obj){0xcaf00000u + (uint32_t)i * 16 + 3, fb_used, size, 1};
+    objs[i] = (struct obj){0xcaf00000u + (uint32_t)i * 16 + 3, fb_used, size, 1, 0};
     fb_used += size;
     return i;
 }

@@ -1,7 +1,7 @@
 /*
  * test_kinds_fake.c - pins by GPU page (UCX's and GDRCopy clients' ranges)
  * over the chunk behind small cuMemAlloc allocations (nvrm route C,
- * backends/nvrm/chunk.c), run against fakenv, the stand-in driver, so the
+ * backends/nvrm/route_c.c), run against fakenv, the stand-in driver, so the
  * logic is exercised without a GPU (fakenv packs cuMemAlloc allocations at
  * 4 KiB granularity into 2 MiB RM objects, as the real driver does).
  *

@@ -3,11 +3,8 @@
  * of gdrdrv and dmabuf).  Drives the backend hooks directly with hand-built
  * gp_ctx / gp_pin objects, without core.c.
  *
- * Build (see run_backend_test.sh):
- *   gcc -O2 -std=gnu11 -D_GNU_SOURCE -Iinclude -Isrc/core -Isrc/copy -I/usr/local/cuda/include \
- *       tests/gpu/test_nvrm_backend.c src/core/error.c src/core/cudadrv.c src/backends/nvrm/[a-z]*.c \
- *       src/backends/gdrdrv.c src/backends/dmabuf.c -L/usr/local/cuda/lib64 -lcuda \
- *       -ldl -pthread -o test_nvrm_backend
+ * Build and run: tests/gpu/run_backend_test.sh (the backend's sources from
+ * src/backends/nvrm/files.mk, with -DGDRPY_NVRM_TESTING, linked with -lcuda).
  *
  * Prints one PASS/FAIL line per check, INFO/TIME lines for what it measured,
  * and exits non-zero if any check failed.
@@ -31,7 +28,7 @@
  * declare the two helpers used here with compatible types. */
 int gp_cuda_memcpy(int device, int dir, uint64_t dptr, void *host, size_t n, void *stream);
 int gp_cuda_driver_version(int *v);
-extern uint64_t gp_nvrm_test_skew; /* backends/nvrm/routes.c, -DGDRPY_NVRM_TESTING */
+extern uint64_t gp_nvrm_test_skew; /* backends/nvrm/route_c.c, -DGDRPY_NVRM_TESTING */
 
 /* ---- tiny test framework --------------------------------------------- */
 static int n_pass, n_fail;
@@ -151,7 +148,7 @@ static int pin_ok(const gp_pin *p, uint64_t abase, uint64_t asize, char *why, si
         return 0;
     }
     /* GDRCopy's extent: no more than the 64 KiB GPU pages the request
-     * touches (neighbours of the same chunk may share them; chunk.c). */
+     * touches (neighbours of the same chunk may share them; route_c.c). */
     if (p->va < (p->addr & ~0xffffull) ||
         p->va + p->len > ((p->addr + p->size + 0xffff) & ~0xffffull)) {
         snprintf(why, n, "range [0x%llx,+0x%llx) leaves the GPU pages of the request "
@@ -581,7 +578,7 @@ static void test_refusals(gp_ctx *c)
     free(mal);
     dalloc a;
     if (!alloc_dev(&a, 65536)) {
-        /* GDRCopy's rule (chunk.c): past the allocation but inside the RM
+        /* GDRCopy's rule (route_c.c): past the allocation but inside the RM
          * chunk behind it is accepted; past the chunk is refused naming the
          * allowed range */
         rc = do_pin(c, &p, a.ptr + 65536 - 8, 16);

@@ -68,8 +68,10 @@
 #define H_MEM_LAST 0x5affffffu
 
 /* ---- ioctl argument layouts ------------------------------------------- */
-/* Measured on x86-64 (facts/nvrm-bar1.md) and checked at run time against
- * the branch tables (table.c).  The driver builds them from NvU32/NvU64/
+/* The layouts of the driver's public headers (NVIDIA/open-gpu-kernel-modules),
+ * written here and checked against every branch's records (abi/<branch>.json,
+ * tests/test_nvrm_abi.py) and at run time against the branch tables
+ * (table.c); first measured on x86-64 with driver 580.159.04.  The driver builds them from NvU32/NvU64/
  * NvHandle and 8-byte aligned NvP64 fields, which the x86-64 SysV and the
  * AArch64 AAPCS64 LP64 ABIs lay out alike: the compile-time checks in table.c
  * hold for whichever target is built, and CI builds x86-64 and aarch64

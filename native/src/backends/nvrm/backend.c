@@ -2,11 +2,13 @@
  * backends/nvrm/backend.c - BAR1 mappings through the NVIDIA driver's own resource
  * manager (RM) interface: /dev/nvidiactl + /dev/nvidiaN, no extra module.
  *
- * The ioctl sequence follows facts/nvrm-bar1.md (measured on driver
- * 580.159.04); what is sent to the driver comes from the ABI table of the
- * running driver's branch (abi.h, table.c), and the first open of a device
- * runs the self-test (selftest.c), which decides which routes are used.
- * docs/nvrm.md describes both.
+ * The ioctl sequence (CARD_INFO, an RM root client, the device object, the
+ * pin's memory handle, RM_MAP_MEMORY on /dev/nvidiactl with a /dev/nvidiaN
+ * fd that is then mmap'ed) was first measured on an H100 with the open
+ * kernel module 580.159.04 and CUDA 13.0; what is sent to the driver comes
+ * from the ABI table of the running driver's branch (abi.h, table.c), and
+ * the first open of a device runs the self-test (selftest.c), which decides
+ * which routes are used.  docs/nvrm.md describes both.
  *
  * Per context: one /dev/nvidiactl fd, one RM root client, one RM device
  * object (the GPU matched to the CUDA ordinal by PCI address).
@@ -271,7 +273,7 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
 
     /* The pinned range: the 64 KiB GPU pages around the request, as GDRCopy
      * pins (routes A, V: clamped to the mapping; route C: they must lie in
-     * the chunk behind the allocation, see chunk.c). */
+     * the chunk behind the allocation, see route_c.c). */
     uint64_t va = gp_round_down(p->addr, GDRPY_GPU_PAGE_SIZE);
     uint64_t hi = gp_round_up(end, GDRPY_GPU_PAGE_SIZE);
 

@@ -1,6 +1,7 @@
 /*
- * desc.c - nvrm backend: reading where CUDA itself describes memory that it
- * gives no export for (route V); learn.c learns where that is.
+ * desc.c - nvrm backend: reading CUDA's own records of its memory, without
+ * faulting: the cuIpcGetMemHandle words (route C), and where CUDA describes
+ * memory it gives no export for (route V).
  *
  * A cuMemCreate allocation without an exportable handle type, and the
  * physical chunks of a stream-ordered pool, are RM video-memory objects in
@@ -11,11 +12,12 @@
  *    CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, is the address of CUDA's pool),
  *    where a chunk's record holds its mapping base address next to the RM
  *    handle of the chunk.
- * Where exactly is undocumented; learn.c learns it once per process and
- * device on scratch memory of its own.  This file reads it: a walk of the
- * blocks behind a pointer (process_vm_readv: never a fault), the places a
- * descriptor names, and the per-pin rule that exactly one of the named RM
- * objects may be video memory of this process large enough.
+ * Where exactly is undocumented; learn_vmm.c and learn_pool.c learn it once
+ * per process and device on scratch memory of their own.  This file reads
+ * it: a walk of the blocks behind a pointer (process_vm_readv: never a
+ * fault), the places a descriptor names, and the per-pin rule that exactly
+ * one of the named RM objects may be video memory of this process large
+ * enough.  Route V (per pin) and learning both use it.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -31,12 +33,6 @@
 #include "internal.h"
 #include "nvrm.h"
 
-#define CTRL_GET_HANDLE_INFO 0xd02
-#define HANDLE_INFO_CLASSID 2
-#define CTRL_GET_SURFACE_INFO 0x410110
-#define CTRL_GET_SURFACE_PHYS_ATTR 0x410103 /* privileged: CAP_SYS_ADMIN */
-#define SURFACE_INFO_PHYS_SIZE_LO 2
-#define SURFACE_INFO_PHYS_SIZE_HI 3
 #define RS_CLIENT_HANDLE_BASE_ 0xc1d00000u /* RM-generated client handles */
 
 /* ---- reading CUDA's memory without faulting ---------------------------- */
@@ -154,80 +150,36 @@ void nvrm_path_str(const struct nvrm_path *p, char *s, size_t n)
     if (u < n) snprintf(s + u, n - u, "+0x%x", p->off[p->hops]);
 }
 
-/* ---- RM helpers -------------------------------------------------------- */
+/* ---- CUDA's IPC handle words (route C) ----------------------------------- */
 
-uint32_t nvrm_class_of(struct nvrm_ctx *nc, uint32_t h)
+int nvrm_ipc_words(uint64_t base, uint32_t w[16])
 {
-    struct {
-        uint32_t hObject, index;
-        uint64_t result;
-    } hi = {h, HANDLE_INFO_CLASSID, 0};
-    if (nvrm_rm_control(nc, CTRL_GET_HANDLE_INFO, &hi, sizeof hi, "GET_HANDLE_INFO"))
-        return 0;
-    return (uint32_t)hi.result;
-}
-
-/* RM_CONTROL `cmd` on our object h (its params at p, n bytes). */
-static int obj_control(struct nvrm_ctx *nc, uint32_t h, uint32_t cmd, void *p, uint32_t n,
-                       const char *what)
-{
-    nv_os54_t a;
-    memset(&a, 0, sizeof a);
-    a.hClient = nc->hClient;
-    a.hObject = h;
-    a.cmd = cmd;
-    a.params = (uint64_t)(uintptr_t)p;
-    a.paramsSize = n;
-    return nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status, what);
-}
-
-uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h)
-{
-    struct {
-        uint32_t index, data;
-    } l[2] = {{SURFACE_INFO_PHYS_SIZE_LO, 0}, {SURFACE_INFO_PHYS_SIZE_HI, 0}};
-    struct {
-        uint32_t n, pad;
-        uint64_t list;
-    } prm = {2, 0, (uint64_t)(uintptr_t)l};
-    if (obj_control(nc, h, CTRL_GET_SURFACE_INFO, &prm, sizeof prm, "GET_SURFACE_INFO")) return 0;
-    return ((uint64_t)l[1].data << 32) | l[0].data;
-}
-
-int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint64_t *pa,
-                   uint32_t *aperture)
-{
-    /* NV0041_CTRL_GET_SURFACE_PHYS_ATTR_PARAMS (the same on 535..595) */
-    struct {
-        uint64_t memOffset;
-        uint32_t memFormat, comprOffset, comprFormat, memAperture;
-        uint32_t gpuCacheAttr, gpuP2PCacheAttr, mmuContext, pad;
-        uint64_t contigSegmentSize;
-    } prm;
-    /* GDRPY_NVRM_NO_PRIV=1 (tests): as for a caller without CAP_SYS_ADMIN */
-    const char *np = getenv("GDRPY_NVRM_NO_PRIV");
-    if (np && np[0] == '1')
-        return gp_err(GDRPY_EACCES, "GET_SURFACE_PHYS_ATTR: not asked (GDRPY_NVRM_NO_PRIV=1)");
-    memset(&prm, 0, sizeof prm);
-    prm.memOffset = off;
-    int rc = obj_control(nc, h, CTRL_GET_SURFACE_PHYS_ATTR, &prm, sizeof prm,
-                         "GET_SURFACE_PHYS_ATTR");
-    if (rc) return rc;
-    *pa = prm.memOffset;
-    *aperture = prm.memAperture;
+    CUipcMemHandle ih;
+    memset(&ih, 0, sizeof ih);
+    CUresult r = gp_cu.IpcGetMemHandle(&ih, base);
+    if (r)
+        return gp_cuda_err(0, r, "cuIpcGetMemHandle", "IPC handle of the allocation at 0x%llx",
+                           (unsigned long long)base);
+    memcpy(w, ih.reserved, 16 * sizeof(uint32_t));
     return 0;
 }
 
-uint32_t nvrm_cuda_client(void)
+
+/* Word k of the IPC handle of a 1-byte cuMemAlloc of our own, or 0. */
+static uint32_t one_byte_word(int k)
 {
     if (!gp_cu.MemAlloc || !gp_cu.MemFree) return 0;
     CUdeviceptr d = 0;
     if (gp_cu.MemAlloc(&d, 1) != CUDA_SUCCESS) return 0;
     uint32_t w[16];
-    uint32_t c = nvrm_ipc_words(d, w) == 0 ? w[12] : 0;
+    uint32_t x = nvrm_ipc_words(d, w) == 0 ? w[k] : 0;
     gp_cu.MemFree(d);
-    return c;
+    return x;
 }
+
+uint32_t nvrm_cuda_client(void) { return one_byte_word(12); }
+
+uint32_t nvrm_cuda_handle(void) { return one_byte_word(13); }
 
 /* ---- candidates a descriptor names -------------------------------------- */
 
@@ -451,13 +403,4 @@ int nvrm_dup_alive(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj
         nvrm_live_add(&nc->n_mem, -1);
     }
     return kept;
-}
-
-void nvrm_free_dups(struct nvrm_ctx *nc, const uint32_t *h, int n, const char *what)
-{
-    for (int k = 0; k < n; k++) {
-        if (!h[k]) continue;
-        nvrm_rm_free(nc, nc->hDevice, h[k], what);
-        nvrm_live_add(&nc->n_mem, -1);
-    }
 }

@@ -1,6 +1,10 @@
 /*
  * learn_pool.c - nvrm backend: learns where a stream-ordered pool's records
- * name the RM memory of its chunks (route V), on scratch pools of our own.
+ * name the RM memory of its chunks (route V), on scratch pools of our own:
+ * at an offset from a field holding the chunk's mapping base address
+ * (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR), or one or two pointers away.
+ * route_v.c asks once per process, device and pool kind, and again when
+ * CUDA's client changed.
  *
  * The scratch pools look like a busy one: pool 1 holds several chunks (the
  * first with its chunk-start allocation freed again, so only an allocation at
@@ -41,7 +45,7 @@ struct pscratch {
     CUdeviceptr va[PS_MAX];
     int live[PS_MAX];
     uint64_t mbase[PS_MAX], msize[PS_MAX];
-    uint8_t pat[PS_MAX][NVRM_LPAT];
+    uint8_t pat[PS_MAX][NVRM_SCRATCH_PAT];
 };
 
 static int pscratch_fill(int device, struct pscratch *s, const size_t *sizes, int n,
@@ -103,8 +107,8 @@ static int pscratch_fill(int device, struct pscratch *s, const size_t *sizes, in
                                       s->va[i]) ||
             !s->mbase[i] || s->va[i] < s->mbase[i])
             return gp_err(GDRPY_ENOTSUP, "CUDA gives no mapping base/size for pool memory");
-        nvrm_lpattern(s->pat[i], NVRM_LPAT, s->va[i] + (uint64_t)i);
-        if (gp_cuda_memcpy(device, 0, s->va[i], s->pat[i], NVRM_LPAT, NULL)) return GDRPY_EIO;
+        nvrm_scratch_pattern(s->pat[i], NVRM_SCRATCH_PAT, s->va[i] + (uint64_t)i);
+        if (gp_cuda_memcpy(device, 0, s->va[i], s->pat[i], NVRM_SCRATCH_PAT, NULL)) return GDRPY_EIO;
     }
     for (int i = 0; i < s->nva; i++)
         if ((free_mask >> i) & 1) {
@@ -210,18 +214,6 @@ static const struct hop2 *hop2_of(struct hop2_cache *c, uint64_t p, uint32_t fam
     return e;
 }
 
-/* An RM memory handle of CUDA's client (route C's words of a 1-byte
- * cuMemAlloc): its top bits select which u32s two pointers away are tried. */
-static uint32_t cuda_handle_family(void)
-{
-    CUdeviceptr d = 0;
-    if (!gp_cu.MemAlloc || gp_cu.MemAlloc(&d, 1) != CUDA_SUCCESS) return 0;
-    uint32_t w[16];
-    uint32_t h = nvrm_ipc_words(d, w) == 0 ? w[13] : 0;
-    gp_cu.MemFree(d);
-    return h;
-}
-
 struct raw_rules {
     int n;
     struct nvrm_pool_rule r[RAW_RULES];
@@ -265,12 +257,12 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint
                 /* the client: route C's, else one in the record */
                 int qc = -1;
                 uint32_t c = ipc_cli;
-                if (!c || !nvrm_lnames(nc, c, x, off0, pat)) {
+                if (!c || !nvrm_scratch_names(nc, c, x, off0, pat)) {
                     c = 0;
                     for (int z = lo; z + 4 <= hi && !c; z += 4) {
                         uint32_t y;
                         memcpy(&y, b[j].d + z, 4);
-                        if (nvrm_is_client(y) && y != ipc_cli && nvrm_lnames(nc, y, x, off0, pat)) {
+                        if (nvrm_is_client(y) && y != ipc_cli && nvrm_scratch_names(nc, y, x, off0, pat)) {
                             c = y;
                             qc = z;
                         }
@@ -297,7 +289,7 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint
                     uint32_t x;
                     memcpy(&x, blk + r, 4);
                     if (!x || nvrm_is_client(x) || !seen_add(&sn, x)) continue;
-                    if (!nvrm_lnames(nc, ipc_cli, x, off0, pat)) continue;
+                    if (!nvrm_scratch_names(nc, ipc_cli, x, off0, pat)) continue;
                     struct nvrm_pool_rule u = {
                         .hop = 1, .dp = q - (int)o, .dh = r, .cli_fixed = ipc_cli};
                     size_field(b[j].d, lo, hi, (int)o, s->msize[i], &u);
@@ -318,7 +310,7 @@ static int pool_rules(struct nvrm_ctx *nc, const struct pscratch *s, int i, uint
                     if (t == nt) {
                         if (nt == (int)(sizeof tx / sizeof tx[0])) continue;
                         tx[nt] = x;
-                        tg[nt++] = nvrm_lnames(nc, ipc_cli, x, off0, pat);
+                        tg[nt++] = nvrm_scratch_names(nc, ipc_cli, x, off0, pat);
                     }
                     if (!tg[t]) continue;
                     struct nvrm_pool_rule u = {.hop = 2,
@@ -372,7 +364,7 @@ static void pool_rules_hop2_any(struct nvrm_ctx *nc, const struct pscratch *s, i
                         memcpy(&x, b2 + r2, 4);
                         if (!x || nvrm_is_client(x) || !seen_add(&sn, x)) continue;
                         budget--;
-                        if (!nvrm_lnames(nc, ipc_cli, x, off0, s->pat[i])) continue;
+                        if (!nvrm_scratch_names(nc, ipc_cli, x, off0, s->pat[i])) continue;
                         struct nvrm_pool_rule u = {.hop = 2,
                                                    .dp = q - (int)o,
                                                    .dp2 = r1,
@@ -421,7 +413,7 @@ static void judge(struct nvrm_ctx *nc, const struct raw_rules *raw, const struct
             int big = nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
                       ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= s->msize[i]);
             if (big) {
-                if (nvrm_lholds(nc, h, off, s->pat[i])) right = 1;
+                if (nvrm_scratch_holds(nc, h, off, s->pat[i])) right = 1;
                 else v[k].wrong++;
             }
             nvrm_rm_free(nc, nc->hDevice, h, "learning: freeing a candidate");
@@ -439,7 +431,7 @@ static int pool_rule_picks(struct nvrm_ctx *nc, const struct nvrm_pool_desc *d,
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     int n = nvrm_desc_pool_candidates(d, (uint64_t)(uintptr_t)s->pool, s->mbase[i], s->msize[i],
                                       cc, oo, NVRM_MAX_CAND);
-    return nvrm_lrule_picks(nc, cc, oo, n, s->msize[i], s->va[i] - s->mbase[i], s->pat[i]);
+    return nvrm_scratch_rule_picks(nc, cc, oo, n, s->msize[i], s->va[i] - s->mbase[i], s->pat[i]);
 }
 
 static int distinct_chunks(const struct pscratch *s)
@@ -479,7 +471,7 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
         snprintf(why, wl, "scratch pools: %s", gdrpy_last_error());
         goto out;
     }
-    uint32_t ipc_cli = nvrm_cuda_client(), fam = cuda_handle_family();
+    uint32_t ipc_cli = nvrm_cuda_client(), fam = nvrm_cuda_handle();
     struct hop2_cache *c2 = calloc(1, sizeof *c2);
     /* raw layouts from one allocation of each chunk */
     for (int p = 0; p < 2; p++)

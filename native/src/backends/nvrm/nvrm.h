@@ -1,22 +1,32 @@
 /*
  * nvrm.h - shared between the files of the nvrm backend (not installed).
  *
- *   abi.h      our definitions of the RM ioctl interface
- *   abi/<branch>.json the RM interface of each production branch (generated)
+ * The backend's files, lower layers first: a .c file calls functions of .c
+ * files listed before it only.  The same list as files.mk (which the build
+ * uses) and docs/nvrm.md; tests/test_nvrm_layout.py checks that the three
+ * and the folder agree, and the layer order on the built objects.
+ *
+ *   files.mk      this list
+ *   abi.h         our definitions of the RM ioctl interface
+ *   abi/          the RM interface of each driver branch, as JSON (generated)
  *   abi_tables.h  one struct nvrm_abi per branch (generated from abi/)
- *   table.c    choosing the table for the running driver
- *   selftest.c the per-device self-test (which routes work) and its report
- *   rm.c       RM ioctl wrappers, status names, handles, the session
- *              (ctl fd, version, GPU match, client, device), CPU mappings
- *   routes.c   route A (cuMemCreate -> POSIX fd -> import) and route C
- *              (cuMemAlloc -> IPC handle words -> RM dup) + identity check
- *   chunk.c    route C pins by GPU page inside CUDA's chunk
- *   route_v.c  route V per pin: VMM without a handle type, pool memory
- *   desc.c     reading CUDA's own records of such memory (walks, places,
- *              candidates, the exactly-one rule)
- *   learn.c    learning where those records name the RM memory, on scratch
- *              memory of our own, once per process and device
- *   backend.c  the gp_backend vtable: probe/open/close/pin/unpin/map/unmap
+ *   nvrm.h        what the files share: state, structs, one section per file
+ *   table.c       ABI tables: choosing the one of the running driver
+ *   rm.c          RM primitives: ioctls, handles, objects, the session, CPU maps
+ *   identity.c    the identity proof: does an RM object hold the caller's bytes
+ *   desc.c        reading CUDA's records: IPC words, walks, the per-pin rule
+ *   diag.c        logs of what route V saw (GDRPY_NVRM_POOL_DIAG dumps)
+ *   scratch.c     checks on scratch memory of our own (self-test, learning)
+ *   route_a.c     route A: cuMemCreate memory with POSIX_FD: export -> import
+ *   route_c.c     route C: cuMemAlloc memory: IPC words -> dup, pins over the chunk
+ *   learn_vmm.c   learning where CUDA names VMM memory without handle types
+ *   learn_pool.c  learning where a pool's records name its chunks' memory
+ *   route_v.c     route V: VMM without handle types and pools, per pin
+ *   selftest.c    the per-device self-test (which routes work) and its report
+ *   backend.c     the gp_backend vtable: probe/open/close/pin/unpin/map/unmap
+ *
+ * Below: the state every file sees, then one section per .c file, in the
+ * same order.
  */
 #ifndef GDRPY_NVRM_H
 #define GDRPY_NVRM_H
@@ -29,7 +39,9 @@
 #include "cudadrv.h"
 #include "internal.h"
 
-/* ---- state ------------------------------------------------------------ */
+/* ---- state ----------------------------------------------------------- */
+#define NVRM_MAX_DEV 64 /* CUDA devices per process this backend tracks */
+
 struct nvrm_ctx {
     int ctl; /* /dev/nvidiactl */
     uint32_t hClient, hDevice;
@@ -80,7 +92,7 @@ struct nvrm_pin {
 };
 
 /* Route C: which of the 16 u32 words of a cuIpcGetMemHandle handle hold
- * what; learned and proven per process by the self-test (selftest.c). */
+ * what; learned and proven per process by route C's self-test (route_c.c). */
 struct nvrm_ipc_layout {
     int valid;           /* proven on the self-test's scratch allocations */
     int w_size;          /* allocation size, low 32 bits */
@@ -118,7 +130,18 @@ static inline void nvrm_live_add(uint64_t *c, int d)
     __atomic_add_fetch(c, (uint64_t)(int64_t)d, __ATOMIC_RELAXED);
 }
 
-/* ---- rm.c ------------------------------------------------------------- */
+/* ---- table.c --------------------------------------------------------- */
+GP_HIDDEN size_t nvrm_abi_count(void);
+GP_HIDDEN const struct nvrm_abi *nvrm_abi_at(size_t i);
+GP_HIDDEN int nvrm_abi_consistent(const struct nvrm_abi *t, char *why, size_t whylen);
+GP_HIDDEN const struct nvrm_abi *nvrm_abi_select(const char *version, const char *force,
+                                                 int *newer, char *why, size_t whylen);
+/* GDRPY_NVRM_TEST_CORRUPT_ABI (tests only): 1 = the table's RM_MAP_MEMORY
+ * argument size is made wrong; 2 = the self-test maps 64 KiB past its
+ * scratch data (a wrong offset).  Returns the mode (0 = none). */
+GP_HIDDEN int nvrm_abi_test_corrupt(struct nvrm_abi *t);
+
+/* ---- rm.c ------------------------------------------------------------ */
 GP_HIDDEN const char *nvrm_nv_status_name(uint32_t st);
 GP_HIDDEN int nvrm_nv_status_code(uint32_t st);
 GP_HIDDEN long nvrm_host_page(void);
@@ -144,32 +167,30 @@ GP_HIDDEN int nvrm_map_range_at(struct nvrm_ctx *nc, uint32_t hMem, uint64_t off
                                 void *at, struct nvrm_map *m);
 GP_HIDDEN int nvrm_unmap_range(struct nvrm_ctx *nc, uint32_t hMem, struct nvrm_map *m);
 GP_HIDDEN int nvrm_map_type_of(uint32_t flags);
+/* 8-byte-load reads through a mapping (BAR1: never byte by byte). */
+GP_HIDDEN void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a,
+                                size_t n, uint8_t *out);
 
-/* ---- table.c ---------------------------------------------------------- */
-GP_HIDDEN size_t nvrm_abi_count(void);
-GP_HIDDEN const struct nvrm_abi *nvrm_abi_at(size_t i);
-GP_HIDDEN int nvrm_abi_consistent(const struct nvrm_abi *t, char *why, size_t whylen);
-GP_HIDDEN const struct nvrm_abi *nvrm_abi_select(const char *version, const char *force,
-                                                 int *newer, char *why, size_t whylen);
-/* GDRPY_NVRM_TEST_CORRUPT_ABI (tests only): 1 = the table's RM_MAP_MEMORY
- * argument size is made wrong; 2 = the self-test maps 64 KiB past its
- * scratch data (a wrong offset).  Returns the mode (0 = none). */
-GP_HIDDEN int nvrm_abi_test_corrupt(struct nvrm_abi *t);
-
-/* ---- routes.c --------------------------------------------------------- */
-GP_HIDDEN int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr,
-                              const gp_cuda_ptr *cp, uint32_t *hOut);
 /* Imports the (single-object) RM export fd `fd` of the memory at `addr`
  * into our client; closes fd. */
 GP_HIDDEN int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd,
                              uint32_t *hOut);
-/* cuIpcGetMemHandle of the allocation at `base` as 16 u32 words. */
-GP_HIDDEN int nvrm_ipc_words(uint64_t base, uint32_t w[16]);
 /* RM_DUP_OBJECT of (hClientSrc, hObjectSrc) into our client under hDevice. */
 GP_HIDDEN int nvrm_dup(struct nvrm_ctx *nc, uint32_t hcli, uint32_t hobj, uint32_t *hOut,
                        const char *what);
-GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
-                              uint32_t *hOut, uint64_t *objoff);
+/* Frees our dups h[0..n) (zero entries skipped). */
+GP_HIDDEN void nvrm_free_dups(struct nvrm_ctx *nc, const uint32_t *h, int n, const char *what);
+/* RM class of a handle in our client (0 if unknown); physical size of a
+ * memory object in our client (0 if the driver does not say). */
+GP_HIDDEN uint32_t nvrm_class_of(struct nvrm_ctx *nc, uint32_t h);
+GP_HIDDEN uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h);
+/* The physical address and aperture (0 video memory, 1 system memory) of
+ * byte `off` of our RM memory object h (NV0041_CTRL_CMD_GET_SURFACE_PHYS_ATTR;
+ * the driver answers only callers with CAP_SYS_ADMIN).  0, or the error. */
+GP_HIDDEN int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint64_t *pa,
+                             uint32_t *aperture);
+
+/* ---- identity.c ------------------------------------------------------ */
 /* Read-only identity check: `hMem` at RM offset `rm_off` must hold what
  * CUDA shows at virtual address `va` (rm_off corresponds to va), sampled at
  * the first and last host page of [addr, addr + size) (va <= addr).  Never
@@ -180,39 +201,15 @@ GP_HIDDEN int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hM
  * mapping or copy that failed (*differs = 0: nothing was learnt). */
 GP_HIDDEN int nvrm_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
                             uint64_t rm_off, uint64_t addr, uint64_t size, int *differs);
-/* The same comparison, read-only, at up to 256 windows of 64 bytes spread
- * evenly over [addr, addr + size): *differs = 1 where a stable byte of hMem
- * differs from CUDA's copy.  0, or the error of a mapping or copy.  Used to
- * tell apart candidates that all passed nvrm_verify_identity. */
-GP_HIDDEN int nvrm_compare_spread(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
-                                  uint64_t rm_off, uint64_t addr, uint64_t size, int *differs);
-/* 8-byte-load reads / writes through a mapping (BAR1: never byte by byte). */
-GP_HIDDEN void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a,
-                                size_t n, uint8_t *out);
+/* Which of the n live candidates c[0..n) (our dups: freed here unless
+ * chosen) holds the caller's memory [lo, lo + len) (va: the CUDA address
+ * rm_off corresponds to), proven read-only; 0 with *hOut and how in proof,
+ * else the reason (identity.c has the steps). */
+GP_HIDDEN int nvrm_identity_pick(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t *c, int n,
+                                 uint64_t va, uint64_t rm_off, uint64_t lo, uint64_t len,
+                                 uint32_t *hOut, char *proof, size_t prooflen);
 
-/* ---- selftest.c ------------------------------------------------------- */
-/* Runs the device's self-test once per process (the session `nc` must be
- * open, inside a CUDA scope of the device) and sets nc->st.  0 if at least
- * one route works, else ENOTSUP with the reason. */
-GP_HIDDEN int nvrm_selftest(int device, struct nvrm_ctx *nc);
-/* The device's state if the self-test has run, else NULL. */
-GP_HIDDEN const struct nvrm_dev_state *nvrm_selftest_state(int device);
-
-/* ---- route_v.c -------------------------------------------------------- */
-/* Route V: VMM memory without POSIX_FD, pool memory.  `anchor` is the first
- * allocated byte of the request, `cp` the allocation (base/size: its
- * mapping), `mbase` the VA of the mapping, `va` the first pinned byte.
- * 0 with *hOut (a handle in our client) and *rm_off (offset of va in it),
- * proven to back the caller's range; else ENOTSUP naming why. */
-GP_HIDDEN int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
-                           const gp_cuda_ptr *cp, uint64_t mbase, uint64_t va, uint32_t *hOut,
-                           uint64_t *rm_off, char *how, size_t howlen);
-/* Pool memory: fills cp->base/size with the mapping that holds the anchor
- * (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE) and checks the device and
- * that the request stays inside it. */
-GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp);
-
-/* ---- desc.c, learn.c ---------------------------------------------------- */
+/* ---- desc.c ---------------------------------------------------------- */
 #define NVRM_CLASS_LOCAL_USER 0x40 /* NV01_MEMORY_LOCAL_USER: video memory */
 #define NVRM_DESC_RULES 8
 #define NVRM_MAX_CAND 64 /* candidates per lookup; a lookup that fills it is refused */
@@ -224,7 +221,7 @@ struct nvrm_path {
     uint16_t off[6];
 };
 /* Where CUDA names the RM memory of a VMM allocation, behind the address
- * cuMemRetainAllocationHandle returns (learned by learn.c).  Every place
+ * cuMemRetainAllocationHandle returns (learned by learn_vmm.c).  Every place
  * that named the right object on two scratch allocations is kept. */
 struct nvrm_vmm_desc {
     int nobj, ncli;
@@ -233,7 +230,8 @@ struct nvrm_vmm_desc {
     uint32_t cli_fixed;                    /* route C's client */
 };
 /* Where a pool's record of a chunk names its RM memory: byte offsets from a
- * u64 field holding the chunk's mapping base address (learned by learn.c). */
+ * u64 field holding the chunk's mapping base address (learned by
+ * learn_pool.c). */
 struct nvrm_pool_rule {
     int hop;          /* 1: the handle is in the block a pointer at dp points to;
                          2: in the block a pointer at dp2 in that block points to */
@@ -266,6 +264,8 @@ struct nvrm_blk {
     uint8_t level;
     uint8_t d[NVRM_WALK_L0];
 };
+/* cuIpcGetMemHandle of the allocation at `base` as 16 u32 words. */
+GP_HIDDEN int nvrm_ipc_words(uint64_t base, uint32_t w[16]);
 /* Reads n bytes of this process at addr without faulting: 0 or -1. */
 GP_HIDDEN int nvrm_safe_read(uint64_t addr, void *buf, size_t n);
 /* Fills b[maxb] with the block at root and, breadth first, the blocks it
@@ -276,12 +276,10 @@ GP_HIDDEN struct nvrm_path nvrm_path_of(const struct nvrm_blk *b, int i, uint32_
 GP_HIDDEN int nvrm_path_read(uint64_t root, const struct nvrm_path *p, void *out, size_t w);
 GP_HIDDEN void nvrm_path_str(const struct nvrm_path *p, char *s, size_t n);
 GP_HIDDEN int nvrm_is_client(uint32_t x);
-/* RM class of a handle in our client (0 if unknown); physical size of a
- * memory object in our client (0 if the driver does not say). */
-GP_HIDDEN uint32_t nvrm_class_of(struct nvrm_ctx *nc, uint32_t h);
-GP_HIDDEN uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h);
 /* CUDA's RM client as route C sees it (a 1-byte cuMemAlloc's IPC words), or 0. */
 GP_HIDDEN uint32_t nvrm_cuda_client(void);
+/* An RM memory handle of CUDA's client (the same words), or 0. */
+GP_HIDDEN uint32_t nvrm_cuda_handle(void);
 /* The distinct (client, object) pairs a descriptor names for one
  * allocation; the count (pools: -1 if the pool is unreadable). */
 GP_HIDDEN int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle,
@@ -301,13 +299,6 @@ GP_HIDDEN int nvrm_pool_scan(const struct nvrm_pool_desc *d, const struct nvrm_b
 GP_HIDDEN int nvrm_desc_pool_lookup(const struct nvrm_pool_desc *d, uint64_t pool,
                                     uint64_t mbase, uint64_t msize, uint32_t *cli,
                                     uint32_t *obj, int max, struct nvrm_pool_look *st);
-/* diag.c: logs of what route V saw (GDRPY_LOG_LEVEL=1); the wide dump of a
- * chunk's records only with GDRPY_NVRM_POOL_DIAG=1. */
-GP_HIDDEN int nvrm_pool_diag_on(void);
-GP_HIDDEN void nvrm_look_str(const struct nvrm_pool_look *st, char *s, size_t n);
-GP_HIDDEN void nvrm_cand_log(struct nvrm_ctx *nc, const char *tag, const uint32_t *cli,
-                             const uint32_t *obj, int n, uint64_t need);
-GP_HIDDEN void nvrm_pool_diag(const char *tag, uint64_t pool, uint64_t mbase, uint64_t msize);
 /* The same, with wide_only: only the wider walk (a lookup whose candidates
  * named no live object in the usual walk). */
 GP_HIDDEN int nvrm_desc_pool_lookup_w(const struct nvrm_pool_desc *d, uint64_t pool,
@@ -330,19 +321,6 @@ GP_HIDDEN int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t
  * route V's proof (route_v.c) to decide. */
 GP_HIDDEN int nvrm_dup_alive(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
                              int n, uint64_t need, uint32_t *keep);
-/* Frees our dups h[0..n) (zero entries skipped). */
-GP_HIDDEN void nvrm_free_dups(struct nvrm_ctx *nc, const uint32_t *h, int n, const char *what);
-/* The physical address and aperture (0 video memory, 1 system memory) of
- * byte `off` of our RM memory object h (NV0041_CTRL_CMD_GET_SURFACE_PHYS_ATTR;
- * the driver answers only callers with CAP_SYS_ADMIN).  0, or the error. */
-GP_HIDDEN int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint64_t *pa,
-                             uint32_t *aperture);
-/* The learned descriptors of `device` (learn.c: learned at the first call,
- * on scratch memory of our own, inside a CUDA scope of the device); ENOTSUP
- * with the reason if they could not be learned and confirmed. */
-GP_HIDDEN int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out);
-/* fdkind: an NVRM_POOL_* kind (learned separately: CUDA keeps those chunks
- * differently). */
 /* Pool kinds learned apart: pools created without / with an exportable
  * handle type, and the device's default pool (learned on allocations of our
  * own in it, only when the created pools' layouts do not name its chunk). */
@@ -356,24 +334,59 @@ static inline const char *nvrm_pool_kind_name(int k)
            : k == NVRM_POOL_FD    ? "pools with handle types"
                                   : "pools without handle types";
 }
-/* learn_pool.c: learns the pool layouts (0, or -1 with why). */
-GP_HIDDEN int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind,
-                              struct nvrm_pool_desc *out, char *why, size_t wl);
-/* learn.c's scratch helpers, shared with learn_pool.c: a random pattern; does
- * our dup h hold it at rm_off (read through BAR1); is (cli, obj) video memory
- * holding it; does the per-pin rule pick, among n candidates, the one holding
- * it. */
-#define NVRM_LPAT 64
-GP_HIDDEN void nvrm_lpattern(uint8_t *p, size_t n, uint64_t salt);
-GP_HIDDEN int nvrm_lholds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_off, const uint8_t *pat);
-GP_HIDDEN int nvrm_lnames(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
-                          const uint8_t *pat);
-GP_HIDDEN int nvrm_lrule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
-                               int n, uint64_t need, uint64_t rm_off, const uint8_t *pat);
-GP_HIDDEN int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind,
-                             struct nvrm_pool_desc *out);
 
-/* ---- chunk.c ---------------------------------------------------------- */
+/* ---- diag.c ---------------------------------------------------------- */
+/* Logs of what route V saw (GDRPY_LOG_LEVEL=1); the wide dump of a
+ * chunk's records only with GDRPY_NVRM_POOL_DIAG=1. */
+GP_HIDDEN int nvrm_pool_diag_on(void);
+GP_HIDDEN void nvrm_look_str(const struct nvrm_pool_look *st, char *s, size_t n);
+GP_HIDDEN void nvrm_cand_log(struct nvrm_ctx *nc, const char *tag, const uint32_t *cli,
+                             const uint32_t *obj, int n, uint64_t need);
+GP_HIDDEN void nvrm_pool_diag(const char *tag, uint64_t pool, uint64_t mbase, uint64_t msize);
+
+/* ---- scratch.c ------------------------------------------------------- */
+#define NVRM_CHECK_BYTES 512 /* the self-test's data check */
+#define NVRM_SCRATCH_PAT 64  /* learning's pattern */
+GP_HIDDEN double nvrm_now_ms(void);
+/* A failed step of a route's self-test: its name and message; _last: the
+ * message of the last error, with the RM status of the last ioctl when it
+ * was not NV_OK, and the driver version. */
+GP_HIDDEN void nvrm_report_fail(struct nvrm_route_report *r, const char *step, const char *fmt,
+                                ...) GP_PRINTF(3, 4);
+GP_HIDDEN void nvrm_report_last(struct nvrm_route_report *r, const char *step,
+                                struct nvrm_ctx *nc);
+/* Data check of [dptr, dptr + NVRM_CHECK_BYTES) (scratch memory), which is
+ * offset `rm_off` of RM memory `hMem`.  write_back 0: the read direction
+ * only.  0, or -1 with r filled; -2 when the failure cannot be a wrong offset
+ * (a copy or the ioctl itself failed). */
+GP_HIDDEN int nvrm_scratch_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t rm_off,
+                                 uint64_t dptr, int write_back, struct nvrm_route_report *r);
+/* Learning: a random pattern; does our dup h hold it at rm_off (read through
+ * BAR1); is (cli, obj) video memory holding it; does the per-pin rule pick,
+ * among n candidates, the one holding it. */
+GP_HIDDEN void nvrm_scratch_pattern(uint8_t *p, size_t n, uint64_t salt);
+GP_HIDDEN int nvrm_scratch_holds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_off,
+                                 const uint8_t *pat);
+GP_HIDDEN int nvrm_scratch_names(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
+                                 const uint8_t *pat);
+GP_HIDDEN int nvrm_scratch_rule_picks(struct nvrm_ctx *nc, const uint32_t *cli,
+                                      const uint32_t *obj, int n, uint64_t need, uint64_t rm_off,
+                                      const uint8_t *pat);
+
+/* ---- route_a.c ------------------------------------------------------- */
+/* Route A: the RM memory of the cuMemCreate(POSIX_FD) allocation at `addr`,
+ * exported and imported into our client (*hOut). */
+GP_HIDDEN int nvrm_import_vmm(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr,
+                              const gp_cuda_ptr *cp, uint32_t *hOut);
+/* The self-test of route A (fills st->route_a). */
+GP_HIDDEN void nvrm_route_a_selftest(int device, struct nvrm_ctx *nc, struct nvrm_dev_state *st);
+
+/* ---- route_c.c ------------------------------------------------------- */
+/* Route C: CUDA's RM memory of the cuMemAlloc allocation `cp`, duplicated
+ * into our client (*hOut), and the allocation's offset in it (*objoff), by
+ * the IPC words the self-test proved. */
+GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
+                              uint32_t *hOut, uint64_t *objoff);
 /* First address in [lo, hi) that lies in a CUDA allocation, or 0. */
 GP_HIDDEN uint64_t nvrm_first_alloc(uint64_t lo, uint64_t hi);
 /* Route C: checks that [*lo, *hi) lies in the RM object (chunk) behind the
@@ -383,5 +396,47 @@ GP_HIDDEN uint64_t nvrm_first_alloc(uint64_t lo, uint64_t hi);
 GP_HIDDEN int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff,
                                uint64_t *lo, uint64_t *hi, uint64_t *chunk_lo,
                                uint64_t *chunk_hi);
+/* The self-test of route C: learns the IPC word layout (st->ipc) and
+ * fills st->route_c. */
+GP_HIDDEN void nvrm_route_c_selftest(int device, struct nvrm_ctx *nc, struct nvrm_dev_state *st);
+
+/* ---- learn_vmm.c ----------------------------------------------------- */
+/* Learns where CUDA names the RM memory of a VMM allocation,
+ * on scratch memory of our own, inside a CUDA scope of the device (0, or -1
+ * with why). */
+GP_HIDDEN int nvrm_learn_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out,
+                             char *why, size_t wl);
+
+/* ---- learn_pool.c ---------------------------------------------------- */
+/* Learns the pool layouts of kind fdkind, an NVRM_POOL_* kind
+ * (0, or -1 with why). */
+GP_HIDDEN int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind,
+                              struct nvrm_pool_desc *out, char *why, size_t wl);
+
+/* ---- route_v.c ------------------------------------------------------- */
+/* Route V: VMM memory without POSIX_FD, pool memory.  `anchor` is the first
+ * allocated byte of the request, `cp` the allocation (base/size: its
+ * mapping), `mbase` the VA of the mapping, `va` the first pinned byte.
+ * 0 with *hOut (a handle in our client) and *rm_off (offset of va in it),
+ * proven to back the caller's range; else ENOTSUP naming why. */
+GP_HIDDEN int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
+                           const gp_cuda_ptr *cp, uint64_t mbase, uint64_t va, uint32_t *hOut,
+                           uint64_t *rm_off, char *how, size_t howlen);
+/* Pool memory: fills cp->base/size with the mapping that holds the anchor
+ * (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR/SIZE) and checks the device and
+ * that the request stays inside it. */
+GP_HIDDEN int nvrm_pool_range(gp_ctx *ctx, gp_pin *p, uint64_t anchor, gp_cuda_ptr *cp);
+
+/* ---- selftest.c ------------------------------------------------------ */
+/* Runs the device's self-test once per process (the session `nc` must be
+ * open, inside a CUDA scope of the device) and sets nc->st.  0 if at least
+ * one route works, else ENOTSUP with the reason. */
+GP_HIDDEN int nvrm_selftest(int device, struct nvrm_ctx *nc);
+/* The device's state if the self-test has run, else NULL. */
+GP_HIDDEN const struct nvrm_dev_state *nvrm_selftest_state(int device);
+
+/* ---- backend.c ------------------------------------------------------- */
+/* gp_backend_nvrm, the vtable (declared in internal.h), and
+ * gdrpy_nvrm_selftest (include/gdrpy.h). */
 
 #endif /* GDRPY_NVRM_H */

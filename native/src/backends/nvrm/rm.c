@@ -1,7 +1,9 @@
 /*
- * rm.c - nvrm backend: RM ioctl wrappers, RM status names, handle allocation,
- * the per-context session (ctl fd, driver version, GPU match, client, device)
- * and CPU mappings of RM memory objects.
+ * rm.c - nvrm backend: the RM primitives.  ioctl wrappers, RM status names,
+ * handle allocation; RM objects in our client (duplicated from CUDA's client,
+ * imported from an export fd, freed; their class, size and physical
+ * address); the per-context session (ctl fd, driver version, GPU match,
+ * client, device) and CPU mappings of RM memory objects.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -282,6 +284,191 @@ uint32_t nvrm_new_handle(struct nvrm_ctx *nc)
     return h;
 }
 
+/* ---- RM objects in our client: dup, import, free, class, size, physical
+ * address -------------------------------------------------------------- */
+
+#define CTRL_GET_HANDLE_INFO 0xd02
+#define HANDLE_INFO_CLASSID 2
+#define CTRL_GET_SURFACE_INFO 0x410110
+#define CTRL_GET_SURFACE_PHYS_ATTR 0x410103 /* privileged: CAP_SYS_ADMIN */
+#define SURFACE_INFO_PHYS_SIZE_LO 2
+#define SURFACE_INFO_PHYS_SIZE_HI 3
+
+int nvrm_dup(struct nvrm_ctx *nc, uint32_t hcli, uint32_t hobj, uint32_t *hOut, const char *what)
+{
+    int rc = GDRPY_EIO;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        nv_os55_t a;
+        memset(&a, 0, sizeof a);
+        a.hClient = nc->hClient;
+        a.hParent = nc->hDevice;
+        a.hObject = nvrm_new_handle(nc);
+        a.hClientSrc = hcli;
+        a.hObjectSrc = hobj;
+        a.flags = 0;
+        rc = nvrm_esc_call(nc, &nc->abi.rm_dup, "RM_DUP_OBJECT", &a, sizeof a, &a.status, what);
+        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue; /* handle taken */
+        if (rc) return rc;
+        *hOut = a.hObject;
+        nvrm_live_add(&nc->n_mem, 1);
+        return 0;
+    }
+    return rc;
+}
+
+/* Imports the (single-object) RM export fd `fd` of the memory at `addr`
+ * into our client; closes fd. */
+int nvrm_import_fd(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t addr, int fd, uint32_t *hOut)
+{
+    int rc;
+    /* The parameters differ by branch (abi.h): fill the fd, read the two
+     * outputs at the table's offsets. */
+    union {
+        nv0000_export_info_t cur;
+        nv0000_export_info_v535_t v535;
+    } eu;
+    memset(&eu, 0, sizeof eu);
+    eu.cur.fd = fd;
+    if (nc->abi.size_export_info > sizeof eu) {
+        rc = gp_err(GDRPY_EIO, "ABI table %s: GET_EXPORT_OBJECT_INFO size %u exceeds our "
+                               "definitions",
+                    nc->abi.branch, nc->abi.size_export_info);
+        goto out;
+    }
+    rc = nvrm_rm_control(nc, nc->abi.ctrl_export_info, &eu, nc->abi.size_export_info,
+                         "OS_UNIX_GET_EXPORT_OBJECT_INFO on the exported fd");
+    if (rc) goto out;
+    uint32_t dev_inst;
+    uint16_t max_objects;
+    memcpy(&dev_inst, (const uint8_t *)&eu + nc->abi.export_off_device_instance, 4);
+    memcpy(&max_objects, (const uint8_t *)&eu + nc->abi.export_off_max_objects, 2);
+    if (dev_inst != nc->dev_instance) {
+        rc = gp_err(GDRPY_ENODEV, "the allocation at 0x%llx lives on RM device instance %u, "
+                                  "but this context's GPU (CUDA device %d) is instance %u",
+                    (unsigned long long)addr, dev_inst, ctx->device, nc->dev_instance);
+        goto out;
+    }
+    if (max_objects < 1) {
+        rc = gp_err(GDRPY_EIO, "the exported fd of 0x%llx holds no objects",
+                    (unsigned long long)addr);
+        goto out;
+    }
+    for (int attempt = 0; attempt < 4; attempt++) {
+        static nv0000_import_t zero;
+        nv0000_import_t *im = malloc(sizeof *im);
+        if (!im) {
+            rc = gp_err(GDRPY_ENOMEM, "out of memory");
+            goto out;
+        }
+        *im = zero;
+        im->fd = fd;
+        im->hParent = nc->hDevice;
+        im->objects[0] = nvrm_new_handle(nc);
+        im->numObjects = 1;
+        im->index = 0;
+        nv_os54_t a;
+        memset(&a, 0, sizeof a);
+        a.hClient = nc->hClient;
+        a.hObject = nc->hClient;
+        a.cmd = nc->abi.ctrl_import_from_fd;
+        a.params = (uint64_t)(uintptr_t)im;
+        a.paramsSize = nc->abi.size_import_from_fd;
+        rc = nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status,
+                           "OS_UNIX_IMPORT_OBJECTS_FROM_FD");
+        uint32_t hh = im->objects[0];
+        uint8_t type = im->objectTypes[0];
+        free(im);
+        if (rc && a.status == NV_ERR_INSERT_DUPLICATE_NAME) continue; /* handle taken */
+        if (rc) goto out;
+        if (type != nc->abi.import_type_vidmem) {
+            nvrm_rm_free(nc, nc->hDevice, hh, "freeing a non-vidmem import");
+            rc = gp_err(GDRPY_ENOTSUP, "the allocation at 0x%llx imported as object type %u, "
+                                       "not video memory (1)",
+                        (unsigned long long)addr, type);
+            goto out;
+        }
+        *hOut = hh;
+        nvrm_live_add(&nc->n_mem, 1);
+        rc = 0;
+        goto out;
+    }
+    rc = gp_err(GDRPY_EIO, "no free RM handle for the import after 4 attempts");
+out:
+    close(fd);
+    return rc;
+}
+
+void nvrm_free_dups(struct nvrm_ctx *nc, const uint32_t *h, int n, const char *what)
+{
+    for (int k = 0; k < n; k++) {
+        if (!h[k]) continue;
+        nvrm_rm_free(nc, nc->hDevice, h[k], what);
+        nvrm_live_add(&nc->n_mem, -1);
+    }
+}
+
+uint32_t nvrm_class_of(struct nvrm_ctx *nc, uint32_t h)
+{
+    struct {
+        uint32_t hObject, index;
+        uint64_t result;
+    } hi = {h, HANDLE_INFO_CLASSID, 0};
+    if (nvrm_rm_control(nc, CTRL_GET_HANDLE_INFO, &hi, sizeof hi, "GET_HANDLE_INFO"))
+        return 0;
+    return (uint32_t)hi.result;
+}
+
+/* RM_CONTROL `cmd` on our object h (its params at p, n bytes). */
+static int obj_control(struct nvrm_ctx *nc, uint32_t h, uint32_t cmd, void *p, uint32_t n,
+                       const char *what)
+{
+    nv_os54_t a;
+    memset(&a, 0, sizeof a);
+    a.hClient = nc->hClient;
+    a.hObject = h;
+    a.cmd = cmd;
+    a.params = (uint64_t)(uintptr_t)p;
+    a.paramsSize = n;
+    return nvrm_esc_call(nc, &nc->abi.rm_control, "RM_CONTROL", &a, sizeof a, &a.status, what);
+}
+
+uint64_t nvrm_obj_size(struct nvrm_ctx *nc, uint32_t h)
+{
+    struct {
+        uint32_t index, data;
+    } l[2] = {{SURFACE_INFO_PHYS_SIZE_LO, 0}, {SURFACE_INFO_PHYS_SIZE_HI, 0}};
+    struct {
+        uint32_t n, pad;
+        uint64_t list;
+    } prm = {2, 0, (uint64_t)(uintptr_t)l};
+    if (obj_control(nc, h, CTRL_GET_SURFACE_INFO, &prm, sizeof prm, "GET_SURFACE_INFO")) return 0;
+    return ((uint64_t)l[1].data << 32) | l[0].data;
+}
+
+int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint64_t *pa,
+                   uint32_t *aperture)
+{
+    /* NV0041_CTRL_GET_SURFACE_PHYS_ATTR_PARAMS (the same on 535..595) */
+    struct {
+        uint64_t memOffset;
+        uint32_t memFormat, comprOffset, comprFormat, memAperture;
+        uint32_t gpuCacheAttr, gpuP2PCacheAttr, mmuContext, pad;
+        uint64_t contigSegmentSize;
+    } prm;
+    /* GDRPY_NVRM_NO_PRIV=1 (tests): as for a caller without CAP_SYS_ADMIN */
+    const char *np = getenv("GDRPY_NVRM_NO_PRIV");
+    if (np && np[0] == '1')
+        return gp_err(GDRPY_EACCES, "GET_SURFACE_PHYS_ATTR: not asked (GDRPY_NVRM_NO_PRIV=1)");
+    memset(&prm, 0, sizeof prm);
+    prm.memOffset = off;
+    int rc = obj_control(nc, h, CTRL_GET_SURFACE_PHYS_ATTR, &prm, sizeof prm,
+                         "GET_SURFACE_PHYS_ATTR");
+    if (rc) return rc;
+    *pa = prm.memOffset;
+    *aperture = prm.memAperture;
+    return 0;
+}
+
 /* ---- session: ctl fd, version gate, GPU match, client, device ---------- */
 
 void nvrm_session_close(struct nvrm_ctx *nc)
@@ -550,6 +737,27 @@ int nvrm_unmap_range(struct nvrm_ctx *nc, uint32_t hMem, struct nvrm_map *m)
                             &u.status, "unmapping RM memory");
     nvrm_live_add(&nc->n_map, -1);
     return rc ? rc : rc2;
+}
+
+/* Reads [a, a+n) of a mapping with aligned 8-byte loads (BAR1 reads cost
+ * ~1 us each, so never byte by byte).  `win` maps the page-aligned window
+ * starting at address `wbase`. */
+void nvrm_read_mapped(const volatile uint8_t *win, uint64_t wbase, uint64_t a, size_t n,
+                      uint8_t *out)
+{
+    uint64_t lo = gp_round_down(a, 8), hi = gp_round_up(a + n, 8);
+    while (lo < hi) {
+        uint8_t tmp[256];
+        uint64_t chunk_hi = hi - lo > sizeof tmp ? lo + sizeof tmp : hi;
+        for (uint64_t x = lo; x < chunk_hi; x += 8) {
+            uint64_t v = *(const volatile uint64_t *)(win + (x - wbase));
+            memcpy(tmp + (x - lo), &v, 8);
+        }
+        uint64_t from = a > lo ? a : lo;
+        uint64_t to = a + n < chunk_hi ? a + n : chunk_hi;
+        memcpy(out + (from - a), tmp + (from - lo), (size_t)(to - from));
+        lo = chunk_hi;
+    }
 }
 
 int nvrm_map_type_of(uint32_t flags)

@@ -10,23 +10,27 @@
  *  1. VMM: cuMemRetainAllocationHandle; if cuMemExportToShareableHandle
  *     (POSIX_FD) works on the handle, the export is imported as in route A.
  *  2. Otherwise CUDA's own record of the allocation names the RM object: at
- *     the place desc.c learned and confirmed on scratch memory of its own
- *     (behind the allocation handle for VMM; in the pool's record of the
- *     chunk, next to its mapping base, for pools).  Exactly that one object
+ *     the place learn_vmm.c / learn_pool.c learned and confirmed on scratch
+ *     memory of their own (asked once per device; kept below): behind the
+ *     allocation handle for VMM; in the pool's record of the chunk, next to
+ *     its mapping base, for pools.  Exactly that one object
  *     is duplicated into our client (RM_DUP_OBJECT works only between clients
  *     of the same process) and must be video memory (class
  *     NV01_MEMORY_LOCAL_USER) at least as large as the mapping.
  *  3. The offset of the first pinned byte in the object is va - mapping base
  *     (cuMemMap maps a handle from offset 0, the only offset CUDA accepts;
- *     for pools the same rule was confirmed by desc.c on its scratch pools).
- *  4. Route C's read-only identity check (bytes read through BAR1 == bytes
- *     cuMemcpyDtoH reads, at the first and last page of the request).
+ *     for pools the same rule was confirmed by learn_pool.c on its scratch
+ *     pools).
+ *  4. The read-only identity proof (identity.c: bytes read through BAR1 ==
+ *     bytes cuMemcpyDtoH reads, at the first and last page of the request),
+ *     which also picks among several named objects.
  * Nothing of the caller's memory is ever written (docs/memory-kinds.md).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +43,83 @@
 static const char *WORKS = "what works: cuMemAlloc/cudaMalloc memory and cuMemCreate memory "
                            "with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR (gdrpy.memory "
                            "allocates so)";
+
+/* ---- what was learned, per device (learn_vmm.c, learn_pool.c learn it) -- */
+
+static pthread_mutex_t d_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    int vstate; /* 0 untried, 1 learned, -1 failed */
+    struct nvrm_vmm_desc v;
+    char vwhy[320];
+    /* pools, [0] without and [1] with an exportable handle type: CUDA keeps
+     * the two kinds' chunks differently, so each is learned on its own kind */
+    int pstate[NVRM_POOL_KINDS], ptries[NVRM_POOL_KINDS];
+    uint32_t pcli[NVRM_POOL_KINDS]; /* route C's client when they were learned */
+    struct nvrm_pool_desc p[NVRM_POOL_KINDS];
+    char pwhy[NVRM_POOL_KINDS][320];
+} dstate[NVRM_MAX_DEV];
+
+static int learned_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out)
+{
+    int slot = device >= 0 && device < NVRM_MAX_DEV ? device : 0;
+    pthread_mutex_lock(&d_lock);
+    if (!dstate[slot].vstate) {
+        dstate[slot].vstate = -1;
+        if (nvrm_learn_vmm(device, nc, &dstate[slot].v, dstate[slot].vwhy,
+                           sizeof dstate[slot].vwhy) == 0)
+            dstate[slot].vstate = 1;
+    }
+    int ok = dstate[slot].vstate == 1;
+    if (ok) *out = dstate[slot].v;
+    char why[320];
+    snprintf(why, sizeof why, "%s", dstate[slot].vwhy);
+    pthread_mutex_unlock(&d_lock);
+    if (ok) return 0;
+    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of a VMM allocation could not "
+                                 "be learned on this driver: %s",
+                  why);
+}
+
+static int learned_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool_desc *out)
+{
+    int slot = device >= 0 && device < NVRM_MAX_DEV ? device : 0;
+    if (fdkind < 0 || fdkind >= NVRM_POOL_KINDS) fdkind = NVRM_POOL_PLAIN;
+    /* The layouts name CUDA's client as route C sees it; if that changed
+     * (CUDA's context was destroyed and made anew), what was learned is
+     * stale: learn again.  A failed learning is retried a few times (at
+     * later pins), not at every pin. */
+    uint32_t cli = nvrm_cuda_client();
+    pthread_mutex_lock(&d_lock);
+    int st = dstate[slot].pstate[fdkind];
+    if (st && cli && dstate[slot].pcli[fdkind] != cli && dstate[slot].ptries[fdkind] < 8) {
+        gp_log(1, "nvrm: pool records (%s) were learned with CUDA's client 0x%x, now 0x%x: "
+                  "learning again",
+               nvrm_pool_kind_name(fdkind), dstate[slot].pcli[fdkind], cli);
+        st = 0;
+    } else if (st < 0 && dstate[slot].ptries[fdkind] < 3) {
+        st = 0;
+    }
+    if (!st) {
+        dstate[slot].ptries[fdkind]++;
+        dstate[slot].pcli[fdkind] = cli;
+        dstate[slot].pstate[fdkind] =
+            nvrm_learn_pool(device, nc, fdkind, &dstate[slot].p[fdkind], dstate[slot].pwhy[fdkind],
+                            sizeof dstate[slot].pwhy[fdkind]) == 0
+                ? 1
+                : -1;
+    }
+    int ok = dstate[slot].pstate[fdkind] == 1;
+    if (ok) *out = dstate[slot].p[fdkind];
+    char why[320];
+    snprintf(why, sizeof why, "%s", dstate[slot].pwhy[fdkind]);
+    pthread_mutex_unlock(&d_lock);
+    if (ok) return 0;
+    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of the chunks of %s could not be "
+                                 "learned on this driver: %s",
+                  nvrm_pool_kind_name(fdkind), why);
+}
+
+/* ---- per pin ------------------------------------------------------------ */
 
 /* VMM: export (route A's door: one object) or the learned record (the live
  * video-memory objects it names, for nvrm_route_v's proof). */
@@ -62,7 +143,7 @@ static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_
         return nvrm_import_fd(ctx, nc, anchor, fd, &cand[0]);
     }
     struct nvrm_vmm_desc d;
-    int rc = nvrm_desc_vmm(ctx->device, nc, &d);
+    int rc = learned_vmm(ctx->device, nc, &d);
     if (rc) {
         gp_cu.MemRelease(h);
         return gp_err_prefix(GDRPY_ENOTSUP, "0x%llx is %s created without an exportable handle "
@@ -121,7 +202,7 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
 {
     memset(o, 0, sizeof *o);
     struct nvrm_pool_desc d;
-    if (nvrm_desc_pool(ctx->device, nc, pk, &d)) return -1;
+    if (learned_pool(ctx->device, nc, pk, &d)) return -1;
     o->learned = 1;
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     struct nvrm_pool_look lk;
@@ -168,7 +249,7 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
 }
 
 /* Per device: the default pool's chunks were named only by its own layouts. */
-static int dflt_own[64];
+static int dflt_own[NVRM_MAX_DEV];
 
 static int is_default_pool(int device, uint64_t pool)
 {
@@ -192,7 +273,7 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
     const int pk = (cp->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) ? NVRM_POOL_FD
                                                                                  : NVRM_POOL_PLAIN;
     struct pool_try_out o;
-    const int dslot = ctx->device >= 0 && ctx->device < 64 ? ctx->device : 0;
+    const int dslot = ctx->device >= 0 && ctx->device < NVRM_MAX_DEV ? ctx->device : 0;
     const int dflt = pk == NVRM_POOL_PLAIN && is_default_pool(ctx->device, cp->pool);
     if (dflt && __atomic_load_n(&dflt_own[dslot], __ATOMIC_RELAXED)) {
         /* this default pool already needed its own layouts: those first */
@@ -235,162 +316,6 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
     return 0;
 }
 
-/* Are the m candidates handles of one allocation, at the bytes off[0] and
- * off[1] of each?  Proven, never guessed, in one of two ways:
- *  - BAR1: CPU mappings of the same bytes of each, alive at the same time,
- *    start at the same bus address (RM_MAP_MEMORY returns it): one BAR1
- *    address reaches one page of video memory at a time.  Where RM gives
- *    every mapping its own BAR1 range the addresses differ even for one
- *    allocation, and this says nothing;
- *  - the driver's physical addresses (CAP_SYS_ADMIN only; *refused is set
- *    when it answered no).
- * Returns how it was shown, or NULL. */
-static const char *one_allocation(struct nvrm_ctx *nc, const uint32_t *c, int m,
-                                  const uint64_t off[2], int *refused)
-{
-    int bar1 = 1;
-    for (int j = 0; j < 2 && bar1; j++) {
-        struct nvrm_map m0;
-        if (nvrm_map_range(nc, c[0], off[j], 8, &m0)) {
-            bar1 = 0;
-            break;
-        }
-        for (int k = 1; k < m && bar1; k++) {
-            struct nvrm_map mk;
-            bar1 = !nvrm_map_range(nc, c[k], off[j], 8, &mk);
-            if (bar1) {
-                bar1 = mk.plinear == m0.plinear;
-                nvrm_unmap_range(nc, c[k], &mk);
-            }
-        }
-        nvrm_unmap_range(nc, c[0], &m0);
-    }
-    if (bar1) return "their BAR1 mappings start at the same bus address";
-    uint64_t pa0[2] = {0, 0};
-    uint32_t ap0[2] = {0, 0};
-    for (int j = 0; j < 2; j++)
-        if (nvrm_phys_addr(nc, c[0], off[j], &pa0[j], &ap0[j])) {
-            *refused = 1;
-            return NULL;
-        }
-    for (int k = 1; k < m; k++)
-        for (int j = 0; j < 2; j++) {
-            uint64_t pa = 0;
-            uint32_t ap = 0;
-            if (nvrm_phys_addr(nc, c[k], off[j], &pa, &ap)) {
-                *refused = 1;
-                return NULL;
-            }
-            if (pa != pa0[j] || ap != ap0[j]) return NULL;
-        }
-    return "the driver's physical addresses agree";
-}
-
-/* Which of the n live candidates (our dups, freed here unless chosen) holds
- * the caller's memory, proven without writing anything:
- *  1. the identity check (first and last page of the request) on each;
- *  2. where several pass: if they are shown to be handles of one allocation
- *     at both ends of the request (one_allocation: BAR1 bus addresses, or the
- *     driver's physical addresses), any is right (CUDA may keep more than
- *     one handle);
- *  3. else the comparison at up to 256 places spread over the request must
- *     leave exactly one.
- * Several distinct objects holding the same bytes everywhere compared (e.g.
- * never-written chunks, all zero) cannot be told apart: refused. */
-static int pick_proven(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t *c, int n, uint64_t va,
-                       uint64_t rm_off, uint64_t lo, uint64_t len, uint32_t *hOut, char *proof,
-                       size_t prooflen)
-{
-    int m = 0, rc = 0;
-    for (int k = 0; k < n; k++) {
-        int differs = 0;
-        int r = nvrm_identity(ctx, nc, c[k], va, rm_off, lo, len, &differs);
-        if (r && !differs && n > 1) {
-            /* not ruled out, not proven: no other candidate can be proven
-             * the only one */
-            nvrm_free_dups(nc, c + k, n - k, "route V: freeing undecided candidates");
-            nvrm_free_dups(nc, c, m, "route V: freeing undecided candidates");
-            return gp_err_prefix(r, "route V: %d live RM objects are named for the allocation "
-                                    "and one of them could not be compared",
-                                 n);
-        }
-        if (r) {
-            rc = r;
-            nvrm_free_dups(nc, &c[k], 1, "freeing a refused route V object");
-        } else {
-            c[m++] = c[k];
-        }
-    }
-    if (m == 0)
-        return n == 1 ? rc
-                      : gp_err_prefix(rc, "none of the %d live RM objects named for the "
-                                          "allocation holds its bytes",
-                                      n);
-    if (m == 1) {
-        if (n > 1) gp_err_clear(); /* the others' identity failures are not the caller's */
-        *hOut = c[0];
-        snprintf(proof, prooflen, n == 1 ? "identity check passed" : "identity check passed; it ruled out the %d other "
-                                                                     "live candidates",
-                 n - 1);
-        return 0;
-    }
-    /* 2: one allocation under several handles? */
-    const uint64_t off[2] = {rm_off + (lo - va), rm_off + (lo + len - 1 - va)};
-    int phys_refused = 0;
-    const char *by = one_allocation(nc, c, m, off, &phys_refused);
-    if (by) {
-        gp_err_clear();
-        gp_log(1, "nvrm: route V: %d live candidates are one allocation (%s)", m, by);
-        *hOut = c[0];
-        nvrm_free_dups(nc, c + 1, m - 1, "route V: freeing a second handle of the allocation");
-        snprintf(proof, prooflen, "identity check passed; %d handles of one allocation (%s)", m,
-                 by);
-        return 0;
-    }
-    /* 3: bytes spread over the request */
-    const int passed = m;
-    int left = 0;
-    for (int k = 0; k < m; k++) {
-        int differs = 0;
-        int r = nvrm_compare_spread(ctx, nc, c[k], va, rm_off, lo, len, &differs);
-        if (r) { /* not ruled out, not proven */
-            nvrm_free_dups(nc, c + k, m - k, "route V: freeing undecided candidates");
-            nvrm_free_dups(nc, c, left, "route V: freeing undecided candidates");
-            return gp_err_prefix(r, "route V: comparing %d live RM objects named for the "
-                                    "allocation",
-                                 m);
-        }
-        if (!differs)
-            c[left++] = c[k];
-        else
-            nvrm_free_dups(nc, &c[k], 1, "route V: freeing a candidate ruled out");
-    }
-    if (left == 1) {
-        gp_err_clear();
-        *hOut = c[0];
-        snprintf(proof, prooflen, "identity check and a comparison at up to 256 places ruled out "
-                                  "the %d other live candidates",
-                 n - 1);
-        return 0;
-    }
-    nvrm_free_dups(nc, c, left, "route V: freeing ambiguous candidates");
-    if (left == 0)
-        return gp_err(GDRPY_ENOTSUP, "none of the %d live RM objects named for the allocation "
-                                     "holds its bytes at every place compared",
-                      passed);
-    return gp_err(GDRPY_ENOTSUP, "%d distinct RM objects named for the allocation hold its bytes "
-                                 "at every place compared (the first and last page of the request "
-                                 "and up to 256 places between), and %s; which one is its memory "
-                                 "cannot be proven without writing to it, so exactly one must be "
-                                 "and it is refused (write the memory once, e.g. zero it with a "
-                                 "pattern of your own, or run with CAP_SYS_ADMIN)",
-                  left,
-                  !phys_refused ? "the driver reports different physical memory for them"
-                                : "their BAR1 mappings do not share addresses, and the driver's "
-                                  "physical-address query (NV0041_CTRL_CMD_GET_SURFACE_PHYS_ATTR) "
-                                  "was refused: it answers only callers with CAP_SYS_ADMIN");
-}
-
 int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
                  const gp_cuda_ptr *cp, uint64_t mbase, uint64_t va, uint32_t *hOut,
                  uint64_t *rm_off, char *how, size_t howlen)
@@ -421,7 +346,7 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
     if (rc) return rc;
     *rm_off = va - mbase;
     char proof[160];
-    rc = pick_proven(ctx, nc, cand, nk, va, *rm_off, ilo, ihi - ilo, hOut, proof, sizeof proof);
+    rc = nvrm_identity_pick(ctx, nc, cand, nk, va, *rm_off, ilo, ihi - ilo, hOut, proof, sizeof proof);
     if (rc)
         return gp_err_prefix(GDRPY_ENOTSUP, "route V (%s): refusing 0x%llx (%s)", how,
                              (unsigned long long)p->addr, WORKS);

@@ -1,5 +1,6 @@
 /*
- * selftest.c - nvrm backend: the per-device self-test and its report.
+ * selftest.c - nvrm backend: the per-device self-test (which routes work on
+ * this driver), its state and its report.
  *
  * The RM interface is not a documented API, and the cuIpcGetMemHandle words
  * route C relies on are not either.  So instead of trusting a version number,
@@ -7,16 +8,17 @@
  * memory of its own (allocated through the dlopen'ed libcuda, freed after):
  *
  *   route A (cuMemCreate):  scratch from cuMemCreate(POSIX_FD) -> the real pin
- *                           path (export + import) -> map -> data check;
+ *                           path (export + import) -> map -> data check
+ *                           (route_a.c);
  *   route C (cuMemAlloc):   two scratch cuMemAlloc allocations -> learn which
  *                           IPC handle words hold size / client / memory /
  *                           offset (the known CUDA 13.0 layout first, else a
  *                           bounded search, every candidate proven by data) ->
  *                           the real pin path (words + dup + identity check)
- *                           -> map -> data check.
+ *                           -> map -> data check (route_c.c).
  *
- * Data check (on scratch memory only): a random pattern written with
- * cuMemcpyHtoD must read back through the mapping; only then is a second
+ * Data check (scratch.c; on scratch memory only): a random pattern written
+ * with cuMemcpyHtoD must read back through the mapping; only then is a second
  * pattern written through the mapping and read back with cuMemcpyDtoH.  An
  * unproven mapping is never written.  A route that fails is disabled with
  * the step, the message (RM status names included) and the driver version;
@@ -25,434 +27,23 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "nvrm.h"
 
-#define MAX_DEV 64
-#define CHECK_BYTES 512
-#define CORRUPT_SKEW 65536
-
 static pthread_mutex_t st_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct nvrm_dev_state st_dev[MAX_DEV];
-
-/* The test-only offset skew (GDRPY_NVRM_TEST_CORRUPT_ABI=2) of this run. */
-static __thread uint64_t st_skew;
-
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static void fail_step(struct nvrm_route_report *r, const char *step, const char *fmt, ...)
-    GP_PRINTF(3, 4);
-static void fail_step(struct nvrm_route_report *r, const char *step, const char *fmt, ...)
-{
-    r->ok = 0;
-    snprintf(r->step, sizeof r->step, "%s", step);
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(r->detail, sizeof r->detail, fmt, ap);
-    va_end(ap);
-}
-
-/* The message of the last failure, with the RM status of the last ioctl
- * when it was not NV_OK. */
-static void fail_last(struct nvrm_route_report *r, const char *step, struct nvrm_ctx *nc)
-{
-    if (nvrm_last_rm_status != NV_OK)
-        fail_step(r, step, "%s [RM status %s, driver %s]", gdrpy_last_error(),
-                  nvrm_nv_status_name(nvrm_last_rm_status), nc->version);
-    else
-        fail_step(r, step, "%s [driver %s]", gdrpy_last_error(), nc->version);
-}
-
-static uint64_t xorshift(uint64_t *s)
-{
-    uint64_t x = *s;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return *s = x;
-}
-
-static void fill_random(uint8_t *b, size_t n, uint64_t seed)
-{
-    uint64_t s = seed | 1;
-    for (size_t i = 0; i < n; i += 8) {
-        uint64_t v = xorshift(&s);
-        memcpy(b + i, &v, n - i < 8 ? n - i : 8);
-    }
-}
-
-static int htod_sync(int device, uint64_t dst, const void *src, size_t n)
-{
-    int rc = gp_cuda_memcpy(device, 0, dst, (void *)src, n, NULL);
-    if (rc) return rc;
-    CUresult r = gp_cu.StreamSynchronize(NULL);
-    if (r) return gp_cuda_err(0, r, "cuStreamSynchronize", "after a self-test write");
-    return 0;
-}
-
-/* Data check of [dptr, dptr + CHECK_BYTES) (scratch memory), which is
- * offset `rm_off` of RM memory `hMem`.  write_back 0: the read direction only
- * (used while searching for the IPC layout).  0, or -1 with r filled; -2
- * when the failure cannot be a wrong offset (a copy or the ioctl itself
- * failed, rather than RM refusing the range or the data differing). */
-static int data_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t rm_off,
-                      uint64_t dptr, int write_back, struct nvrm_route_report *r)
-{
-    uint8_t p1[CHECK_BYTES], p2[CHECK_BYTES], got[CHECK_BYTES];
-    uint64_t seed = (uint64_t)now_ms() * 1000003u ^ dptr ^ ((uint64_t)getpid() << 32);
-    fill_random(p1, sizeof p1, seed);
-    if (htod_sync(device, dptr, p1, sizeof p1)) {
-        fail_last(r, "cuMemcpyHtoD of the scratch pattern", nc);
-        return -2;
-    }
-    struct nvrm_map m;
-    uint64_t off = rm_off + st_skew;
-    if (nvrm_map_range(nc, hMem, off, CHECK_BYTES, &m)) {
-        fail_last(r, "map (RM_MAP_MEMORY + mmap)", nc);
-        return nvrm_last_errno || nvrm_last_rm_status == NV_OK ? -2 : -1;
-    }
-    volatile uint8_t *bar = (volatile uint8_t *)m.mm + (off & ((uint64_t)nvrm_host_page() - 1));
-    uint64_t wbase = dptr; /* bar points at the byte CUDA calls dptr */
-    nvrm_read_mapped(bar, wbase, dptr, CHECK_BYTES, got);
-    int rc = 0;
-    size_t k = 0;
-    while (k < CHECK_BYTES && got[k] == p1[k]) k++;
-    if (k < CHECK_BYTES) {
-        fail_step(r, "read through the mapping", "byte %zu of a pattern written with "
-                                                 "cuMemcpyHtoD reads 0x%02x through BAR1, expected 0x%02x: the mapping does "
-                                                 "not show the scratch memory (ABI table %s, driver %s); nothing was written "
-                                                 "through it",
-                  k, got[k], p1[k], nc->abi.branch, nc->version);
-        rc = -1;
-    }
-    if (!rc && write_back) {
-        fill_random(p2, sizeof p2, seed ^ 0x9e3779b97f4a7c15ull);
-        for (size_t i = 0; i < CHECK_BYTES; i += 8) {
-            uint64_t v;
-            memcpy(&v, p2 + i, 8);
-            *(volatile uint64_t *)(bar + i) = v;
-        }
-        __atomic_thread_fence(__ATOMIC_SEQ_CST);
-        (void)*(volatile uint64_t *)(bar + CHECK_BYTES - 8); /* drains WC buffers */
-        if (gp_cuda_memcpy(device, 1, dptr, got, CHECK_BYTES, NULL)) {
-            fail_last(r, "cuMemcpyDtoH of bytes written through the mapping", nc);
-            rc = -1;
-        } else {
-            k = 0;
-            while (k < CHECK_BYTES && got[k] == p2[k]) k++;
-            if (k < CHECK_BYTES) {
-                fail_step(r, "write through the mapping", "byte %zu written through BAR1 "
-                                                          "reads 0x%02x with cuMemcpyDtoH, expected 0x%02x (ABI table %s, "
-                                                          "driver %s)",
-                          k, got[k], p2[k], nc->abi.branch, nc->version);
-                rc = -1;
-            }
-        }
-    }
-    nvrm_unmap_range(nc, hMem, &m);
-    return rc;
-}
-
-/* ---- route A ----------------------------------------------------------- */
-
-static void test_route_a(int device, struct nvrm_ctx *nc, struct nvrm_dev_state *st)
-{
-    struct nvrm_route_report *r = &st->route_a;
-    r->tested = 1;
-    if (!gp_cu.MemCreate || !gp_cu.MemAddressReserve || !gp_cu.MemMap || !gp_cu.MemSetAccess ||
-        !gp_cu.MemUnmap || !gp_cu.MemAddressFree || !gp_cu.MemGetAllocationGranularity) {
-        fail_step(r, "scratch allocation", "libcuda lacks the VMM API (cuMemCreate...)");
-        return;
-    }
-    gp_CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
-    prop.location_type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location_id = device;
-    prop.gpuDirectRDMACapable = 1;
-    size_t gran = 0;
-    CUresult cr = gp_cu.MemGetAllocationGranularity(&gran, &prop,
-                                                    CU_MEM_ALLOC_GRANULARITY_MINIMUM);
-    if (cr || !gran) gran = 2u << 20;
-    size_t size = gran;
-    CUmemGenericAllocationHandle h = 0;
-    cr = gp_cu.MemCreate(&h, size, &prop, 0);
-    if (cr) { /* a GPU without GPUDirect RDMA: the plain kind */
-        prop.gpuDirectRDMACapable = 0;
-        cr = gp_cu.MemCreate(&h, size, &prop, 0);
-    }
-    if (cr) {
-        gp_cuda_err(0, cr, "cuMemCreate", "self-test scratch (%zu bytes, POSIX_FD)", size);
-        fail_last(r, "scratch allocation (cuMemCreate)", nc);
-        return;
-    }
-    uint64_t va = 0;
-    int mapped = 0;
-    cr = gp_cu.MemAddressReserve(&va, size, 0, 0, 0);
-    if (!cr) {
-        cr = gp_cu.MemMap(va, size, 0, h, 0);
-        mapped = cr == 0;
-    }
-    if (!cr) {
-        gp_CUmemAccessDesc d = {CU_MEM_LOCATION_TYPE_DEVICE, device,
-                                CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
-        cr = gp_cu.MemSetAccess(va, size, &d, 1);
-    }
-    if (cr) {
-        gp_cuda_err(0, cr, "cuMemAddressReserve/cuMemMap/cuMemSetAccess", "self-test scratch");
-        fail_last(r, "scratch allocation (cuMemMap)", nc);
-        goto out;
-    }
-    {
-        /* The real pin path: classify, export + import. */
-        const uint64_t at = va + 4096 + 64; /* not page aligned on purpose */
-        gp_cuda_ptr cp;
-        uint32_t hMem = 0;
-        gp_ctx fake;
-        memset(&fake, 0, sizeof fake);
-        fake.device = device;
-        fake.bpriv = nc;
-        if (gp_cuda_classify(at, CHECK_BYTES, device, &cp)) {
-            fail_last(r, "classify the scratch pointer", nc);
-            goto out;
-        }
-        if (nvrm_import_vmm(&fake, nc, at, &cp, &hMem)) {
-            fail_last(r, "pin (export POSIX fd + OS_UNIX_IMPORT_OBJECTS_FROM_FD)", nc);
-            goto out;
-        }
-        if (data_check(device, nc, hMem, at - cp.base, at, 1, r) == 0) r->ok = 1;
-        nvrm_rm_free(nc, nc->hDevice, hMem, "freeing the self-test import");
-        nvrm_live_add(&nc->n_mem, -1);
-    }
-out:
-    if (mapped) gp_cu.MemUnmap(va, size);
-    if (va) gp_cu.MemAddressFree(va, size);
-    gp_cu.MemRelease(h);
-}
-
-/* ---- route C ----------------------------------------------------------- */
-
-struct scratch {
-    uint64_t base;
-    size_t size;
-    uint32_t w[16];
-};
-
-/* Tries layout L on scratch s: words -> dup -> read-only data check.
- * 0 if the mapping shows the scratch memory. */
-static int try_layout(int device, struct nvrm_ctx *nc, const struct nvrm_ipc_layout *L,
-                      const struct scratch *s, struct nvrm_route_report *r, int *dups)
-{
-    const uint32_t *w = s->w;
-    if (*dups >= 256) return -1; /* bounded search */
-    if (w[L->w_size] != (uint32_t)s->size) return -1;
-    uint32_t hcli = w[L->w_client], hobj = w[L->w_mem];
-    if (!hcli || !hobj || hcli == nc->hClient) return -1;
-    uint64_t off = L->w_off >= 0 ? w[L->w_off] : 0;
-    if (((s->base ^ off) & 4095) != 0) return -1;
-    uint32_t h;
-    (*dups)++;
-    if (nvrm_dup(nc, hcli, hobj, &h, "self-test: RM_DUP_OBJECT of an IPC word pair")) {
-        fail_last(r, "IPC handle layout: RM_DUP_OBJECT", nc);
-        return -1;
-    }
-    int rc = data_check(device, nc, h, off, s->base, 0, r); /* -2 passes through */
-    nvrm_rm_free(nc, nc->hDevice, h, "freeing a self-test dup");
-    nvrm_live_add(&nc->n_mem, -1);
-    return rc;
-}
-
-/* Finds the layout: the known one first, else a bounded search over word
- * pairs, each candidate proven by a data check on both scratch allocations. */
-static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
-                        struct nvrm_ipc_layout *out, struct nvrm_route_report *r)
-{
-    /* Seen with CUDA 13.0 / driver 580 (facts/nvrm-bar1.md). */
-    struct nvrm_ipc_layout L = {.w_size = 4, .w_pages = 6, .w_off = 7, .w_client = 12, .w_mem = 13};
-    int dups = 0;
-    int t1 = try_layout(device, nc, &L, &s[1], r, &dups);
-    int t0 = t1 == 0 ? try_layout(device, nc, &L, &s[0], r, &dups) : t1;
-    if (t1 == -2 || t0 == -2) {
-        /* Mapping or copying itself fails: no word layout would help. */
-        return -1;
-    }
-    if (t1 == 0 && t0 == 0) {
-        *out = L;
-        out->searched = 0;
-    } else {
-        int found = 0;
-        /* Candidates: the size word holds both sizes; the client word is the
-         * same in both handles; a (client, memory) pair must be one RM_DUP
-         * accepts; the offset word (or none: offset 0) must make the mapping
-         * show the scratch pattern.  One dup per pair, bounded. */
-        for (int i = 0; i < 16 && !found; i++) {
-            if (s[0].w[i] != (uint32_t)s[0].size || s[1].w[i] != (uint32_t)s[1].size) continue;
-            for (int c = 0; c < 16 && !found; c++) {
-                if (c == i || !s[0].w[c] || s[0].w[c] != s[1].w[c]) continue;
-                for (int m = 0; m < 16 && !found && dups < 256; m++) {
-                    if (m == c || m == i || !s[1].w[m] || s[1].w[m] == s[1].w[c]) continue;
-                    uint32_t h;
-                    dups++;
-                    if (nvrm_dup(nc, s[1].w[c], s[1].w[m], &h, "self-test: RM_DUP_OBJECT of "
-                                                               "an IPC word pair"))
-                        continue;
-                    for (int o = -1; o < 16 && !found; o++) {
-                        if (o == i || o == c || o == m) continue;
-                        uint64_t off = o >= 0 ? s[1].w[o] : 0;
-                        if (off >= (1u << 30) || ((s[1].base ^ off) & 4095)) continue;
-                        if (data_check(device, nc, h, off, s[1].base, 0, r) != 0) continue;
-                        struct nvrm_ipc_layout t = {.w_size = i, .w_pages = -1, .w_off = o, .w_client = c, .w_mem = m};
-                        if (try_layout(device, nc, &t, &s[0], r, &dups) == 0) {
-                            *out = t;
-                            out->searched = 1;
-                            found = 1;
-                        }
-                    }
-                    nvrm_rm_free(nc, nc->hDevice, h, "freeing a self-test dup");
-                    nvrm_live_add(&nc->n_mem, -1);
-                }
-            }
-        }
-        if (!found) {
-            char words[200];
-            size_t u = 0;
-            for (int k = 0; k < 16; k++)
-                u += (size_t)snprintf(words + u, sizeof words - u, "%s%x", k ? " " : "",
-                                      s[1].w[k]);
-            char last[sizeof r->step + 160];
-            snprintf(last, sizeof last, "%s: %.150s", r->step[0] ? r->step : "-",
-                     r->detail[0] ? r->detail : "-");
-            fail_step(r, "IPC handle layout", "no layout of the cuIpcGetMemHandle words maps "
-                                              "the scratch allocation (%zu bytes at 0x%llx; words %s; %d duplications "
-                                              "tried; last failure: %s) [driver %s, CUDA %d]",
-                      s[1].size,
-                      (unsigned long long)s[1].base, words, dups, last, nc->version,
-                      nc->cuda_version);
-            return -1;
-        }
-    }
-    /* Facts about the words that per-pin checks can rely on. */
-    out->valid = 1;
-    out->off_proven = 0;
-    out->mapbase = 1;
-    for (int k = 0; k < 2; k++) {
-        uint64_t off = out->w_off >= 0 ? s[k].w[out->w_off] : 0;
-        if (off) out->off_proven = 1;
-        if (out->w_pages >= 0 && (uint64_t)s[k].w[out->w_pages] * 4096 < off + s[k].size)
-            out->w_pages = -1; /* not the object size after all */
-        uint64_t mb = 0;
-        if (gp_cu.PointerGetAttribute(&mb, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, s[k].base) ||
-            !mb || s[k].base - mb != off)
-            out->mapbase = 0;
-    }
-    return 0;
-}
-
-static void test_route_c(int device, struct nvrm_ctx *nc, struct nvrm_dev_state *st)
-{
-    struct nvrm_route_report *r = &st->route_c;
-    r->tested = 1;
-    if (!gp_cu.MemAlloc || !gp_cu.MemFree) {
-        fail_step(r, "scratch allocation", "libcuda lacks cuMemAlloc/cuMemFree");
-        return;
-    }
-    /* Two sizes no other word is likely to hold; the second usually sits
-     * at a non-zero offset of the same RM object, which proves the offset
-     * word. */
-    struct scratch s[2];
-    memset(s, 0, sizeof s);
-    s[0].size = 0x6000;
-    s[1].size = 0xa000;
-    for (int k = 0; k < 2; k++) {
-        CUresult cr = gp_cu.MemAlloc(&s[k].base, s[k].size);
-        if (cr) {
-            gp_cuda_err(0, cr, "cuMemAlloc", "self-test scratch (%zu bytes)", s[k].size);
-            fail_last(r, "scratch allocation (cuMemAlloc)", nc);
-            goto out;
-        }
-        if (nvrm_ipc_words(s[k].base, s[k].w)) {
-            fail_last(r, "cuIpcGetMemHandle of the scratch allocation", nc);
-            goto out;
-        }
-    }
-    struct nvrm_ipc_layout L;
-    memset(&L, 0, sizeof L);
-    if (learn_layout(device, nc, s, &L, r)) goto out;
-    /* Both at offset 0 of their RM objects: the offset word is unproven.
-     * One more small allocation usually lands behind another one. */
-    struct scratch extra;
-    memset(&extra, 0, sizeof extra);
-    if (!L.off_proven && L.w_off >= 0) {
-        extra.size = 0x3000;
-        int dups = 0;
-        if (gp_cu.MemAlloc(&extra.base, extra.size) == CUDA_SUCCESS &&
-            nvrm_ipc_words(extra.base, extra.w) == 0 && extra.w[L.w_off] != 0 &&
-            try_layout(device, nc, &L, &extra, r, &dups) == 0)
-            L.off_proven = 1;
-        r->step[0] = r->detail[0] = '\0';
-        if (L.mapbase) { /* the relation must hold here too */
-            uint64_t mb = 0;
-            if (!extra.base ||
-                gp_cu.PointerGetAttribute(&mb, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR,
-                                          extra.base) ||
-                extra.base - mb != extra.w[L.w_off])
-                L.mapbase = 0;
-        }
-    }
-    /* The real pin path on the second allocation: words + dup + identity. */
-    st->ipc = L; /* what nvrm_dup_legacy reads */
-    {
-        gp_ctx fake;
-        memset(&fake, 0, sizeof fake);
-        fake.device = device;
-        fake.bpriv = nc;
-        gp_cuda_ptr cp;
-        uint32_t hMem = 0;
-        uint64_t objoff = 0;
-        const uint64_t at = s[1].base + 4096 + 64;
-        r->ok = 0;
-        if (gp_cuda_classify(at, CHECK_BYTES, device, &cp)) {
-            fail_last(r, "classify the scratch pointer", nc);
-        } else if (nvrm_dup_legacy(&fake, nc, &cp, &hMem, &objoff)) {
-            fail_last(r, "pin (IPC words + RM_DUP_OBJECT)", nc);
-        } else {
-            uint64_t rm_at = objoff + (at - cp.base);
-            if (nvrm_verify_identity(&fake, nc, hMem, at, rm_at, at, CHECK_BYTES))
-                fail_last(r, "identity check", nc);
-            else if (data_check(device, nc, hMem, rm_at, at, 1, r) == 0)
-                r->ok = 1;
-            nvrm_rm_free(nc, nc->hDevice, hMem, "freeing the self-test dup");
-            nvrm_live_add(&nc->n_mem, -1);
-        }
-    }
-    if (!r->ok) memset(&st->ipc, 0, sizeof st->ipc);
-    if (extra.base) gp_cu.MemFree(extra.base);
-out:
-    for (int k = 0; k < 2; k++)
-        if (s[k].base) gp_cu.MemFree(s[k].base);
-}
+static struct nvrm_dev_state st_dev[NVRM_MAX_DEV];
 
 /* ---- the self-test ----------------------------------------------------- */
 
 int nvrm_selftest(int device, struct nvrm_ctx *nc)
 {
-    if (device < 0 || device >= MAX_DEV)
+    if (device < 0 || device >= NVRM_MAX_DEV)
         return gp_err(GDRPY_ENODEV, "nvrm: device %d is beyond the %d this backend tracks",
-                      device, MAX_DEV);
+                      device, NVRM_MAX_DEV);
     pthread_mutex_lock(&st_lock);
     struct nvrm_dev_state *st = &st_dev[device];
     /* A route that could not even get its scratch memory (e.g. the GPU was
@@ -468,7 +59,7 @@ int nvrm_selftest(int device, struct nvrm_ctx *nc)
             pthread_mutex_unlock(&st_lock);
             return gp_err(GDRPY_ENOMEM, "nvrm self-test: out of memory");
         }
-        double t0 = now_ms();
+        double t0 = nvrm_now_ms();
         snprintf(t->version, sizeof t->version, "%s", nc->version);
         snprintf(t->branch, sizeof t->branch, "%s", nc->abi.branch);
         snprintf(t->tag, sizeof t->tag, "%s", nc->abi.tag);
@@ -476,12 +67,10 @@ int nvrm_selftest(int device, struct nvrm_ctx *nc)
         t->cuda_version = nc->cuda_version;
         const char *cs = getenv("GDRPY_NVRM_TEST_CORRUPT_ABI");
         t->corrupt = cs ? atoi(cs) : 0;
-        st_skew = t->corrupt == 2 ? CORRUPT_SKEW : 0;
         nc->st = t;
-        test_route_a(device, nc, t);
-        test_route_c(device, nc, t);
-        st_skew = 0;
-        t->ms = now_ms() - t0;
+        nvrm_route_a_selftest(device, nc, t);
+        nvrm_route_c_selftest(device, nc, t);
+        t->ms = nvrm_now_ms() - t0;
         t->usable = t->route_a.ok || t->route_c.ok;
         if (!t->usable)
             snprintf(t->reason, sizeof t->reason, "the nvrm self-test failed on every route "
@@ -508,7 +97,7 @@ int nvrm_selftest(int device, struct nvrm_ctx *nc)
 
 const struct nvrm_dev_state *nvrm_selftest_state(int device)
 {
-    if (device < 0 || device >= MAX_DEV) return NULL;
+    if (device < 0 || device >= NVRM_MAX_DEV) return NULL;
     pthread_mutex_lock(&st_lock);
     const struct nvrm_dev_state *st = st_dev[device].done ? &st_dev[device] : NULL;
     pthread_mutex_unlock(&st_lock);

@@ -1,27 +1,21 @@
 /*
- * learn.c - nvrm backend: learns, once per process and device, where CUDA
- * names the RM memory of allocations it gives no export for (route V), on
- * scratch memory of the backend's own.
- *
- *  - VMM (cuMemCreate without a handle type): behind the address
- *    cuMemRetainAllocationHandle returns;
- *  - pools: in the pool's records, at an offset from a field holding the
- *    chunk's mapping base address (CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR).
+ * learn_vmm.c - nvrm backend: learns where CUDA names the RM memory of a VMM
+ * allocation created without an exportable handle type (route V), on scratch
+ * memory of the backend's own: behind the address cuMemRetainAllocationHandle
+ * returns.  route_v.c asks once per process and device, at the first pin of
+ * such memory (not at open), and keeps the answer; it costs tens of
+ * milliseconds.  Pools are learned by learn_pool.c.
  *
  * Learning: a random pattern is written through CUDA into scratch memory of
  * our own (the only memory this file writes); the words behind CUDA's handle
- * (or pool) are read without faulting (desc.c); a candidate RM handle counts
- * only if its duplicate in our client is video memory whose bytes, read
- * through BAR1 at the expected offset, are the pattern.  Every place the
+ * are read without faulting (desc.c); a candidate RM handle counts only if
+ * its duplicate in our client is video memory whose bytes, read through BAR1
+ * at the expected offset, are the pattern (scratch.c).  Every place the
  * proven handle was seen is then tried on a second scratch allocation
  * without the RDMA flag, and only the places that named the right memory
  * every time are kept.  Finally the per-pin rule itself (desc.c: exactly one
  * candidate may be video memory large enough) must pick the right object on
- * both.  Otherwise the kind stays refused, with the reason.  Pools are
- * learned by learn_pool.c (on scratch pools of several chunks); this file
- * keeps what was learned per device, and learns pools again when CUDA's
- * client changed.  Costs tens of milliseconds, once, at the first pin of
- * such memory (not at open).
+ * both.  Otherwise the kind stays refused, with the reason.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -41,69 +35,12 @@ enum { MAX_TRIES = 12000, /* candidate dups per client while learning */
 
 /* ---- scratch memory of our own ----------------------------------------- */
 
-void nvrm_lpattern(uint8_t *p, size_t n, uint64_t salt)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    uint64_t s = ((uint64_t)ts.tv_nsec + 1) * 0x9e3779b97f4a7c15ull ^ salt ^ (uint64_t)(uintptr_t)p;
-    for (size_t i = 0; i < n; i++) {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        p[i] = (uint8_t)(s >> 24);
-    }
-}
-
-/* Does RM object h (our dup) hold `pat` at rm_off?  Read only. */
-int nvrm_lholds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_off, const uint8_t *pat)
-{
-    const uint64_t hp = (uint64_t)nvrm_host_page();
-    struct nvrm_map m;
-    if ((rm_off & 7) || nvrm_map_range(nc, h, rm_off, NVRM_LPAT, &m)) return 0;
-    uint8_t got[NVRM_LPAT];
-    const volatile uint8_t *base = (const volatile uint8_t *)m.mm + (rm_off & (hp - 1));
-    nvrm_read_mapped(base, rm_off, rm_off, NVRM_LPAT, got);
-    nvrm_unmap_range(nc, h, &m);
-    return memcmp(got, pat, NVRM_LPAT) == 0;
-}
-
-static void drop(struct nvrm_ctx *nc, uint32_t h)
-{
-    nvrm_rm_free(nc, nc->hDevice, h, "learning: freeing a candidate");
-    nvrm_live_add(&nc->n_mem, -1);
-}
-
-/* Is (cli, obj) video memory holding pat at rm_off?  (Dup freed again.) */
-int nvrm_lnames(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
-                const uint8_t *pat)
-{
-    uint32_t h = 0;
-    if (!obj || obj == cli || nvrm_dup(nc, cli, obj, &h, "learning: candidate")) return 0;
-    int ok = nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER && nvrm_lholds(nc, h, rm_off, pat);
-    drop(nc, h);
-    return ok;
-}
-
-/* The per-pin rule picks, among `n` candidates, the one holding pat: a
- * layout is confirmed only where it names exactly one live video-memory
- * object and that one holds pat (stricter than a user's pin, where route V
- * may tell several apart). */
-int nvrm_lrule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,
-                     uint64_t need, uint64_t rm_off, const uint8_t *pat)
-{
-    uint32_t h[NVRM_MAX_CAND];
-    int kept = n > 0 ? nvrm_dup_alive(nc, cli, obj, n, need, h) : -1;
-    int ok = kept == 1 && nvrm_lholds(nc, h[0], rm_off, pat);
-    if (kept > 0) nvrm_free_dups(nc, h, kept, "learning: freeing a candidate");
-    return ok;
-}
-
 struct vscratch {
     CUdeviceptr va;
     size_t size;
     CUmemGenericAllocationHandle h;
     int mapped, reserved, created;
-    uint8_t pat[NVRM_LPAT];
+    uint8_t pat[NVRM_SCRATCH_PAT];
 };
 
 static int vscratch_alloc(int device, int rdma, struct vscratch *s)
@@ -130,8 +67,8 @@ static int vscratch_alloc(int device, int rdma, struct vscratch *s)
     s->mapped = 1;
     gp_CUmemAccessDesc ad = {CU_MEM_LOCATION_TYPE_DEVICE, device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     if ((r = gp_cu.MemSetAccess(s->va, g, &ad, 1))) goto fail;
-    nvrm_lpattern(s->pat, NVRM_LPAT, s->va);
-    return gp_cuda_memcpy(device, 0, s->va, s->pat, NVRM_LPAT, NULL);
+    nvrm_scratch_pattern(s->pat, NVRM_SCRATCH_PAT, s->va);
+    return gp_cuda_memcpy(device, 0, s->va, s->pat, NVRM_SCRATCH_PAT, NULL);
 fail:
     return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemCreate/cuMemMap", "scratch VMM allocation");
 }
@@ -143,22 +80,6 @@ static void vscratch_free(struct vscratch *s)
     if (s->created) gp_cu.MemRelease(s->h);
     memset(s, 0, sizeof *s);
 }
-
-/* ---- per-device learned state ------------------------------------------- */
-
-#define MAX_DEV 64
-static pthread_mutex_t d_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    int vstate; /* 0 untried, 1 learned, -1 failed */
-    struct nvrm_vmm_desc v;
-    char vwhy[320];
-    /* pools, [0] without and [1] with an exportable handle type: CUDA keeps
-     * the two kinds' chunks differently, so each is learned on its own kind */
-    int pstate[NVRM_POOL_KINDS], ptries[NVRM_POOL_KINDS];
-    uint32_t pcli[NVRM_POOL_KINDS]; /* route C's client when they were learned */
-    struct nvrm_pool_desc p[NVRM_POOL_KINDS];
-    char pwhy[NVRM_POOL_KINDS][320];
-} dstate[MAX_DEV];
 
 /* ---- VMM ----------------------------------------------------------------- */
 
@@ -202,7 +123,7 @@ static int find_first(struct nvrm_ctx *nc, const struct vscratch *s, const struc
                 for (uint32_t q = 0; q < o && !earlier; q += 4) earlier = !memcmp(b[i].d + q, &x, 4);
                 if (earlier) continue;
                 tries++;
-                if (nvrm_lnames(nc, cs[c], x, 0, s->pat)) {
+                if (nvrm_scratch_names(nc, cs[c], x, 0, s->pat)) {
                     *cli = cs[c];
                     *obj = x;
                     return 0;
@@ -231,10 +152,10 @@ static int place_inside(uint64_t root, const struct nvrm_path *p)
     return (uint64_t)p->off[p->hops] + 4 <= sz - 8;
 }
 
-static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
+int nvrm_learn_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out, char *why,
+                   size_t wl)
 {
-    char *why = dstate[slot].vwhy;
-    const size_t wl = sizeof dstate[slot].vwhy;
+    int rc = -1;
     enum { VMM_EXTRA = 3 };
     struct vscratch s1, s2, sx[VMM_EXTRA];
     CUmemGenericAllocationHandle hx[VMM_EXTRA] = {0};
@@ -246,7 +167,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         snprintf(why, wl, "scratch allocation: %s", b ? gdrpy_last_error() : "out of memory");
         free(b);
         vscratch_free(&s1);
-        return;
+        return rc;
     }
     uint32_t ipc_cli = nvrm_cuda_client(), cli = 0, obj = 0;
     enum { MAXP = 32 };
@@ -282,7 +203,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         for (int i = 0; i < np && !good; i++) {
             uint32_t o2 = 0;
             good = nvrm_path_read((uint64_t)h2, &P[i], &o2, 4) == 0 && o2 != obj &&
-                   nvrm_lnames(nc, c2, o2, 0, s2.pat);
+                   nvrm_scratch_names(nc, c2, o2, 0, s2.pat);
         }
         if (good) d.cli[d.ncli++] = Q[j];
     }
@@ -293,7 +214,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
         uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
         int n = nvrm_desc_vmm_candidates(&one, (uint64_t)h2, cc, oo, NVRM_MAX_CAND);
         int good = 0;
-        for (int k = 0; k < n && !good; k++) good = oo[k] != obj && nvrm_lnames(nc, cc[k], oo[k], 0, s2.pat);
+        for (int k = 0; k < n && !good; k++) good = oo[k] != obj && nvrm_scratch_names(nc, cc[k], oo[k], 0, s2.pat);
         if (good) d.obj[d.nobj++] = P[i];
     }
     /* soundness, as a busy process needs it: with more allocations alive, a
@@ -328,10 +249,10 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
                 uint64_t sz = 0;
                 if (nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
                     ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= all[a]->size)) {
-                    if (nvrm_lholds(nc, h, 0, all[a]->pat)) r = 1;
+                    if (nvrm_scratch_holds(nc, h, 0, all[a]->pat)) r = 1;
                     else wrong++;
                 }
-                drop(nc, h);
+                nvrm_free_dups(nc, &h, 1, "learning: freeing a candidate");
             }
             right += r;
         }
@@ -358,7 +279,7 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
             int all_ok = one.cli_fixed || one.ncli > 0;
             for (int a = 0; a < nall && all_ok; a++) {
                 uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
-                all_ok = nvrm_lrule_picks(
+                all_ok = nvrm_scratch_rule_picks(
                     nc, cc, oo, nvrm_desc_vmm_candidates(&one, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
                     all[a]->size, 0, all[a]->pat);
             }
@@ -371,9 +292,9 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
     int ok = d.nobj > 0 && (d.cli_fixed || d.ncli > 0);
     for (int a = 0; a < nall && ok; a++) {
         uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
-        ok = nvrm_lrule_picks(nc, cc, oo,
-                              nvrm_desc_vmm_candidates(&d, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
-                              all[a]->size, 0, all[a]->pat);
+        ok = nvrm_scratch_rule_picks(nc, cc, oo,
+                                     nvrm_desc_vmm_candidates(&d, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
+                                     all[a]->size, 0, all[a]->pat);
     }
     if (!ok) {
         snprintf(why, wl, "the %d places that named the memory of one scratch allocation did "
@@ -381,8 +302,8 @@ static void learn_vmm(int device, struct nvrm_ctx *nc, int slot)
                  np, nall - 1, d.nobj);
         goto out;
     }
-    dstate[slot].v = d;
-    dstate[slot].vstate = 1;
+    *out = d;
+    rc = 0;
     char ps[96], cs[96] = "route C's client";
     nvrm_path_str(&d.obj[0], ps, sizeof ps);
     if (!d.cli_fixed) nvrm_path_str(&d.cli[0], cs, sizeof cs);
@@ -399,64 +320,5 @@ out:
     vscratch_free(&s2);
     vscratch_free(&s1);
     free(b);
-}
-
-int nvrm_desc_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out)
-{
-    int slot = device >= 0 && device < MAX_DEV ? device : 0;
-    pthread_mutex_lock(&d_lock);
-    if (!dstate[slot].vstate) {
-        dstate[slot].vstate = -1;
-        learn_vmm(device, nc, slot);
-    }
-    int ok = dstate[slot].vstate == 1;
-    if (ok) *out = dstate[slot].v;
-    char why[320];
-    snprintf(why, sizeof why, "%s", dstate[slot].vwhy);
-    pthread_mutex_unlock(&d_lock);
-    if (ok) return 0;
-    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of a VMM allocation could not "
-                                 "be learned on this driver: %s",
-                  why);
-}
-
-/* ---- pools (learn_pool.c learns) ---------------------------------------- */
-
-int nvrm_desc_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_pool_desc *out)
-{
-    int slot = device >= 0 && device < MAX_DEV ? device : 0;
-    if (fdkind < 0 || fdkind >= NVRM_POOL_KINDS) fdkind = NVRM_POOL_PLAIN;
-    /* The layouts name CUDA's client as route C sees it; if that changed
-     * (CUDA's context was destroyed and made anew), what was learned is
-     * stale: learn again.  A failed learning is retried a few times (at
-     * later pins), not at every pin. */
-    uint32_t cli = nvrm_cuda_client();
-    pthread_mutex_lock(&d_lock);
-    int st = dstate[slot].pstate[fdkind];
-    if (st && cli && dstate[slot].pcli[fdkind] != cli && dstate[slot].ptries[fdkind] < 8) {
-        gp_log(1, "nvrm: pool records (%s) were learned with CUDA's client 0x%x, now 0x%x: "
-                  "learning again",
-               nvrm_pool_kind_name(fdkind), dstate[slot].pcli[fdkind], cli);
-        st = 0;
-    } else if (st < 0 && dstate[slot].ptries[fdkind] < 3) {
-        st = 0;
-    }
-    if (!st) {
-        dstate[slot].ptries[fdkind]++;
-        dstate[slot].pcli[fdkind] = cli;
-        dstate[slot].pstate[fdkind] =
-            nvrm_learn_pool(device, nc, fdkind, &dstate[slot].p[fdkind], dstate[slot].pwhy[fdkind],
-                            sizeof dstate[slot].pwhy[fdkind]) == 0
-                ? 1
-                : -1;
-    }
-    int ok = dstate[slot].pstate[fdkind] == 1;
-    if (ok) *out = dstate[slot].p[fdkind];
-    char why[320];
-    snprintf(why, sizeof why, "%s", dstate[slot].pwhy[fdkind]);
-    pthread_mutex_unlock(&d_lock);
-    if (ok) return 0;
-    return gp_err(GDRPY_ENOTSUP, "where CUDA names the RM memory of the chunks of %s could not be "
-                                 "learned on this driver: %s",
-                  nvrm_pool_kind_name(fdkind), why);
+    return rc;
 }
