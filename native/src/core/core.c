@@ -475,7 +475,11 @@ int gdrpy_close(gdrpy_ctx_t h)
         if (r && !first) first = r;
     }
     pthread_mutex_unlock(&c->lock);
-    gp_stage_destroy(c);
+    /* the state the layers above attached (gp_ctx_attach), newest first */
+    while (c->nhooks) {
+        struct gp_ctx_hook k = c->hooks[--c->nhooks];
+        k.fn(k.arg);
+    }
     c->be->close(c);
     pthread_mutex_destroy(&c->lock);
     free(c->pins);
@@ -870,7 +874,7 @@ int gdrpy_stream_synchronize(gdrpy_ctx_t h, void *stream)
     return rc;
 }
 
-/* ---- for staging.c ----------------------------------------------------- */
+/* ---- for the layers above (internal.h) --------------------------------- */
 
 int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n, const void *buf,
                   const char *what, gp_ctx **c, gp_pin **p)
@@ -883,6 +887,29 @@ void gp_copy_end(gp_ctx *c, gp_pin *p) { copy_end(c, p); }
 int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what) { return ctx_enter(h, c, what); }
 
 void gp_ctx_leave(gp_ctx *c) { ctx_leave(c); }
+
+int gp_ctx_attach(gp_ctx *c, void (*fn)(void *arg), void *arg)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->lock);
+    if (c->nhooks == GP_CTX_HOOKS)
+        rc = gp_err(GDRPY_ENOMEM, "context 0x%llx already has %d teardown hooks",
+                    (unsigned long long)c->handle, GP_CTX_HOOKS);
+    else
+        c->hooks[c->nhooks++] = (struct gp_ctx_hook){fn, arg};
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
+
+void *gp_ctx_attached(gp_ctx *c, void (*fn)(void *arg))
+{
+    void *arg = NULL;
+    pthread_mutex_lock(&c->lock);
+    for (unsigned i = 0; i < c->nhooks && !arg; i++)
+        if (c->hooks[i].fn == fn) arg = c->hooks[i].arg;
+    pthread_mutex_unlock(&c->lock);
+    return arg;
+}
 
 
 /* ---- for the channel (src/channel/) ----------------------------------- */

@@ -53,6 +53,7 @@
 #include "cudadrv.h"
 #include "gdrpy_host.h"
 #include "stage_trace.h"
+#include "staging.h"
 
 #define ST_MAX_DEPTH 64
 #define ST_MAX_RING (256u << 20) /* chunk x depth: the page-locked memory of one ring */
@@ -688,10 +689,14 @@ static unsigned default_threads(void)
     return t;
 }
 
+static void stage_destroy(void *arg);
+
+/* The context's ring state, created on first use and attached to the
+ * context (gdrpy_close tears it down through stage_destroy). */
 static gp_stage *stage_of(gp_ctx *c)
 {
     pthread_mutex_lock(&st_create_lock);
-    gp_stage *st = c->stage;
+    gp_stage *st = gp_ctx_attached(c, stage_destroy);
     if (!st) {
         st = calloc(1, sizeof *st);
         if (st) {
@@ -701,7 +706,11 @@ static gp_stage *stage_of(gp_ctx *c)
             st->kind[0] = GDRPY_STAGING_WC;
             st->kind[1] = GDRPY_STAGING_NT_EVICT;
             st->threads = default_threads();
-            c->stage = st;
+            if (gp_ctx_attach(c, stage_destroy, st)) {
+                pthread_mutex_destroy(&st->op_lock);
+                free(st);
+                st = NULL;
+            }
         }
     }
     pthread_mutex_unlock(&st_create_lock);
@@ -906,11 +915,10 @@ static int ring_build(gp_stage *st, gp_ctx *c)
     return 0;
 }
 
-void gp_stage_destroy(gp_ctx *c)
+/* gdrpy_close's teardown hook: frees the ring (nothing in flight). */
+static void stage_destroy(void *arg)
 {
-    gp_stage *st = c->stage;
-    if (!st) return;
-    c->stage = NULL;
+    gp_stage *st = arg;
     pthread_mutex_lock(&st->op_lock);
     ring_free(st);
     pthread_mutex_unlock(&st->op_lock);
