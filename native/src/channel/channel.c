@@ -26,10 +26,6 @@
 #include <emmintrin.h> /* ll_store_short */
 #endif
 
-/* core.c */
-GP_HIDDEN int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *info,
-                               int *device, int *is_real);
-
 struct gdrpy_chan {
     /* ---- producer (send*, shutdown) ---- */
     char *ring;                        /* CPU address of message slot 0 */

@@ -130,11 +130,13 @@ GP_HIDDEN extern const struct gp_backend gp_backend_nvrm;
 GP_HIDDEN extern const struct gp_backend gp_backend_gdrdrv;
 GP_HIDDEN extern const struct gp_backend gp_backend_dmabuf;
 
-/* ---- the core's interface for the layers above (src/staging/) --------- */
-/* Enters the context, finds the pin, checks [offset, offset+n) and raises the
- * pin's in-flight count; on success gp_copy_end() must follow. */
+/* ---- the core's interface for the layers above (src/staging/, src/channel/) */
+/* Enters the context, finds the pin (need_map: a mapped one), checks
+ * [offset, offset+n) and raises the pin's in-flight count (unmap/unpin wait
+ * for it); on success gp_copy_end() must follow. */
 GP_HIDDEN int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n,
-                            const void *buf, const char *what, gp_ctx **c, gp_pin **p);
+                            const void *buf, int need_map, const char *what, gp_ctx **c,
+                            gp_pin **p);
 GP_HIDDEN void gp_copy_end(gp_ctx *c, gp_pin *p);
 /* Enters the context (its in-flight count; gp_ctx_leave(c) after). */
 GP_HIDDEN int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what);
@@ -147,6 +149,12 @@ GP_HIDDEN void gp_ctx_leave(gp_ctx *c);
  * with fn, or NULL: fn names the owner, so a layer finds its own state. */
 GP_HIDDEN int gp_ctx_attach(gp_ctx *c, void (*fn)(void *arg), void *arg);
 GP_HIDDEN void *gp_ctx_attached(gp_ctx *c, void (*fn)(void *arg));
+/* For the channel, which holds its pin for its lifetime.  hold > 0: checks
+ * that `ph` is a mapped pin of `h`, raises its in-flight count (unmap/unpin
+ * then fail with EBUSY) and fills *info, *device and *is_real.  hold <= 0:
+ * drops that count again (if the pin still exists). */
+GP_HIDDEN int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *info,
+                               int *device, int *is_real);
 
 /* ---- helpers ---------------------------------------------------------- */
 static inline uint64_t gp_round_down(uint64_t x, uint64_t a) { return x & ~(a - 1); }

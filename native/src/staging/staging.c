@@ -1187,7 +1187,7 @@ static int staged(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *host, size
     const char *what = dir == 0 ? "ce_write_staged" : "ce_read_staged";
     gp_ctx *c;
     gp_pin *p;
-    int rc = gp_copy_begin(h, ph, offset, n, host, what, &c, &p);
+    int rc = gp_copy_begin(h, ph, offset, n, host, 0, what, &c, &p);
     if (rc) return rc;
     if (!n) {
         gp_copy_end(c, p);
@@ -1249,7 +1249,7 @@ static int locked(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *host, size
     const char *what = dir == 0 ? "ce_write_locked" : "ce_read_locked";
     gp_ctx *c;
     gp_pin *p;
-    int rc = gp_copy_begin(h, ph, offset, n, host, what, &c, &p);
+    int rc = gp_copy_begin(h, ph, offset, n, host, 0, what, &c, &p);
     if (rc) return rc;
     if (n) {
         uint64_t dptr = p->addr + offset;
