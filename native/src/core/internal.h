@@ -159,6 +159,15 @@ GP_HIDDEN int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pi
 /* ---- helpers ---------------------------------------------------------- */
 static inline uint64_t gp_round_down(uint64_t x, uint64_t a) { return x & ~(a - 1); }
 static inline uint64_t gp_round_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+/* A spin-wait loop's pause (x86 PAUSE, aarch64 YIELD; nothing elsewhere). */
+static inline void gp_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
 
 
 /* ---- copy kernels (src/copy/: dispatch.c + one file per ISA) ----------- */

@@ -80,7 +80,7 @@ static void *worker_main(void *arg)
                 break;
             }
             if (i > 256) sched_yield();
-            else cpu_relax();
+            else gp_cpu_relax();
             if ((i & 63) == 0 && now_s() > t_end) break;
         }
         if (!got) {

@@ -25,21 +25,12 @@
 #define ST_MAX_DEPTH 64
 #define ST_MAX_THREADS 16
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
 /* A waiting loop's step: pause, and after a while give the CPU away (more
  * threads than CPUs must not starve the thread that is being waited for). */
 static inline void relax_step(unsigned *i)
 {
     if (++*i > 256) sched_yield();
-    else cpu_relax();
+    else gp_cpu_relax();
 }
 
 /* ---- the schedule (schedule.c) ---------------------------------------- */
