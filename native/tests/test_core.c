@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "gdrpy.h"
+#include "internal.h" /* the core's interface for the layers above */
 
 #include "check.h"
 
@@ -399,6 +400,58 @@ static int auto_never_picks_sim(void)
     return 0;
 }
 
+/* Teardown hooks (gp_ctx_attach): the layers above the core hang their
+ * per-context state on the context; gdrpy_close runs the hooks once, newest
+ * first, after the pins are gone. */
+static int hook_order[GP_CTX_HOOKS], hook_runs;
+static int64_t hook_pins_left = -1;
+
+static void hook_record(void *arg)
+{
+    hook_order[hook_runs++] = (int)(intptr_t)arg;
+}
+
+static void hook_other(void *arg)
+{
+    hook_record(arg);
+}
+
+static void hook_count_pins(void *arg)
+{
+    hook_pins_left = ((gp_ctx *)arg)->npins;
+}
+
+static int close_runs_teardown_hooks_newest_first(void)
+{
+    gdrpy_ctx_t h = open_sim();
+    CHECK(h);
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
+    gdrpy_pin_t p;
+    CHECK(gdrpy_pin(h, d, PAGE, 0, &p) == 0);
+    gp_ctx *c;
+    CHECK(gp_ctx_enter(h, &c, "test") == 0);
+    CHECK(gp_ctx_attached(c, hook_record) == NULL);
+    CHECK(gp_ctx_attach(c, hook_count_pins, c) == 0);
+    CHECK(gp_ctx_attach(c, hook_record, (void *)(intptr_t)1) == 0);
+    CHECK(gp_ctx_attach(c, hook_other, (void *)(intptr_t)2) == 0);
+    CHECK(gp_ctx_attached(c, hook_record) == (void *)(intptr_t)1); /* the first with fn */
+    CHECK(gp_ctx_attached(c, hook_other) == (void *)(intptr_t)2);
+    int i = 3;
+    while (i < GP_CTX_HOOKS) CHECK(gp_ctx_attach(c, hook_record, (void *)(intptr_t)i++) == 0);
+    CHECK(gp_ctx_attach(c, hook_record, (void *)(intptr_t)i) == GDRPY_ENOMEM);
+    CHECK(strstr(gdrpy_last_error(), "teardown hooks") != NULL);
+    CHECK(c->npins == 1);
+    gp_ctx_leave(c);
+    hook_runs = 0;
+    CHECK(gdrpy_close(h) == 0);
+    CHECK(hook_runs == GP_CTX_HOOKS - 1); /* every hook but hook_count_pins records */
+    for (int k = 0; k < hook_runs; k++) CHECK(hook_order[k] == GP_CTX_HOOKS - 1 - k);
+    CHECK(hook_pins_left == 0); /* ran last, after the pins were torn down */
+    CHECK(gdrpy_sim_free(d) == 0);
+    return 0;
+}
+
 int main(void)
 {
     RUN(pin_map_write_read_roundtrip);
@@ -412,6 +465,7 @@ int main(void)
     RUN(teardown_waits_for_copies_in_other_threads);
     RUN(open_close_never_wait_on_other_contexts_copies);
     RUN(auto_never_picks_sim);
+    RUN(close_runs_teardown_hooks_newest_first);
     printf("test_core: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

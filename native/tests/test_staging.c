@@ -14,12 +14,9 @@
 #include <string.h>
 
 #include "gdrpy_host.h"
+#include "staging.h" /* gp_stage_schedule, linked from libgdrpy.a */
 
 #include "check.h"
-
-/* internal (staging.c), linked from libgdrpy.a */
-uint64_t gp_stage_schedule(size_t n, size_t slot, int read, uint64_t j, size_t *off,
-                           size_t *len);
 
 #define KIB 1024u
 #define MIB (1024u * 1024u)

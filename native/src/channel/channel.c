@@ -26,10 +26,6 @@
 #include <emmintrin.h> /* ll_store_short */
 #endif
 
-/* core.c */
-GP_HIDDEN int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *info,
-                               int *device, int *is_real);
-
 struct gdrpy_chan {
     /* ---- producer (send*, shutdown) ---- */
     char *ring;                        /* CPU address of message slot 0 */
@@ -69,15 +65,6 @@ static inline int64_t now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
 }
 
 static inline uint64_t ld_acq64(const volatile uint64_t *p)
@@ -130,7 +117,7 @@ static inline int wait_expired(gp_wait *w)
     unsigned n = ++w->spins;
     if (n < GP_WAIT_FREE_SPINS && w->deadline == 0) return 0;
     if (n >= (1u << 20)) sched_yield(); /* ~ms of spinning: an oversubscribed host */
-    else if (n >= 16384) cpu_relax();
+    else if (n >= 16384) gp_cpu_relax();
     if ((n & 63u) != 0 || w->timeout < 0) return 0;
     int64_t t = now_ns();
     if (w->deadline == 0) w->deadline = t + w->timeout;
@@ -439,7 +426,7 @@ static int wait_settled(gdrpy_chan_t *c, int64_t *timeout_ns_p, const char *what
             return gp_err(GDRPY_ETIMEDOUT, "%s: no kernel attached within %.6f s (on a near-slot "
                                            "channel the kernel chooses the slots when it attaches)",
                           what, timeout_ns * 1e-9);
-        cpu_relax();
+        gp_cpu_relax();
     }
 }
 
@@ -1084,7 +1071,7 @@ static void *sim_consumer_main(void *arg)
                         status = GDRPY_CHAN_ST_TIMEOUT;
                         goto out;
                     }
-                    cpu_relax();
+                    gp_cpu_relax();
                 }
                 struct {
                     uint64_t seq;
@@ -1126,7 +1113,7 @@ static void *sim_consumer_main(void *arg)
          * between polls (an oversubscribed host) */
         if ((spins & 63u) == 0 && now_ns() - idle_since > 200000) yielding = 1;
         if (yielding) sched_yield();
-        else cpu_relax();
+        else gp_cpu_relax();
     }
 out:
     free(expect);

@@ -1,9 +1,10 @@
 /*
  * hostmem.h - page-locked host memory mapped into the device, for the
  * channel's completion ring (cuMemHostAlloc(PORTABLE | DEVICEMAP) through the
- * dlopen'ed libcuda; sim: page-aligned zeroed host memory whose "device
- * address" is its host address).  Deliberately minimal: gdrpy.memory's
- * host_alloc (issue 14) is the general facility.
+ * core's libcuda loader, cudadrv.h; sim: page-aligned zeroed host memory
+ * whose "device address" is its host address).  Deliberately minimal:
+ * gdrpy_host_alloc (src/staging/hostmem.c) is the general facility; this
+ * one maps the memory into the device and stays out of that table.
  */
 #ifndef GDRPY_HOSTMEM_H
 #define GDRPY_HOSTMEM_H

@@ -1,7 +1,7 @@
 /*
  * wc.h - stores into write-combined (BAR1) mappings without the copy
- * kernels' trailing fence, and the fence itself.  For the channel and
- * gdrpy_writev: several stores, one fence.
+ * kernels' trailing fence, and the fence itself.  For the channel
+ * (channel.c) and gdrpy_writev (writev.c): several stores, one fence.
  */
 #ifndef GDRPY_WC_H
 #define GDRPY_WC_H
@@ -18,7 +18,7 @@
  * drains the write-combining buffers towards the device: the copy kernels'
  * store fence (x86 SFENCE as before; aarch64 DSB ST; ppc64le SYNC; riscv64
  * FENCE OW,IORW; the build stops elsewhere). */
-static inline void gp_wc_fence_inline(void)
+static inline void gp_wc_fence(void)
 {
     gp_fence_after_stores();
 }
@@ -32,7 +32,7 @@ static inline void gp_wc_store_u32(void *p, uint32_t v) { *(volatile uint32_t *)
  * compiler barrier keeps it before the caller's fence.  Elsewhere the mapping
  * may fault on memcpy's unaligned accesses (BAR1 is Device memory on arm64):
  * the dispatched copy kernel stores with aligned accesses only (and fences). */
-static inline void gp_wc_store_inline(void *dst, const void *src, size_t n)
+static inline void gp_wc_store_nofence(void *dst, const void *src, size_t n)
 {
 #if GP_MAPPING_UNALIGNED_OK
     memcpy(dst, src, n);
@@ -42,12 +42,7 @@ static inline void gp_wc_store_inline(void *dst, const void *src, size_t n)
 #endif
 }
 
-GP_HIDDEN void gp_wc_fence(void);
-GP_HIDDEN void gp_wc_store_nofence(void *dst, const void *src, size_t n);
-/* Zero-fills [dst, dst+n) of a mapping (no fence). */
+/* Zero-fills [dst, dst+n) of a mapping (no fence; wc.c). */
 GP_HIDDEN void gp_wc_zero(void *dst, size_t n);
-
-#define gp_wc_fence() gp_wc_fence_inline()
-#define gp_wc_store_nofence(d, s, n) gp_wc_store_inline((d), (s), (n))
 
 #endif

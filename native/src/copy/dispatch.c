@@ -16,9 +16,10 @@
  * branch.  gdrpy_set_copy_isa() may swap the pointers while other threads
  * copy; each copy runs wholly on the old or the new kernel (both are valid).
  *
- * x86-64 auto order, and why (measurements: shared/facts/nvrm-bar1.md,
- * H100 host):
- *  1. avx512 - on our H100 host AVX-512 non-temporal stores reach the same
+ * x86-64 auto order, and why (best of several runs on one H100 80GB HBM3
+ * host: a VM, Linux 6.18, NVIDIA open kernel module 580.159.04, CUDA 13.0
+ * driver API, a CPU with AVX-512 and a 2.1 GHz TSC):
+ *  1. avx512 - on that H100 host AVX-512 non-temporal stores reach the same
  *     BAR1 write bandwidth as AVX2 (18.1-19.1 vs 17.8-19.0 GB/s at 1 MiB,
  *     15.8-16.9 vs 16.3 at 64 MiB: the PCIe/WC-buffer limit, not the ISA),
  *     and 64-byte streaming loads read BAR1 15-20 % faster (0.84-1.01 vs
@@ -48,9 +49,9 @@
  *  3. sse41, 4. generic - older CPUs / last resort.
  *  movdir64b is compiled, tested and selectable (GDRPY_COPY_ISA=movdir64b or
  *  gdrpy_set_copy_isa) but not chosen by auto: its BAR1 bandwidth has not
- *  been measured on our GPU host (the facts file has no figure and we do not
- *  know whether that CPU has it), and a MOVDIR64B is a microcoded
- *  read-64/write-64 whose throughput varies by core.  Run
+ *  been measured on that H100 host (we do not know whether its CPU has
+ *  it), and a MOVDIR64B is a microcoded read-64/write-64 whose throughput
+ *  varies by core.  Run
  *  `gdrpy_copylat --isa all` on the host; promote it here if it wins -
  *  for bulk only: on the H200 hosts (their CPUs have it) one MOVDIR64B
  *  flag store + SFENCE made a GPU round trip 4.5-5.5 us against 1.6-1.8

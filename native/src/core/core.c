@@ -33,7 +33,6 @@
 
 #include "internal.h"
 #include "cudadrv.h"
-#include "gdrpy_channel.h"
 
 volatile unsigned gdrpy_fork_generation = 0;
 
@@ -475,7 +474,11 @@ int gdrpy_close(gdrpy_ctx_t h)
         if (r && !first) first = r;
     }
     pthread_mutex_unlock(&c->lock);
-    gp_stage_destroy(c);
+    /* the state the layers above attached (gp_ctx_attach), newest first */
+    while (c->nhooks) {
+        struct gp_ctx_hook k = c->hooks[--c->nhooks];
+        k.fn(k.arg);
+    }
     c->be->close(c);
     pthread_mutex_destroy(&c->lock);
     free(c->pins);
@@ -870,12 +873,12 @@ int gdrpy_stream_synchronize(gdrpy_ctx_t h, void *stream)
     return rc;
 }
 
-/* ---- for staging.c ----------------------------------------------------- */
+/* ---- for the layers above (internal.h) --------------------------------- */
 
 int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n, const void *buf,
-                  const char *what, gp_ctx **c, gp_pin **p)
+                  int need_map, const char *what, gp_ctx **c, gp_pin **p)
 {
-    return copy_begin(h, ph, offset, n, buf, 0, what, c, p);
+    return copy_begin(h, ph, offset, n, buf, need_map, what, c, p);
 }
 
 void gp_copy_end(gp_ctx *c, gp_pin *p) { copy_end(c, p); }
@@ -884,14 +887,30 @@ int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what) { return ctx_enter
 
 void gp_ctx_leave(gp_ctx *c) { ctx_leave(c); }
 
+int gp_ctx_attach(gp_ctx *c, void (*fn)(void *arg), void *arg)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->lock);
+    if (c->nhooks == GP_CTX_HOOKS)
+        rc = gp_err(GDRPY_ENOMEM, "context 0x%llx already has %d teardown hooks",
+                    (unsigned long long)c->handle, GP_CTX_HOOKS);
+    else
+        c->hooks[c->nhooks++] = (struct gp_ctx_hook){fn, arg};
+    pthread_mutex_unlock(&c->lock);
+    return rc;
+}
 
-/* ---- for the channel (src/channel/) ----------------------------------- */
+void *gp_ctx_attached(gp_ctx *c, void (*fn)(void *arg))
+{
+    void *arg = NULL;
+    pthread_mutex_lock(&c->lock);
+    for (unsigned i = 0; i < c->nhooks && !arg; i++)
+        if (c->hooks[i].fn == fn) arg = c->hooks[i].arg;
+    pthread_mutex_unlock(&c->lock);
+    return arg;
+}
 
-/* hold > 0: checks that `ph` is a mapped pin of `h`, raises its in-flight
- * count (unmap/unpin then fail with EBUSY) and fills *info, *device and
- * *is_real.  hold <= 0: drops that count again (if the pin still exists). */
-GP_HIDDEN int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *info,
-                               int *device, int *is_real);
+
 int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *info,
                      int *device, int *is_real)
 {
@@ -921,46 +940,4 @@ int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *
     pthread_mutex_unlock(&c->lock);
     ctx_leave(c);
     return rc;
-}
-
-/* src/channel/wc.c */
-GP_HIDDEN void gp_wc_store_nofence(void *dst, const void *src, size_t n);
-GP_HIDDEN void gp_wc_fence(void);
-
-int gdrpy_writev(gdrpy_ctx_t h, gdrpy_pin_t ph, const gdrpy_iov_t *iov, size_t n)
-{
-    if (n && !iov) return gp_err(GDRPY_EINVAL, "writev: iov is NULL");
-    for (size_t i = 0; i < n; i++)
-        if (iov[i].len && !iov[i].buf)
-            return gp_err(GDRPY_EINVAL, "writev: iov[%zu].buf is NULL", i);
-    gp_ctx *c;
-    gp_pin *p;
-    int rc = ctx_enter_(h, &c, "writev", 1);
-    if (rc) return rc;
-    pthread_mutex_lock(&c->lock);
-    rc = pin_lookup(c, ph, &p, "writev");
-    if (!rc && !p->map_base)
-        rc = gp_err(GDRPY_EINVAL, "writev: pin 0x%llx is not mapped", (unsigned long long)ph);
-    for (size_t i = 0; !rc && i < n; i++)
-        if (iov[i].offset > p->size || iov[i].len > p->size - iov[i].offset)
-            rc = gp_err(GDRPY_ERANGE, "writev: iov[%zu] [%zu, %zu+%zu) is outside the pinned "
-                                      "%llu bytes; nothing was written",
-                        i, iov[i].offset, iov[i].offset,
-                        iov[i].len, (unsigned long long)p->size);
-    if (!rc && p->tearing)
-        rc = gp_err(GDRPY_EBUSY, "writev: pin 0x%llx is being unmapped or unpinned by another "
-                                 "thread",
-                    (unsigned long long)ph);
-    if (!rc) atomic_fetch_add_explicit(&p->inflight, 1, memory_order_relaxed);
-    pthread_mutex_unlock(&c->lock);
-    if (rc) {
-        ctx_leave(c);
-        return rc;
-    }
-    char *base = (char *)p->map_base + (p->addr - p->va);
-    for (size_t i = 0; i < n; i++)
-        if (iov[i].len) gp_wc_store_nofence(base + iov[i].offset, iov[i].buf, iov[i].len);
-    gp_wc_fence(); /* the one store fence */
-    copy_end(c, p);
-    return 0;
 }

@@ -92,14 +92,16 @@ static void do_load(void)
         OPT(MemUnmap, "cuMemUnmap"),
         OPT(MemSetAccess, "cuMemSetAccess"),
         OPT(MemGetAllocationGranularity, "cuMemGetAllocationGranularity"),
-        /* page-locked host memory and the staging ring (hostmem.c, staging.c) */
+        /* stream-ordered pools (the nvrm backend) */
         OPT(MemPoolCreate, "cuMemPoolCreate"),
         OPT(MemPoolDestroy, "cuMemPoolDestroy"),
         OPT(DeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool"),
         OPT(MemAllocFromPoolAsync, "cuMemAllocFromPoolAsync"),
         OPT(MemFreeAsync, "cuMemFreeAsync"),
+        /* page-locked host memory and events (src/staging/, src/channel/) */
         OPT(MemHostAlloc, "cuMemHostAlloc"),
         OPT(MemFreeHost, "cuMemFreeHost"),
+        OPT(MemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2"),
         OPT(MemHostRegister, "cuMemHostRegister_v2"),
         OPT(MemHostUnregister, "cuMemHostUnregister"),
         OPT(EventCreate, "cuEventCreate"),

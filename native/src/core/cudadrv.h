@@ -105,6 +105,7 @@ _Static_assert(sizeof(gp_CUmemPoolProps) == 88, "CUmemPoolProps size");
 #define CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED 713
 
 #define CU_MEMHOSTALLOC_PORTABLE 0x01
+#define CU_MEMHOSTALLOC_DEVICEMAP 0x02
 #define CU_MEMHOSTALLOC_WRITECOMBINED 0x04
 #define CU_MEMHOSTREGISTER_PORTABLE 0x01
 #define CU_EVENT_DISABLE_TIMING 0x02
@@ -189,11 +190,12 @@ struct gp_cuda_api {
     CUresult (*DeviceGetDefaultMemPool)(void **pool, CUdevice dev);
     CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *p, size_t n, void *pool, CUstream s);
     CUresult (*MemFreeAsync)(CUdeviceptr p, CUstream s);
-    /* page-locked host memory and events (optional: hostmem.c and staging.c
-     * report ENOTSUP without them) */
+    /* page-locked host memory and events (optional: src/staging/ reports
+     * ENOTSUP without them, the channel ENXIO) */
     CUresult (*MemHostAlloc)(void **p, size_t n, unsigned flags);
     CUresult (*MemFreeHost)(void *p);
-    CUresult (*MemHostRegister)(void *p, size_t n, unsigned flags); /* _v2 */
+    CUresult (*MemHostGetDevicePointer)(CUdeviceptr *d, void *p, unsigned flags); /* _v2 */
+    CUresult (*MemHostRegister)(void *p, size_t n, unsigned flags);               /* _v2 */
     CUresult (*MemHostUnregister)(void *p);
     CUresult (*EventCreate)(CUevent *e, unsigned flags);
     CUresult (*EventDestroy)(CUevent e); /* _v2 */

@@ -60,6 +60,8 @@ struct gp_backend;
 
 struct gp_ctx_slot;
 
+#define GP_CTX_HOOKS 4 /* teardown hooks per context (gp_ctx_attach) */
+
 struct gp_ctx {
     gdrpy_ctx_t handle;
     struct gp_ctx_slot *slot; /* its entry in the context table */
@@ -73,9 +75,15 @@ struct gp_ctx {
     uint32_t *pin_gen;    /* generation per slot */
     uint32_t npins_cap;
     uint32_t npins;
-    gdrpy_ctx_info_t info;  /* filled by open (backend fills names) */
-    struct gp_stage *stage; /* staging ring (staging.c); NULL until used */
-    int fork_faults;        /* GDRPY_OPEN_FORK_FAULTS: no placeholders in a child */
+    gdrpy_ctx_info_t info; /* filled by open (backend fills names) */
+    int fork_faults;       /* GDRPY_OPEN_FORK_FAULTS: no placeholders in a child */
+    /* state of the layers above, torn down by gdrpy_close (gp_ctx_attach;
+     * under ctx->lock) */
+    struct gp_ctx_hook {
+        void (*fn)(void *arg);
+        void *arg;
+    } hooks[GP_CTX_HOOKS];
+    unsigned nhooks;
 };
 
 /* Bounded wait used by teardown (close/unmap/unpin) for calls in flight in
@@ -122,26 +130,44 @@ GP_HIDDEN extern const struct gp_backend gp_backend_nvrm;
 GP_HIDDEN extern const struct gp_backend gp_backend_gdrdrv;
 GP_HIDDEN extern const struct gp_backend gp_backend_dmabuf;
 
-/* ---- validated copy-engine copies (core.c, for staging.c) -------------- */
-/* Enters the context, finds the pin, checks [offset, offset+n) and raises the
- * pin's in-flight count; on success gp_copy_end() must follow. */
+/* ---- the core's interface for the layers above (src/staging/, src/channel/) */
+/* Enters the context, finds the pin (need_map: a mapped one), checks
+ * [offset, offset+n) and raises the pin's in-flight count (unmap/unpin wait
+ * for it); on success gp_copy_end() must follow. */
 GP_HIDDEN int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n,
-                            const void *buf, const char *what, gp_ctx **c, gp_pin **p);
+                            const void *buf, int need_map, const char *what, gp_ctx **c,
+                            gp_pin **p);
 GP_HIDDEN void gp_copy_end(gp_ctx *c, gp_pin *p);
 /* Enters the context (its in-flight count; gp_ctx_leave(c) after). */
 GP_HIDDEN int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what);
 GP_HIDDEN void gp_ctx_leave(gp_ctx *c);
-/* staging.c: frees the context's ring (gdrpy_close, nothing in flight). */
-GP_HIDDEN void gp_stage_destroy(gp_ctx *c);
-/* staging.c: how a staged write (read = 0) or read (1) of n bytes through
- * slots of `slot` bytes is cut: returns the number of chunks and, for j below
- * it, chunk j's offset and length (for tests). */
-GP_HIDDEN uint64_t gp_stage_schedule(size_t n, size_t slot, int read, uint64_t j,
-                                     size_t *off, size_t *len);
+/* Per-context state of a layer above the core: with the context entered,
+ * gp_ctx_attach(c, fn, arg) has gdrpy_close call fn(arg) once, after the
+ * pins are torn down and before the backend closes, when no call is inside
+ * the context any more; hooks run newest first.  ENOMEM when the context
+ * already has GP_CTX_HOOKS.  gp_ctx_attached(c, fn) returns the arg attached
+ * with fn, or NULL: fn names the owner, so a layer finds its own state. */
+GP_HIDDEN int gp_ctx_attach(gp_ctx *c, void (*fn)(void *arg), void *arg);
+GP_HIDDEN void *gp_ctx_attached(gp_ctx *c, void (*fn)(void *arg));
+/* For the channel, which holds its pin for its lifetime.  hold > 0: checks
+ * that `ph` is a mapped pin of `h`, raises its in-flight count (unmap/unpin
+ * then fail with EBUSY) and fills *info, *device and *is_real.  hold <= 0:
+ * drops that count again (if the pin still exists). */
+GP_HIDDEN int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *info,
+                               int *device, int *is_real);
 
 /* ---- helpers ---------------------------------------------------------- */
 static inline uint64_t gp_round_down(uint64_t x, uint64_t a) { return x & ~(a - 1); }
 static inline uint64_t gp_round_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
+/* A spin-wait loop's pause (x86 PAUSE, aarch64 YIELD; nothing elsewhere). */
+static inline void gp_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
 
 
 /* ---- copy kernels (src/copy/: dispatch.c + one file per ISA) ----------- */

@@ -2,7 +2,7 @@
  * staging.c - copy-engine copies from/to pageable host memory through a
  * per-context ring of page-locked chunks (gdrpy_host.h).
  *
- * Pipeline.  A copy of n bytes is cut into chunks by sched_make (a write
+ * Pipeline.  A copy of n bytes is cut into chunks by gp_sched_make (a write
  * ramps up from a small first chunk to equal chunks of at most the slot
  * size and part of the way down; a read is the mirror image, ending with a
  * small chunk); chunk i lives
@@ -40,204 +40,24 @@
  * pin's in-flight count (gp_copy_begin) for its whole duration.
  */
 #include <errno.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "copy.h"
 #include "cudadrv.h"
 #include "gdrpy_host.h"
-#include "stage_trace.h"
+#include "staging.h"
 
-#define ST_MAX_DEPTH 64
 #define ST_MAX_RING (256u << 20) /* chunk x depth: the page-locked memory of one ring */
-#define ST_MAX_THREADS 16
 #define ST_MIN_CHUNK (64u << 10)
 #define ST_MAX_CHUNK (64u << 20)
-#define ST_FIRST_MIN (32u << 10)  /* smallest first (and last) chunk of a message */
-#define ST_FIRST_MAX (256u << 10) /* largest first (and last) chunk of a message */
-#define ST_POOL_MIN (256u << 10)  /* smaller messages are copied by the caller alone */
-#define ST_SPIN_S 500e-6          /* a worker spins this long before sleeping */
-#define SIM_QUEUE 64
+#define ST_POOL_MIN (256u << 10) /* smaller messages are copied by the caller alone */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
-/* A waiting loop's step: pause, and after a while give the CPU away (more
- * threads than CPUs must not starve the thread that is being waited for). */
-static inline void relax_step(unsigned *i)
-{
-    if (++*i > 256) sched_yield();
-    else cpu_relax();
-}
-
-/* ---- the schedule: how a message is cut into chunks ------------------- */
-
-/* A staged copy costs the engine's time, plus what the engine waits for at
- * the start (a write's first chunk must be copied in before its DMA), plus
- * what the CPU does after the engine is done (a read's last chunk is copied
- * out after its DMA), plus ~2-3 us per DMA (measured on an H100 host).  So a
- * write's chunks ramp up F, 2F, 4F, ... (< S, the slot size) to equal middle
- * chunks of at most S, then down again, but only to max(F, n/8): with the
- * CPU side faster than the engine (enough threads) the end of a write needs
- * no small chunks, and one that is not (few threads) still never waits for
- * more than an eighth of the message at the end.  A read is the mirror
- * image (its first DMA starts at once; its last chunk is F).  F = n/8
- * rounded up to 4 KiB, clamped to [ST_FIRST_MIN, ST_FIRST_MAX] and to S.  A
- * ramp step is taken only while the ramp so far, the step and as much again
- * fit in n; every message from 1 MiB up has at least 3 chunks. */
-typedef struct st_sched {
-    size_t n, F, mid_off, mid_n, U;
-    unsigned R, nt; /* ramp-up steps; ramp-down steps (F << (R-1)) ... (F << (R-nt)) */
-    int rev;        /* read: the mirror image */
-    uint64_t m, nch;
-} st_sched;
-
-static void sched_make(st_sched *s, size_t n, size_t S, int rev)
-{
-    size_t F = gp_round_up(n / 8, 4096);
-    if (F < ST_FIRST_MIN) F = ST_FIRST_MIN;
-    if (F > ST_FIRST_MAX) F = ST_FIRST_MAX;
-    if (F > S) F = S;
-    unsigned R = 0;
-    while (R < 20 && (F << R) < S && F * (((size_t)1 << R) - 1) + 2 * (F << R) <= n) R++;
-    size_t head = F * (((size_t)1 << R) - 1);
-    /* ramp down (F << (R-1)) ... while the step is at least n/8 and fits */
-    unsigned nt = 0;
-    size_t tail = 0;
-    while (nt < R) {
-        size_t step = F << (R - 1 - nt);
-        if (step < n / 8) break;
-        if (head + tail + step > n) break;
-        tail += step;
-        nt++;
-    }
-    s->n = n;
-    s->F = F;
-    s->R = R;
-    s->nt = nt;
-    s->rev = rev;
-    s->mid_off = head;
-    s->mid_n = n - head - tail;
-    s->m = s->mid_n ? (s->mid_n + S - 1) / S : 0;
-    s->U = s->m ? gp_round_up((s->mid_n + s->m - 1) / s->m, 4096) : 0;
-    if (s->U > S) s->U = S; /* cannot happen: S is a multiple of 4096 */
-    s->nch = (uint64_t)R + s->m + nt;
-}
-
-/* Offset and length of chunk j (j < nch) in ascending order of offsets; every
- * length is in [1, S]. */
-static void sched_chunk(const st_sched *s, uint64_t j, size_t *off, size_t *len)
-{
-    uint64_t i = s->rev ? s->nch - 1 - j : j; /* the write order's chunk */
-    size_t o, l;
-    if (i < s->R) {
-        o = s->F * (((size_t)1 << i) - 1);
-        l = s->F << i;
-    } else if (i < s->R + s->m) {
-        size_t k = (size_t)(i - s->R);
-        o = s->mid_off + k * s->U;
-        l = s->mid_n - k * s->U < s->U ? s->mid_n - k * s->U : s->U;
-    } else {
-        unsigned t = (unsigned)(i - s->R - s->m);
-        o = s->mid_off + s->mid_n + s->F * (((size_t)1 << s->R) - ((size_t)1 << (s->R - t)));
-        l = s->F << (s->R - 1 - t);
-    }
-    *off = s->rev ? s->n - o - l : o;
-    *len = l;
-}
-
-uint64_t gp_stage_schedule(size_t n, size_t slot, int read, uint64_t j, size_t *off,
-                           size_t *len)
-{
-    st_sched s;
-    sched_make(&s, n, slot, read);
-    if (j < s.nch) sched_chunk(&s, j, off, len);
-    return s.nch;
-}
-
-/* ---- one staged copy as a stream of pieces ---------------------------- */
-
-/* Chunk j lives in ring slot (start + j) % depth and is split into `ppc`
- * pieces; piece g is piece g % ppc of chunk g / ppc.  The CPU side of a copy
- * is the pieces, claimed in order by the caller and the pool's workers:
- * a thread copies piece g once g < avail (its slot is free for a write, its
- * DMA has landed for a read) and counts it in slotdone[slot].  The caller
- * alone talks to the engine: it raises avail as slots free up or DMAs land,
- * enqueues the DMA of a chunk whose pieces are all counted (write) and
- * refills a slot whose pieces are all copied out (read), and copies pieces
- * itself when it has nothing else to do.  No thread waits for another at a
- * chunk boundary, so the copies of chunk i+1 run while chunk i's DMA is
- * enqueued and moving. */
-typedef struct st_job {
-    int dir; /* 0: host -> ring (write), 1: ring -> host (read) */
-    char *host;
-    char *ring;
-    size_t slot_bytes;
-    unsigned depth, start, ppc;
-    int pooled;                    /* the pool's workers take part */
-    int caller_copies;             /* the caller copies pieces whenever it is idle */
-    unsigned *active;              /* workers inside the copy (the pool's counter) */
-    gp_copy_fn cp;                 /* the CPU copy of a piece */
-    void (*evict)(void *, size_t); /* then applied to the piece's ring bytes, or NULL */
-    uint64_t total;                /* pieces */
-    st_sched sc;
-    gp_strace *tr; /* GDRPY_STAGING_TRACE (diagnostics), else NULL */
-    char pad0[64];
-    uint64_t next; /* next piece to claim (atomic) */
-    char pad1[64];
-    uint64_t avail; /* pieces < avail may be copied (atomic) */
-    char pad2[64];
-    int abort; /* atomic */
-    char pad3[64];
-    unsigned slotdone[ST_MAX_DEPTH]; /* atomic */
-    char pad4[64];
-} st_job;
-
-static inline unsigned job_slot(const st_job *j, uint64_t ci)
-{
-    return (unsigned)((j->start + ci) % j->depth);
-}
-
-static void piece_do(st_job *j, uint64_t g)
-{
-    uint64_t ci = g / j->ppc;
-    size_t p = (size_t)(g % j->ppc);
-    size_t off, len;
-    sched_chunk(&j->sc, ci, &off, &len);
-    size_t part = gp_round_up((len + j->ppc - 1) / j->ppc, 64);
-    size_t po = p * part;
-    unsigned k = job_slot(j, ci);
-    if (po < len) {
-        size_t pl = len - po < part ? len - po : part;
-        char *slot = j->ring + (size_t)k * j->slot_bytes + po;
-        char *h = j->host + off + po;
-        double t0 = j->tr ? gp_strace_now() : 0;
-        if (j->dir == 0) j->cp(slot, h, pl);
-        else j->cp(h, slot, pl);
-        if (j->evict) j->evict(slot, pl);
-        if (j->tr) gp_strace_piece(j->tr, g, t0, gp_strace_now(), pl);
-    }
-    __atomic_add_fetch(&j->slotdone[k], 1, __ATOMIC_RELEASE);
-}
+/* ---- how the CPU side touches the ring (kinds) ------------------------- */
 
 static void cp_plain(void *d, const void *s, size_t n)
 {
@@ -341,7 +161,6 @@ static void kinds_env(int *wk, int *rk)
     k = kind_parse(getenv("GDRPY_STAGING_RKIND"));
     if (k >= 0) *rk = k;
 }
-
 /* ---- evicting ring lines from the CPU's caches ------------------------ */
 
 #if defined(__x86_64__)
@@ -388,248 +207,6 @@ static void evict_demote(void *p, size_t n)
 #else
 #define HAVE_EVICT 0
 #endif
-
-/* Worker: claims pieces until none are left (or the copy is aborted). */
-static void job_work(st_job *j)
-{
-    for (;;) {
-        uint64_t g = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
-        if (g >= j->total) return;
-        unsigned spins = 0;
-        while (g >= __atomic_load_n(&j->avail, __ATOMIC_ACQUIRE)) {
-            if (__atomic_load_n(&j->abort, __ATOMIC_ACQUIRE)) return;
-            relax_step(&spins);
-        }
-        piece_do(j, g);
-    }
-}
-
-/* Caller: copies one piece if one is free to copy now; never waits. */
-static int job_try_piece(st_job *j)
-{
-    if (!j->caller_copies && (!j->pooled || __atomic_load_n(j->active, __ATOMIC_ACQUIRE)))
-        return 0;
-    uint64_t g = __atomic_load_n(&j->next, __ATOMIC_RELAXED);
-    if (g >= j->total || g >= __atomic_load_n(&j->avail, __ATOMIC_ACQUIRE)) return 0;
-    if (!__atomic_compare_exchange_n(&j->next, &g, g + 1, 0, __ATOMIC_RELAXED,
-                                     __ATOMIC_RELAXED))
-        return 1; /* another thread took it: look again */
-    piece_do(j, g);
-    return 1;
-}
-
-/* ---- memcpy worker pool ------------------------------------------------ */
-
-/* Workers spin for `spin_s` after a copy (a copy that follows soon finds
- * them awake: a futex wake-up costs tens of microseconds in a VM), then
- * sleep on a condition variable.  The caller never waits for a worker to
- * wake: it starts on the pieces itself and the workers join as they come. */
-typedef struct st_pool {
-    unsigned n; /* workers (threads - 1) */
-    pthread_t th[ST_MAX_THREADS];
-    pthread_mutex_t m;
-    pthread_cond_t cv;
-    double spin_s;
-    unsigned sleepers; /* atomic */
-    int quit;          /* atomic */
-    unsigned gen;      /* copies started (atomic) */
-    int open;          /* a copy is running: workers may join (atomic) */
-    unsigned active;   /* workers inside the copy (atomic) */
-    st_job *job;
-} st_pool;
-
-static void *worker_main(void *arg)
-{
-    st_pool *p = arg;
-    unsigned seen = 0;
-    for (;;) {
-        int got = 0;
-        double t_end = now_s() + p->spin_s;
-        for (unsigned i = 1;; i++) {
-            if (__atomic_load_n(&p->gen, __ATOMIC_ACQUIRE) != seen ||
-                __atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) {
-                got = 1;
-                break;
-            }
-            if (i > 256) sched_yield();
-            else cpu_relax();
-            if ((i & 63) == 0 && now_s() > t_end) break;
-        }
-        if (!got) {
-            pthread_mutex_lock(&p->m);
-            __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
-            while (__atomic_load_n(&p->gen, __ATOMIC_SEQ_CST) == seen &&
-                   !__atomic_load_n(&p->quit, __ATOMIC_SEQ_CST))
-                pthread_cond_wait(&p->cv, &p->m);
-            __atomic_sub_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
-            pthread_mutex_unlock(&p->m);
-        }
-        if (__atomic_load_n(&p->quit, __ATOMIC_ACQUIRE)) return NULL;
-        seen = __atomic_load_n(&p->gen, __ATOMIC_SEQ_CST);
-        /* join only while the copy is open; the caller closes it and then
-         * waits for `active` to drop to 0 (both sides sequentially consistent) */
-        __atomic_add_fetch(&p->active, 1, __ATOMIC_SEQ_CST);
-        if (__atomic_load_n(&p->open, __ATOMIC_SEQ_CST)) job_work(p->job);
-        __atomic_sub_fetch(&p->active, 1, __ATOMIC_SEQ_CST);
-    }
-}
-
-static void pool_start(st_pool *p, unsigned workers, st_job *job)
-{
-    memset(p, 0, sizeof *p);
-    pthread_mutex_init(&p->m, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    p->job = job;
-    p->spin_s = ST_SPIN_S;
-    const char *e = getenv("GDRPY_STAGING_SPIN_US");
-    if (e && *e) {
-        double us = strtod(e, NULL);
-        if (us >= 0 && us <= 1e6) p->spin_s = us * 1e-6;
-    }
-    for (unsigned i = 0; i < workers && i < ST_MAX_THREADS; i++) {
-        if (pthread_create(&p->th[i], NULL, worker_main, p) != 0) break;
-        p->n++;
-    }
-    /* fewer workers than asked for only slows the copies */
-}
-
-static void pool_stop(st_pool *p)
-{
-    pthread_mutex_lock(&p->m);
-    __atomic_store_n(&p->quit, 1, __ATOMIC_SEQ_CST);
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->m);
-    for (unsigned i = 0; i < p->n; i++) pthread_join(p->th[i], NULL);
-    p->n = 0;
-    pthread_mutex_destroy(&p->m);
-    pthread_cond_destroy(&p->cv);
-}
-
-/* Opens the copy described by p->job (fields set) to the workers. */
-static void pool_open(st_pool *p)
-{
-    __atomic_store_n(&p->open, 1, __ATOMIC_SEQ_CST);
-    __atomic_add_fetch(&p->gen, 1, __ATOMIC_SEQ_CST);
-    if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST)) {
-        pthread_mutex_lock(&p->m);
-        pthread_cond_broadcast(&p->cv);
-        pthread_mutex_unlock(&p->m);
-    }
-}
-
-/* Closes the copy: no worker touches the job (or the caller's memory)
- * after this returns. */
-static void pool_close(st_pool *p)
-{
-    __atomic_store_n(&p->open, 0, __ATOMIC_SEQ_CST);
-    unsigned spins = 0;
-    while (__atomic_load_n(&p->active, __ATOMIC_SEQ_CST)) relax_step(&spins);
-}
-
-
-/* ---- sim copy-engine stand-in ----------------------------------------- */
-
-typedef struct sim_op {
-    int dir;
-    uint64_t dptr;
-    void *host;
-    size_t n;
-} sim_op;
-
-typedef struct sim_ce {
-    pthread_t th;
-    pthread_mutex_t m;
-    pthread_cond_t cv_work, cv_done;
-    sim_op q[SIM_QUEUE];
-    uint64_t submitted, completed; /* under m */
-    int quit;
-    unsigned delay_us;
-} sim_ce;
-
-static void *sim_ce_main(void *arg)
-{
-    sim_ce *e = arg;
-    pthread_mutex_lock(&e->m);
-    for (;;) {
-        while (e->completed == e->submitted && !e->quit) pthread_cond_wait(&e->cv_work, &e->m);
-        if (e->completed == e->submitted && e->quit) break;
-        sim_op op = e->q[e->completed % SIM_QUEUE];
-        pthread_mutex_unlock(&e->m);
-        if (e->delay_us) usleep(e->delay_us);
-        if (op.dir == 0) memcpy((void *)(uintptr_t)op.dptr, op.host, op.n);
-        else memcpy(op.host, (void *)(uintptr_t)op.dptr, op.n);
-        pthread_mutex_lock(&e->m);
-        e->completed++;
-        pthread_cond_broadcast(&e->cv_done);
-    }
-    pthread_mutex_unlock(&e->m);
-    return NULL;
-}
-
-static sim_ce *sim_ce_start(void)
-{
-    sim_ce *e = calloc(1, sizeof *e);
-    if (!e) return NULL;
-    pthread_mutex_init(&e->m, NULL);
-    pthread_cond_init(&e->cv_work, NULL);
-    pthread_cond_init(&e->cv_done, NULL);
-    const char *d = getenv("GDRPY_SIM_CE_DELAY_US");
-    if (d && *d) e->delay_us = (unsigned)strtoul(d, NULL, 10);
-    if (e->delay_us > 100000) e->delay_us = 100000;
-    if (pthread_create(&e->th, NULL, sim_ce_main, e) != 0) {
-        free(e);
-        return NULL;
-    }
-    return e;
-}
-
-static void sim_ce_stop(sim_ce *e)
-{
-    pthread_mutex_lock(&e->m);
-    e->quit = 1;
-    pthread_cond_broadcast(&e->cv_work);
-    pthread_mutex_unlock(&e->m);
-    pthread_join(e->th, NULL);
-    pthread_mutex_destroy(&e->m);
-    pthread_cond_destroy(&e->cv_work);
-    pthread_cond_destroy(&e->cv_done);
-    free(e);
-}
-
-static uint64_t sim_ce_submit(sim_ce *e, int dir, uint64_t dptr, void *host, size_t n)
-{
-    pthread_mutex_lock(&e->m);
-    while (e->submitted - e->completed >= SIM_QUEUE) pthread_cond_wait(&e->cv_done, &e->m);
-    e->q[e->submitted % SIM_QUEUE] = (sim_op){dir, dptr, host, n};
-    uint64_t seq = ++e->submitted;
-    pthread_cond_signal(&e->cv_work);
-    pthread_mutex_unlock(&e->m);
-    return seq;
-}
-
-static uint64_t sim_ce_mark(sim_ce *e)
-{
-    pthread_mutex_lock(&e->m);
-    uint64_t s = e->submitted;
-    pthread_mutex_unlock(&e->m);
-    return s;
-}
-
-static int sim_ce_done(sim_ce *e, uint64_t seq)
-{
-    pthread_mutex_lock(&e->m);
-    int done = e->completed >= seq;
-    pthread_mutex_unlock(&e->m);
-    return done;
-}
-
-static void sim_ce_wait(sim_ce *e, uint64_t seq)
-{
-    pthread_mutex_lock(&e->m);
-    while (e->completed < seq) pthread_cond_wait(&e->cv_done, &e->m);
-    pthread_mutex_unlock(&e->m);
-}
-
 /* ---- the ring ---------------------------------------------------------- */
 
 typedef struct gp_stage {
@@ -688,10 +265,14 @@ static unsigned default_threads(void)
     return t;
 }
 
+static void stage_destroy(void *arg);
+
+/* The context's ring state, created on first use and attached to the
+ * context (gdrpy_close tears it down through stage_destroy). */
 static gp_stage *stage_of(gp_ctx *c)
 {
     pthread_mutex_lock(&st_create_lock);
-    gp_stage *st = c->stage;
+    gp_stage *st = gp_ctx_attached(c, stage_destroy);
     if (!st) {
         st = calloc(1, sizeof *st);
         if (st) {
@@ -701,7 +282,11 @@ static gp_stage *stage_of(gp_ctx *c)
             st->kind[0] = GDRPY_STAGING_WC;
             st->kind[1] = GDRPY_STAGING_NT_EVICT;
             st->threads = default_threads();
-            c->stage = st;
+            if (gp_ctx_attach(c, stage_destroy, st)) {
+                pthread_mutex_destroy(&st->op_lock);
+                free(st);
+                st = NULL;
+            }
         }
     }
     pthread_mutex_unlock(&st_create_lock);
@@ -731,7 +316,7 @@ static void ring_free(gp_stage *st)
 {
     if (!st->ready) return;
     if (st->sim) {
-        if (st->sce) sim_ce_stop(st->sce); /* drains the queue first */
+        if (st->sce) gp_sim_ce_stop(st->sce); /* drains the queue first */
         st->sce = NULL;
         if (st->ring) munmap(st->ring, st->ring_bytes);
         if (st->ring_wc) munmap(st->ring_wc, st->ring_bytes);
@@ -756,7 +341,7 @@ static void ring_free(gp_stage *st)
         if (gp_cu.DeviceGet(&d, st->device) == CUDA_SUCCESS) gp_cu.DevicePrimaryCtxRelease(d);
         st->pctx = NULL;
     }
-    if (st->pool_on) pool_stop(&st->pool);
+    if (st->pool_on) gp_pool_stop(&st->pool);
     st->pool_on = 0;
     st->ring = NULL;
     st->ring_wc = NULL;
@@ -807,7 +392,7 @@ static int ring_build(gp_stage *st, gp_ctx *c)
             return gp_err(GDRPY_ENOMEM, "staging: mmap of a %zu-byte ring failed: %s",
                           st->ring_bytes, strerror(errno));
         st->ring = p;
-        st->sce = sim_ce_start();
+        st->sce = gp_sim_ce_start();
         if (!st->sce) {
             munmap(p, st->ring_bytes);
             st->ring = NULL;
@@ -899,18 +484,17 @@ static int ring_build(gp_stage *st, gp_ctx *c)
         st->ev_in = st->ev_out = NULL;
     }
     if (st->threads > 1) {
-        pool_start(&st->pool, st->threads - 1, &st->job);
+        gp_pool_start(&st->pool, st->threads - 1, &st->job);
         st->pool_on = 1;
     }
     st->ready = 1;
     return 0;
 }
 
-void gp_stage_destroy(gp_ctx *c)
+/* gdrpy_close's teardown hook: frees the ring (nothing in flight). */
+static void stage_destroy(void *arg)
 {
-    gp_stage *st = c->stage;
-    if (!st) return;
-    c->stage = NULL;
+    gp_stage *st = arg;
     pthread_mutex_lock(&st->op_lock);
     ring_free(st);
     pthread_mutex_unlock(&st->op_lock);
@@ -924,7 +508,7 @@ static int eng_copy(gp_stage *st, int dir, uint64_t dptr, void *host, size_t n, 
 {
     if (st->dry_dma) return 0;
     if (st->sim) {
-        sim_ce_submit(st->sce, dir, dptr, host, n);
+        gp_sim_ce_submit(st->sce, dir, dptr, host, n);
         return 0;
     }
     CUresult r = dir == 0 ? gp_cu.MemcpyHtoDAsync(dptr, host, n, s)
@@ -941,7 +525,7 @@ static int eng_record(gp_stage *st, unsigned k, CUstream s)
     if (st->dry_dma) return 0;
     st->pending[k] = 1;
     if (st->sim) {
-        st->sim_ev[k] = sim_ce_mark(st->sce);
+        st->sim_ev[k] = gp_sim_ce_mark(st->sce);
         return 0;
     }
     CUresult r = gp_cu.EventRecord(st->ev[k], s);
@@ -952,7 +536,7 @@ static int eng_record(gp_stage *st, unsigned k, CUstream s)
 static void eng_wait(gp_stage *st, unsigned k)
 {
     if (!st->pending[k]) return;
-    if (st->sim) sim_ce_wait(st->sce, st->sim_ev[k]);
+    if (st->sim) gp_sim_ce_wait(st->sce, st->sim_ev[k]);
     else gp_cu.EventSynchronize(st->ev[k]);
     st->pending[k] = 0;
 }
@@ -968,7 +552,7 @@ static int eng_query(gp_stage *st, unsigned k)
 {
     if (!st->pending[k]) return 1;
     if (st->sim) {
-        if (!sim_ce_done(st->sce, st->sim_ev[k])) return 0;
+        if (!gp_sim_ce_done(st->sce, st->sim_ev[k])) return 0;
     } else {
         CUresult r = gp_cu.EventQuery(st->ev[k]);
         if (r == CUDA_ERROR_NOT_READY) return 0;
@@ -1022,7 +606,7 @@ static void job_setup(gp_stage *st, int dir, char *host, size_t n, CUstream s)
     j->caller_copies = workers < 3;
     unsigned t = workers + (j->caller_copies ? 1 : 0);
     j->ppc = t > 1 ? st->ppt * t : 1;
-    sched_make(&j->sc, n, st->ring_chunk, dir);
+    gp_sched_make(&j->sc, n, st->ring_chunk, dir);
     j->total = j->sc.nch * j->ppc;
     __atomic_store_n(&j->next, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&j->avail, 0, __ATOMIC_RELAXED);
@@ -1031,14 +615,14 @@ static void job_setup(gp_stage *st, int dir, char *host, size_t n, CUstream s)
         __atomic_store_n(&j->slotdone[k], 0, __ATOMIC_RELAXED);
     j->active = &st->pool.active;
     gp_strace_begin(j->tr, dir, n, j->sc.nch, j->ppc, workers, s);
-    if (j->pooled) pool_open(&st->pool);
+    if (j->pooled) gp_pool_open(&st->pool);
 }
 
 static void job_end(gp_stage *st, int rc)
 {
     st_job *j = &st->job;
     if (rc) __atomic_store_n(&j->abort, 1, __ATOMIC_SEQ_CST);
-    if (j->pooled) pool_close(&st->pool);
+    if (j->pooled) gp_pool_close(&st->pool);
     st->next = (unsigned)((st->next + j->sc.nch) % st->ring_depth);
 }
 
@@ -1071,7 +655,7 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
             if (q <= 0) break;
             if (j->tr) {
                 size_t o_, l_;
-                sched_chunk(&j->sc, opened, &o_, &l_);
+                gp_sched_chunk(&j->sc, opened, &o_, &l_);
                 gp_strace_mark(j->tr, opened, TR_OPEN, l_);
             }
             job_avail(j, opened++);
@@ -1081,7 +665,7 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
         while (!rc && submitted < opened && job_chunk_done(j, submitted)) {
             unsigned k = job_slot(j, submitted);
             size_t off, len;
-            sched_chunk(&j->sc, submitted, &off, &len);
+            gp_sched_chunk(&j->sc, submitted, &off, &len);
             if (j->tr) {
                 gp_strace_mark(j->tr, submitted, TR_COPIED, 0);
                 gp_strace_gpu(j->tr, submitted, 0, s);
@@ -1097,7 +681,7 @@ static int pipe_write(gp_stage *st, uint64_t dptr, const char *src, size_t n, CU
             progress = 1;
         }
         if (progress) spins = 0;
-        else if (!rc && !job_try_piece(j)) relax_step(&spins);
+        else if (!rc && !gp_job_try_piece(j)) relax_step(&spins);
     }
     job_end(st, rc);
     if (rc || !async || st->sim) rc = wait_all_spin(st, rc);
@@ -1122,7 +706,7 @@ static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream 
             if (q < 0) rc = -q;
             if (q <= 0) break;
             size_t off, len;
-            sched_chunk(&j->sc, issued, &off, &len);
+            gp_sched_chunk(&j->sc, issued, &off, &len);
             if (j->tr) {
                 gp_strace_gpu(j->tr, issued, 0, s);
                 gp_strace_mark(j->tr, issued, TR_ENQ0, len);
@@ -1153,14 +737,13 @@ static int pipe_read(gp_stage *st, uint64_t dptr, char *dst, size_t n, CUstream 
             progress = 1;
         }
         if (progress) spins = 0;
-        else if (!rc && !job_try_piece(j)) relax_step(&spins);
+        else if (!rc && !gp_job_try_piece(j)) relax_step(&spins);
     }
     job_end(st, rc);
     rc = wait_all_spin(st, rc);
     gp_strace_end(j->tr, rc);
     return rc;
 }
-
 
 /* A stream usable with the ring's events: none, the special handles, or a
  * stream of the primary context. */
@@ -1179,7 +762,7 @@ static int staged(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *host, size
     const char *what = dir == 0 ? "ce_write_staged" : "ce_read_staged";
     gp_ctx *c;
     gp_pin *p;
-    int rc = gp_copy_begin(h, ph, offset, n, host, what, &c, &p);
+    int rc = gp_copy_begin(h, ph, offset, n, host, 0, what, &c, &p);
     if (rc) return rc;
     if (!n) {
         gp_copy_end(c, p);
@@ -1241,7 +824,7 @@ static int locked(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *host, size
     const char *what = dir == 0 ? "ce_write_locked" : "ce_read_locked";
     gp_ctx *c;
     gp_pin *p;
-    int rc = gp_copy_begin(h, ph, offset, n, host, what, &c, &p);
+    int rc = gp_copy_begin(h, ph, offset, n, host, 0, what, &c, &p);
     if (rc) return rc;
     if (n) {
         uint64_t dptr = p->addr + offset;
