@@ -96,6 +96,29 @@ def test_common_options_are_spelled_alike_across_commands():
     assert {"--device", "--backend"} <= by_cmd["gdrpy calibrate"]
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# every installed C tool: one per native/tools/*.c (setup.py ships them all)
+C_TOOLS = sorted(n[:-2] for n in os.listdir(os.path.join(ROOT, "native", "tools"))
+                 if n.endswith(".c"))
+
+
+@pytest.mark.parametrize("tool", C_TOOLS)
+def test_every_c_tool_answers_help_and_refuses_an_unknown_option(tool):
+    """`TOOL --help` and `-h` print the usage on stdout and exit 0 (nothing
+    else runs: no device is opened); an unknown option is a usage error."""
+    path = os.path.join(ROOT, "native", "build", tool)
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"native/build/{tool} not built (make -C native tools)")
+    env = dict(os.environ, GDRPY_BACKEND="sim")
+    for flag in ("--help", "-h"):
+        r = subprocess.run([path, flag], capture_output=True, text=True, timeout=30, env=env)
+        assert (r.returncode, r.stderr) == (0, ""), (flag, r.returncode, r.stderr)
+        assert r.stdout.startswith(f"usage: {tool}") and "--help" in r.stdout, r.stdout
+    r = subprocess.run([path, "--no-such-option"], capture_output=True, text=True, timeout=30,
+                       env=env)
+    assert r.returncode != 0 and r.stderr and not r.stdout, (r.returncode, r.stdout, r.stderr)
+
+
 class _Tty(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -205,59 +228,3 @@ def test_suite_summary_puts_gdrcopy_pplat_beside_the_channel(tmp_path):
     (tmp_path / "pingpong.json").unlink()
     out = summarize()
     assert "GDRCopy pplat -a cuMemAlloc (flag only), same run: 1.410 us" in out, out
-
-
-def _fake_tool(path, lines_by_call: list[str]) -> None:
-    """An executable that prints lines_by_call[k] on its k-th run (the last
-    one from then on), counting its runs in a file beside it."""
-    cases = "".join(f"{k}) printf '%s\\n' '{text}';;\n"
-                    for k, text in enumerate(lines_by_call[:-1]))
-    path.write_text("#!/bin/sh\n"
-                    'n=$(cat "$0.n" 2>/dev/null || echo 0); echo $((n + 1)) > "$0.n"\n'
-                    f"case $n in\n{cases}*) printf '%s\\n' '{lines_by_call[-1]}';;\nesac\n")
-    path.chmod(0o755)
-
-
-def test_chan_floor_pairs_the_c_round_trip_with_pplat_and_the_summary_shows_it(tmp_path):
-    # scripts/chan_floor.py runs gdrpy_chanpp and pplat in turn, pair by pair,
-    # and reports both spreads, the count at or under 1.6 us and the median
-    # of the paired differences; stand-in tools give it known numbers
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    tick = json.dumps({"path": "c", "size": 32, "median_us": 2.2, "mean_us": 2.3, "p99_us": 2.9})
-    c_rows = ["{a line that is not JSON\n" + tick + "\n" +
-              json.dumps({"path": "c", "size": 4, "median_us": m, "mean_us": m + 0.01,
-                          "p99_us": m + 0.1}) for m in (1.55, 1.62, 1.60)]
-    _fake_tool(tmp_path / "chanpp", c_rows)
-    _fake_tool(tmp_path / "pplat",
-               [f"Round-trip latency per iteration is (min) 1.3, (median) {m} us"
-                for m in (1.45, 1.63, 1.50)])
-    (tmp_path / "k.cubin").write_bytes(b"")
-    work = tmp_path / "work"
-    work.mkdir()
-
-    def run(rounds: int) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, os.path.join(root, "scripts", "chan_floor.py"),
-             "--pplat", str(tmp_path / "pplat"), "--chanpp", str(tmp_path / "chanpp"),
-             "--cubin", str(tmp_path / "k.cubin"), "--cpu", "0", "--rounds", str(rounds),
-             "--json", str(work / "chan_floor.json")],
-            capture_output=True, text=True, timeout=60)
-
-    r = run(3)
-    assert r.returncode == 0, r.stderr
-    assert "pair  2: C 4 B median 1.620 (mean 1.630, p99 1.720)   pplat flag only 1.630" in r.stdout
-    assert ("C 4 B per-process median min / median / max 1.550 / 1.600 / 1.620 us, 2/3 <= 1.6; "
-            "pplat flag only 1.450 / 1.500 / 1.630 us, 2/3 <= 1.6; "
-            "C - pplat, paired: median +0.100 us") in r.stdout, r.stdout
-    got = json.loads((work / "chan_floor.json").read_text())
-    assert got["summary"]["c4_medians_us"] == [1.55, 1.62, 1.60]
-    assert [p["pplat_flag_us"] for p in got["pairs"]] == [1.45, 1.63, 1.50]
-    out = subprocess.run([sys.executable, os.path.join(root, "scripts", "summarize.py"), str(work)],
-                         capture_output=True, text=True, check=True).stdout
-    assert ("3 process pairs, CPU 0: C 4 B medians 1.550-1.620 (2/3 <= 1.6), pplat flag only "
-            "1.450-1.630 (2/3 <= 1.6), C - pplat paired median +0.100") in out, out
-    # a pplat run without a result is shown as such and fails the run
-    (tmp_path / "pplat").write_text("#!/bin/sh\necho 'cudaErrorNoDevice'\nexit 1\n")
-    r = run(1)
-    assert r.returncode == 1
-    assert "pplat flag only -" in r.stdout and "pplat exited 1" in r.stderr

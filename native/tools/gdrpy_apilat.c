@@ -322,6 +322,15 @@ static size_t parse_size(const char *s)
     return (size_t)v;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: gdrpy_apilat --lib DIR [--backend sim|auto|nvrm] [--device N] "
+               "[--sizes 8,64] [--samples N] [--threads 8] [--opens 50] "
+               "[--open-timeout S] [--load-bytes 64] [--no-latency] [--no-open]\n"
+               "Latency of the validated copies of the libgdrpy.so.0 / libgdrapi.so.2 in DIR\n"
+               "(loaded with dlopen), and gdrpy_open while threads copy; -h, --help: this text\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *lib = NULL, *backend = "sim";
@@ -363,10 +372,11 @@ int main(int argc, char **argv)
                 sizes[nsizes++] = parse_size(t);
             free(dup);
             i++;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
         } else {
-            fprintf(stderr, "usage: gdrpy_apilat --lib DIR [--backend sim|auto|nvrm] [--device N] "
-                            "[--sizes 8,64] [--samples N] [--threads 8] [--opens 50] "
-                            "[--open-timeout S] [--load-bytes 64] [--no-latency] [--no-open]\n");
+            usage(stderr);
             return 2;
         }
     }
