@@ -206,7 +206,7 @@ if [[ " $STAGES " == *" channel "* ]]; then
 fi
 
 if want misuse; then
-    step misuse_sweep 600 python3 -m gdrpy.tools.misuse_sweep --backend auto --jobs 8 \
+    step misuse_sweep 600 python3 -m tests.misuse.sweep --backend auto --jobs 8 \
         --json "$WORK/misuse_sweep.json"
     step misuse_apilat 300 native/build/gdrpy_apilat --lib native/build --backend auto
     step misuse_stream_probe 300 python3 scripts/stream_probe.py
