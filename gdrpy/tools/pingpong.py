@@ -18,7 +18,7 @@ One run measures, on the same GPU and the same thread placement:
   (send + recv), in Python and in C.
 
 Every answer is checked (sequence number and checksum).  The summary at the
-end prints the issue's numbers: the Python and C 4 B round trip (median,
+end prints the headline numbers: the Python and C 4 B round trip (median,
 p99) and the batch/tick ratio.  ``--near-gpu`` (default on a GPU) pins the
 measuring thread (and the C tool) to a CPU on the GPU's NUMA node.
 

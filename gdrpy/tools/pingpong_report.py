@@ -1,5 +1,5 @@
-"""The ping-pong benchmark's report: statistics rows, the summary of issue
-15's numbers (targets included), the text table and the plot
+"""The ping-pong benchmark's report: statistics rows, the summary of the
+headline numbers (targets included), the text table and the plot
 (``gdrpy.tools.pingpong`` measures; this module only formats)."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _get(res: dict, path: str, size: int) -> dict | None:
 
 
 def summary(res: dict) -> dict:
-    """The issue's numbers: Python / C round trip of the smallest size,
+    """The headline numbers: Python / C round trip of the smallest size,
     batch-of-N vs one-tick ratios."""
     s0 = min(res["sizes"])
     out: dict = {"size": s0}
