@@ -298,7 +298,8 @@ static void bandwidth(const size_t *sizes, int nsizes, double budget_s, int is_s
         timed_copy(0, pin, host, n);
         double est = timed_copy(1, pin, host, n) + timed_copy(0, pin, host, n);
         int count = est > 0 ? (int)(2 * budget_s * 1e9 / est) : MAXS;
-        count = count < 5 ? 5 : count > MAXS ? MAXS : count;
+        if (count < 5) count = 5;
+        if (count > MAXS) count = MAXS;
         for (int k = 0; k < count; k++) {
             w[k] = timed_copy(1, pin, host, n);
             r[k] = timed_copy(0, pin, host, n);
@@ -432,6 +433,18 @@ static size_t parse_size(const char *s)
     return (size_t)v;
 }
 
+/* A comma-separated list of sizes (K/M suffixes) into out[16]; their count. */
+static int parse_sizes(const char *text, size_t out[16])
+{
+    int n = 0;
+    char *dup = strdup(text), *save = NULL;
+    if (!dup) die("out of memory");
+    for (char *t = strtok_r(dup, ",", &save); t && n < 16; t = strtok_r(NULL, ",", &save))
+        out[n++] = parse_size(t);
+    free(dup);
+    return n;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: gdrpy_apilat --lib DIR [--backend sim|auto|nvrm] [--device N] "
@@ -488,20 +501,12 @@ int main(int argc, char **argv)
             bw_budget = atof(v);
             i++;
         } else if (!strcmp(a, "--bw") && v) {
-            nbw = 0;
-            char *dup = strdup(v), *save = NULL;
-            for (char *t = strtok_r(dup, ",", &save); t && nbw < 16; t = strtok_r(NULL, ",", &save))
-                bw[nbw++] = parse_size(t);
-            free(dup);
+            nbw = parse_sizes(v, bw);
             i++;
         } else if (!strcmp(a, "--no-latency")) do_lat = 0;
         else if (!strcmp(a, "--no-open")) do_open = 0;
         else if (!strcmp(a, "--sizes") && v) {
-            nsizes = 0;
-            char *dup = strdup(v), *save = NULL;
-            for (char *t = strtok_r(dup, ",", &save); t && nsizes < 16; t = strtok_r(NULL, ",", &save))
-                sizes[nsizes++] = parse_size(t);
-            free(dup);
+            nsizes = parse_sizes(v, sizes);
             i++;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
