@@ -89,5 +89,5 @@ setup(
     cmdclass={"build_ext": BuildWithNative},
     package_data={"gdrpy": ["lib/*", "include/*.h", "include/*.cuh", "bin/*", "*.pyx", "*.pxd",
                             "*.pxi", "*.pyi", "py.typed"],
-                  "gdrpy.tools": ["*.cu", "*.cuh"]},
+                  "gdrpy.tools": ["channel_kernels.cu"]},
 )

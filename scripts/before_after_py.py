@@ -1,19 +1,22 @@
-"""One round of the Python side of scripts/misuse_before_after.sh.
+"""One round of the Python side of scripts/before_after.sh.
 
 Imports ``gdrpy`` from whatever tree is first on PYTHONPATH (the old or the new
 build: only API that both have is used), opens one context, maps one buffer
 and times Mapping.write / Mapping.read / Transfer.put / Transfer.get at the
-given sizes with the same timing loop for both trees.  Prints ONE JSON line:
+given sizes with the same timing loop for both trees, then --pinmap times
+ctx.pin(buf) + pin.map() of a --pinmap-bytes buffer (and close of both).
+Prints ONE JSON line:
 
   {"tree": ..., "gdrpy": <path of the imported package>, "backend": ...,
-   "rows": {"py Transfer.put 8": median_ns, ...}, "batch": {...}}
+   "rows": {"py Transfer.put 8": [median_ns, p99_ns], ...}, "batch": {...}}
 
 Method: a warm-up (every op for --warmup s), then --blocks interleaved blocks
 (in each block every op, in a rotated order, gets --per-block samples); a
 sample is the mean of B back-to-back calls (B chosen for ~--sample-us us per
-sample, 1..256), timed with perf_counter_ns.  The row is the median of all
-samples of the op in this process; the shell driver runs many such processes
-(rounds), old and new alternating, and reports the median of round medians.
+sample, 1..256), timed with perf_counter_ns.  A row is the median and p99 of
+all samples of the op in this process; the shell driver runs many such
+processes (rounds), old and new alternating, and reports the median of the
+round medians (and of the round p99s).
 
 The thresholds are fixed by the driver's environment (GDRPY_THRESHOLD_H2D/D2H
 and GDRPY_AUTOCALIBRATE=0), so put/get take the mapping path for the sizes
@@ -47,6 +50,32 @@ def _timed(fn, args: tuple, batch: int, count: int, out: list) -> None:
             out.append((pc() - t0) / batch)
 
 
+def _pin_map(ctx, nbytes: int, count: int) -> dict:
+    """ctx.pin(buf) + pin.map() of one buffer, then m.close() + pin.close(),
+    ``count`` times (3 untimed first): median and p99 ns of each pair."""
+    import numpy as np
+
+    import gdrpy
+    buf = gdrpy.memory.alloc(nbytes, ctx=ctx)
+    pc = time.perf_counter_ns
+    up, down = [], []
+    for i in range(count + 3):
+        t0 = pc()
+        p = ctx.pin(buf)
+        m = p.map()
+        t1 = pc()
+        m.close()
+        p.close()
+        t2 = pc()
+        if i >= 3:
+            up.append(t1 - t0)
+            down.append(t2 - t1)
+    buf.close()
+    return {f"py {what} {nbytes}": [float(np.median(s)),
+                                    float(np.percentile(s, 99, method="inverted_cdf"))]
+            for what, s in (("pin+map", up), ("unmap+unpin", down))}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--tree", required=True, help="label: old or new")
@@ -56,6 +85,8 @@ def main() -> int:
     ap.add_argument("--blocks", type=int, default=10)
     ap.add_argument("--per-block", type=int, default=20)
     ap.add_argument("--sample-us", type=float, default=10.0)
+    ap.add_argument("--pinmap", type=int, default=200, help="pin+map samples (0: none)")
+    ap.add_argument("--pinmap-bytes", type=int, default=1 << 16)
     a = ap.parse_args()
 
     import numpy as np
@@ -100,10 +131,13 @@ def main() -> int:
             name, fn, args = ops[(j + blk) % k]
             _timed(fn, args, batch[name], 3, [])          # re-warm after the switch
             _timed(fn, args, batch[name], a.per_block, samples[name])
-    rows = {name: float(np.median(s)) for name, s in samples.items()}
+    rows = {name: [float(np.median(s)), float(np.percentile(s, 99, method="inverted_cdf"))]
+            for name, s in samples.items()}
     m.close()
     pin.close()
     buf.close()
+    if a.pinmap > 0:
+        rows.update(_pin_map(ctx, a.pinmap_bytes, a.pinmap))
     ctx.close()
     print(json.dumps({"tree": a.tree, "gdrpy": gdrpy.__file__, "backend": backend,
                       "rows": rows, "batch": batch,

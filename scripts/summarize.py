@@ -54,13 +54,19 @@ def main(d):
     m = re.search(r"^\s+(NVIDIA .*)$", info, re.M)
     p(f"machine: {m.group(1).strip() if m else '?'}")
     steps = read(d, "steps.log")
-    fails = [ln for ln in steps.splitlines() if "rc=" in ln and "rc=0 " not in ln]
-    p(f"steps: {sum('rc=' in ln for ln in steps.splitlines())} run, {len(fails)} failed"
+    fails = [ln for ln in steps.splitlines()
+             if ("rc=" in ln and "rc=0 " not in ln) or ": skipped: " in ln]
+    times = re.findall(r"^=== (\S+): rc=\d+ in (\d+) s$", steps, re.M)
+    p(f"steps: {len(times)} run, {len(fails)} failed or skipped"
       + ("".join(f"\n  FAILED {ln[4:]}" for ln in fails)))
-    tail = [ln for ln in read(d, "pytest.log").splitlines()
-            if re.search(r"\d+ (passed|failed)", ln)]
-    if tail:
-        p(f"pytest: {tail[-1].strip('= ')}")
+    if times:
+        p("seconds: " + ", ".join(f"{name} {sec}" for name, sec in times)
+          + f" (total {sum(int(sec) for _, sec in times)})")
+    for name, label in (("pytest.log", "pytest (GPU tests)"), ("pytest_all.log", "pytest (all)")):
+        tail = [ln for ln in read(d, name).splitlines()
+                if re.search(r"\d+ (passed|failed)", ln)]
+        if tail:
+            p(f"{label}: {tail[-1].strip('= ')}")
     for name in ("c_core_gpu.log", "c_nvrm_backend.log"):
         t = [ln for ln in read(d, name).splitlines() if "passed" in ln and "failed" in ln]
         if t:
@@ -144,7 +150,7 @@ def main(d):
 
     if bw and bw.get("host_kinds_verdict"):
         p("")
-        p("large messages by host-memory kind (% of pinned cuMemcpy, same run; issue 14)")
+        p("large messages by host-memory kind (% of pinned cuMemcpy, same run)")
         for key, v in bw["host_kinds_verdict"].items():
             if v.get("min_pct") is None:
                 p(f"  {key:<16} not measured")
@@ -208,7 +214,7 @@ def main(d):
                                            for c in cols))
         sm = pp.get("summary") or {}
         if sm:
-            p(f"  issue 15: Python {us(sm.get('python_median_us'))} us (<= 2.6), "
+            p(f"  targets: Python {us(sm.get('python_median_us'))} us (<= 2.6), "
               f"C {us(sm.get('c_median_us'))} us (<= 1.6), batch/tick Python "
               f"{sm.get('python_batch_ratio', float('nan')):.2f}x, C "
               f"{sm.get('c_batch_ratio', float('nan')):.2f}x (< 2)")
@@ -218,22 +224,15 @@ def main(d):
     # "gdrcopy_pplat -a X [-s 4 -B 1]: exit N: ... (median) Y us"), printed
     # under the ping-pong's numbers, or alone when the ping-pong left none
     for m in re.finditer(r"^gdrcopy_pplat (.*?): exit (\d+): .*?(?:\(median\) ([\d.]+) us)?$",
-                         read(d, "channel_pplat.log"), re.M):
+                         read(d, "gdrcopy_tests.log"), re.M):
         what = "4 B data + flag" if "-s 4" in m.group(1) else "flag only"
         got = f"{float(m.group(3)):.3f} us" if m.group(3) else f"no result (exit {m.group(2)})"
         p(f"  GDRCopy pplat {m.group(1)} ({what}), same run: {got}")
-    # scripts/chan_floor.py: the C 4 B round trip and pplat's flag-only loop,
-    # process by process
-    fl = (load(d, "chan_floor.json") or {}).get("summary") or {}
-    if fl.get("c4_medians_us") and fl.get("pplat_flag_us"):
-        c, f, t = fl["c4_medians_us"], fl["pplat_flag_us"], fl["target_us"]
-        p(f"  {fl['pairs']} process pairs, CPU {fl['cpu']}: "
-          f"C 4 B medians {min(c):.3f}-{max(c):.3f} "
-          f"({fl['c4_at_or_under_target']}/{len(c)} <= {t:g}), pplat flag only "
-          f"{min(f):.3f}-{max(f):.3f} ({fl['pplat_flag_at_or_under_target']}/{len(f)} <= {t:g}), "
-          f"C - pplat paired median {fl['paired_difference_median_us']:+.3f}")
+    sanity = re.findall(r"^gdrcopy_sanity: .*$", read(d, "gdrcopy_tests.log"), re.M)
+    if sanity:
+        p(f"GDRCopy's sanity on libgdrapi.so.2: {sanity[-1][len('gdrcopy_sanity: '):]}")
 
-    for fname in ("trading_feed.json", "trading_feed_plain.json", "feed_sweep.json"):
+    for fname in ("trading_feed.json", "feed_sweep.json"):
         tf = load(d, fname)
         if not tf:
             continue
@@ -274,6 +273,17 @@ def main(d):
                 p(f"  {r['size']:>8}  {us(r['gdrpy']['median_us']):>7}  "
                   f"{us(r['staged']['median_us']):>7}"
                   f"   ({r['gdrpy'].get('path')})")
+    ba = read(d, "before_after.log")
+    if "row (ns per call)" in ba:
+        p("")
+        p("before/after (scripts/before_after.sh):")
+        keep = False
+        for ln in ba.splitlines():
+            keep = keep or ln.startswith(("--- before/after", "median / p99:"))
+            if keep:
+                p("  " + ln)
+            if ln.startswith("time: "):
+                break
     asvlog = read(d, "asv.log")
     if asvlog:
         n_ok = len(re.findall(r"··· \S+\s+ok", asvlog))
@@ -285,4 +295,6 @@ def main(d):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/tmp/gdrpy-gpu-run")
+    if len(sys.argv) != 2:
+        sys.exit("usage: summarize.py RUN_DIR   (the $WORK of scripts/gpu_suite.sh)")
+    main(sys.argv[1])

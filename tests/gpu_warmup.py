@@ -3,9 +3,8 @@ pytest run of many GPU tests) does: many allocations and frees of every kind
 (cuMemAlloc, cuMemCreate with and without a handle type, the default pool,
 created pools with and without POSIX_FD, CuPy's MemoryAsyncPool and PyTorch
 where installed), pins of some of them through gdrpy, pools destroyed and pools
-left alive with many chunks.  Used by scripts/pool_probe.py and
-tests/test_gpu_pools_busy.py (issue 13).  Every CUDA call is checked; a
-section that fails prints why and the rest goes on."""
+left alive with many chunks.  Used by tests/test_gpu_pools_busy.py.  Every
+CUDA call is checked; a section that fails prints why and the rest goes on."""
 
 from __future__ import annotations
 

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import gdrpy
-from gdrpy._core import chan_checksum, chan_pattern
 from gdrpy.errors import (
     ArgumentTypeError,
     BusyError,
@@ -24,24 +23,9 @@ from gdrpy.errors import (
     InvalidArgumentError,
     OutOfRangeError,
 )
+from gdrpy.tools.chancheck import checksum, checksums, pattern, patterns
 
 COMP = np.dtype([("seq", "<u8"), ("csum", "<u4"), ("len", "<u4")])
-
-
-def patterns(first: int, n: int, size: int) -> np.ndarray:
-    """Rows first..first+n-1 of the check pattern (see gdrpy_chan_pattern)."""
-    i = np.arange(first, first + n, dtype=np.uint64)
-    rows = np.empty((n, size), dtype=np.uint8)
-    k = np.arange(size, dtype=np.uint64)
-    rows[:] = ((i[:, None] * np.uint64(131) + k[None, :]) & np.uint64(0xFF)).astype(np.uint8)
-    head = min(8, size)
-    rows[:, :head] = i.view(np.uint8).reshape(n, 8)[:, :head]
-    return rows
-
-
-def checksums(rows: np.ndarray) -> np.ndarray:
-    w = (np.arange(rows.shape[1], dtype=np.uint64) & np.uint64(255)) + np.uint64(1)
-    return ((rows.astype(np.uint64) * w).sum(axis=1) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
 @pytest.fixture
@@ -51,24 +35,17 @@ def sctx():
     c.close()
 
 
-def test_pattern_and_checksum_match_the_c_helpers():
-    rows = patterns(1234567, 3, 40)
-    for r, i in zip(rows, range(1234567, 1234570), strict=True):
-        assert bytes(r) == chan_pattern(i, 40)
-        assert chan_checksum(r) == int(checksums(r[None, :])[0])
-
-
 @pytest.mark.parametrize("plain", [False, True], ids=["LL", "PLAIN"])
 def test_send_recv_roundtrip_answers_each_message(sctx, plain):
     with gdrpy.Channel(sctx, nslots=16, slot_size=64, comp_size=16, plain=plain) as ch:
         assert ch.plain == plain
         h = ch._sim_consumer(check=True, complete=True)
         for i in range(100):
-            payload = chan_pattern(i, 1 + i % 64)
+            payload = pattern(i, 1 + i % 64)
             ch.send(payload, tag=i)
             r = np.frombuffer(ch.recv(timeout=5), dtype=COMP)[0]
             assert (int(r["seq"]), int(r["csum"]), int(r["len"])) == \
-                (i + 1, chan_checksum(payload), len(payload)), f"message {i}"
+                (i + 1, checksum(payload), len(payload)), f"message {i}"
             assert ch.last_tag == i
         st = ch.shutdown()
         assert st["status"] == "stopped" and st["final_consumed"] == 100
@@ -83,10 +60,10 @@ def test_tag_answers_without_completion_payloads(sctx, plain):
     with gdrpy.Channel(sctx, nslots=16, slot_size=64, comp_size=0, plain=plain) as ch:
         h = ch._sim_consumer(check=True, complete=True)
         for i in range(50):
-            payload = chan_pattern(i, 1 + i % 64)
+            payload = pattern(i, 1 + i % 64)
             ch.send(payload, tag=i)
             assert ch.recv(timeout=5) == b""
-            assert ch.last_tag == chan_checksum(payload), f"message {i}"
+            assert ch.last_tag == checksum(payload), f"message {i}"
         rows = patterns(50, 8, 64)
         ch.send_many(rows, tags=list(range(50, 58)))
         tags = np.zeros(8, dtype=np.uint32)
@@ -175,7 +152,7 @@ def test_echo_long_and_short_payloads_both_directions(sctx, plain):
 def test_send_many_accepts_a_list_of_buffers(sctx):
     with gdrpy.Channel(sctx, nslots=8, slot_size=32, comp_size=16) as ch:
         h = ch._sim_consumer(check=True, complete=True)
-        msgs = [chan_pattern(i, 1 + i) for i in range(8)]
+        msgs = [pattern(i, 1 + i) for i in range(8)]
         assert ch.send_many(msgs, tags=list(range(8))) == 8
         assert ch.recv_many(8, timeout=5) == 8
         with pytest.raises(InvalidArgumentError):
@@ -191,11 +168,11 @@ def test_send_many_accepts_a_list_of_buffers(sctx):
 def test_ring_full_and_timeouts(sctx):
     with gdrpy.Channel(sctx, nslots=4, slot_size=16, comp_size=16) as ch:
         for i in range(4):
-            ch.send(chan_pattern(i, 16), tag=i, timeout=0)
+            ch.send(pattern(i, 16), tag=i, timeout=0)
         with pytest.raises(ChannelFullError, match="full"):
-            ch.send(chan_pattern(4, 16), tag=4, timeout=0)
+            ch.send(pattern(4, 16), tag=4, timeout=0)
         with pytest.raises(ChannelTimeoutError):
-            ch.send(chan_pattern(4, 16), tag=4, timeout=20e-6)  # one C call
+            ch.send(pattern(4, 16), tag=4, timeout=20e-6)  # one C call
         assert ch.poll() is None
         with pytest.raises(ChannelTimeoutError):
             ch.recv(timeout=0.005)
@@ -203,7 +180,7 @@ def test_ring_full_and_timeouts(sctx):
             ch.wait_attached(timeout=0.001)
         assert ch.stats()["full_waits"] == 2
         h = ch._sim_consumer(check=True, complete=True)
-        ch.send(chan_pattern(4, 16), tag=4, timeout=5)     # unblocked by the consumer
+        ch.send(pattern(4, 16), tag=4, timeout=5)     # unblocked by the consumer
         assert ch.recv_many(4, timeout=5) == 4 and ch.recv(timeout=5)
         st = ch.shutdown()
         assert st["final_consumed"] == 5
@@ -216,7 +193,7 @@ def test_ring_full_and_timeouts(sctx):
 def test_shutdown_with_messages_in_flight(sctx, drain):
     with gdrpy.Channel(sctx, nslots=16, slot_size=32, comp_size=16) as ch:
         for i in range(10):
-            ch.send(chan_pattern(i, 32), tag=i)
+            ch.send(pattern(i, 32), tag=i)
         # attached at once, consuming only after 50 ms: all 10 are in flight
         h = ch._sim_consumer(check=True, complete=False, start_delay=0.05)
         st = ch.shutdown(drain=drain, timeout=5)
@@ -519,7 +496,7 @@ def test_near_channel_sends_wait_for_the_kernel_and_use_only_its_slots(sctx, pla
         assert [ch.slot_offset(i) for i in range(10)] == [(2 * (i % 8) + 1) * stride
                                                           for i in range(10)]
         for i in range(40):
-            ch.send(chan_pattern(i, 1 + i % 64), tag=i, timeout=5)
+            ch.send(pattern(i, 1 + i % 64), tag=i, timeout=5)
             r = np.frombuffer(ch.recv(timeout=5), dtype=COMP)[0]
             assert int(r["seq"]) == i + 1
         st = ch.shutdown()

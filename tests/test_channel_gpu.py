@@ -14,6 +14,7 @@ import pytest
 
 import gdrpy
 from gdrpy.errors import ChannelClosedError, ChannelFullError, ChannelTimeoutError
+from gdrpy.tools.chancheck import checksums, patterns
 
 pytestmark = pytest.mark.gpu
 
@@ -36,22 +37,6 @@ extern "C" __global__ void echo(gdrpy_chan_desc_t d, unsigned long long idle_ns)
         });
 }
 """
-
-
-def patterns(first: int, n: int, size: int) -> np.ndarray:
-    i = np.arange(first, first + n, dtype=np.uint64)
-    k = np.arange(size, dtype=np.uint64)
-    rows = ((i[:, None] * np.uint64(131) + k[None, :]) & np.uint64(0xFF)).astype(np.uint8)
-    head = min(8, size)
-    rows[:, :head] = i.view(np.uint8).reshape(n, 8)[:, :head]
-    return rows
-
-
-def checksums(rows: np.ndarray, lens: np.ndarray) -> np.ndarray:
-    w = (np.arange(rows.shape[1], dtype=np.uint64) & np.uint64(255)) + np.uint64(1)
-    mask = np.arange(rows.shape[1])[None, :] < lens[:, None]
-    return ((rows.astype(np.uint64) * w * mask).sum(axis=1) & np.uint64(0xFFFFFFFF)).astype(
-        np.uint32)
 
 
 @pytest.fixture(scope="module")

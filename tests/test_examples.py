@@ -121,6 +121,32 @@ def test_pingpong_is_reachable_through_gdrpy_bench_when_bench_exposes_it():
     assert_percentile_header(out)
 
 
+NVCC = shutil.which("nvcc") or next(
+    (p for p in [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc")]
+     if os.access(p, os.X_OK)), None)
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found")
+def test_pingpong_kernels_compile_for_sm90(tmp_path):
+    """gdrpy/tools/channel_kernels.cu (bench pingpong, the channel's GPU tests,
+    examples/mpi_eager.py) builds on gdrpy_channel.cuh for sm_90 - where the
+    benchmark compiles it with NVRTC at run time, a break would show only on a
+    GPU.  One compile, every kernel in the image."""
+    import gdrpy.tools
+    src = os.path.join(os.path.dirname(gdrpy.tools.__file__), "channel_kernels.cu")
+    inc = os.path.join(ROOT, "native", "include")
+    out = tmp_path / "channel_kernels.cubin"
+    # nvcc is a third-party tool: it does not run under the sanitizer runtime
+    # that the sanitizer stage preloads into the test processes
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "ASAN_OPTIONS")}
+    p = subprocess.run([NVCC, "-cubin", "-arch=sm_90", f"-I{inc}", "-o", str(out), src],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    image = out.read_bytes()
+    for kernel in (b"gdrpy_pp_serve", b"gdrpy_chan_check", b"gdrpy_chan_echo", b"gdrpy_pp_once"):
+        assert kernel in image, kernel
+
+
 @pytest.mark.gpu
 def test_pingpong_gpu_persistent_kernel_and_cumemcpy_paths_answer_correctly():
     rc, out, err = run(PINGPONG + ["--sizes", "4,64,4K", "--iters", "500", "--json"],

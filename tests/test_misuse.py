@@ -4,6 +4,7 @@ environment handling, teardown under concurrency, fork, the cache directory."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -283,3 +284,22 @@ def test_cache_files_are_opened_without_following_links(tmp_path) -> None:
     with tcache._file_lock(d / "x.lock", 1.0) as got:
         assert got is False
     assert target.read_text() == "keep"
+
+
+# ---- the hostile-input sweep ------------------------------------------------
+
+def test_sweep_runs_its_cases_from_the_repository_root(tmp_path) -> None:
+    """`python -m tests.misuse.sweep` (CI's sanitizer and fuzz stages run it
+    whole): a Python and a C-ABI family on sim, every case as it expects
+    (bad values refused with a clear error)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = tmp_path / "sweep.json"
+    for only in ("py.write_u64.value=", "c.pin_"):
+        r = subprocess.run([sys.executable, "-m", "tests.misuse.sweep", "--backend", "sim",
+                            "--only", only, "--jobs", "2", "--json", str(out)], cwd=root,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and "PASS" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+        res = json.loads(out.read_text())
+        outcomes = [c["outcome"] for c in res["cases"]]
+        assert len(outcomes) >= 5 and set(outcomes) <= {"clear_error", "ok"}, res
+        assert outcomes.count("clear_error") >= len(outcomes) - 1, res

@@ -131,7 +131,7 @@ def test_gpu_teardown_while_another_thread_copies(gpu, what, copy) -> None:
 
 def test_gpu_sweep_teardown_races_and_c_abi() -> None:
     """The sweep's teardown races and C-ABI cases on the GPU, each in a subprocess."""
-    r = subprocess.run([sys.executable, "-m", "gdrpy.tools.misuse_sweep", "--backend", "auto",
+    r = subprocess.run([sys.executable, "-m", "tests.misuse.sweep", "--backend", "auto",
                         "--only", "race", "--jobs", "4"], capture_output=True, text=True,
                        timeout=600, check=False, env=dict(os.environ, PYTHONPATH=ROOT))
     print(r.stdout[-3000:])

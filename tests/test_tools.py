@@ -96,6 +96,29 @@ def test_common_options_are_spelled_alike_across_commands():
     assert {"--device", "--backend"} <= by_cmd["gdrpy calibrate"]
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# every installed C tool: one per native/tools/*.c (setup.py ships them all)
+C_TOOLS = sorted(n[:-2] for n in os.listdir(os.path.join(ROOT, "native", "tools"))
+                 if n.endswith(".c"))
+
+
+@pytest.mark.parametrize("tool", C_TOOLS)
+def test_every_c_tool_answers_help_and_refuses_an_unknown_option(tool):
+    """`TOOL --help` and `-h` print the usage on stdout and exit 0 (nothing
+    else runs: no device is opened); an unknown option is a usage error."""
+    path = os.path.join(ROOT, "native", "build", tool)
+    if not os.access(path, os.X_OK):
+        pytest.skip(f"native/build/{tool} not built (make -C native tools)")
+    env = dict(os.environ, GDRPY_BACKEND="sim")
+    for flag in ("--help", "-h"):
+        r = subprocess.run([path, flag], capture_output=True, text=True, timeout=30, env=env)
+        assert (r.returncode, r.stderr) == (0, ""), (flag, r.returncode, r.stderr)
+        assert r.stdout.startswith(f"usage: {tool}") and "--help" in r.stdout, r.stdout
+    r = subprocess.run([path, "--no-such-option"], capture_output=True, text=True, timeout=30,
+                       env=env)
+    assert r.returncode != 0 and r.stderr and not r.stdout, (r.returncode, r.stdout, r.stderr)
+
+
 class _Tty(io.StringIO):
     def isatty(self) -> bool:
         return True
@@ -123,141 +146,99 @@ def test_progress_on_a_terminal_draws_a_bar():
     assert "\r" in text and "100.0%" in text and text.endswith("\n")
 
 
-def test_before_after_own_cost_cancels_the_process_level(tmp_path):
-    """scripts/before_after_table.py: libgdrapi's own cost is taken within each
-    round's process, so a process whose every BAR1 row is slower does not count."""
+def test_before_after_table_takes_medians_of_round_medians_and_pairs_rounds(tmp_path):
+    """scripts/before_after_table.py: per row the median over rounds of each
+    round's median and p99, the paired per-round difference, GB/s of the
+    bandwidth rows; Python rows come from before_after_py.py's JSON line."""
     import importlib.util
-    import os
     spec = importlib.util.spec_from_file_location(
-        "before_after_table",
-        os.path.join(os.path.dirname(__file__), "..", "scripts", "before_after_table.py"))
+        "before_after_table", os.path.join(ROOT, "scripts", "before_after_table.py"))
     assert spec and spec.loader
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    rows = {("old", 1): (130.0, 129.0), ("new", 1): (121.0, 120.0),
-            ("old", 2): (110.0, 111.0), ("new", 2): (175.0, 158.0)}
+    # (tree, round): C gdrpy_write 8 B median/p99, bw write 1 MiB median, py put median/p99
+    runs = {("old", 1): (100.0, 150.0, 50000.0, 90.0, 200.0),
+            ("new", 1): (110.0, 130.0, 40000.0, 99.0, 180.0),
+            ("old", 2): (120.0, 170.0, 52000.0, 100.0, 220.0),
+            ("new", 2): (126.0, 150.0, 41000.0, 105.0, 190.0),
+            ("old", 3): (80.0, 110.0, 51000.0, 80.0, 210.0),
+            ("new", 3): (76.0, 100.0, 39000.0, 84.0, 170.0)}
     log = tmp_path / "ba.log"
     with open(log, "w") as f:
-        for (tree, rnd), (lib, bare) in rows.items():
-            f.write(f"=== round {rnd} {tree} apilat\n")
-            f.write(f"gdr_copy_to_mapping                 8    202      {lib}       6.4\n")
-            f.write(f"copy_to_mapping (gdr map)           8    256      {bare}       5.0\n")
-    data, _order, _opens, _meta = mod.parse(str(log))
-    (own,) = mod.own_cost(data)
-    assert own["size"] == 8 and own["rounds"] == 2
-    assert own["old_ns"] == pytest.approx(0.0)       # (+1, -1)
-    assert own["new_ns"] == pytest.approx(9.0)       # (+1, +17)
-    assert own["new_pct"] == pytest.approx((1 / 120 + 17 / 158) / 2 * 100)
+        f.write("# META backend=sim\n")
+        for (tree, rnd), (w, w99, bw, py, py99) in runs.items():
+            f.write(f"=== round {rnd} {tree} py\n")
+            f.write(json.dumps({"tree": tree, "rows": {"py Transfer.put 8": [py, py99]}}) + "\n")
+            f.write(f"=== round {rnd} {tree} apilat\n# latency: ...\n")
+            f.write("method                          bytes      B  median_ns     p99_ns\n")
+            f.write(f"gdrpy_write                         8     42      {w}       {w99}\n")
+            f.write(f"bw gdrpy_write                1048576      1   {bw}   {bw * 2}\n")
+    data, order, meta = mod.parse(str(log))
+    assert meta == {"backend": "sim"}
+    assert order == ["py Transfer.put 8", "C gdrpy_write 8", "C bw gdrpy_write 1048576"]
+    rows = {r["row"]: r for r in mod.summarize(data, order)}
+    w = rows["C gdrpy_write 8"]
+    assert (w["old_ns"], w["old_p99_ns"], w["new_ns"], w["new_p99_ns"]) == (100, 150, 110, 130)
+    assert w["diff_pct"] == pytest.approx(10.0)
+    assert w["paired_pct"] == pytest.approx(5.0)       # +10, +5, -5
+    assert (w["new_slower"], w["rounds"]) == (2, 3)
+    bw = rows["C bw gdrpy_write 1048576"]
+    assert bw["old_gbps"] == pytest.approx(1048576 / 51000)
+    assert bw["new_gbps"] == pytest.approx(1048576 / 40000)
+    py = rows["py Transfer.put 8"]
+    assert (py["old_ns"], py["new_ns"], py["old_p99_ns"]) == (90, 99, 210)
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "before_after_table.py"),
+                          str(log)], capture_output=True, text=True, check=True).stdout
+    assert "C bw gdrpy_write 1048576" in out and "20.56 -> 26.21" in out, out
 
 
-@pytest.mark.parametrize("script, args", [
-    ("staging_plans.py", ["--plans", "nt/nt/1M/4/2,wc/ntevict/1M/4/2/ppt=1/dry=nocopy",
-                          "--rounds", "2"]),
-    ("staging_sweep.py", ["--threads", "1,2", "--chunks", "1M", "--depths", "4"]),
-])
-def test_staging_diagnostics_run_on_sim(script, args):
-    """The staging diagnostics (scripts/staging_*.py, on their shared helper
-    scripts/staging_bench.py) run end to end on sim and print every row."""
-    import os
-    import subprocess
-    import sys
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    r = subprocess.run([sys.executable, os.path.join(root, "scripts", script), "--backend", "sim",
-                        "--sizes", "1M,2M", "--reps", "2", *args],
-                       capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PYTHONPATH=root))
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    assert r.stdout.count("pinned ") >= 2          # a reference row per size
-    if script == "staging_plans.py":
-        assert "median round per cell" in r.stdout
-        assert "wc/ntevict/1M/4/2/ppt=1/dry=nocopy" in r.stdout
-    else:
-        assert "best get 2 MiB" in r.stdout
-
-
-def test_suite_summary_puts_gdrcopy_pplat_beside_the_channel(tmp_path):
-    # scripts/summarize.py reads scripts/gdrcopy_tests.sh's pplat lines
-    # (channel_pplat.log) into the ping-pong section: the median of each run,
+def test_suite_summary_lists_steps_and_puts_gdrcopy_pplat_beside_the_channel(tmp_path):
+    # scripts/summarize.py: failed and skipped steps and every step's time
+    # (steps.log); GDRCopy's pplat lines (scripts/gdrcopy_tests.sh, in
+    # gdrcopy_tests.log) in the ping-pong section: the median of each run,
     # what it measured, and a run without a result as such
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                          "scripts", "summarize.py")
+    script = os.path.join(ROOT, "scripts", "summarize.py")
 
     def summarize() -> str:
         return subprocess.run([sys.executable, script, str(tmp_path)], capture_output=True,
                               text=True, check=True).stdout
 
+    (tmp_path / "steps.log").write_text(
+        "stages: test; budget 560 s\n=== build: bash -c make\n=== build: rc=0 in 80 s\n"
+        "=== pytest: python3 -m pytest\n=== pytest: rc=1 in 170 s\n"
+        "=== mpi_eager: skipped: 12 s of the suite's 560 s left\n")
     (tmp_path / "pingpong.json").write_text(json.dumps({
         "sizes": [4], "results": [{"size": 4, "path": "c", "stats_us": {"median": 1.5, "p99": 2}}],
         "summary": {}}))
-    (tmp_path / "channel_pplat.log").write_text(
+    (tmp_path / "gdrcopy_tests.log").write_text(
         "built gdrcopy_pplat\n"
+        "gdrcopy_sanity: Total: 30, Passed: 30, Failed: 0, Waived: 0\n"
         "gdrcopy_pplat -a cuMemAlloc: exit 0: Round-trip latency per iteration is (min) 1.40457,"
         " (median) 1.40984 us\n"
         "gdrcopy_pplat -a cuMemAlloc -s 4 -B 1: exit 0: Round-trip latency per iteration is "
         "(min) 2.53757, (median) 2.54036 us\n"
         "gdrcopy_pplat -a cuMemCreate: exit 124: \n")
     out = summarize()
+    assert "steps: 2 run, 2 failed or skipped" in out, out
+    assert "FAILED pytest: rc=1 in 170 s" in out and "FAILED mpi_eager: skipped" in out, out
+    assert "seconds: build 80, pytest 170 (total 250)" in out, out
     assert "GDRCopy pplat -a cuMemAlloc (flag only), same run: 1.410 us" in out, out
     assert ("GDRCopy pplat -a cuMemAlloc -s 4 -B 1 (4 B data + flag), same run: 2.540 us"
             in out), out
     assert "GDRCopy pplat -a cuMemCreate (flag only), same run: no result (exit 124)" in out, out
+    assert "GDRCopy's sanity on libgdrapi.so.2: Total: 30, Passed: 30, Failed: 0" in out, out
     # without the ping-pong's numbers the pplat lines are still there
     (tmp_path / "pingpong.json").unlink()
     out = summarize()
     assert "GDRCopy pplat -a cuMemAlloc (flag only), same run: 1.410 us" in out, out
 
 
-def _fake_tool(path, lines_by_call: list[str]) -> None:
-    """An executable that prints lines_by_call[k] on its k-th run (the last
-    one from then on), counting its runs in a file beside it."""
-    cases = "".join(f"{k}) printf '%s\\n' '{text}';;\n"
-                    for k, text in enumerate(lines_by_call[:-1]))
-    path.write_text("#!/bin/sh\n"
-                    'n=$(cat "$0.n" 2>/dev/null || echo 0); echo $((n + 1)) > "$0.n"\n'
-                    f"case $n in\n{cases}*) printf '%s\\n' '{lines_by_call[-1]}';;\nesac\n")
-    path.chmod(0o755)
-
-
-def test_chan_floor_pairs_the_c_round_trip_with_pplat_and_the_summary_shows_it(tmp_path):
-    # scripts/chan_floor.py runs gdrpy_chanpp and pplat in turn, pair by pair,
-    # and reports both spreads, the count at or under 1.6 us and the median
-    # of the paired differences; stand-in tools give it known numbers
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    tick = json.dumps({"path": "c", "size": 32, "median_us": 2.2, "mean_us": 2.3, "p99_us": 2.9})
-    c_rows = ["{a line that is not JSON\n" + tick + "\n" +
-              json.dumps({"path": "c", "size": 4, "median_us": m, "mean_us": m + 0.01,
-                          "p99_us": m + 0.1}) for m in (1.55, 1.62, 1.60)]
-    _fake_tool(tmp_path / "chanpp", c_rows)
-    _fake_tool(tmp_path / "pplat",
-               [f"Round-trip latency per iteration is (min) 1.3, (median) {m} us"
-                for m in (1.45, 1.63, 1.50)])
-    (tmp_path / "k.cubin").write_bytes(b"")
-    work = tmp_path / "work"
-    work.mkdir()
-
-    def run(rounds: int) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, os.path.join(root, "scripts", "chan_floor.py"),
-             "--pplat", str(tmp_path / "pplat"), "--chanpp", str(tmp_path / "chanpp"),
-             "--cubin", str(tmp_path / "k.cubin"), "--cpu", "0", "--rounds", str(rounds),
-             "--json", str(work / "chan_floor.json")],
-            capture_output=True, text=True, timeout=60)
-
-    r = run(3)
-    assert r.returncode == 0, r.stderr
-    assert "pair  2: C 4 B median 1.620 (mean 1.630, p99 1.720)   pplat flag only 1.630" in r.stdout
-    assert ("C 4 B per-process median min / median / max 1.550 / 1.600 / 1.620 us, 2/3 <= 1.6; "
-            "pplat flag only 1.450 / 1.500 / 1.630 us, 2/3 <= 1.6; "
-            "C - pplat, paired: median +0.100 us") in r.stdout, r.stdout
-    got = json.loads((work / "chan_floor.json").read_text())
-    assert got["summary"]["c4_medians_us"] == [1.55, 1.62, 1.60]
-    assert [p["pplat_flag_us"] for p in got["pairs"]] == [1.45, 1.63, 1.50]
-    out = subprocess.run([sys.executable, os.path.join(root, "scripts", "summarize.py"), str(work)],
-                         capture_output=True, text=True, check=True).stdout
-    assert ("3 process pairs, CPU 0: C 4 B medians 1.550-1.620 (2/3 <= 1.6), pplat flag only "
-            "1.450-1.630 (2/3 <= 1.6), C - pplat paired median +0.100") in out, out
-    # a pplat run without a result is shown as such and fails the run
-    (tmp_path / "pplat").write_text("#!/bin/sh\necho 'cudaErrorNoDevice'\nexit 1\n")
-    r = run(1)
-    assert r.returncode == 1
-    assert "pplat flag only -" in r.stdout and "pplat exited 1" in r.stderr
+def test_gpu_suite_lists_its_stages_and_refuses_an_unknown_one_before_building():
+    suite = os.path.join(ROOT, "scripts", "gpu_suite.sh")
+    r = subprocess.run(["bash", suite, "--help"], capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0 and r.stdout.startswith("gdrpy's GPU suite"), r.stdout
+    for stage in ("test", "bench", "examples", "alltests", "beforeafter"):
+        assert f"\n  {stage} " in r.stdout, stage
+    r = subprocess.run(["bash", suite, "test", "nosuchstage"], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and "unknown stage nosuchstage" in r.stdout, r.stdout + r.stderr

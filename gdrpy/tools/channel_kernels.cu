@@ -254,30 +254,6 @@ __device__ __forceinline__ void answer_lines(const gdrpy_chan_desc_t &d, const a
     }
 }
 
-/* -DGDRPY_PP_AB: mode bit GDRPY_PP_AB_MMIO stores the short answers with
- * st.mmio.relaxed.sys (16 bytes per lane, never combined, not cached) */
-#define GDRPY_PP_AB_MMIO 8192u
-/* -DGDRPY_PP_AB: the short sample without the length guess (answer_pre) */
-#define GDRPY_PP_AB_NOGUESS 65536u
-/* -DGDRPY_PP_AB: answer shapes 1..3 from the short sample too (before the
- * vote, as shape 0 is), not after it */
-#define GDRPY_PP_AB_SAMPLE_SHAPE 131072u
-/* the mode bits under which the short sample answers with short_answer() */
-#define GDRPY_PP_AB_SHORT_OK (GDRPY_PP_AB_MMIO | GDRPY_PP_AB_NOGUESS)
-__device__ __forceinline__ void pp_st_v2(void *p, u64 a, u64 b, u32 ab_mode)
-{
-#ifdef GDRPY_PP_AB
-    if (ab_mode & GDRPY_PP_AB_MMIO) {
-        asm volatile("{ .reg .b128 t; mov.b128 t, {%1, %2}; st.mmio.relaxed.sys.global.b128 [%0], t; }"
-                     ::"l"(p), "l"(a), "l"(b) : "memory");
-        return;
-    }
-#else
-    (void)ab_mode;
-#endif
-    gdrpy_st_relaxed_v2(p, a, b);
-}
-
 /* What lanes 0..3 store of the answer to the next message, as far as it is
  * known before the message comes (serve() computes it before each idle
  * poll): the lane's 16 bytes of the answer line (slot), its two LL words
@@ -290,62 +266,27 @@ struct answer_pre {
     u32 glen, m0, m1;
 };
 
-/* Lanes 0..3 store their 16 bytes of the answer line to message head (shape
- * 0): the message's tag, checksum and length masked into answer_pre's
- * words - three-input logic ops, no branch (answer_lane's *_m masks). */
+/* Lanes 0..3 store their 16 bytes of the answer line to message head: the
+ * message's tag, checksum and length masked into answer_pre's words -
+ * three-input logic ops, no branch (answer_lane's *_m masks). */
 __device__ __forceinline__ void answer_line_store(const answer_lane &al, const answer_pre &pre,
-                                                  u32 tag, u32 c, u32 len, u32 ab_mode)
+                                                  u32 tag, u32 c, u32 len)
 {
     const u32 f = (u32)pre.a;
     const u32 ah = (tag & al.tag_m) | (c & al.csum_m) | (u32)(pre.a >> 32);
     const u32 bh = (len & al.len_m) | (u32)(pre.b >> 32);
     if ((threadIdx.x & 31u) < al.stores)
-        pp_st_v2((void *)pre.slot, gdrpy_llword(f, ah), gdrpy_llword(f, bh), ab_mode);
+        gdrpy_st_relaxed_v2((void *)pre.slot, gdrpy_llword(f, ah), gdrpy_llword(f, bh));
 }
 
-/* Lanes 0..3 store the answer line to one short message: pairs 1 and 3
- * and pair 0's length word were computed before the poll (pre_*); the tag,
- * checksum and length come with the message.
- * -DGDRPY_PP_AB (an experiment build for `gdrpy_chanpp --ab-answer`): the
- * host picks the answer's shape for the next messages in the device
- * block's spare word GDRPY_PP_AB_WORD (16) - 0: this line; 1: the checksum as
- * the tag of a 0-byte completion, 16 bytes from lane 0; 2: a 4-byte
- * completion (the checksum), 32 bytes from lanes 0 and 1; 3: the same 32
- * bytes from lane 0 alone (two stores). */
-#define GDRPY_PP_AB_WORD 16u
-#define GDRPY_PP_AB_OLD_POLL 256u /* bit 8: the round-8 idle poll (one sample per serve() pass) */
-__device__ __forceinline__ void single_answer(const answer_lane &al, const answer_pre &pre, u32 c,
-                                              u32 len, u32 tag, u32 ab_mode)
-{
-#ifdef GDRPY_PP_AB
-    if ((ab_mode & 3u) != 0u) {
-        const unsigned lane = threadIdx.x & 31u;
-        const u32 f = (u32)pre.a;
-        unsigned char *base = (unsigned char *)pre.slot - 16u * al.pair;
-        if ((ab_mode & 3u) == 1u) {
-            if (lane == 0u) pp_st_v2(base, gdrpy_llword(f, c), gdrpy_llword(f, 0u), ab_mode);
-        } else if ((ab_mode & 3u) == 2u) {
-            if (lane == 0u) pp_st_v2(base, gdrpy_llword(f, tag), gdrpy_llword(f, 4u), ab_mode);
-            if (lane == 1u) pp_st_v2(base + 16, gdrpy_llword(f, c), gdrpy_llword(f, 0u), ab_mode);
-        } else if (lane == 0u) {
-            pp_st_v2(base + 16, gdrpy_llword(f, c), gdrpy_llword(f, 0u), ab_mode);
-            pp_st_v2(base, gdrpy_llword(f, tag), gdrpy_llword(f, 4u), ab_mode);
-        }
-        return;
-    }
-#endif
-    answer_line_store(al, pre, tag, c, len, ab_mode);
-}
-
-/* The same answer line as single_answer() (shape 0), straight from the
- * sampled words of a short LL message (<= 8 bytes: header w0, w1 = {f,
- * len}, payload words w2, w3): two dp4a for the checksum, then
- * answer_line_store.  When the message is as long as the last one
- * (pre.glen), its payload masks were computed before it came; otherwise
- * they come from len (one uniform branch).  The caller has checked that
- * every word the message needs carries its f. */
+/* The same answer line, straight from the sampled words of a short LL
+ * message (<= 8 bytes: header w0, w1 = {f, len}, payload words w2, w3):
+ * two dp4a for the checksum, then answer_line_store.  When the message is
+ * as long as the last one (pre.glen), its payload masks were computed
+ * before it came; otherwise they come from len (one uniform branch).  The
+ * caller has checked that every word the message needs carries its f. */
 __device__ __forceinline__ void short_answer(const answer_lane &al, const answer_pre &pre, u64 w0,
-                                             u32 len, u64 w2, u64 w3, u32 ab_mode)
+                                             u32 len, u64 w2, u64 w3)
 {
     u32 m0 = pre.m0, m1 = pre.m1;
     if (len != pre.glen) {
@@ -353,13 +294,7 @@ __device__ __forceinline__ void short_answer(const answer_lane &al, const answer
         m1 = len > 4u ? low_bytes(len - 4u) : 0u;
     }
     const u32 c = __dp4a((u32)(w3 >> 32) & m1, 0x08070605u, __dp4a((u32)(w2 >> 32) & m0, 0x04030201u, 0u));
-#ifdef GDRPY_PP_AB
-    if (ab_mode & 3u) { /* GDRPY_PP_AB_SAMPLE_SHAPE */
-        single_answer(al, pre, c, len, (u32)(w0 >> 32), ab_mode & (3u | GDRPY_PP_AB_MMIO));
-        return;
-    }
-#endif
-    answer_line_store(al, pre, (u32)(w0 >> 32), c, len, ab_mode);
+    answer_line_store(al, pre, (u32)(w0 >> 32), c, len);
 }
 
 /* 1 when a completion in [j, j + n) is on a lap that rewrites every LL
@@ -386,373 +321,66 @@ __device__ __forceinline__ u32 warp_pattern_errors(const volatile unsigned char 
     return bad;
 }
 
-/* The diagnostic builds below leave five u64 in the host block's spare
- * words [24..63] (gdrpy_channel.h: unused by the protocol), before the
- * kernel reports stopped; so at most one of them per build. */
-__device__ __forceinline__ void pp_spare_report(const gdrpy_chan_desc_t &d, u64 a, u64 b, u64 c,
-                                                u64 e, u64 f)
-{
-    volatile u64 *r = (volatile u64 *)(d.host_ctrl + 24u);
-    r[0] = a;
-    r[1] = b;
-    r[2] = c;
-    r[3] = e;
-    r[4] = f;
-}
-#if (defined(GDRPY_PP_TIMING) + defined(GDRPY_PP_ROUNDS) + defined(GDRPY_PP_AB)) > 1
-#error "GDRPY_PP_TIMING, GDRPY_PP_ROUNDS and GDRPY_PP_AB all report in the host block's spare words: pick one"
-#endif
+/* Samples of the slot per idle pp_poll() call, taken back to back: each
+ * sample's two loads are issued as soon as the last one has been looked
+ * at, and a short message is answered in the poll.  Only while the last
+ * messages were short (<= 8 bytes, serve()'s short_last): measured on the
+ * H100, back-to-back samples took 0.10 us off the 4-byte round trip but
+ * added 0.12 us to the 32-byte one against one sample per serve() pass,
+ * which is what longer messages keep.  serve()'s idle work (shutdown word,
+ * clock, lazy consumed count) runs once per call. */
+#define PP_IDLE_SAMPLES 16u
 
-/* -DGDRPY_PP_TIMING (the `--variants` row "library-timed" only): lane 0
- * counts SM clock cycles from seeing messages to having stored their
- * answers, busy rounds, empty polls and the kernel's cycles and globaltimer
- * nanoseconds from attach to stop, and leaves them in the host block's
- * spare words [24..63] (gdrpy_channel.h: unused by the protocol) before it
- * reports stopped: u64 busy cycles, rounds, polls, total cycles, total ns. */
-#ifdef GDRPY_PP_TIMING
-#define GDRPY_PP_T_DECL u64 t_busy = 0, t_rounds = 0, t_polls = 0, t_c0 = clock64(), \
-                            t_n0 = gdrpy_globaltimer(), t_a = 0
-#define GDRPY_PP_POLL() (++t_polls)
-#define GDRPY_PP_T0() (t_a = clock64())
-#define GDRPY_PP_T1() (t_busy += clock64() - t_a, ++t_rounds)
-#define GDRPY_PP_T_REPORT()                                                        \
-    pp_spare_report(d, t_busy, t_rounds, t_polls, clock64() - t_c0, gdrpy_globaltimer() - t_n0)
-#else
-#define GDRPY_PP_T_DECL
-#define GDRPY_PP_POLL() ((void)0)
-#define GDRPY_PP_T0() ((void)0)
-#define GDRPY_PP_T1() ((void)0)
-#define GDRPY_PP_T_REPORT() ((void)0)
-#endif
-
-/* -DGDRPY_PP_ROUNDS (diagnostics, `gdrpy_chanpp --kernel-rounds`): lane 0 counts
- * the rounds that found messages by the idle poll (one message) and by the
- * 32-slot look after a busy round (a burst), and for bursts the SM cycles
- * from the end of the busy round before to the end of the burst's, of which
- * the 32-slot poll and the rest (checksums, answers, bookkeeping); they are
- * left in the host block's spare words [24..63] before the kernel reports
- * stopped: u64 idle finds, bursts, burst cycles, poll cycles, rest cycles. */
-#ifdef GDRPY_PP_ROUNDS
-#define GDRPY_PP_R_DECL u64 r_idle = 0, r_burst = 0, r_cyc = 0, r_pcyc = 0, r_acyc = 0, r_end = 0, \
-                            r_tp = 0;                                               \
-    bool r_prev = false
-#define GDRPY_PP_R_POLLED() (r_tp = clock64())
-#define GDRPY_PP_R_ROUND(one, t_poll)                                              \
-    do {                                                                           \
-        const u64 r_now = clock64();                                              \
-        if (one) ++r_idle;                                                         \
-        if (!(one) && r_prev) {                                                    \
-            ++r_burst;                                                             \
-            r_cyc += r_now - r_end;                                               \
-            r_pcyc += r_tp - (u64)(t_poll);                                       \
-            r_acyc += r_now - r_tp;                                               \
-        }                                                                          \
-        r_end = r_now;                                                             \
-        r_prev = true;                                                             \
-    } while (0)
-#define GDRPY_PP_R_EMPTY() (r_prev = false)
-#define GDRPY_PP_R_REPORT() pp_spare_report(d, r_idle, r_burst, r_cyc, r_pcyc, r_acyc)
-#else
-#define GDRPY_PP_R_DECL
-#define GDRPY_PP_R_POLLED() ((void)0)
-#define GDRPY_PP_R_ROUND(one, t_poll) ((void)0)
-#define GDRPY_PP_R_EMPTY() ((void)0)
-#define GDRPY_PP_R_REPORT() ((void)0)
-#endif
-
-/* -DGDRPY_PP_RSTAMPS (diagnostics, `gdrpy_chanpp --timeline`): lane 0 of
- * every round that found messages leaves eight u64 in the array whose
- * device address the tool stored at device block byte 96 (the protocol
- * leaves bytes 96..127 unused): {globaltimer at the round's end, then SM
- * clocks: the poll's start, its end, marks 0..2, the round's end; then n |
- * (u32)head << 32}, at entry head & 4095 (head: the round's first message;
- * its low half tells an entry from one 4096 messages older).  Mark 0: after
- * the completion-slot wait; 1: before the answers' stores; 2: after them.
- * The marks are clock reads with a memory clobber: the compiler keeps them
- * in place against memory operations only, so where no memory operation
- * lies between two marks they may read the same time.  Unlike the builds
- * above it writes nothing into the host block. */
-#ifdef GDRPY_PP_RSTAMPS
-#define GDRPY_PP_RS_DECL                                                           \
-    u64 *const rs_arr = *(u64 *const volatile *)(d.dev_ctrl + 96u);              \
-    long long rs_polled = 0, rs_m[3] = {0, 0, 0}
-#define GDRPY_PP_RS_POLLED() (rs_polled = clock64())
-#define GDRPY_PP_RS_MARK(k) asm volatile("mov.u64 %0, %%clock64;" : "=l"(rs_m[k])::"memory")
-#define GDRPY_PP_RS_ROUND(head, n, t_poll)                                        \
-    do {                                                                          \
-        if (lane == 0u && rs_arr) {                                               \
-            const long long rs_end = clock64();                                   \
-            u64 *e = rs_arr + 8u * ((head) & 4095u);                              \
-            e[0] = gdrpy_globaltimer();                                           \
-            e[1] = (u64)(t_poll);                                                 \
-            e[2] = (u64)rs_polled;                                                \
-            e[3] = (u64)rs_m[0];                                                  \
-            e[4] = (u64)rs_m[1];                                                  \
-            e[5] = (u64)rs_m[2];                                                  \
-            e[6] = (u64)rs_end;                                                   \
-            e[7] = (u64)(n) | ((u64)(u32)(head) << 32);                           \
-        }                                                                         \
-        rs_m[0] = rs_m[1] = rs_m[2] = 0;                                          \
-    } while (0)
-#else
-#define GDRPY_PP_RS_DECL
-#define GDRPY_PP_RS_POLLED() ((void)0)
-#define GDRPY_PP_RS_MARK(k) ((void)0)
-#define GDRPY_PP_RS_ROUND(head, n, t_poll) ((void)0)
-#endif
-
-/* -DGDRPY_PP_ANSWER_LANE=1 (the `--variants` row "library-alane" only):
- * each message's lane writes its answer alone (answer(): three 16-byte
- * stores, the header pair last) instead of four lanes writing the line. */
-#ifndef GDRPY_PP_ANSWER_LANE
-#define GDRPY_PP_ANSWER_LANE 0
-#endif
-/* -DGDRPY_PP_POLL_ONE=0 (the `--variants` row "library-poll32" only): poll
- * 32 slots always, also while idle (the round-4 first cut). */
-#ifndef GDRPY_PP_POLL_ONE
-#define GDRPY_PP_POLL_ONE 1
-#endif
-
-/* The poll answers a short message itself; -DGDRPY_PP_FAST=0 (the
- * `--variants` row "library-nofast"): the poll returns what it found and
- * the loop answers it (and samples the slot once per serve() pass). */
-#ifndef GDRPY_PP_FAST
-#define GDRPY_PP_FAST 1
-#endif
-/* Samples of the slot per idle pp_poll() call with one load in flight
- * (GDRPY_CHAN_POLL_PIPE == 1), taken back to back: each sample's two loads
- * are issued as soon as the last one has been looked at, and a short
- * message is answered in the poll.  Only while the last messages were short (<= 8
- * bytes, serve()'s short_last): measured in place on the H100 (round 9,
- * `gdrpy_chanpp --ab-answer`), back-to-back samples took 0.10 us off the
- * 4-byte round trip but added 0.12 us to the 32-byte one against one
- * sample per serve() pass, which is what longer messages keep.  serve()'s
- * idle work (shutdown word, clock, lazy consumed count) runs once per call. */
-#ifndef GDRPY_PP_IDLE_SAMPLES
-#define GDRPY_PP_IDLE_SAMPLES 16u
-#endif
-
-#ifdef GDRPY_PP_AB
-/* -DGDRPY_PP_AB with GDRPY_PP_AB_FLOOR: GDRCopy pplat's flag-only round trip
- * inside this kernel, on this channel's memory: the flag is word 0 of slot
- * `head` (the next message's, whose line the host overwrites when the
- * channel resumes; the floor's values have a zero low half, which no LL
- * word carries) - GDRPY_PP_AB_FLOOR_CTRL: the device block's word 48, one
- * fixed line - and the answer the host block's spare word 96.  Lane 0 polls
- * the flag and copies every new value to the answer, until the host stores
- * one with bit 63 set (copied too); then the host's next mode is read.
- * ~2^31 SM cycles without a new value end it as well.  On entry lane 0
- * measures the load latency of the flag's line and of the device block
- * (SM cycles, to host block words 104 and 112), and the best of 8 atomics on
- * the flag's line (gdrpy_chan_place's measure of nearness, word 120). */
-#define GDRPY_PP_AB_FLOOR 4096u
-#define GDRPY_PP_AB_FLOOR_CTRL 33554432u
-/* GDRPY_PP_AB_FLOOR_AT (with FLOOR): the flag at the device block offset the
- * host stored in spare word GDRPY_PP_AB_AT_WORD (24) - a line of the ring
- * (`gdrpy_chanpp --ab-answer` scans where the flag's line lies) */
-#define GDRPY_PP_AB_FLOOR_AT 536870912u
-#define GDRPY_PP_AB_AT_WORD 24u
-/* GDRPY_PP_AB_FLOOR_MMIO (with FLOOR): the answer is stored with
- * st.mmio.relaxed.sys (exactly once, not cached) instead of st.volatile */
-#define GDRPY_PP_AB_FLOOR_MMIO 1073741824u
-/* GDRPY_PP_AB_R10: the idle poll of round 10 - each sample loads every LL
- * word the slot can hold (gdrpy_chan_take), votes, and the answer is built
- * by single_answer() - against which round 11's short sample is measured */
-#define GDRPY_PP_AB_R10 2048u
-__device__ __forceinline__ u32 ab_floor(const gdrpy_chan_desc_t &d, u64 head, u32 mode)
-{
-    const unsigned lane = threadIdx.x & 31u;
-    const unsigned char *s =
-        (mode & GDRPY_PP_AB_FLOOR_CTRL) ? (const unsigned char *)(d.dev_ctrl + 48u)
-        : (mode & GDRPY_PP_AB_FLOOR_AT)
-            ? (const unsigned char *)(d.dev_ctrl + *(const volatile u32 *)(d.dev_ctrl + GDRPY_PP_AB_AT_WORD))
-            : gdrpy_chan_slot(d, head);
-    volatile u64 *ans = (volatile u64 *)(d.host_ctrl + 96u);
-    u64 prev = 0;
-    if (lane == 0) {
-        prev = *ans; /* the last value answered: a flag stored before we got here is new */
-        /* 32 dependent loads each of the flag's line and of the device
-         * block's first word: SM cycles per load to host block [104], [112] */
-        const unsigned char *lines[2] = {s, (const unsigned char *)d.dev_ctrl};
-        for (int q = 0; q < 2; ++q) {
-            const unsigned char *p = lines[q];
-            u64 v = 0;
-            const long long t0 = clock64();
-#pragma unroll 1
-            for (int k = 0; k < 32; ++k) {
-                v = *(const volatile u64 *)p;
-                p = lines[q] + ((v >> 63) & 8u);
-            }
-            ans[1 + q] = (u64)((clock64() - t0) / 32) + (v == 0x5a5a5a5a5a5a5a5aull);
-        }
-        /* and the best of 8 atomics on the flag's line (gdrpy_chan_place's
-         * measure), to host block word 120 */
-        ans[3] = gdrpy_chan_atomic_cycles_min(s, 8);
-    }
-    if (lane == 0) {
-        const bool mmio = mode & GDRPY_PP_AB_FLOOR_MMIO;
-        long long t = clock64();
-        for (;;) {
-            const u64 v = *(const volatile u64 *)s;
-            if (v != prev && (u32)v == 0u) {
-                if (mmio)
-                    asm volatile("st.mmio.relaxed.sys.global.u64 [%0], %1;" ::"l"(ans), "l"(v) : "memory");
-                else
-                    *ans = v;
-                prev = v;
-                t = clock64();
-                if (v >> 63) break;
-            } else if (clock64() - t > (1ll << 31)) {
-                break;
-            }
-        }
-    }
-    u32 next = 0;
-    if (lane == 0) next = *(const volatile u32 *)(d.dev_ctrl + GDRPY_PP_AB_WORD);
-    return __shfl_sync(0xffffffffu, next, 0);
-}
-#endif
-
-/* -DGDRPY_PP_AB: the SM-cycle timeline of pp_poll's back-to-back samples
- * (reported in the host block's spare words at the end, pp_spare_report):
- * samples taken and their cycles, then per message answered from a sample
- * the cycles from that sample's issue to the check that took it, and from
- * there to the answer's store. */
-struct ab_timeline {
-    u64 samples, sample_cyc, found, seen_cyc, answer_cyc;
-};
-__device__ __forceinline__ void ab_sampled(ab_timeline *tl, long long cyc)
-{
-#ifdef GDRPY_PP_AB
-    tl->samples++;
-    tl->sample_cyc += (u64)cyc;
-#else
-    (void)tl;
-    (void)cyc;
-#endif
-}
-__device__ __forceinline__ void ab_answered(ab_timeline *tl, long long seen, long long answer)
-{
-#ifdef GDRPY_PP_AB
-    tl->found++;
-    tl->seen_cyc += (u64)seen;
-    tl->answer_cyc += (u64)answer;
-#else
-    (void)tl;
-    (void)seen;
-    (void)answer;
-#endif
-}
-
-/* serve()'s idle poll: gdrpy_chan_poll_warp_pipe<K>, and when `fast` (an LL
- * channel whose next completion slot is known to be free and needs no
- * refresh lap) back-to-back samples of the slot's first 32 bytes (round
- * 11): a message of at most 8 bytes is answered the moment it is seen -
- * lanes 0..3 store the answer line from its words and answer_pre
- * (short_answer) - and *answered is set; serve() then only does the
- * bookkeeping.  A lane stores when its own words show the whole message
- * (every word it needs carries f), before the vote: the warp's loads are
- * one request each, so all lanes see the same words; were they ever to
- * differ, the vote fails, the message is answered later with the same
- * bytes (LL words carry their data: a repeated store changes nothing),
- * and the completion slot is not reused before this round's bookkeeping.
- * A longer message is taken by gdrpy_chan_take in the same pass.
- * Measured in place (`gdrpy_chanpp --ab-answer`, modes 0 and 2048): 0.08 -
- * 0.12 us off the 4- and 8-byte round trip against round 10's sample (all
- * of the slot's LL words, a vote, then the answer). */
+/* serve()'s idle poll: gdrpy_chan_poll_warp_pipe<K> (gdrpy_channel.cuh),
+ * and when `fast` (an LL channel whose next completion slot is known to be
+ * free and needs no refresh lap; one load in flight, K == 1) back-to-back
+ * samples of the slot's first 32 bytes: a message of at most 8 bytes is
+ * answered the moment it is seen - lanes 0..3 store the answer line from
+ * its words and answer_pre (short_answer) - and *answered is set; serve()
+ * then only does the bookkeeping.  A lane stores when its own words show
+ * the whole message (every word it needs carries f), before the vote: the
+ * warp's loads are one request each, so all lanes see the same words; were
+ * they ever to differ, the vote fails, the message is answered later with
+ * the same bytes (LL words carry their data: a repeated store changes
+ * nothing), and the completion slot is not reused before this round's
+ * bookkeeping.  A longer message is taken by gdrpy_chan_take in the same
+ * pass.  Measured in place: 0.08 - 0.12 us off the 4- and 8-byte round
+ * trip against a sample of all of the slot's LL words, a vote, then the
+ * answer. */
 template <int K>
 __device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head,
                                             gdrpy_chan_in_t *in, unsigned gap, bool fast,
                                             const answer_lane &al, const answer_pre &pre,
-                                            u32 ab_mode, bool *answered,
-                                            ab_timeline *tl)
+                                            bool *answered)
 {
     const unsigned full = 0xffffffffu;
-    if (!fast) return gdrpy_chan_poll_warp_pipe<K>(d, head, in, gap, 4u);
-    if (K <= 1) {
-#ifdef GDRPY_PP_AB
-        if (ab_mode & GDRPY_PP_AB_R10) {
-#pragma unroll 1
-            for (unsigned r = 0; r < GDRPY_PP_IDLE_SAMPLES; ++r) {
-                /* (not in the ab-timeline, which is the short sample's) */
-                if (__all_sync(full, gdrpy_chan_take(d, head, in))) {
-                    if (!in->plain && in->len <= 8u) {
-                        single_answer(al, pre, words_checksum(in->buf, in->len),
-                                      in->len, in->tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
-                        *answered = true;
-                    }
-                    return 1u;
-                }
-            }
-            return 0u;
-        }
-#endif
-        /* back-to-back samples of the slot's first 32 bytes: the header and
-         * 8 payload bytes, all a short message has.  One is answered from
-         * the loaded words (short_answer: no loop, no vote before the
-         * store); a longer one is taken by gdrpy_chan_take in the same pass */
-        const unsigned char *s = gdrpy_chan_slot(d, head);
-        const u32 f = (u32)(head + 1);
-#pragma unroll 1
-        for (unsigned r = 0; r < GDRPY_PP_IDLE_SAMPLES; ++r) {
-            const long long t_iss = clock64();
-            u64 w0, w1, w2, w3;
-            gdrpy_ld_relaxed_v2(s, &w0, &w1);
-            gdrpy_ld_relaxed_v2(s + 16, &w2, &w3);
-            const bool hdr = (u32)w0 == f && (u32)w1 == f;
-            const u32 len = (u32)(w1 >> 32);
-            const bool mine =
-                hdr && len <= 8u && (len == 0u || (u32)w2 == f) && (len <= 4u || (u32)w3 == f);
-            const long long t_seen = clock64();
-            const bool early = (ab_mode & ~GDRPY_PP_AB_SHORT_OK) == 0u ||
-                               ((ab_mode & GDRPY_PP_AB_SAMPLE_SHAPE) &&
-                                (ab_mode & ~(GDRPY_PP_AB_SHORT_OK | GDRPY_PP_AB_SAMPLE_SHAPE | 3u)) == 0u);
-            if (mine && early) short_answer(al, pre, w0, len, w2, w3, ab_mode);
-            ab_sampled(tl, t_seen - t_iss);
-            if (__all_sync(full, mine)) {
-                in->plain = nullptr;
-                in->len = len;
-                in->tag = (u32)(w0 >> 32);
-                in->buf[0] = (u32)(w2 >> 32);
-                in->buf[1] = len > 4u ? (u32)(w3 >> 32) : 0u;
-                if (!early)
-                    single_answer(al, pre, words_checksum(in->buf, len), len,
-                                  in->tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
-                *answered = true;
-                ab_answered(tl, t_seen - t_iss, clock64() - t_seen);
-                return 1u;
-            }
-            if (__any_sync(full, hdr) && __all_sync(full, gdrpy_chan_take(d, head, in))) return 1u;
-        }
-        return 0u;
-    }
+    if (K > 1 || !fast) return gdrpy_chan_poll_warp_pipe<K>(d, head, in, gap, 4u);
+    /* back-to-back samples of the slot's first 32 bytes: the header and
+     * 8 payload bytes, all a short message has.  One is answered from
+     * the loaded words (short_answer: no loop, no vote before the
+     * store); a longer one is taken by gdrpy_chan_take in the same pass */
     const unsigned char *s = gdrpy_chan_slot(d, head);
     const u32 f = (u32)(head + 1);
-    u64 w[K > 1 ? K : 1][4];
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-        if (k) gdrpy_spin_cycles(gap);
-        gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
-        gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
-    }
 #pragma unroll 1
-    for (unsigned r = 0; r < 4u; ++r) {
-#pragma unroll
-        for (int k = 0; k < K; ++k) {
-            u64 rest[GDRPY_CHAN_LL_MAX / 4];
-            rest[0] = w[k][2];
-            rest[1] = w[k][3];
-            if (__all_sync(full, gdrpy_chan_take_ll(d, f, s, w[k][0], w[k][1], rest, 2u, in))) {
-                if (!in->plain && in->len <= 8u) {
-                    single_answer(al, pre, words_checksum(in->buf, in->len),
-                                  in->len, in->tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
-                    *answered = true;
-                }
-                return 1u;
-            }
-            gdrpy_ld_relaxed_v2(s, &w[k][0], &w[k][1]);
-            gdrpy_ld_relaxed_v2(s + 16, &w[k][2], &w[k][3]);
+    for (unsigned r = 0; r < PP_IDLE_SAMPLES; ++r) {
+        u64 w0, w1, w2, w3;
+        gdrpy_ld_relaxed_v2(s, &w0, &w1);
+        gdrpy_ld_relaxed_v2(s + 16, &w2, &w3);
+        const bool hdr = (u32)w0 == f && (u32)w1 == f;
+        const u32 len = (u32)(w1 >> 32);
+        const bool mine =
+            hdr && len <= 8u && (len == 0u || (u32)w2 == f) && (len <= 4u || (u32)w3 == f);
+        if (mine) short_answer(al, pre, w0, len, w2, w3);
+        if (__all_sync(full, mine)) {
+            in->plain = nullptr;
+            in->len = len;
+            in->tag = (u32)(w0 >> 32);
+            in->buf[0] = (u32)(w2 >> 32);
+            in->buf[1] = len > 4u ? (u32)(w3 >> 32) : 0u;
+            *answered = true;
+            return 1u;
         }
+        if (__any_sync(full, hdr) && __all_sync(full, gdrpy_chan_take(d, head, in))) return 1u;
     }
     return 0u;
 }
@@ -761,14 +389,15 @@ __device__ __forceinline__ unsigned pp_poll(const gdrpy_chan_desc_t &d, u64 head
  * `errors` (2 u64 in page-locked host memory, written by lane 0 only):
  * [0] mismatching messages, [1] first such index + 1.  complete: answer
  * every message.  Both slot formats (gdrpy_channel.cuh).  While idle every
- * lane polls slot head (gdrpy_chan_poll_warp_one: one request per poll;
- * measured on the H100, a poll of 32 slots took ~590 ns, which the average
- * message waited half of); a short LL message found that way is answered
- * by lanes 0..3 from their own copy (no vote, shuffle or divergence).  The
- * round after one that found messages looks at 32 slots (lane k takes
- * message head + k, LL: its words in registers): small messages are handled
- * one per lane, in parallel; a long one (plain area, global memory) by the
- * whole warp. */
+ * lane polls slot head (pp_poll: one request per poll; measured on the
+ * H100, a poll of 32 slots took ~590 ns, which the average message waited
+ * half of); a short LL message found that way is answered by lanes 0..3
+ * from their own copy (no vote, shuffle or divergence).  The round after
+ * one that found messages looks at 32 slots (lane k takes message head +
+ * k, LL: its words in registers): small messages are handled one per lane,
+ * in parallel; a long one (plain area, global memory) by the whole warp.
+ * The same protocol as gdrpy_chan_serve_warp (gdrpy_channel.cuh), with the
+ * answers computed in registers and stored as whole lines. */
 __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, bool check,
                                       bool complete, volatile u64 *errors)
 {
@@ -779,9 +408,10 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     unsigned spins = 0, rounds = 0;
     gdrpy_chan_in_t in = {}; /* buf zeroed: words_checksum reads all of it */
     const answer_lane al = answer_lane_of(d);
-    /* the idle poll's spacing: one load latency over the loads in flight
-     * (GDRPY_CHAN_POLL_PIPE); the latency is left in the host block's spare
-     * word [20] for diagnostics (before attach: its fence orders it) */
+    /* the idle poll's spacing with GDRPY_CHAN_POLL_PIPE > 1 loads in flight:
+     * one load latency over the loads in flight; the latency is left in the
+     * host block's spare word [20] for diagnostics (before attach: its
+     * fence orders it) */
     unsigned gap = 0;
     if (GDRPY_CHAN_POLL_PIPE > 1) {
         const unsigned lat = __shfl_sync(full, gdrpy_chan_load_latency(d), 0);
@@ -790,29 +420,18 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     }
     if (lane == 0) gdrpy_chan_attach(d);
     __syncwarp();
-    GDRPY_PP_T_DECL;
-    GDRPY_PP_R_DECL;
-    GDRPY_PP_RS_DECL;
     u32 status = GDRPY_CHAN_ST_STOPPED;
     bool burst = false; /* the last round found messages: look at 32 slots */
-    u32 ab_mode = 0;    /* -DGDRPY_PP_AB only (single_answer) */
     /* the last round's messages were all short (<= 8 bytes): the idle poll
-     * samples the slot back to back (pp_poll) - see GDRPY_PP_IDLE_SAMPLES */
+     * samples the slot back to back (pp_poll) - see PP_IDLE_SAMPLES */
     bool short_last = true;
     /* the length of the newest message while they are short: the next one
      * is guessed to be as long (answer_pre's payload masks) */
     u32 glen = 4u;
-    ab_timeline tl = {0, 0, 0, 0, 0};
     for (;;) {
         /* idle: every lane polls slot head (one request); after a round
          * that found messages: lane k looks at head + k (a burst) */
-        const bool one = !burst && GDRPY_PP_POLL_ONE;
-#ifdef GDRPY_PP_AB
-        if (ab_mode & GDRPY_PP_AB_FLOOR) {
-            ab_mode = ab_floor(d, head, ab_mode);
-            continue;
-        }
-#endif
+        const bool one = !burst;
         /* what lanes 0..3 store of the answer to message head, as far as it
          * is known before the message comes (answer_pre): computed here,
          * while the poll waits, not after (the empty asm keeps the compiler
@@ -825,33 +444,23 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             pre.a = gdrpy_llword(f, al.pair == 1u ? (u32)i1 & al.am : 0u);
             pre.b = gdrpy_llword(f, al.pair == 0u ? al.clen : al.pair == 1u ? (u32)(i1 >> 32) & al.bm : 0u);
             pre.glen = glen;
-#ifdef GDRPY_PP_AB
-            if (ab_mode & GDRPY_PP_AB_NOGUESS) pre.glen = 99u; /* masks from len, always */
-#endif
             pre.m0 = low_bytes(glen);
             pre.m1 = glen > 4u ? low_bytes(glen - 4u) : 0u;
             asm volatile("" : "+l"(pre.slot), "+l"(pre.a), "+l"(pre.b), "+r"(pre.m0), "+r"(pre.m1));
         }
         /* the poll may answer a short message itself (pp_poll): only when
          * the single-message path below would answer it the same way */
-        const bool fast = GDRPY_PP_FAST && !(ab_mode & GDRPY_PP_AB_OLD_POLL) && one && ll && complete &&
-                          (GDRPY_CHAN_POLL_PIPE > 1 || short_last) &&
-                          comp_head - credit < d.comp_nslots &&
+        const bool fast = one && ll && complete && short_last && comp_head - credit < d.comp_nslots &&
                           (d.comp_size <= 24u || !refresh_lap(d, comp_head, 1));
         bool answered = false;
         const long long t_poll = clock64();
-        unsigned n = one ? pp_poll<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, fast, al, pre, ab_mode,
-                                                         &answered, &tl)
+        unsigned n = one ? pp_poll<GDRPY_CHAN_POLL_PIPE>(d, head, &in, gap, fast, al, pre, &answered)
                          : gdrpy_chan_poll_warp_in(d, head, &in);
-        GDRPY_PP_R_POLLED();
-        GDRPY_PP_RS_POLLED();
         /* an empty pipelined call: learn the spacing from what it took */
         if (GDRPY_CHAN_POLL_PIPE > 1 && one && n == 0 && ll)
             gap = gdrpy_chan_pipe_gap(gap, clock64() - t_poll, GDRPY_CHAN_POLL_PIPE, 4u);
         burst = n != 0;
         if (n == 0) {
-            GDRPY_PP_POLL();
-            GDRPY_PP_R_EMPTY();
             u32 stop = gdrpy_chan_idle_warp(d, head, idle_ns, &spins, &t_idle);
             if (stop) { status = stop; break; }
             if (ll && spins == 64u && lane == 0) gdrpy_chan_consume_lazy(d, head, &published, true);
@@ -861,21 +470,15 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
         t_idle = 0;
         short_last = __all_sync(full, lane >= n || (!in.plain && in.len <= 8u));
         if (short_last) glen = __shfl_sync(full, in.len, n - 1u); /* the newest message's */
-        GDRPY_PP_T0();
         if (complete && !gdrpy_chan_comp_wait_warp(d, comp_head + n - 1, &credit, idle_ns)) {
             status = GDRPY_CHAN_ST_TIMEOUT;
             break;
         }
-        GDRPY_PP_RS_MARK(0);
         if (one && ll && !in.plain && (!complete || d.comp_size <= 24u || !refresh_lap(d, comp_head, 1))) {
             /* one short LL message, the same in every lane: no vote, no
              * shuffle, no divergence on the way to its answer line */
-            if (complete && !answered) {
-                const u32 c = words_checksum(in.buf, in.len);
-                GDRPY_PP_RS_MARK(1);
-                single_answer(al, pre, c, in.len, in.tag, ab_mode & (3u | GDRPY_PP_AB_MMIO));
-                GDRPY_PP_RS_MARK(2);
-            }
+            if (complete && !answered)
+                answer_line_store(al, pre, in.tag, words_checksum(in.buf, in.len), in.len);
             if (check && lane == 0 && (words_pattern_errors(in.buf, in.len, head) || in.tag != (u32)head)) {
                 if (nerr++ == 0) errors[1] = head + 1;
                 errors[0] = nerr;
@@ -889,18 +492,10 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             u32 c = 0;
             if (lane < n && complete) c = in_checksum(in);
             if (complete) {
-                GDRPY_PP_RS_MARK(1);
-#ifdef GDRPY_PP_AB
-                if ((ab_mode & 3u) == 1u && ll) {
-                    /* shape 1 in bursts too: one 16-byte store per completion */
-                    if (lane < n) tag_answer(d, comp_head, lane, c);
-                } else
-#endif
-                if (ll && !GDRPY_PP_ANSWER_LANE && (d.comp_size <= 24u || !refresh_lap(d, comp_head, n)))
+                if (ll && (d.comp_size <= 24u || !refresh_lap(d, comp_head, n)))
                     answer_lines(d, al, comp_head, head, n, c, in.len, in.tag);   /* all lanes */
                 else if (lane < n)
                     answer(d, comp_head + lane, head + lane, c, in.len, in.tag);
-                GDRPY_PP_RS_MARK(2);
             }
             if (lane < n) {
                 u64 i = head + lane;
@@ -938,9 +533,6 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
             }
         }
         }
-        GDRPY_PP_T1();
-        GDRPY_PP_R_ROUND(one, t_poll);
-        GDRPY_PP_RS_ROUND(head, n, t_poll);
         __syncwarp();
         u32 mode = 0;
         if (lane == 0) {
@@ -953,15 +545,7 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
                 gdrpy_chan_consume(d, head + n);
             }
             if ((++rounds & 15u) == 0) mode = gdrpy_chan_shutdown_mode(d);
-#ifdef GDRPY_PP_AB
-            /* the host's choice for the next messages, read after this
-             * round's answers (off the next round trip's path) */
-            ab_mode = *(const volatile u32 *)(d.dev_ctrl + GDRPY_PP_AB_WORD);
-#endif
         }
-#ifdef GDRPY_PP_AB
-        ab_mode = __shfl_sync(full, ab_mode, 0);
-#endif
         if (complete) comp_head += n;
         head += n;
         mode = __shfl_sync(full, mode, 0);
@@ -969,12 +553,6 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
     }
     __syncwarp();
     if (lane == 0) {
-        GDRPY_PP_T_REPORT();
-        GDRPY_PP_R_REPORT();
-#ifdef GDRPY_PP_AB
-        pp_spare_report(d, tl.samples, tl.sample_cyc, tl.found,
-                        tl.seen_cyc, tl.answer_cyc);
-#endif
         /* the learned per-load time of the poll, where the start-up
          * measurement was (before the stop's fence and status) */
         if (GDRPY_CHAN_POLL_PIPE > 1) *(volatile u32 *)(d.host_ctrl + 20u) = gap * GDRPY_CHAN_POLL_PIPE;
@@ -986,20 +564,6 @@ __device__ __forceinline__ void serve(const gdrpy_chan_desc_t &d, u64 idle_ns, b
 extern "C" __global__ void gdrpy_pp_serve(gdrpy_chan_desc_t d, u64 idle_ns)
 {
     if (threadIdx.x >= 32) return;
-#ifdef GDRPY_PP_AB
-    /* gdrpy_chanpp --ab-sm: serve from that SM only (device block bytes
-     * 40: the SM + 1, 0 for any; 44: claimed by the first block there) */
-    {
-        const u32 want = *(const volatile u32 *)(d.dev_ctrl + 40u);
-        u32 smid, mine = 1;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-        if (want != 0u) {
-            if (threadIdx.x == 0)
-                mine = smid + 1u == want && atomicCAS((unsigned *)(d.dev_ctrl + 44u), 0u, 1u) == 0u;
-            if (!__shfl_sync(0xffffffffu, mine, 0)) return;
-        }
-    }
-#endif
     serve(d, idle_ns, false, true, nullptr);
 }
 

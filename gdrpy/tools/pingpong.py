@@ -18,7 +18,7 @@ One run measures, on the same GPU and the same thread placement:
   (send + recv), in Python and in C.
 
 Every answer is checked (sequence number and checksum).  The summary at the
-end prints the issue's numbers: the Python and C 4 B round trip (median,
+end prints the headline numbers: the Python and C 4 B round trip (median,
 p99) and the batch/tick ratio.  ``--near-gpu`` (default on a GPU) pins the
 measuring thread (and the C tool) to a CPU on the GPU's NUMA node.
 
@@ -31,18 +31,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 from .._sizes import format_size, parse_size
 from .._sizes import parse_sizes as _parse_sizes
+from .chancheck import checksum, checksums
+from .pingpong_c import c_results, c_roundtrips
 from .pingpong_report import (
     SIM_LABEL,
-    _c_stats,
     format_report,
     plot,
     stats_header,
@@ -114,24 +113,6 @@ def kernel_source() -> str:
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)),
                            "channel_kernels.cu")) as f:
         return f.read()
-
-
-def pipe_options() -> list[str]:
-    """NVRTC options from ``GDRPY_PP_POLL_PIPE`` (loads in flight in the
-    kernel's idle poll, 1..8; unset: the header's default), so that one run
-    can measure the round trip both ways."""
-    v = os.environ.get("GDRPY_PP_POLL_PIPE", "")
-    if not v:
-        return []
-    if not v.isdigit() or not 1 <= int(v) <= 8:
-        raise ValueError(f"GDRPY_PP_POLL_PIPE={v!r}: want an integer 1..8")
-    return [f"-DGDRPY_CHAN_POLL_PIPE={int(v)}"]
-
-
-def checksums(rows: np.ndarray) -> np.ndarray:
-    """gdrpy_chan_checksum of every row."""
-    w = (np.arange(rows.shape[1], dtype=np.uint64) & np.uint64(255)) + np.uint64(1)
-    return ((rows.astype(np.uint64) * w).sum(axis=1) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
 
 
 class Server:
@@ -302,80 +283,6 @@ def py_batch(ch, size: int, batch: int, iters: int, warmup: int) -> tuple:
 
 
 # ---------------------------------------------------------------------------
-# The C tool
-
-def chanpp_path() -> str | None:
-    import gdrpy
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    for p in (os.path.join(root, "native", "build", "gdrpy_chanpp"),
-              os.path.join(gdrpy.bindir(), "gdrpy_chanpp")):
-        if os.access(p, os.X_OK):
-            return p
-    return None
-
-
-def chanpp_command(tool: str, sizes, iters: int, batch: int, *, alloc: str = "vmm",
-                   answer: str = "tag", plain: bool = False, near: bool = True,
-                   cpu: int | None = None, device: int | None = None, warmup: int | None = None,
-                   timeout_s: float | None = None, cubin: str | None = None) -> list[str]:
-    """gdrpy_chanpp's command line for the C round trips (None: the tool's
-    default); ``cubin``: the kernels' image, served by gdrpy_pp_serve."""
-    cmd = [tool]
-    if device is not None:
-        cmd += ["--device", str(device)]
-    cmd += ["--sizes", ",".join(map(str, sizes)), "--iters", str(iters)]
-    if warmup is not None:
-        cmd += ["--warmup", str(warmup)]
-    cmd += ["--batch", str(batch)]
-    if timeout_s is not None:
-        cmd += ["--timeout", str(timeout_s)]
-    cmd += ["--alloc", alloc, "--answer", answer] + (["--plain"] if plain else []) \
-        + (["--near"] if near else [])
-    if cpu is not None:
-        cmd += ["--cpu", str(cpu)]
-    if cubin is not None:
-        cmd += ["--cubin", cubin, "--kernel", "gdrpy_pp_serve"]
-    return cmd
-
-
-def c_roundtrips(ctx, sizes, iters: int, warmup: int, batch: int, tick: int, image: bytes | None,
-                 cpu: int | None, timeout_s: float, alloc: str = "vmm",
-                 plain: bool = False, near: bool = True, answer: str = "tag") -> dict:
-    tool = chanpp_path()
-    if tool is None:
-        return {"error": "gdrpy_chanpp not found (build it with `make -C native tools`)"}
-    sz = [tick] + [s for s in sizes if s != tick]
-    with tempfile.TemporaryDirectory(prefix="gdrpy-pp-") as tmp:
-        if ctx.is_sim:
-            path = None
-        else:
-            if image is None:
-                raise RuntimeError("the C ping-pong needs the NVRTC image of the kernels")
-            path = os.path.join(tmp, "channel_kernels.cubin")
-            with open(path, "wb") as f:
-                f.write(image)
-        cmd = chanpp_command(tool, sz, iters, batch, alloc=alloc, answer=answer, plain=plain,
-                             near=near, cpu=cpu, device=ctx.device, warmup=warmup,
-                             timeout_s=timeout_s, cubin=path)
-        if ctx.is_sim:
-            cmd.append("--sim")
-        try:
-            p = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired:
-            return {"error": "gdrpy_chanpp timed out", "command": " ".join(cmd)}
-    rows = []
-    for line in p.stdout.splitlines():
-        line = line.strip()
-        if line.startswith("{"):
-            rows.append(json.loads(line))
-    res = {"command": " ".join(cmd), "rows": [r for r in rows if r.get("path") != "info"]}
-    res.update(next((r for r in rows if r.get("path") == "info"), {}))
-    if p.returncode != 0:
-        res["error"] = f"gdrpy_chanpp exited {p.returncode}: {p.stderr.strip()[-500:]}"
-    return res
-
-
-# ---------------------------------------------------------------------------
 # The cuMemcpy + launch path
 
 def baseline(ctx, rt, module, size: int, iters: int, warmup: int, rng) -> np.ndarray:
@@ -386,14 +293,13 @@ def baseline(ctx, rt, module, size: int, iters: int, warmup: int, rng) -> np.nda
     out = np.empty(iters, dtype=np.int64)
     pc = time.perf_counter_ns
     if ctx.is_sim:   # memcpy + a C checksum + memcpy stand in
-        from .._core import chan_checksum
         buf = gdrpy.memory.alloc(size + 64, ctx=ctx)
         try:
             for i in range(warmup + iters):
                 v = i % variants
                 t0 = pc()
                 ctx.memcpy_htod(buf.ptr, rows[v])
-                c = chan_checksum(ctx.memcpy_dtoh(buf.ptr, size))
+                c = checksum(ctx.memcpy_dtoh(buf.ptr, size))
                 t1 = pc()
                 if c != int(expect[v]):
                     raise RuntimeError("sim baseline: wrong checksum")
@@ -461,7 +367,6 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
                  "device": ctx.device, "gpu": "none (sim)" if sim else info.get("gpu_name"),
                  "driver": info.get("driver_version"), "iters": iters, "warmup": warmup,
                  "sizes": list(sizes), "batch": batch, "tick": tick,
-                 "poll_pipe": os.environ.get("GDRPY_PP_POLL_PIPE") or "default",
                  "format": "plain" if plain else "ll",
                  "slots": "near" if near else "all", "answer": answer,
                  "consumer": SIM_LABEL if sim else "persistent GPU kernel gdrpy_pp_serve (NVRTC)",
@@ -476,7 +381,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
             from .cuda_rt import GpuRuntime, nvrtc_version
             rt = GpuRuntime(ctx.device)
             t0 = time.perf_counter()
-            module = rt.compile(kernel_source(), "channel_kernels.cu", pipe_options())
+            module = rt.compile(kernel_source(), "channel_kernels.cu")
             res.update(arch=module.arch, module=module.kind, nvrtc=nvrtc_version(),
                        compile_s=round(time.perf_counter() - t0, 3))
         srv = Server(ctx, max(max(sizes), tick), idle_timeout_s=kernel_timeout_s, rt=rt,
@@ -502,24 +407,7 @@ def run(ctx, sizes, iters: int, warmup: int, kernel_timeout_s: float = 30.0,
                              module.image if module else None, res.get("cpu"), host_timeout_s,
                              alloc=c_alloc, plain=plain, near=near, answer=answer)
             res["c_tool"] = {k: v for k, v in c.items() if k != "rows"}
-            for row in c.get("rows", []):
-                if row["path"] == "c":
-                    if row["size"] == tick:
-                        res["results"].append({"size": tick, "path": "c-tick",
-                                               "stats_us": _c_stats(row)})
-                    if row["size"] in sizes:
-                        res["results"].append({"size": row["size"], "path": "c",
-                                               "stats_us": _c_stats(row)})
-                elif row["path"] == "c-avg10" and row["size"] in sizes:
-                    res["results"].append({"size": row["size"], "path": "c-avg10",
-                                           "stats_us": _c_stats(row)})
-                elif row["path"] in ("c-batch", "c-batch-send", "c-batch-first",
-                                     "c-batch-second"):
-                    # the batch, and the same batches taken apart (send_batch
-                    # alone; up to the first and the second completion)
-                    path = row["path"].replace("c-batch", f"c-batch{batch}")
-                    res["results"].append({"size": row["size"], "path": path,
-                                           "stats_us": _c_stats(row)})
+            res["results"] += c_results(c.get("rows", []), sizes, batch, tick)
         if with_baseline:
             for s in sizes:
                 res["results"].append({"size": s, "path": "cuMemcpy", "stats_us": summarize(
@@ -577,14 +465,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
               "the default); line - {seq, checksum, len} (comp_size 16)")
     _add(parser, "--c-alloc", choices=("vmm", "cumemalloc"), default="vmm",
          help="the C tool's ring memory (default vmm: cuMemCreate, as the Python run's)")
-    _add(parser, "--variant-alloc", choices=("cumemalloc", "vmm", "both"), default="both",
-         help="with --variants: ring memory of the variants (default both, side by side)")
-    _add(parser, "--variants", action="store_true",
-         help="instead: the channel protocol's variants side by side (gdrpy.tools.chanvar)")
-    _add(parser, "--variant-only", default=None, metavar="A,B",
-         help="with --variants: only these variants")
-    _add(parser, "--rounds", type=int, default=5,
-         help="with --variants: interleaved rounds (default 5)")
 
 
 def main(args) -> int:
@@ -611,8 +491,6 @@ def _main(args) -> int:
         print(f"gdrpy pingpong: need --iters > 0, --warmup >= 0, 1 <= --batch <= 1024, sizes "
               f"<= {fmt_size(MAX_SIZE)}", file=sys.stderr)
         return 2
-    if getattr(args, "variants", False):
-        return _variants(args, iters if getattr(args, "iters", None) else 20000)
     json_to = getattr(args, "json", None)
     with gdrpy.open(getattr(args, "device", 0) or 0, getattr(args, "backend", None)) as ctx:
         if ctx.is_sim:
@@ -644,27 +522,6 @@ def _main(args) -> int:
             print(f"gdrpy pingpong: {e}", file=sys.stderr)
             return 2
     return 0
-
-
-def _variants(args, iters: int) -> int:
-    import gdrpy
-
-    from ..numa import pin_thread_near_gpu
-    from .chanvar import run_variants
-    tool = chanpp_path()
-    if tool is None:
-        print("gdrpy pingpong: gdrpy_chanpp not found (make -C native tools)", file=sys.stderr)
-        return 1
-    with gdrpy.open(getattr(args, "device", 0) or 0, getattr(args, "backend", None)) as ctx:
-        cpu = getattr(args, "cpu", None)
-        if cpu is None and not ctx.is_sim and not getattr(args, "no_near_gpu", False):
-            cpu = pin_thread_near_gpu(ctx)
-        warmup = getattr(args, "warmup", None)
-        return run_variants(ctx, tool, iters=iters, rounds=getattr(args, "rounds", 5),
-                            warmup=500 if warmup is None else warmup, cpu=cpu,
-                            only=getattr(args, "variant_only", None),
-                            timeout_s=min(getattr(args, "timeout", 5.0), 1.0),
-                            alloc=getattr(args, "variant_alloc", "both"))
 
 
 def _standalone(argv=None) -> int:

@@ -1,5 +1,5 @@
-"""The ping-pong benchmark's report: statistics rows, the summary of issue
-15's numbers (targets included), the text table and the plot
+"""The ping-pong benchmark's report: statistics rows, the summary of the
+headline numbers (targets included), the text table and the plot
 (``gdrpy.tools.pingpong`` measures; this module only formats)."""
 
 from __future__ import annotations
@@ -27,14 +27,6 @@ def stats_row(label: str, st: dict) -> str:
     return f"{label:<30s}" + "".join(f" {st[c]:9.2f}" for c in _STATS_COLS)
 
 
-def _c_stats(row: dict) -> dict:
-    """The C tool's JSON row -> summarize()'s keys."""
-    return {"median": row["median_us"], "p90": row["p90_us"], "p99": row["p99_us"],
-            "p99.9": row["p99.9_us"], "max": row["max_us"], "min": row["min_us"],
-            "mean": row["mean_us"], "n": row["n"]}
-
-
-
 def _get(res: dict, path: str, size: int) -> dict | None:
     for r in res["results"]:
         if r["path"] == path and r["size"] == size:
@@ -43,7 +35,7 @@ def _get(res: dict, path: str, size: int) -> dict | None:
 
 
 def summary(res: dict) -> dict:
-    """The issue's numbers: Python / C round trip of the smallest size,
+    """The headline numbers: Python / C round trip of the smallest size,
     batch-of-N vs one-tick ratios."""
     s0 = min(res["sizes"])
     out: dict = {"size": s0}
@@ -117,8 +109,7 @@ def format_report(res: dict) -> str:
     answer = ("the checksum as the tag" if res.get("answer") == "tag"
               else "{seq, checksum, len}")
     lines.append(f"  consumer: {res['consumer']}; slot format {res.get('format', 'll').upper()}, "
-                 f"{res.get('slots', 'all')} slots; answers: {answer}; "
-                 f"idle poll loads in flight: {res.get('poll_pipe', 'default')}")
+                 f"{res.get('slots', 'all')} slots; answers: {answer}")
     if not sim:
         ct = res.get("c_tool", {})
         lines.append(f"  kernel SM: python run {res.get('python_sm')}, C run {ct.get('sm', '?')}; "

@@ -58,10 +58,12 @@ static void die(const char *what, int rc)
     exit(2);
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: gdrapi_copylat [--min BYTES] [--max BYTES] [--iters N] [--warmup N] "
-                    "[--quick] [--csv]\n");
+    fprintf(f, "usage: gdrapi_copylat [--min BYTES] [--max BYTES] [--iters N] [--warmup N] "
+               "[--quick] [--csv]\n"
+               "gdr_copy_to/from_mapping through libgdrapi.so.2 against cuMemcpy, sizes from\n"
+               "--min to --max (default 1..16 MiB) in powers of two; -h, --help: this text\n");
 }
 
 int main(int argc, char **argv)
@@ -85,9 +87,12 @@ int main(int argc, char **argv)
             i++;
         } else if (!strcmp(a, "--quick")) quick = 1;
         else if (!strcmp(a, "--csv")) csv = 1;
-        else {
-            usage();
-            return a[1] == 'h' || !strcmp(a, "--help") ? 0 : 2;
+        else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else {
+            usage(stderr);
+            return 2;
         }
     }
     if (quick) {
@@ -96,7 +101,7 @@ int main(int argc, char **argv)
         warmup = 3;
     }
     if (min == 0 || max < min || iters < 1) {
-        usage();
+        usage(stderr);
         return 2;
     }
 

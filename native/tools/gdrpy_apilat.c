@@ -18,7 +18,14 @@
  *   gdr_copy_to_mapping   libgdrapi.so.2's copy (GDRCopy ABI)
  *   copy_to_mapping (gdr map)  the bare kernel on libgdrapi's mapping
  *   gdr_copy_from_mapping
- * and "open under load": gdrpy_open + gdrpy_close of a new context, timed
+ * --pinmap N: the cost of gdrpy_pin + gdrpy_map of a --pinmap-bytes (64 KiB)
+ * buffer, and of gdrpy_unmap + gdrpy_unpin, N times each (rows "pin+map",
+ * "unmap+unpin"; one call each per sample).
+ * --bw SIZES: gdrpy_write / gdrpy_read of each size into one pinned and
+ * mapped buffer (rows "bw gdrpy_write", "bw gdrpy_read": one call per
+ * sample, write and read alternating, about --bw-budget seconds of each per
+ * size, 5 to 200 samples).
+ * And "open under load": gdrpy_open + gdrpy_close of a new context, timed
  * one by one, while --threads threads loop gdrpy_write (--load-bytes) on
  * another context; each open is given --open-timeout seconds (an open that
  * takes longer is reported as blocked, and the load is then stopped so
@@ -120,6 +127,33 @@ static void stats(double *s, int n, double *med, double *p99, double *max)
     *max = s[n - 1];
 }
 
+/* Device memory for the library under test: gdrpy_sim_alloc of that
+ * library on sim (libgdrapi's copy of the core keeps its own), else
+ * cuMemAlloc (gdrapi_testmem.h). */
+static void dev_alloc(size_t n, int is_sim, uint64_t *d, tm_buf *tb)
+{
+    memset(tb, 0, sizeof *tb);
+    if (is_sim) {
+        if (gp.sim_alloc(n, d)) die("gdrpy_sim_alloc(%zu): %s", n, gp.last_error());
+        return;
+    }
+    if (tm_alloc(tb, n, TM_CUMEMALLOC)) die("cuMemAlloc(%zu) failed", n);
+    *d = tb->d;
+}
+
+static void dev_free(uint64_t d, int is_sim, tm_buf *tb)
+{
+    if (is_sim) gp.sim_free(d);
+    else tm_free(tb);
+}
+
+static void row(const char *name, size_t n, int batch, double *s, int count)
+{
+    double med, p99, mx;
+    stats(s, count, &med, &p99, &mx);
+    printf("%-28s %8zu %6d %10.1f %10.1f\n", name, n, batch, med, p99);
+}
+
 /* ---- latency rows ------------------------------------------------------ */
 enum { M_WRITE,
        M_READ,
@@ -194,12 +228,89 @@ static void latency(const size_t *sizes, int nsizes, int samples, int have_gdr, 
             }
         for (int m = 0; m < M_COUNT; m++) {
             if (!have_gdr && (m == M_GDR_TO || m == M_GDR_KERNEL || m == M_GDR_FROM)) continue;
-            double med, p99, mx;
-            stats(s + m * samples, per * rounds, &med, &p99, &mx);
-            printf("%-28s %8zu %6d %10.1f %10.1f\n", m_name[m], n, batch[m], med, p99);
+            row(m_name[m], n, batch[m], s + m * samples, per * rounds);
         }
     }
     free(s);
+}
+
+/* ---- pin + map, bandwidth ---------------------------------------------- */
+static void pin_map_cost(size_t bytes, int samples, int is_sim)
+{
+    uint64_t d;
+    tm_buf tb;
+    dev_alloc(bytes, is_sim, &d, &tb);
+    double *a = malloc(sizeof(double) * 2 * (size_t)samples), *b = a + samples;
+    if (!a) die("out of memory");
+    printf("# pin+map: ns per gdrpy_pin + gdrpy_map of %zu B, and per gdrpy_unmap + "
+           "gdrpy_unpin; median / p99 of %d (one call each per sample)\n",
+           bytes, samples);
+    for (int i = -3; i < samples; i++) { /* 3 untimed first */
+        h_t pin;
+        void *mp, *up;
+        double t0 = now_ns();
+        if (gp.pin(g_ctx, d, bytes, 0, &pin)) die("gdrpy_pin: %s", gp.last_error());
+        if (gp.map(g_ctx, pin, &mp, &up)) die("gdrpy_map: %s", gp.last_error());
+        double t1 = now_ns();
+        if (gp.unmap(g_ctx, pin)) die("gdrpy_unmap: %s", gp.last_error());
+        if (gp.unpin(g_ctx, pin)) die("gdrpy_unpin: %s", gp.last_error());
+        double t2 = now_ns();
+        if (i >= 0) {
+            a[i] = t1 - t0;
+            b[i] = t2 - t1;
+        }
+    }
+    row("pin+map", bytes, 1, a, samples);
+    row("unmap+unpin", bytes, 1, b, samples);
+    free(a);
+    dev_free(d, is_sim, &tb);
+}
+
+static double timed_copy(int write, h_t pin, char *host, size_t n)
+{
+    double t0 = now_ns();
+    int rc = write ? gp.write(g_ctx, pin, 0, host, n) : gp.read(g_ctx, pin, 0, host, n);
+    if (rc) die("%s(%zu): %s", write ? "gdrpy_write" : "gdrpy_read", n, gp.last_error());
+    return now_ns() - t0;
+}
+
+static void bandwidth(const size_t *sizes, int nsizes, double budget_s, int is_sim)
+{
+    size_t max = 0;
+    for (int i = 0; i < nsizes; i++) max = sizes[i] > max ? sizes[i] : max;
+    uint64_t d;
+    tm_buf tb;
+    dev_alloc(max, is_sim, &d, &tb);
+    h_t pin;
+    void *mp, *up;
+    if (gp.pin(g_ctx, d, max, 0, &pin)) die("gdrpy_pin(%zu): %s", max, gp.last_error());
+    if (gp.map(g_ctx, pin, &mp, &up)) die("gdrpy_map: %s", gp.last_error());
+    char *host = aligned_alloc(4096, (max + 4095) & ~(size_t)4095);
+    if (!host) die("out of memory");
+    memset(host, 0x5a, max);
+    enum { MAXS = 200 };
+    double w[MAXS], r[MAXS];
+    printf("# bandwidth: ns per gdrpy_write / gdrpy_read (one call per sample, the two "
+           "alternating; GB/s = bytes / ns)\n");
+    for (int si = 0; si < nsizes; si++) {
+        size_t n = sizes[si];
+        timed_copy(1, pin, host, n);
+        timed_copy(0, pin, host, n);
+        double est = timed_copy(1, pin, host, n) + timed_copy(0, pin, host, n);
+        int count = est > 0 ? (int)(2 * budget_s * 1e9 / est) : MAXS;
+        if (count < 5) count = 5;
+        if (count > MAXS) count = MAXS;
+        for (int k = 0; k < count; k++) {
+            w[k] = timed_copy(1, pin, host, n);
+            r[k] = timed_copy(0, pin, host, n);
+        }
+        row("bw gdrpy_write", n, 1, w, count);
+        row("bw gdrpy_read", n, 1, r, count);
+    }
+    free(host);
+    gp.unmap(g_ctx, pin);
+    gp.unpin(g_ctx, pin);
+    dev_free(d, is_sim, &tb);
 }
 
 /* ---- open under load --------------------------------------------------- */
@@ -322,12 +433,38 @@ static size_t parse_size(const char *s)
     return (size_t)v;
 }
 
+/* A comma-separated list of sizes (K/M suffixes) into out[16]; their count. */
+static int parse_sizes(const char *text, size_t out[16])
+{
+    int n = 0;
+    char *dup = strdup(text), *save = NULL;
+    if (!dup) die("out of memory");
+    for (char *t = strtok_r(dup, ",", &save); t && n < 16; t = strtok_r(NULL, ",", &save))
+        out[n++] = parse_size(t);
+    free(dup);
+    return n;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: gdrpy_apilat --lib DIR [--backend sim|auto|nvrm] [--device N] "
+               "[--sizes 8,64] [--samples N] [--threads 8] [--opens 50] "
+               "[--open-timeout S] [--load-bytes 64] [--no-latency] [--no-open]\n"
+               "       [--pinmap N] [--pinmap-bytes 64K] [--bw 64K,1M,16M,64M] [--bw-budget S]\n"
+               "Latency of the validated copies of the libgdrpy.so.0 / libgdrapi.so.2 in DIR\n"
+               "(loaded with dlopen), and gdrpy_open while threads copy; --pinmap N: N pin+map\n"
+               "and unmap+unpin of --pinmap-bytes; --bw: gdrpy_write/read of each size\n"
+               "(about --bw-budget s, default 0.3, of each per size); -h, --help: this text\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *lib = NULL, *backend = "sim";
     size_t sizes[16] = {8, 64};
     int nsizes = 2, samples = 2000, threads = 8, opens = 50, do_lat = 1, do_open = 1;
-    double timeout_s = 3.0, limit_ms = 10.0;
+    int pinmap = 0, nbw = 0;
+    size_t pinmap_bytes = 1 << 16, bw[16];
+    double timeout_s = 3.0, limit_ms = 10.0, bw_budget = 0.3;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--lib") && v) {
@@ -354,19 +491,28 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--load-bytes") && v) {
             g_load_bytes = parse_size(v);
             i++;
+        } else if (!strcmp(a, "--pinmap") && v) {
+            pinmap = atoi(v);
+            i++;
+        } else if (!strcmp(a, "--pinmap-bytes") && v) {
+            pinmap_bytes = parse_size(v);
+            i++;
+        } else if (!strcmp(a, "--bw-budget") && v) {
+            bw_budget = atof(v);
+            i++;
+        } else if (!strcmp(a, "--bw") && v) {
+            nbw = parse_sizes(v, bw);
+            i++;
         } else if (!strcmp(a, "--no-latency")) do_lat = 0;
         else if (!strcmp(a, "--no-open")) do_open = 0;
         else if (!strcmp(a, "--sizes") && v) {
-            nsizes = 0;
-            char *dup = strdup(v), *save = NULL;
-            for (char *t = strtok_r(dup, ",", &save); t && nsizes < 16; t = strtok_r(NULL, ",", &save))
-                sizes[nsizes++] = parse_size(t);
-            free(dup);
+            nsizes = parse_sizes(v, sizes);
             i++;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
         } else {
-            fprintf(stderr, "usage: gdrpy_apilat --lib DIR [--backend sim|auto|nvrm] [--device N] "
-                            "[--sizes 8,64] [--samples N] [--threads 8] [--opens 50] "
-                            "[--open-timeout S] [--load-bytes 64] [--no-latency] [--no-open]\n");
+            usage(stderr);
             return 2;
         }
     }
@@ -374,6 +520,11 @@ int main(int argc, char **argv)
     if (threads < 0 || threads > 64) die("--threads must be 0..64");
     if (samples < 10) samples = 10;
     if (g_load_bytes == 0 || g_load_bytes > 4096) die("--load-bytes must be 1..4096");
+    if (pinmap < 0 || pinmap > 1000000) die("--pinmap must be 0..1000000");
+    if (pinmap && (pinmap_bytes == 0 || pinmap_bytes % 65536)) die("--pinmap-bytes must be a multiple of 64 KiB");
+    for (int k = 0; k < nbw; k++)
+        if (bw[k] == 0 || bw[k] > ((size_t)1 << 32)) die("--bw sizes must be 1 B..4 GiB");
+    if (!(bw_budget > 0 && bw_budget <= 60)) die("--bw-budget must be in (0, 60] seconds");
     char path[4096];
     snprintf(path, sizeof path, "%s/libgdrpy.so.0", lib);
     gp.so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -413,13 +564,8 @@ int main(int argc, char **argv)
     const size_t bytes = 1 << 16;
     /* gdrpy side */
     uint64_t d = 0;
-    tm_buf tb = {0};
-    if (is_sim) {
-        if (gp.sim_alloc(bytes, &d)) die("sim_alloc: %s", gp.last_error());
-    } else {
-        if (tm_alloc(&tb, bytes, TM_CUMEMALLOC)) die("cuMemAlloc failed");
-        d = tb.d;
-    }
+    tm_buf tb;
+    dev_alloc(bytes, is_sim, &d, &tb);
     if (gp.open(g_device, g_backend, &g_ctx)) die("gdrpy_open: %s", gp.last_error());
     if (gp.pin(g_ctx, d, bytes, 0, &g_pin)) die("gdrpy_pin: %s", gp.last_error());
     void *mp, *up;
@@ -439,6 +585,8 @@ int main(int argc, char **argv)
            is_sim ? " (host memory standing in for a GPU: not GPU numbers)" : "");
     int rc = 0;
     if (do_lat) latency(sizes, nsizes, samples, 1, is_sim);
+    if (pinmap) pin_map_cost(pinmap_bytes, pinmap, is_sim);
+    if (nbw) bandwidth(bw, nbw, bw_budget, is_sim);
     if (do_open) {
         printf("# open under load: gdrpy_open+gdrpy_close of a new context, %d times, while "
                "%d threads loop gdrpy_write of %zu B on another context\n",
@@ -454,8 +602,7 @@ int main(int argc, char **argv)
     gp.unmap(g_ctx, g_pin);
     gp.unpin(g_ctx, g_pin);
     gp.close(g_ctx);
-    if (is_sim) gp.sim_free(d);
-    else tm_free(&tb);
+    dev_free(d, is_sim, &tb);
     tm_fini();
     return rc;
 }

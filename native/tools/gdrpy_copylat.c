@@ -605,7 +605,8 @@ static void usage(FILE *f)
             "  --json FILE      also write the results as JSON\n"
             "  --quick          tiny iteration counts (CI smoke test)\n"
             "  --cpu N          pin to CPU N (default: the CPU it starts on; -1: do not pin)\n"
-            "  --no-ce          skip the copy-engine (cuMemcpy) rows\n");
+            "  --no-ce          skip the copy-engine (cuMemcpy) rows\n"
+            "  -h, --help       this text\n");
 }
 
 int main(int argc, char **argv)

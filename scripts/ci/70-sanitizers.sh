@@ -32,7 +32,7 @@ export ASAN_OPTIONS="halt_on_error=1:abort_on_error=1:detect_leaks=0:verify_asan
 # The sweep's subprocesses inherit LD_PRELOAD too: every case runs sanitized.
 PYTHONPATH=$PWD GDRPY_BACKEND=sim python3 -m pytest -q -p no:cacheprovider -x \
     --ignore=tests/test_asv.py -m "not gpu" tests
-PYTHONPATH=$PWD python3 -m gdrpy.tools.misuse_sweep --backend sim --jobs "$(nproc)" \
+PYTHONPATH=$PWD python3 -m tests.misuse.sweep --backend sim --jobs "$(nproc)" \
     --only race
 
 # ThreadSanitizer on the C tests whose threads race teardown (close, unmap,

@@ -10,7 +10,7 @@
 set -euo pipefail
 export GDRPY_FUZZ_EXAMPLES=${GDRPY_FUZZ_EXAMPLES:-3000} GDRPY_FUZZ_SEED=random
 timeout 1200 python3 -m pytest -q -p no:cacheprovider tests/fuzz
-timeout 1800 python3 -m gdrpy.tools.misuse_sweep --backend sim --jobs "$(nproc)"
+timeout 1800 python3 -m tests.misuse.sweep --backend sim --jobs "$(nproc)"
 make -s -C native tools >/dev/null
 native/build/gdrpy_apilat --lib native/build --backend sim --samples 500 \
     || echo "(open under load above the 10 ms target on this run)"

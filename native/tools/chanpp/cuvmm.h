@@ -3,9 +3,9 @@
  * cuMemCreate mode (tests/common.cpp gpu_vmm_alloc): cuMemCreate of PINNED
  * device memory with gpuDirectRDMACapable, reserved and mapped at the
  * recommended granularity, read-write for the device.  For the channel's
- * C tools (gdrpy_chanpp and its --variants), which load libcuda with dlopen
- * and so declare the few driver types they need here (layouts of CUDA 12/13's
- * cuda.h).  Header-only; no handle is exported (no POSIX fd).
+ * C tool gdrpy_chanpp, which loads libcuda with dlopen and so declares the
+ * few driver types it needs here (layouts of CUDA 12/13's cuda.h).
+ * Header-only; no handle is exported (no POSIX fd).
  */
 #ifndef GDRPY_TOOLS_CUVMM_H
 #define GDRPY_TOOLS_CUVMM_H

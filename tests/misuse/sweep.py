@@ -1,12 +1,15 @@
-"""Hostile-input sweep: every case of :mod:`gdrpy.tools.misuse_cases` in its own
+"""Hostile-input sweep: every case of :mod:`tests.misuse.cases` in its own
 subprocess, counted as crash (killed by a signal or died without a verdict),
 hang (past ``--timeout``), clear error (a GdrError, or a non-zero return of the C
 ABI, where one was expected), ok (no error where none was expected), or
 unexpected (an error that is not a GdrError, or a call accepted that should have
 been refused).
 
-    python -m gdrpy.tools.misuse_sweep [--backend sim|auto|nvrm] [--jobs N]
-                                       [--timeout S] [--only SUBSTR] [--json FILE]
+    python -m tests.misuse.sweep [--backend sim|auto|nvrm] [--jobs N]
+                                 [--timeout S] [--only SUBSTR] [--json FILE]
+
+(from the repository root, with the gdrpy to test importable: built in place
+or installed).
 
 ``--backend sim`` (the default) needs no GPU; ``auto`` (or ``nvrm``) runs the same
 cases on the GPU with device memory from cuMemCreate (Python) and cuMemAlloc (C
@@ -24,7 +27,7 @@ import subprocess
 import sys
 import time
 
-from .misuse_cases import Case, all_cases
+from .cases import Case, all_cases
 
 _PY_PRELUDE = """
 import errno, gc, os, sys, threading, time
@@ -158,7 +161,7 @@ def run_case(case: Case, backend: str, timeout: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m gdrpy.tools.misuse_sweep",
+    ap = argparse.ArgumentParser(prog="python -m tests.misuse.sweep",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="sim", help="sim (default), auto or nvrm")
     ap.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)))

@@ -1,4 +1,4 @@
-"""Cases of the hostile-input sweep (``python -m gdrpy.tools.misuse_sweep``).
+"""Cases of the hostile-input sweep (``python -m tests.misuse.sweep``).
 
 A case is a snippet of Python run in a fresh subprocess after a prelude that
 opens a context (``ctx``), allocates 1 MiB (``buf``), pins (``pin``) and maps
