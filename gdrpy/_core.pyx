@@ -1175,7 +1175,7 @@ cdef class Transfer:
         self._pin = mapping._pin
         ctx = mapping._pin._ctx
         if picker is None:
-            from gdrpy.transfer import default_picker
+            from gdrpy.threshold.context import default_picker
             picker = default_picker(ctx)
             if picker_locked is None:
                 picker_locked = default_picker(ctx, "locked")

@@ -35,8 +35,8 @@ def test_bench_quick_does_not_store_its_calibration(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("GDRPY_CACHE_DIR", str(cache))
     for v in ("GDRPY_THRESHOLD_H2D", "GDRPY_THRESHOLD_D2H"):
         monkeypatch.delenv(v, raising=False)
-    import gdrpy.transfer as gt
-    monkeypatch.setattr(gt, "_pickers", {})            # a fresh default picker
+    import gdrpy.threshold.context as gtc
+    monkeypatch.setattr(gtc, "_pickers", {})            # a fresh default picker
     argv = ["bench", "transfer", "--backend", "sim", "--sizes", "4,64K",
             "--calibrate-budget", "0.3"]
     argv += ["--quick"] if quick else ["--iters", "5", "--warmup", "1", "--max-time", "0.05"]

@@ -6,14 +6,13 @@ from __future__ import annotations
 import sys
 import time
 
+from ..identity import host_identity
 from ..threshold import ThresholdPicker, format_threshold
-from ..transfer import (
+from ..threshold.context import (
     HOST_KINDS,
-    _pickers,
-    _pickers_lock,
     calibrate_context,
-    host_identity,
     picker_identity,
+    set_default_picker,
 )
 from .progress import progress_bar
 
@@ -41,8 +40,7 @@ def calibrate_cli(args) -> int:
                                     progress=None if args.quiet else
                                     progress_bar(f"calibrating ({kind})"),
                                     save=not args.no_save, kind=kind)
-            with _pickers_lock:
-                _pickers[(ctx.device, ctx.backend, kind)] = picker
+            set_default_picker(ctx, picker, kind)
             print(f"{kind} host memory: calibrated {ctx.backend} on device {ctx.device}"
                   f"{' (truncated by the budget)' if res.truncated else ''}")
             for d, r in res.directions.items():

@@ -36,7 +36,7 @@ def open_context(args):
 
 def metadata(ctx, command: str) -> dict:
     import gdrpy
-    from gdrpy.transfer import host_identity
+    from gdrpy.identity import host_identity
     ident = host_identity(ctx)
     info = ctx.info
     return {
@@ -165,7 +165,7 @@ def _ready_default_picker(ctx, calibrate: bool = True, budget: float = 5.0,
     cache only if ``save`` (a --quick smoke run's truncated calibration must not be
     what later runs load).  Returns a description."""
     from gdrpy.threshold import format_threshold
-    from gdrpy.transfer import calibrate_context, default_picker
+    from gdrpy.threshold.context import calibrate_context, default_picker
     old = os.environ.get("GDRPY_AUTOCALIBRATE")
     os.environ["GDRPY_AUTOCALIBRATE"] = "0"   # we calibrate below, timed, under our budget
     try:
@@ -185,7 +185,7 @@ def _ready_default_picker(ctx, calibrate: bool = True, budget: float = 5.0,
         desc.update(calibrated_now=True, calibration_s=time.perf_counter() - t0,
                     budget_s=budget, truncated=bool(getattr(res, "truncated", False)),
                     saved=save)
-    # page-locked host memory has its own picker (gdrpy.transfer.default_picker)
+    # page-locked host memory has its own picker (gdrpy.threshold.context.default_picker)
     old = os.environ.get("GDRPY_AUTOCALIBRATE")
     os.environ["GDRPY_AUTOCALIBRATE"] = "0"
     try:
