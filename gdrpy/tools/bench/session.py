@@ -13,7 +13,7 @@ import time
 import numpy as np
 
 from .common import BATCH_BELOW_NS, BATCH_TARGET_NS, DIRECTIONS, SIM_NOTE
-from .timing import Cfg, _pattern
+from .timing import Cfg
 
 # ---------------------------------------------------------------------------
 # Context, header, environment
@@ -78,36 +78,6 @@ def print_header(meta: dict, out=None) -> None:
         for x in lines:
             print(f"*** {x.ljust(w)} ***", file=out)
         print("*" * (w + 8), file=out)
-
-
-class _Env:
-    """One device buffer, pinned and mapped, and a host numpy buffer."""
-
-    def __init__(self, ctx, nbytes: int):
-        import gdrpy
-        self.ctx = ctx
-        self.size = nbytes
-        self.buf = gdrpy.memory.alloc(nbytes, ctx=ctx)
-        try:
-            self.pin = ctx.pin(self.buf)
-            self.m = self.pin.map()
-        except BaseException:
-            self.buf.close()
-            raise
-        self.host = _pattern(nbytes, 3)
-
-    def close(self) -> None:
-        from gdrpy.errors import BusyError
-        for obj in (getattr(self, "m", None), getattr(self, "pin", None)):
-            if obj is not None:
-                obj.close()
-        try:
-            self.buf.close()
-        except BusyError as e:
-            # A library's view of the buffer (a torch/cupy tensor) is still
-            # referenced somewhere; freeing would leave it dangling, so keep
-            # the buffer until the process ends, and say so.
-            print(f"note: benchmark buffer kept allocated: {e}", file=sys.stderr)
 
 
 @contextlib.contextmanager
