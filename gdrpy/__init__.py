@@ -19,7 +19,6 @@ import os as _os
 
 from . import errors
 from ._core import (
-    Channel,
     Context,
     Mapping,
     Pin,
@@ -72,6 +71,7 @@ from ._env import check_environment as _check_environment  # noqa: E402
 _check_environment(backend_names())
 
 from . import memory  # noqa: E402
+from .channel import Channel  # noqa: E402
 from .transfer import Transfer, get, put  # noqa: E402
 
 

@@ -36,11 +36,44 @@ from __future__ import annotations
 
 import errno
 
-from ._core import Mapping, Pin, Transfer
+from . import _core
+from ._core import Mapping, Pin
 from .errors import ArgumentTypeError, InvalidArgumentError
+from .staging import default_plan
 from .threshold.context import default_picker
 
 __all__ = ["put", "get", "Transfer", "default_picker"]
+
+
+class Transfer(_core.Transfer):
+    """put/get on one mapping with automatic path choice (the binding's
+    Transfer, see there) with the context's shared defaults:
+    ``Transfer(mapping, picker=None, picker_locked=None, plan=None)``.
+
+    ``picker`` None: the default picker for pageable host memory and, unless
+    ``picker_locked`` is given, the one for page-locked memory
+    (:func:`default_picker`); a ``picker`` given alone serves both kinds.
+    ``plan`` None: the context's staging plan (:func:`gdrpy.staging.default_plan`).
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, mapping: Mapping, picker=None, picker_locked=None, plan=None):
+        if picker is None or plan is None:
+            ctx = _core.Transfer._context_of(mapping)   # an open Mapping, or the error
+            if picker is None:
+                picker = default_picker(ctx)
+                if picker_locked is None:
+                    picker_locked = default_picker(ctx, "locked")
+            if plan is None:
+                plan = default_plan(ctx)
+        if picker_locked is None:
+            picker_locked = picker
+        return super().__new__(cls, mapping, picker, picker_locked, plan)
+
+
+# Mapping.transfer() (in the binding) makes its Transfer with these defaults.
+_core.set_transfer_factory(Transfer)
 
 
 def _mapping_of(obj) -> Mapping:
