@@ -50,6 +50,17 @@ def test_bench_quick_does_not_store_its_calibration(tmp_path, monkeypatch, capsy
         assert len(_stored(cache)) == 2, "a full run stores its calibrations"
 
 
+def test_bench_latency_quick_leaves_the_cache_untouched(tmp_path, monkeypatch, capsys):
+    # a smoke run reads the caches it finds and writes nothing: no directory, no locks
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GDRPY_CACHE_DIR", str(cache))
+    import gdrpy.threshold.context as gtc
+    monkeypatch.setattr(gtc, "_pickers", {})            # fresh default pickers: they load
+    assert main(["bench", "latency", "--backend", "sim", "--quick", "--sizes", "8"]) == 0
+    assert "not stored: --quick" in capsys.readouterr().out
+    assert not cache.exists(), sorted(p.name for p in cache.iterdir())
+
+
 def test_transfer_quick_on_sim_gives_no_verdict(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GDRPY_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["bench", "transfer", "--backend", "sim", "--quick", "--sizes", "4,1M"]) == 0

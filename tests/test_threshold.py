@@ -552,6 +552,17 @@ def test_cache_round_trip(picker_factory):
     json.dumps(st)                                      # introspection is JSON-able
 
 
+def test_loading_creates_nothing(picker_factory, tmp_path):
+    p = picker_factory()
+    assert p.load() is False and "no cache file" in p.reason
+    assert not (tmp_path / "cache").exists()          # no directory, no lock file
+    fake = FakeMeasure({"h2d": H100_H2D, "d2h": H100_D2H})
+    p.calibrate(fake, **fast_cal(fake))               # a save creates both
+    before = sorted(f.name for f in (tmp_path / "cache").iterdir())
+    assert picker_factory().load() is True
+    assert sorted(f.name for f in (tmp_path / "cache").iterdir()) == before
+
+
 @pytest.mark.parametrize("hide_platformdirs", [False, True], ids=["as-installed", "fallback"])
 def test_cache_dir_resolution(monkeypatch, tmp_path, hide_platformdirs):
     # fallback: gdrpy installed without its dependencies (pip --no-deps, as on
