@@ -61,6 +61,20 @@ def test_bench_latency_quick_leaves_the_cache_untouched(tmp_path, monkeypatch, c
     assert not cache.exists(), sorted(p.name for p in cache.iterdir())
 
 
+def test_calibrate_without_a_gpu_says_how_to_run_on_sim(monkeypatch, capsys):
+    monkeypatch.delenv("GDRPY_BACKEND", raising=False)
+    try:
+        gdrpy.open(0, "auto").close()
+    except gdrpy.GdrError:
+        pass
+    else:
+        pytest.skip("a GPU backend opens here: calibrate would run")
+    assert main(["calibrate", "--no-save", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gdrpy calibrate: cannot open device 0 with backend 'auto'"), err
+    assert "--backend sim or GDRPY_BACKEND=sim" in err
+
+
 def test_transfer_quick_on_sim_gives_no_verdict(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("GDRPY_CACHE_DIR", str(tmp_path / "cache"))
     assert main(["bench", "transfer", "--backend", "sim", "--quick", "--sizes", "4,1M"]) == 0

@@ -18,9 +18,13 @@ from .progress import progress_bar
 
 
 def calibrate_cli(args) -> int:
-    from .. import open as gopen
     from ..staging import calibrate_plan, save_plan, set_plan
-    with gopen(args.device, args.backend) as ctx:
+    from .bench import open_context
+    try:
+        ctx = open_context(args, "gdrpy calibrate")    # no GPU: says so, with the sim hint
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else 2
+    with ctx:
         if ctx.is_sim:
             print("note: backend sim - host memory stands in for the GPU; these "
                   "thresholds describe the simulation, not a GPU", file=sys.stderr)

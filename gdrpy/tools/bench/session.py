@@ -18,15 +18,16 @@ from .timing import Cfg
 # ---------------------------------------------------------------------------
 # Context, header, environment
 
-def open_context(args):
+def open_context(args, prog: str = "gdrpy bench"):
     """gdrpy.open(args.device, args.backend) with a clear message where no GPU
-    backend works.  Returns the Context or raises SystemExit(2)."""
+    backend works (``prog``: the command that says it).  Returns the Context or
+    raises SystemExit(2)."""
     import gdrpy
     try:
         return gdrpy.open(args.device, args.backend)
     except gdrpy.GdrError as e:
         backend = args.backend or os.environ.get("GDRPY_BACKEND") or "auto"
-        print(f"gdrpy bench: cannot open device {args.device} with backend {backend!r}: {e}",
+        print(f"{prog}: cannot open device {args.device} with backend {backend!r}: {e}",
               file=sys.stderr)
         if backend != "sim":
             print("  With no GPU, run on the sim backend instead (host memory stands in for "
