@@ -77,9 +77,14 @@ ext = Extension(
     sources=["gdrpy/_core.pyx"],
     include_dirs=["native/include", "native/src/core", "native/src/copy"],
     extra_objects=[os.path.join("native", "build", "libgdrpy.a")],
-    # relink when the C core changes, not only when _core.pyx does
+    # rebuild when a unit of the binding, its C declarations or a public header
+    # changes, and relink when the C core does
     depends=[os.path.join("native", "build", "libgdrpy.a"), "gdrpy/_cgdrpy.pxd",
-             "gdrpy/_channel.pxi", "native/include/gdrpy_channel.h"],
+             *(f"gdrpy/_binding/{u}.pxi" for u in
+               ("common", "library", "interop", "context", "pin", "mapping", "hostmem",
+                "transfer", "dlpack", "channel")),
+             *(os.path.join("native", "include", h) for h in
+               ("gdrpy.h", "gdrpy_host.h", "gdrpy_channel.h"))],
     libraries=["dl", "pthread"],
     extra_compile_args=["-O2"],
 )

@@ -19,7 +19,6 @@ import os as _os
 
 from . import errors
 from ._core import (
-    Channel,
     Context,
     Mapping,
     Pin,
@@ -33,8 +32,8 @@ from ._core import (
 )
 from ._core import version as _core_version
 from ._version import __version__ as __version__
+from .context import open
 from .errors import *  # noqa: F403
-from .errors import InvalidArgumentError
 from .streams import RawStream, unchecked_stream
 
 __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
@@ -43,19 +42,6 @@ __all__ = ["open", "Context", "Pin", "Mapping", "errors", "memory", "probe",
            "library_version", "libdir", "includedir", "bindir", "put", "get",
            "Transfer", "Channel", "put_many", "RawStream",
            "unchecked_stream"] + list(errors.__all__)
-
-
-def open(device: int = 0, backend: str | None = None) -> Context:
-    """Open GPU ``device`` with ``backend`` (default: ``$GDRPY_BACKEND`` or
-    ``"auto"``, which picks the first real GPU backend that works and never
-    ``sim``).  Raises BackendUnavailableError naming why each backend failed."""
-    if backend is None:
-        backend = _os.environ.get("GDRPY_BACKEND") or "auto"
-        if backend not in backend_names():
-            raise InvalidArgumentError(
-                f"GDRPY_BACKEND={backend!r} is not one of {', '.join(backend_names())}: fix or "
-                "unset it, or pass backend= explicitly")
-    return Context(device, backend)
 
 
 def library_version() -> str:
@@ -85,6 +71,7 @@ from ._env import check_environment as _check_environment  # noqa: E402
 _check_environment(backend_names())
 
 from . import memory  # noqa: E402
+from .channel import Channel  # noqa: E402
 from .transfer import Transfer, get, put  # noqa: E402
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import _core
+from .context import open as gopen
 
 __all__ = ["HostBuffer", "Registration", "host_alloc", "kind_of", "live", "register"]
 
@@ -36,7 +37,6 @@ Registration = _core.Registration
 def _ctx(ctx: Any, device: int):
     if ctx is not None:
         return ctx, False
-    from . import open as gopen
     return gopen(device), True
 
 

@@ -41,6 +41,7 @@ from collections.abc import Callable
 from typing import Any
 
 from . import _core
+from .identity import host_identity
 from .threshold import cache_dir, identity_key, parse_threshold
 
 __all__ = ["StagingPlan", "calibrate_plan", "default_plan", "parse_plan_env", "pick_staged_min",
@@ -190,7 +191,6 @@ def save_plan(identity: dict, plan: StagingPlan) -> bool:
 
 def default_plan(ctx) -> StagingPlan:
     """The shared plan of ``ctx``'s (device, backend), applied to ``ctx``."""
-    from .transfer import host_identity
     key = (ctx.device, ctx.backend)
     with _plans_lock:
         plan = _plans.get(key)

@@ -2,7 +2,7 @@
 # Linters, as .ci/run runs them (configuration in pyproject.toml and .clang-format):
 #
 #   scripts/lint.sh          check: ruff check, mypy (gdrpy/, typed against
-#                            gdrpy/_core.pyi), cython-lint (.pyx/.pxd), clang-format
+#                            gdrpy/_core.pyi), cython-lint (.pyx/.pxd/.pxi), clang-format
 #                            (native/ and examples/ C sources)
 #   scripts/lint.sh --fix    apply what can be applied: ruff check --fix and
 #                            clang-format -i on every C source, and arm the C format
@@ -26,8 +26,8 @@ CYLINT=$(tool cython-lint cython_lint)
 CLANG_FORMAT=$(tool clang-format clang_format)
 mapfile -t C_FILES < <(git ls-files 'native/*.c' 'native/*.h' 'examples/*.c' 2>/dev/null \
                        || find native examples -name '*.[ch]' -not -path '*/build*')
-mapfile -t CY_FILES < <(git ls-files 'gdrpy/*.pyx' 'gdrpy/*.pxd' 2>/dev/null \
-                        || find gdrpy -name '*.py[xd]')
+mapfile -t CY_FILES < <(git ls-files 'gdrpy/*.pyx' 'gdrpy/*.pxd' 'gdrpy/*.pxi' 2>/dev/null \
+                        || find gdrpy -name '*.pyx' -o -name '*.px[di]')
 
 status=0
 run() {  # run NAME CMD...: print one line per check, the output only on failure

@@ -221,8 +221,8 @@ def test_transfer_on_sim_interleaves_variants_and_reports_regret(tmp_path, capsy
 
 
 def test_transfer_no_calibrate_keeps_the_picker_as_it_is(tmp_path, capsys, monkeypatch):
-    import gdrpy.transfer as gt
-    monkeypatch.setattr(gt, "_pickers", {})          # a fresh default picker for this test
+    import gdrpy.threshold.context as gtc
+    monkeypatch.setattr(gtc, "_pickers", {})          # a fresh default picker for this test
     j = tmp_path / "tr.json"
     rc, out, _ = _run(["bench", "transfer", "--backend", "sim", "--quick", "--sizes", "8",
                        "--no-calibrate", "--json", str(j)], capsys)

@@ -545,3 +545,21 @@ def test_near_channel_refuses_an_invalid_slot_table(sctx, table):
         with pytest.raises(GdrError, match="once the kernel has attached"):
             ch.slot_offset(0)  # nothing of the refused table was taken
         np.frombuffer(ch.host_block(), dtype=np.uint32)[64 // 4] = 2
+
+
+def test_the_binding_channel_takes_its_buffer_from_the_python_layer(sctx):
+    # the binding allocates nothing: gdrpy.Channel (gdrpy/channel.py) does
+    from gdrpy import _core
+    with pytest.raises(ArgumentTypeError, match="buffer="):
+        _core.Channel(sctx, nslots=4, slot_size=16)
+    buf = gdrpy.memory.alloc(_core.Channel.device_bytes(4, 16), ctx=sctx)
+    ch = _core.Channel(sctx, nslots=4, slot_size=16, buffer=buf)
+    ch.close()
+    assert not buf.closed          # the caller's buffer stays the caller's
+    buf.close()
+    ch = gdrpy.Channel(sctx, nslots=4, slot_size=16)
+    own = ch.buffer
+    assert isinstance(ch, _core.Channel) and not own.closed
+    assert ch.pin_thread_near_gpu() is None    # sim: no GPU to be near
+    ch.close()
+    assert own.closed              # the buffer it allocated is freed with it

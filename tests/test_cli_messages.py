@@ -35,8 +35,8 @@ def test_bench_quick_does_not_store_its_calibration(tmp_path, monkeypatch, capsy
     monkeypatch.setenv("GDRPY_CACHE_DIR", str(cache))
     for v in ("GDRPY_THRESHOLD_H2D", "GDRPY_THRESHOLD_D2H"):
         monkeypatch.delenv(v, raising=False)
-    import gdrpy.transfer as gt
-    monkeypatch.setattr(gt, "_pickers", {})            # a fresh default picker
+    import gdrpy.threshold.context as gtc
+    monkeypatch.setattr(gtc, "_pickers", {})            # a fresh default picker
     argv = ["bench", "transfer", "--backend", "sim", "--sizes", "4,64K",
             "--calibrate-budget", "0.3"]
     argv += ["--quick"] if quick else ["--iters", "5", "--warmup", "1", "--max-time", "0.05"]
@@ -48,6 +48,31 @@ def test_bench_quick_does_not_store_its_calibration(tmp_path, monkeypatch, capsy
     else:
         # one calibration per host-memory kind (pageable, page-locked): issue 14
         assert len(_stored(cache)) == 2, "a full run stores its calibrations"
+
+
+def test_bench_latency_quick_leaves_the_cache_untouched(tmp_path, monkeypatch, capsys):
+    # a smoke run reads the caches it finds and writes nothing: no directory, no locks
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("GDRPY_CACHE_DIR", str(cache))
+    import gdrpy.threshold.context as gtc
+    monkeypatch.setattr(gtc, "_pickers", {})            # fresh default pickers: they load
+    assert main(["bench", "latency", "--backend", "sim", "--quick", "--sizes", "8"]) == 0
+    assert "not stored: --quick" in capsys.readouterr().out
+    assert not cache.exists(), sorted(p.name for p in cache.iterdir())
+
+
+def test_calibrate_without_a_gpu_says_how_to_run_on_sim(monkeypatch, capsys):
+    monkeypatch.delenv("GDRPY_BACKEND", raising=False)
+    try:
+        gdrpy.open(0, "auto").close()
+    except gdrpy.GdrError:
+        pass
+    else:
+        pytest.skip("a GPU backend opens here: calibrate would run")
+    assert main(["calibrate", "--no-save", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gdrpy calibrate: cannot open device 0 with backend 'auto'"), err
+    assert "--backend sim or GDRPY_BACKEND=sim" in err
 
 
 def test_transfer_quick_on_sim_gives_no_verdict(tmp_path, monkeypatch, capsys):

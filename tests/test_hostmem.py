@@ -448,8 +448,8 @@ def test_gpu_ce_methods_with_and_without_stream(method):
 
 
 def test_plan_calibration_runs_and_its_cache_round_trips(tmp_path, monkeypatch):
+    from gdrpy.identity import host_identity
     from gdrpy.staging import calibrate_plan, load_plan, save_plan
-    from gdrpy.transfer import host_identity
     monkeypatch.setenv("GDRPY_CACHE_DIR", str(tmp_path))
     with gdrpy.open(0, "sim") as c:
         plan = calibrate_plan(c, budget_s=0.5, max_bytes=4 * MIB)

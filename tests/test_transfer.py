@@ -127,3 +127,56 @@ def test_transfer_of_a_closed_mapping_raises(ctx, alloc):
     with pytest.raises(errors.ClosedError):
         t.put(0, b"x")
     pin.close()
+
+
+def test_the_binding_transfer_takes_its_pickers_and_plan(mapped):
+    # the binding resolves no defaults: gdrpy.Transfer (the Python layer) does
+    from gdrpy import _core
+    from gdrpy.staging import StagingPlan
+    _, _, m = mapped
+    p = _picker(64, 64)
+    with pytest.raises(errors.ArgumentTypeError, match="takes all four"):
+        _core.Transfer(m, p, None, StagingPlan())
+    t = _core.Transfer(m, p, p, StagingPlan())
+    assert t.put(0, b"abc") == 3 and t.get(0, 3) == b"abc"
+    d = gdrpy.Transfer(m, p)
+    assert isinstance(d, _core.Transfer) and d.picker is d.picker_locked is p
+    assert not hasattr(d, "__dict__")
+    assert gdrpy.Transfer(m).picker is m.transfer().picker   # the shared default
+
+
+def test_defaults_of_a_closed_mapping_are_not_looked_up(ctx, alloc, monkeypatch):
+    import gdrpy.transfer as gt
+    buf = alloc(4096)
+    pin = ctx.pin(buf)
+    m = pin.map()
+    m.close()
+    monkeypatch.setattr(gt, "default_picker", lambda *a: pytest.fail("looked up"))
+    with pytest.raises(errors.ClosedError, match="mapping is unmapped"):
+        gdrpy.Transfer(m)
+    with pytest.raises(TypeError):
+        gdrpy.Transfer(b"not a mapping")
+    pin.close()
+
+
+def test_mapping_transfer_uses_the_installed_factory(mapped, monkeypatch):
+    from gdrpy import _core
+    _, _, m = mapped
+    made = []
+
+    def factory(mapping, picker):
+        made.append((mapping, picker))
+        return gdrpy.Transfer(mapping, picker)
+
+    p = _picker(64, 64)
+    try:
+        _core.set_transfer_factory(factory)
+        assert m.transfer(p).picker is p and made == [(m, p)]
+        _core.set_transfer_factory(lambda mapping, picker: "no transfer")
+        with pytest.raises(errors.ArgumentTypeError, match="returned str"):
+            m.transfer(p)
+        with pytest.raises(errors.ArgumentTypeError, match="callable"):
+            _core.set_transfer_factory(42)
+    finally:
+        _core.set_transfer_factory(gdrpy.Transfer)
+    assert type(m.transfer(p)) is gdrpy.Transfer

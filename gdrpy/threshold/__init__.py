@@ -32,13 +32,15 @@ contention, which only perturbs the probe rate). ``record``, calibration results
 loading and saving update state under ``self._lock``; calibrations in one process are
 serialised, and across processes by the cache file lock.
 
-The default thresholds (:data:`DEFAULT_THRESHOLDS`) are provisional, derived from the
-H100 measurements in facts/nvrm-bar1.md; calibrate on the target machine.
+The default thresholds (:data:`DEFAULT_THRESHOLDS`) are provisional, derived from
+measurements on an H100 (the figures are beside them in :mod:`.values`); calibrate on
+the target machine.
 
 Layout: :mod:`.values` (directions, special values, parsing), :mod:`.calibrate`
-(sweeps), :mod:`.adapt` (online adaptation state), :mod:`.cache` (persistence) and
-:mod:`.model` (:class:`ThresholdPicker`). This package imports nothing from the rest of
-gdrpy.
+(sweeps), :mod:`.adapt` (online adaptation state), :mod:`.cache` (persistence, a
+picker's cache file) and :mod:`.model` (:class:`ThresholdPicker`): pure Python that
+imports nothing from the rest of gdrpy.  :mod:`.context` (not imported here) holds the
+shared pickers of open gdrpy contexts and measures real transfers for them.
 """
 
 from __future__ import annotations

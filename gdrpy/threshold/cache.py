@@ -1,5 +1,5 @@
 """On-disk persistence of thresholds: cache directory, host identity key, file lock,
-atomic write and validation of a cache document."""
+atomic write, validation of a cache document, and a picker's cache file."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import math
 import os
 import pathlib
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, TypeGuard
 
@@ -242,3 +243,67 @@ def _validate_cache(obj: object, identity: dict[str, Any], key: str, now: float,
             raise _CacheInvalid(f"calibration duration_s {dur!r} is absurd")
     return out
 
+
+
+class CacheFile:
+    """One picker's cache file, ``threshold-<key>.json`` in ``directory``:
+    :meth:`read` validates it against ``identity``, :meth:`write` replaces it
+    atomically, :meth:`lock` serialises writers (and calibrations) across
+    processes.  Reading creates nothing: neither the directory nor a lock file."""
+
+    def __init__(self, directory: pathlib.Path, identity: dict[str, Any], key: str, *,
+                 lock_timeout_s: float, max_age_s: float | None) -> None:
+        self.directory = directory
+        self.path = directory / f"threshold-{key}.json"
+        self._identity = identity
+        self._key = key
+        self._lock_timeout = lock_timeout_s
+        self._max_age = max_age_s
+
+    def read(self) -> tuple[dict[str, dict[str, Any]], Any]:
+        """(valid entries per direction, calibration info); raises _CacheInvalid."""
+        f = self.path
+        try:
+            with os.fdopen(open_nofollow(f, os.O_RDONLY), "rb") as fh:
+                data = fh.read(_MAX_CACHE_BYTES + 1)
+        except FileNotFoundError:
+            raise _CacheInvalid(f"no cache file {f}") from None
+        except OSError as e:
+            raise _CacheInvalid(f"cannot read {f}: {e}") from None
+        if len(data) > _MAX_CACHE_BYTES:
+            raise _CacheInvalid(f"{f} is larger than {_MAX_CACHE_BYTES} bytes")
+        try:
+            obj = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise _CacheInvalid(f"corrupt cache file {f}: {e}") from None
+        try:
+            entries = _validate_cache(obj, self._identity, self._key, time.time(),
+                                      self._max_age)
+        except _CacheInvalid as e:
+            raise _CacheInvalid(f"{f}: {e}") from None
+        return entries, obj.get("calibration")
+
+    def ensure_dir(self) -> str | None:
+        """Create the directory (0700) and check it: None, or why it cannot be used."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            check_dir(self.directory)
+        except InsecureCacheDir as e:
+            return str(e)
+        except OSError as e:
+            return f"cannot create cache directory {self.directory}: {e}"
+        return None
+
+    def lock(self) -> contextlib.AbstractContextManager[bool]:
+        """The cross-process lock (``threshold-<key>.lock``); yields whether it was
+        taken (see _file_lock)."""
+        return _file_lock(self.path.with_suffix(".lock"), self._lock_timeout)
+
+    def write(self, directions: dict[str, Any], calibration: Any) -> None:
+        """Replace the file with these entries; raises OSError / ValueError."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        doc = {"kind": _CACHE_KIND, "schema": SCHEMA_VERSION, "key": self._key,
+               "identity": self._identity, "created": time.time(),
+               "calibration": calibration, "directions": directions}
+        _atomic_write(self.path, json.dumps(doc, indent=1, sort_keys=True,
+                                            allow_nan=False).encode())

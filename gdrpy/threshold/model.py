@@ -4,7 +4,6 @@ glue to calibration and the cache."""
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import pathlib
@@ -23,20 +22,7 @@ from .adapt import (
     _bucket_lo,
     _Dir,
 )
-from .cache import (
-    _CACHE_KIND,
-    _MAX_CACHE_BYTES,
-    SCHEMA_VERSION,
-    InsecureCacheDir,
-    _atomic_write,
-    _CacheInvalid,
-    _check_identity,
-    _file_lock,
-    _validate_cache,
-    check_dir,
-    identity_key,
-    open_nofollow,
-)
+from .cache import CacheFile, _CacheInvalid, _check_identity, identity_key
 from .cache import cache_dir as _default_cache_dir
 from .calibrate import (
     CalibrationResult,
@@ -123,20 +109,21 @@ class ThresholdPicker:
         lock_timeout_s = _as_real(lock_timeout_s, "lock_timeout_s")
         if not (lock_timeout_s >= 0 and math.isfinite(lock_timeout_s)):
             raise ValueError(f"lock_timeout_s must be >= 0, got {lock_timeout_s!r}")
-        self._lock_timeout = lock_timeout_s
         if max_age_s is not None:
             max_age_s = _as_real(max_age_s, "max_age_s")
             if not max_age_s > 0:
                 raise ValueError(f"max_age_s must be > 0 or None, got {max_age_s!r}")
-        self._max_age = max_age_s
 
         self._identity = None if identity is None else _check_identity(identity)
         self._key = None if self._identity is None else identity_key(self._identity)
         if cache_dir is not None and not isinstance(cache_dir, (str, os.PathLike)):
             raise TypeError(f"cache_dir must be a path, got {type(cache_dir).__name__} "
                             f"{cache_dir!r}")
-        self._cache_dir = (pathlib.Path(cache_dir) if cache_dir is not None
-                           else _default_cache_dir(env))
+        directory = (pathlib.Path(cache_dir) if cache_dir is not None
+                     else _default_cache_dir(env))
+        self._file = (None if self._identity is None or self._key is None or directory is None
+                      else CacheFile(directory, self._identity, self._key,
+                                     lock_timeout_s=lock_timeout_s, max_age_s=max_age_s))
 
         self._lock = threading.RLock()
         self._calib_lock = threading.Lock()
@@ -334,9 +321,7 @@ class ThresholdPicker:
 
     @property
     def cache_file(self) -> pathlib.Path | None:
-        if self._key is None or self._cache_dir is None:
-            return None
-        return self._cache_dir / f"threshold-{self._key}.json"
+        return None if self._file is None else self._file.path
 
     def state(self) -> dict[str, Any]:
         """A JSON-able snapshot: thresholds, sources, samples, calibration, identity."""
@@ -409,8 +394,8 @@ class ThresholdPicker:
         with self._calib_lock:
             res = calibrate(measure, directions=dirs, **kwargs)
             self._install(res)
-            if save and self.cache_file is not None and self._ensure_dir():
-                with _file_lock(self._lock_path(), self._lock_timeout):
+            if save and self._file is not None and self._ensure_dir():
+                with self._file.lock():
                     self._save_unlocked()
         return res
 
@@ -430,50 +415,30 @@ class ThresholdPicker:
                                  "budget_s": res.budget_s, "truncated": res.truncated,
                                  "directions": sorted(res.directions), "notes": list(res.notes)}
 
-    def _lock_path(self) -> pathlib.Path:
-        f = self.cache_file
-        assert f is not None
-        return f.with_suffix(".lock")
+    @property
+    def _no_cache(self) -> str:
+        """Why there is no cache file (when there is none)."""
+        return ("no identity given; persistence disabled" if self._key is None
+                else "no cache directory (no $HOME)")
 
     def _read_cache(self) -> tuple[dict[str, dict[str, Any]], Any]:
         """(valid entries, calibration info) of the cache file; raises _CacheInvalid."""
-        f = self.cache_file
-        if f is None:
-            raise _CacheInvalid("no identity given; persistence disabled" if self._key is None
-                                else "no cache directory (no $HOME)")
-        try:
-            with os.fdopen(open_nofollow(f, os.O_RDONLY), "rb") as fh:
-                data = fh.read(_MAX_CACHE_BYTES + 1)
-        except FileNotFoundError:
-            raise _CacheInvalid(f"no cache file {f}") from None
-        except OSError as e:
-            raise _CacheInvalid(f"cannot read {f}: {e}") from None
-        if len(data) > _MAX_CACHE_BYTES:
-            raise _CacheInvalid(f"{f} is larger than {_MAX_CACHE_BYTES} bytes")
-        try:
-            obj = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as e:
-            raise _CacheInvalid(f"corrupt cache file {f}: {e}") from None
-        try:
-            entries = _validate_cache(obj, self._identity or {}, self._key or "",
-                                      time.time(), self._max_age)
-        except _CacheInvalid as e:
-            raise _CacheInvalid(f"{f}: {e}") from None
-        return entries, obj.get("calibration")
+        if self._file is None:
+            raise _CacheInvalid(self._no_cache)
+        return self._file.read()
 
     def load(self) -> bool:
         """Load thresholds from the cache. True if every non-overridden direction got one.
 
-        Never raises for a bad cache: ``self.reason`` says what happened.
+        Never raises for a bad cache: ``self.reason`` says what happened.  Reads only
+        (writes are atomic, so no lock is needed): creates no directory or lock file.
         """
-        if self.cache_file is None:
-            self.reason = ("no identity given; persistence disabled" if self._key is None
-                           else "no cache directory (no $HOME)")
+        if self._file is None:
+            self.reason = self._no_cache
             return False
-        with _file_lock(self._lock_path(), self._lock_timeout):
-            return self._load_unlocked()
+        return self._load_entries()
 
-    def _load_unlocked(self) -> bool:
+    def _load_entries(self) -> bool:
         try:
             entries, cal = self._read_cache()
         except _CacheInvalid as e:
@@ -501,38 +466,30 @@ class ThresholdPicker:
 
     def save(self) -> bool:
         """Write calibrated/adapted thresholds to the cache. False (with reason) on failure."""
-        if self.cache_file is None:
-            self.reason = ("no identity given; persistence disabled" if self._key is None
-                           else "no cache directory (no $HOME)")
+        if self._file is None:
+            self.reason = self._no_cache
             return False
         if not self._ensure_dir():
             return False
-        with _file_lock(self._lock_path(), self._lock_timeout):
+        with self._file.lock():
             return self._save_unlocked()
 
     def _ensure_dir(self) -> bool:
         """Create the cache directory (the lock file lives there). False, with reason."""
-        assert self._cache_dir is not None
-        try:
-            self._cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            check_dir(self._cache_dir)
-        except InsecureCacheDir as e:
-            self.reason = str(e)
-            log.warning("threshold cache: %s", self.reason)
-            return False
-        except OSError as e:
-            self.reason = f"cannot create cache directory {self._cache_dir}: {e}"
-            log.warning("threshold cache: %s", self.reason)
+        assert self._file is not None
+        why = self._file.ensure_dir()
+        if why is not None:
+            self.reason = why
+            log.warning("threshold cache: %s", why)
             return False
         return True
 
     def _save_unlocked(self) -> bool:
-        f = self.cache_file
-        assert f is not None and self._cache_dir is not None
+        f = self._file
+        assert f is not None
         try:
-            self._cache_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
             try:
-                old = self._read_cache()[0]  # keep other processes' entries we lack
+                old = f.read()[0]  # keep other processes' entries we lack
             except _CacheInvalid:
                 old = {}
             with self._lock:
@@ -543,22 +500,13 @@ class ThresholdPicker:
                 if not entries:
                     self.reason = "nothing calibrated or adapted to save"
                     return False
-                doc = {
-                    "kind": _CACHE_KIND,
-                    "schema": SCHEMA_VERSION,
-                    "key": self._key,
-                    "identity": self._identity,
-                    "created": time.time(),
-                    "calibration": self._calibration,
-                    "directions": entries,
-                }
-            data = json.dumps(doc, indent=1, sort_keys=True, allow_nan=False).encode()
-            _atomic_write(f, data)
+                calibration = self._calibration
+            f.write(entries, calibration)
         except (OSError, ValueError) as e:
-            self.reason = f"cannot write {f}: {e}"
+            self.reason = f"cannot write {f.path}: {e}"
             log.warning("threshold cache: %s", self.reason)
             return False
-        self.reason = f"saved to {f}"
+        self.reason = f"saved to {f.path}"
         return True
 
     def load_or_calibrate(self, measure: MeasureFn | None = None, **kwargs: Any) -> str:
@@ -574,15 +522,13 @@ class ThresholdPicker:
         if not needed:
             self.reason = "all directions overridden"
             return "override"
-        if self.cache_file is not None:
+        if self._file is not None:
             self._ensure_dir()      # failure shows up again, with reason, at load/save
-        lock = (_file_lock(self._lock_path(), self._lock_timeout)
-                if self.cache_file is not None else contextlib.nullcontext(False))
+        lock = self._file.lock() if self._file is not None else contextlib.nullcontext(False)
         with self._calib_lock, lock:
-            if self.cache_file is None:
-                why = ("no identity given; persistence disabled" if self._key is None
-                       else "no cache directory (no $HOME)")
-            elif self._load_unlocked():
+            if self._file is None:
+                why = self._no_cache
+            elif self._load_entries():
                 return "cache"
             else:
                 why = self.reason
@@ -608,7 +554,7 @@ class ThresholdPicker:
                 return "default"
             self._install(res)
             done = f"{why}; calibrated {', '.join(missing)} in {res.duration_s:.2f} s"
-            if self.cache_file is not None:
+            if self._file is not None:
                 saved = self._save_unlocked()
                 done += f"; {self.reason}" if not saved else f"; saved to {self.cache_file}"
             self.reason = done

@@ -24,15 +24,18 @@ ALWAYS_CE: int = -1
 #: Largest finite threshold accepted from arguments, environment or cache (1 TiB).
 MAX_THRESHOLD: int = 1 << 40
 
-#: Provisional thresholds used before any calibration (bytes).
+#: Provisional thresholds used before any calibration (bytes), from C timings (medians)
+#: on an H100 80GB HBM3 (driver 580.159.04, CUDA 13.0, nvrm backend, AVX-512 host):
 #:
-#: h2d 64 KiB: on the H100 of facts/nvrm-bar1.md a BAR1 store stream runs at 16-19 GB/s
-#: (64 KiB ~ 3.6 us) while a synchronous cuMemcpyHtoD costs ~7 us + size/38 GB/s (~8.7 us
-#: at 64 KiB, ~11.5 us from Python); the crossover there is ~200-250 KiB. 64 KiB keeps the
+#: h2d 64 KiB: a BAR1 store + sfence takes 34 ns for 8 B and 496 ns for 4 KiB, a store
+#: stream runs at 16-19 GB/s (64 KiB ~ 3.6 us), while a synchronous cuMemcpyHtoD from
+#: pinned memory costs 6.96 us for 8 B and ~7 us + size/38 GB/s beyond (~8.7 us at
+#: 64 KiB, ~11.5 us from Python); the crossover there is ~200-250 KiB. 64 KiB keeps the
 #: mapping a clear (>2x) win even on hosts with half that write bandwidth.
-#: d2h 2 KiB: BAR1 reads cost ~1 us + size/0.8 GB/s with streaming loads (2 KiB ~ 3.5 us)
-#: against ~7.3 us for cuMemcpyDtoH; the crossover is ~4-5 KiB with streaming loads and
-#: far lower (~0.4 KiB) with plain loads, so 2 KiB is the safe side.
+#: d2h 2 KiB: a BAR1 8-byte load takes 1.06 us and streaming loads (AVX2) read 0.7-0.8
+#: GB/s (2 KiB ~ 3.5 us; plain loads 0.06 GB/s) against 7.3 us for cuMemcpyDtoH; the
+#: crossover is ~4-5 KiB with streaming loads and far lower (~0.4 KiB) with plain loads,
+#: so 2 KiB is the safe side.
 DEFAULT_THRESHOLDS: Mapping[str, int] = {"h2d": 64 * 1024, "d2h": 2 * 1024}
 
 ENV_THRESHOLD = {"h2d": "GDRPY_THRESHOLD_H2D", "d2h": "GDRPY_THRESHOLD_D2H"}

@@ -6,22 +6,25 @@ from __future__ import annotations
 import sys
 import time
 
+from ..identity import host_identity
 from ..threshold import ThresholdPicker, format_threshold
-from ..transfer import (
+from ..threshold.context import (
     HOST_KINDS,
-    _pickers,
-    _pickers_lock,
     calibrate_context,
-    host_identity,
     picker_identity,
+    set_default_picker,
 )
 from .progress import progress_bar
 
 
 def calibrate_cli(args) -> int:
-    from .. import open as gopen
     from ..staging import calibrate_plan, save_plan, set_plan
-    with gopen(args.device, args.backend) as ctx:
+    from .bench import open_context
+    try:
+        ctx = open_context(args, "gdrpy calibrate")    # no GPU: says so, with the sim hint
+    except SystemExit as e:
+        return int(e.code) if isinstance(e.code, int) else 2
+    with ctx:
         if ctx.is_sim:
             print("note: backend sim - host memory stands in for the GPU; these "
                   "thresholds describe the simulation, not a GPU", file=sys.stderr)
@@ -41,8 +44,7 @@ def calibrate_cli(args) -> int:
                                     progress=None if args.quiet else
                                     progress_bar(f"calibrating ({kind})"),
                                     save=not args.no_save, kind=kind)
-            with _pickers_lock:
-                _pickers[(ctx.device, ctx.backend, kind)] = picker
+            set_default_picker(ctx, picker, kind)
             print(f"{kind} host memory: calibrated {ctx.backend} on device {ctx.device}"
                   f"{' (truncated by the budget)' if res.truncated else ''}")
             for d, r in res.directions.items():

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from .session import _Env
-from .timing import Op
+from .timing import Op, _Env
 
 # ---------------------------------------------------------------------------
 # What a Python user would pick instead

@@ -31,8 +31,8 @@ from .hostkinds import (
 from .latency import _c_for_json, _print_errors
 from .native import _c_summary_line, c_rows, run_copylat
 from .plot import _finish
-from .session import _Env, _print_methodology, _session
-from .timing import Cfg, _verify, measure_group, timer_overhead
+from .session import _print_methodology, _session
+from .timing import Cfg, _Env, _verify, measure_group, timer_overhead
 
 # ---------------------------------------------------------------------------
 # bench bandwidth

@@ -11,8 +11,7 @@ from typing import Any
 import numpy as np
 
 from .common import DIRECTIONS, _fmt, _table, format_size
-from .session import _Env
-from .timing import Op
+from .timing import Op, _Env
 
 KIB = 1 << 10
 MIB = 1 << 20

@@ -23,13 +23,12 @@ from .common import (
 from .native import _c_summary_line, c_rows, run_copylat
 from .plot import _finish
 from .session import (
-    _Env,
     _picker_line,
     _print_methodology,
     _ready_default_picker,
     _session,
 )
-from .timing import Cfg, _verify, measure_group, measure_isolated, timer_overhead
+from .timing import Cfg, _Env, _verify, measure_group, measure_isolated, timer_overhead
 
 # ---------------------------------------------------------------------------
 # bench latency

@@ -13,20 +13,21 @@ import time
 import numpy as np
 
 from .common import BATCH_BELOW_NS, BATCH_TARGET_NS, DIRECTIONS, SIM_NOTE
-from .timing import Cfg, _pattern
+from .timing import Cfg
 
 # ---------------------------------------------------------------------------
 # Context, header, environment
 
-def open_context(args):
+def open_context(args, prog: str = "gdrpy bench"):
     """gdrpy.open(args.device, args.backend) with a clear message where no GPU
-    backend works.  Returns the Context or raises SystemExit(2)."""
+    backend works (``prog``: the command that says it).  Returns the Context or
+    raises SystemExit(2)."""
     import gdrpy
     try:
         return gdrpy.open(args.device, args.backend)
     except gdrpy.GdrError as e:
         backend = args.backend or os.environ.get("GDRPY_BACKEND") or "auto"
-        print(f"gdrpy bench: cannot open device {args.device} with backend {backend!r}: {e}",
+        print(f"{prog}: cannot open device {args.device} with backend {backend!r}: {e}",
               file=sys.stderr)
         if backend != "sim":
             print("  With no GPU, run on the sim backend instead (host memory stands in for "
@@ -36,7 +37,7 @@ def open_context(args):
 
 def metadata(ctx, command: str) -> dict:
     import gdrpy
-    from gdrpy.transfer import host_identity
+    from gdrpy.identity import host_identity
     ident = host_identity(ctx)
     info = ctx.info
     return {
@@ -78,36 +79,6 @@ def print_header(meta: dict, out=None) -> None:
         for x in lines:
             print(f"*** {x.ljust(w)} ***", file=out)
         print("*" * (w + 8), file=out)
-
-
-class _Env:
-    """One device buffer, pinned and mapped, and a host numpy buffer."""
-
-    def __init__(self, ctx, nbytes: int):
-        import gdrpy
-        self.ctx = ctx
-        self.size = nbytes
-        self.buf = gdrpy.memory.alloc(nbytes, ctx=ctx)
-        try:
-            self.pin = ctx.pin(self.buf)
-            self.m = self.pin.map()
-        except BaseException:
-            self.buf.close()
-            raise
-        self.host = _pattern(nbytes, 3)
-
-    def close(self) -> None:
-        from gdrpy.errors import BusyError
-        for obj in (getattr(self, "m", None), getattr(self, "pin", None)):
-            if obj is not None:
-                obj.close()
-        try:
-            self.buf.close()
-        except BusyError as e:
-            # A library's view of the buffer (a torch/cupy tensor) is still
-            # referenced somewhere; freeing would leave it dangling, so keep
-            # the buffer until the process ends, and say so.
-            print(f"note: benchmark buffer kept allocated: {e}", file=sys.stderr)
 
 
 @contextlib.contextmanager
@@ -165,7 +136,7 @@ def _ready_default_picker(ctx, calibrate: bool = True, budget: float = 5.0,
     cache only if ``save`` (a --quick smoke run's truncated calibration must not be
     what later runs load).  Returns a description."""
     from gdrpy.threshold import format_threshold
-    from gdrpy.transfer import calibrate_context, default_picker
+    from gdrpy.threshold.context import calibrate_context, default_picker
     old = os.environ.get("GDRPY_AUTOCALIBRATE")
     os.environ["GDRPY_AUTOCALIBRATE"] = "0"   # we calibrate below, timed, under our budget
     try:
@@ -185,7 +156,7 @@ def _ready_default_picker(ctx, calibrate: bool = True, budget: float = 5.0,
         desc.update(calibrated_now=True, calibration_s=time.perf_counter() - t0,
                     budget_s=budget, truncated=bool(getattr(res, "truncated", False)),
                     saved=save)
-    # page-locked host memory has its own picker (gdrpy.transfer.default_picker)
+    # page-locked host memory has its own picker (gdrpy.threshold.context.default_picker)
     old = os.environ.get("GDRPY_AUTOCALIBRATE")
     os.environ["GDRPY_AUTOCALIBRATE"] = "0"
     try:

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 import gc
 import math
+import sys
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -22,10 +23,6 @@ from .common import (
     BATCH_TARGET_NS,
     stats,
 )
-
-if TYPE_CHECKING:
-    from .session import _Env
-
 
 # ---------------------------------------------------------------------------
 # Timing core
@@ -306,6 +303,36 @@ def _pattern(n: int, salt: int) -> np.ndarray:
     lines), built without an n-sized temporary of wider integers."""
     base = ((np.arange(4099, dtype=np.uint32) * 131 + salt) & 0xFF).astype(np.uint8)
     return np.resize(base, n)
+
+
+class _Env:
+    """One device buffer, pinned and mapped, and a host numpy buffer."""
+
+    def __init__(self, ctx, nbytes: int):
+        import gdrpy
+        self.ctx = ctx
+        self.size = nbytes
+        self.buf = gdrpy.memory.alloc(nbytes, ctx=ctx)
+        try:
+            self.pin = ctx.pin(self.buf)
+            self.m = self.pin.map()
+        except BaseException:
+            self.buf.close()
+            raise
+        self.host = _pattern(nbytes, 3)
+
+    def close(self) -> None:
+        from gdrpy.errors import BusyError
+        for obj in (getattr(self, "m", None), getattr(self, "pin", None)):
+            if obj is not None:
+                obj.close()
+        try:
+            self.buf.close()
+        except BusyError as e:
+            # A library's view of the buffer (a torch/cupy tensor) is still
+            # referenced somewhere; freeing would leave it dangling, so keep
+            # the buffer until the process ends, and say so.
+            print(f"note: benchmark buffer kept allocated: {e}", file=sys.stderr)
 
 
 def _verify(op: Op, env: _Env, salt: int) -> None:

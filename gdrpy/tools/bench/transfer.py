@@ -19,13 +19,12 @@ from .common import (
 from .latency import _calibrate_budget, _print_errors
 from .plot import _finish
 from .session import (
-    _Env,
     _picker_line,
     _print_methodology,
     _ready_default_picker,
     _session,
 )
-from .timing import Cfg, Op, _verify, measure_group, timer_overhead
+from .timing import Cfg, Op, _Env, _verify, measure_group, timer_overhead
 
 # ---------------------------------------------------------------------------
 # bench transfer

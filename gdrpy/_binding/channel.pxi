@@ -1,91 +1,14 @@
-# Included by _core.pyx (one extension, one copy of libgdrpy's handle tables).
-# gdrpy.Channel: a host<->GPU message channel (native/include/gdrpy_channel.h)
-# and Mapping-level vectored put (gdrpy_writev).
+# Unit of gdrpy/_core.pyx: Channel, a host<->GPU message channel
+# (native/include/gdrpy_channel.h).  Its ring's GPU memory comes from the caller
+# (buffer=) or from ``self._new_buffer(nbytes)``, which gdrpy.Channel
+# (gdrpy/channel.py) provides with gdrpy.memory.alloc.
 
 from libc.stdint cimport int64_t as _i64, uint32_t as _u32
-from libc.stdlib cimport malloc as _malloc, free as _free
+from libc.stdlib cimport malloc, free
 from cpython.float cimport PyFloat_CheckExact, PyFloat_AS_DOUBLE
 from cpython.bytearray cimport PyByteArray_CheckExact, PyByteArray_AS_STRING, PyByteArray_GET_SIZE
-
-cdef extern from "gdrpy_channel.h" nogil:
-    ctypedef struct gdrpy_chan_t:
-        pass
-    ctypedef struct gdrpy_chan_config_t:
-        _u32 nslots
-        _u32 slot_size
-        _u32 comp_nslots
-        _u32 comp_size
-        _u32 flags
-        _u32 reserved
-    ctypedef struct gdrpy_chan_desc_t:
-        uint64_t dev_ctrl
-        uint64_t ring
-        uint64_t host_ctrl
-        uint64_t comp
-        _u32 nslots, slot_stride, slot_size
-        _u32 comp_nslots, comp_stride, comp_size
-        _u32 flags
-        _u32 place_nslots
-    ctypedef struct gdrpy_chan_msg_t:
-        const void *buf
-        _u32 len
-        _u32 tag
-    ctypedef struct gdrpy_chan_stats_t:
-        uint64_t sent
-        uint64_t consumed
-        uint64_t received
-        uint64_t full_waits
-        _u32 status
-        _u32 shutdown
-        uint64_t final_consumed
-        uint64_t dropped
-    ctypedef struct gdrpy_iov_t:
-        size_t offset
-        const void *buf
-        size_t len
-    enum:
-        GDRPY_ETIMEDOUT
-        GDRPY_EPIPE
-        GDRPY_CHAN_DRAIN
-        GDRPY_CHAN_ABORT
-        GDRPY_CHAN_PLAIN
-        GDRPY_CHAN_NEAR
-    int gdrpy_chan_device_bytes(const gdrpy_chan_config_t *cfg, size_t *out)
-    int gdrpy_chan_create(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_chan_config_t *cfg,
-                          gdrpy_chan_t **out)
-    int gdrpy_chan_destroy(gdrpy_chan_t *chan)
-    int gdrpy_chan_get_desc(const gdrpy_chan_t *chan, gdrpy_chan_desc_t *out)
-    void *gdrpy_chan_device_block(const gdrpy_chan_t *chan)
-    void *gdrpy_chan_host_block(const gdrpy_chan_t *chan)
-    int gdrpy_chan_send(gdrpy_chan_t *chan, const void *buf, size_t len, _u32 tag,
-                        _i64 timeout_ns)
-    int gdrpy_chan_send_batch(gdrpy_chan_t *chan, const gdrpy_chan_msg_t *msgs, size_t n,
-                              _i64 timeout_ns)
-    int gdrpy_chan_recv(gdrpy_chan_t *chan, void *buf, size_t cap, _u32 *len_out,
-                        _u32 *tag_out, _i64 timeout_ns)
-    int gdrpy_chan_recv_many(gdrpy_chan_t *chan, void *buf, size_t stride, _u32 *lens,
-                             _u32 *tags, size_t mn, size_t mx, _i64 timeout_ns, size_t *got)
-    int gdrpy_chan_shutdown(gdrpy_chan_t *chan, unsigned mode, _i64 timeout_ns,
-                            gdrpy_chan_stats_t *st)
-    int gdrpy_chan_get_stats(gdrpy_chan_t *chan, gdrpy_chan_stats_t *out)
-    int gdrpy_chan_wait_attached(gdrpy_chan_t *chan, _i64 timeout_ns)
-    int gdrpy_chan_slot_offset(const gdrpy_chan_t *chan, uint64_t i, size_t *out)
-    void gdrpy_chan_pattern(uint64_t i, void *buf, size_t len)
-    _u32 gdrpy_chan_checksum(const void *buf, size_t len)
-    int gdrpy_writev(gdrpy_ctx_t ctx, gdrpy_pin_t pin, const gdrpy_iov_t *iov, size_t n)
-
-    ctypedef struct gdrpy_chan_sim_consumer_t:
-        pass
-    enum:
-        GDRPY_CHAN_SIM_CHECK
-        GDRPY_CHAN_SIM_COMPLETE
-        GDRPY_CHAN_SIM_ECHO
-    int gdrpy_chan_sim_consumer_start(gdrpy_chan_t *chan, unsigned flags,
-                                      _i64 start_delay_ns, _i64 idle_timeout_ns,
-                                      gdrpy_chan_sim_consumer_t **out)
-    int gdrpy_chan_sim_consumer_join(gdrpy_chan_sim_consumer_t *c, uint64_t *consumed,
-                                     uint64_t *errors, uint64_t *first_bad)
-
+from cpython.bytes cimport (PyBytes_FromStringAndSize, PyBytes_AS_STRING, PyBytes_GET_SIZE,
+                            PyBytes_CheckExact)
 
 # Waits shorter than this spin with the GIL held (a round trip is ~2 us;
 # releasing and re-taking the GIL would add to it); longer waits go on
@@ -126,7 +49,6 @@ cdef _i64 _timeout_ns(object timeout) except? -2:
 cdef int _chan_check(int rc) except -1:
     if rc == 0:
         return 0
-    from gdrpy.errors import ChannelFullError, ChannelTimeoutError, ChannelClosedError
     msg = gdrpy_last_error().decode("utf-8", "replace")
     if rc == _errno.EAGAIN:
         raise ChannelFullError(msg, rc)
@@ -142,12 +64,13 @@ cdef class Channel:
     """A host<->GPU message channel (``gdrpy_channel.h``).
 
     ``Channel(ctx, nslots=64, slot_size=64, comp_size=16, comp_nslots=0,
-    buffer=None, plain=False, near=False)``: a ring of ``nslots`` (power of two) message
-    slots of ``slot_size`` payload bytes in GPU memory (``buffer``, pinned and
-    mapped here; by default a new :func:`gdrpy.memory.alloc` buffer of
-    ``device_bytes`` bytes), and a ring of ``comp_nslots`` (0: ``nslots``)
-    completions of ``comp_size`` bytes in page-locked host memory.  Slot
-    format: LL (default: every 8-byte word carries the sequence number, no
+    buffer=None, plain=False, near=False)``: a ring of ``nslots`` (power of
+    two) message slots of ``slot_size`` payload bytes in GPU memory
+    (``buffer``, pinned and mapped here; by default ``_new_buffer()``'s, in
+    gdrpy.Channel a new :func:`gdrpy.memory.alloc` buffer of ``device_bytes``
+    bytes), and a ring of ``comp_nslots`` (0: ``nslots``) completions of
+    ``comp_size`` bytes in page-locked host memory.  Slot format: LL
+    (default: every 8-byte word carries the sequence number, no
     fences between payload and flag on either side) or ``plain=True``
     (sequence word written last; for kernels that read slots in place with
     ``gdrpy_chan_msg``); see docs/channel.md.  ``near=True``: the ring has
@@ -233,8 +156,7 @@ cdef class Channel:
         self.context = ctx
         self._fork_gen = gdrpy_fork_generation
         if buffer is None:
-            from gdrpy import memory as _memory
-            buffer = _memory.alloc(need, ctx=ctx)
+            buffer = self._new_buffer(need)
             self._own_buffer = True
         self.buffer = buffer
         cdef gdrpy_chan_t *c = NULL
@@ -277,6 +199,13 @@ cdef class Channel:
         cdef size_t need = 0
         _check(gdrpy_chan_device_bytes(&cfg, &need))
         return need
+
+    def _new_buffer(self, nbytes):
+        """The ring's GPU memory (``nbytes``) when no ``buffer`` is given:
+        gdrpy.Channel allocates it with gdrpy.memory.alloc; the binding has no
+        allocator of its own."""
+        raise ArgumentTypeError("this Channel class allocates no memory: pass buffer= "
+                                "(gdrpy.Channel allocates it)")
 
     cdef _release_memory(self):
         self._hold = None
@@ -450,11 +379,11 @@ cdef class Channel:
                 if not have_whole:
                     views = stack_views
             else:
-                msgs = <gdrpy_chan_msg_t *>_malloc(n * sizeof(gdrpy_chan_msg_t))
+                msgs = <gdrpy_chan_msg_t *>malloc(n * sizeof(gdrpy_chan_msg_t))
                 if msgs == NULL:
                     raise MemoryError()
                 if not have_whole:
-                    views = <Py_buffer *>_malloc(n * sizeof(Py_buffer))
+                    views = <Py_buffer *>malloc(n * sizeof(Py_buffer))
                     if views == NULL:
                         raise MemoryError()
             for i in range(n):
@@ -483,9 +412,9 @@ cdef class Channel:
                 for i in range(got):
                     PyBuffer_Release(&views[i])
                 if views != stack_views:
-                    _free(views)
+                    free(views)
             if msgs != NULL and msgs != stack_msgs:
-                _free(msgs)
+                free(msgs)
             if have_whole:
                 PyBuffer_Release(&whole)
 
@@ -645,13 +574,6 @@ cdef class Channel:
         """Messages the consumer has reported consumed (one load)."""
         self._ready()
         return gp_load_u64(gdrpy_chan_host_block(self._c))
-
-    def pin_thread_near_gpu(self, cpu=None):
-        """Restrict the calling thread to one CPU on the GPU's NUMA node
-        (gdrpy.numa.pin_thread_near_gpu); returns the CPU or None (sim, no
-        locality information)."""
-        from gdrpy.numa import pin_thread_near_gpu
-        return pin_thread_near_gpu(self.context, cpu)
 
     def wait_attached(self, timeout=5.0):
         """Wait until a kernel has attached (call after launching it, before
@@ -831,64 +753,3 @@ cdef dict _stats_dict(gdrpy_chan_stats_t *s):
             "full_waits": s.full_waits, "status": _ST_NAMES.get(s.status, str(s.status)),
             "shutdown": ("run", "drain", "abort")[s.shutdown] if s.shutdown < 3 else
             str(s.shutdown), "final_consumed": s.final_consumed, "dropped": s.dropped}
-
-
-def mapping_put_many(Mapping m not None, items):
-    """Vectored put (``gdrpy_writev``): ``items`` is a sequence of
-    ``(offset, buffer)``; every range is checked first (OutOfRangeError and
-    nothing written), then all are stored with one store fence at the end.
-    Returns the total bytes."""
-    m._ready()
-    cdef Py_ssize_t n = len(items), i, got = 0, total = 0
-    if n == 0:
-        return 0
-    cdef gdrpy_iov_t *iov = <gdrpy_iov_t *>_malloc(n * sizeof(gdrpy_iov_t))
-    cdef Py_buffer *views = <Py_buffer *>_malloc(n * sizeof(Py_buffer))
-    cdef int rc
-    if iov == NULL or views == NULL:
-        _free(iov)
-        _free(views)
-        raise MemoryError()
-    try:
-        for i in range(n):
-            off, data = items[i]
-            iov[i].offset = <size_t>_index(off, "offset")
-            _get_in_buffer(data, &views[i])
-            got += 1
-            iov[i].buf = views[i].buf
-            iov[i].len = <size_t>views[i].len
-            total += views[i].len
-        m._ready()   # the conversions and exports above may have run Python code
-        m._inflight += 1
-        if total >= _nogil_bytes:
-            with nogil:
-                rc = gdrpy_writev(m._pin._ctx._h, m._pin._h, iov, <size_t>n)
-        else:
-            rc = gdrpy_writev(m._pin._ctx._h, m._pin._h, iov, <size_t>n)
-        m._inflight -= 1
-        _check(rc)
-        return total
-    finally:
-        for i in range(got):
-            PyBuffer_Release(&views[i])
-        _free(views)
-        _free(iov)
-
-
-def chan_pattern(i, n):
-    """Message ``i``'s check pattern (``n`` bytes) as the reference consumers
-    expect it (gdrpy_chan_pattern)."""
-    cdef Py_ssize_t cnt = _index(n, "n")
-    out = PyBytes_FromStringAndSize(NULL, cnt)
-    gdrpy_chan_pattern(_u64(i, "i"), PyBytes_AS_STRING(out), <size_t>cnt)
-    return out
-
-
-def chan_checksum(data):
-    """sum(byte[k] * ((k & 255) + 1)) mod 2**32 (gdrpy_chan_checksum)."""
-    cdef Py_buffer view
-    _get_in_buffer(data, &view)
-    try:
-        return gdrpy_chan_checksum(view.buf, <size_t>view.len)
-    finally:
-        PyBuffer_Release(&view)

@@ -1,4 +1,5 @@
-# Included by _core.pyx: page-locked host memory (gdrpy_host.h).
+# Unit of gdrpy/_core.pyx: page-locked host memory (gdrpy_host.h) and the
+# context's staging ring.
 #
 # HostBuffer  - gdrpy.memory.host_alloc(): page-locked memory, buffer
 #               protocol with counted exports, __array_interface__.
@@ -7,51 +8,8 @@
 #               whole life, so the memory cannot be freed or resized while
 #               registered, and nothing about it is remembered afterwards.
 
-from cpython.bytearray cimport PyByteArray_CheckExact
-
-cdef extern from "gdrpy_host.h" nogil:
-    enum:
-        GDRPY_HOST_PAGEABLE
-        GDRPY_HOST_PINNED
-        GDRPY_HOST_REGISTERED
-        GDRPY_HOST_LOCKED
-    int gdrpy_host_alloc(gdrpy_ctx_t ctx, size_t size, void **out)
-    int gdrpy_host_free(void *p)
-    int gdrpy_host_register(gdrpy_ctx_t ctx, void *p, size_t size)
-    int gdrpy_host_unregister(void *p)
-    int gdrpy_host_kind(gdrpy_ctx_t ctx, const void *p, size_t size, int *kind)
-    int gdrpy_host_kind_known(const void *p, size_t size)
-    uint64_t gdrpy_host_live()
-    int gdrpy_staging_set(gdrpy_ctx_t ctx, size_t chunk, unsigned depth, unsigned threads)
-    int gdrpy_staging_get(gdrpy_ctx_t ctx, size_t *chunk, unsigned *depth, unsigned *threads)
-    int gdrpy_staging_set_kinds(gdrpy_ctx_t ctx, int write_kind, int read_kind)
-    int gdrpy_staging_get_kinds(gdrpy_ctx_t ctx, int *write_kind, int *read_kind,
-                                int *write_used, int *read_used)
-    int gdrpy_ce_write_staged(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
-                              const void *src, size_t n, void *stream)
-    int gdrpy_ce_read_staged(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
-                             void *dst, size_t n, void *stream)
-    int gdrpy_ce_write_locked(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
-                              const void *src, size_t n, void *stream)
-    int gdrpy_ce_read_locked(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
-                             void *dst, size_t n, void *stream)
-
 HOST_KINDS = {GDRPY_HOST_PAGEABLE: "pageable", GDRPY_HOST_PINNED: "pinned",
               GDRPY_HOST_REGISTERED: "registered", GDRPY_HOST_LOCKED: "page-locked"}
-
-# Copy-engine methods (Pin.ce_write/ce_read ``method=``).
-cdef enum:
-    CE_DIRECT = 0     # cuMemcpy from/to the caller's memory (the driver stages pageable memory)
-    CE_LOCKED = 1     # cuMemcpy, the caller's memory is page-locked (no extra wait)
-    CE_STAGED = 2     # through the context's staging ring
-_CE_METHODS = {"direct": CE_DIRECT, "locked": CE_LOCKED, "staged": CE_STAGED}
-
-
-try:
-    import numpy as _np
-    _ndarray = _np.ndarray
-except ImportError:   # numpy is a dependency; without it nothing is an ndarray
-    _ndarray = None
 
 
 cdef int _python_owned(object obj) noexcept:
@@ -67,7 +25,7 @@ cdef int _python_owned(object obj) noexcept:
         if t is memoryview:
             obj = (<memoryview>obj).obj
             continue
-        if t is _ndarray:
+        if t is _ndarray_t:
             b = (<object>obj).base
             if b is None:
                 return 1
@@ -80,21 +38,6 @@ cdef int _python_owned(object obj) noexcept:
 def host_live():
     """Live gdrpy host allocations + registrations in this process."""
     return gdrpy_host_live()
-
-
-cdef int _ce_copy(Context ctx, gdrpy_pin_t ph, int d, int method, Py_ssize_t off,
-                  void *buf, Py_ssize_t n, void *s) noexcept nogil:
-    if d == 0:
-        if method == CE_STAGED:
-            return gdrpy_ce_write_staged(ctx._h, ph, <size_t>off, buf, <size_t>n, s)
-        if method == CE_LOCKED:
-            return gdrpy_ce_write_locked(ctx._h, ph, <size_t>off, buf, <size_t>n, s)
-        return gdrpy_ce_write(ctx._h, ph, <size_t>off, buf, <size_t>n, s)
-    if method == CE_STAGED:
-        return gdrpy_ce_read_staged(ctx._h, ph, <size_t>off, buf, <size_t>n, s)
-    if method == CE_LOCKED:
-        return gdrpy_ce_read_locked(ctx._h, ph, <size_t>off, buf, <size_t>n, s)
-    return gdrpy_ce_read(ctx._h, ph, <size_t>off, buf, <size_t>n, s)
 
 
 def host_kind(Context ctx not None, obj):
