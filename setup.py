@@ -12,8 +12,14 @@ import re
 import shutil
 import subprocess
 
+import setuptools
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+
+if int(setuptools.__version__.split(".")[0]) < 77:
+    # pyproject.toml's license is an SPDX expression (PEP 639), which older ones reject
+    raise SystemExit(f"gdrpy builds with setuptools >= 77 (this is {setuptools.__version__}): "
+                     "pip install 'setuptools>=77', or build with build isolation")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(HERE, "native")

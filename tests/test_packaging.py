@@ -60,8 +60,16 @@ def test_bindir_holds_the_c_tools(capsys):
     assert "usage" in (r.stdout + r.stderr).lower(), r    # finds libgdrapi.so.2 in ../lib
 
 
+def _need_setuptools_77():
+    import setuptools
+    if int(setuptools.__version__.split(".")[0]) < 77:
+        pytest.skip(f"setuptools {setuptools.__version__} cannot read pyproject.toml's "
+                    "SPDX license: pip install 'setuptools>=77'")
+
+
 def test_sdist_carries_native_tests_and_license(tmp_path):
     pytest.importorskip("build")
+    _need_setuptools_77()
     # --no-isolation --skip-dependency-check: an sdist needs only setuptools (no Cython, no
     # compiler, no network)
     r = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation",
