@@ -22,9 +22,10 @@
 # setuptools>=77 and Cython>=3.
 #
 # Also copies the sdist it built the wheel from to DIR. Prints the repaired wheel's
-# path last. Fails if the tag is not manylinux, if an
-# ELF file keeps a RUNPATH outside the wheel ($ORIGIN-relative ones are kept), or if
-# one still carries a symbol table or debug sections.
+# path last. Fails if the tag is not manylinux, if an ELF file keeps a RUNPATH
+# outside the wheel ($ORIGIN-relative ones are kept) or still carries a symbol
+# table or debug sections, or if the wheel holds the extension's sources
+# (.pyx/.pxd/.pxi/.c) or a shared library twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -39,7 +40,7 @@ while [ $# -gt 0 ]; do
         --plat) PLAT=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --no-isolation) ISOLATION=(--no-isolation); shift ;;
-        -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "build_wheel.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -124,7 +125,15 @@ while IFS= read -r -d '' f; do
     fi
     echo "  $rel: stripped, RUNPATH '${rp}'"
 done < <(find "$WORK/check" -type f -print0)
+# What runs and nothing else: none of the extension's sources, each library once.
+srcs=$(cd "$WORK/check" && find . -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \
+                                              -o -name '*.c' \) | sort)
+if [ -n "$srcs" ]; then echo "  sources in the wheel:" $srcs >&2; bad=1; fi
+dups=$(cd "$WORK/check" && find . -type f -name '*.so*' -exec sha256sum {} + | sort |
+       uniq -w64 -D | awk '{print $2}')
+if [ -n "$dups" ]; then echo "  one library in several copies:" $dups >&2; bad=1; fi
 [ $bad -eq 0 ] || exit 1
+echo "  no sources; each shared library once: $(cd "$WORK/check" && find . -type f -name '*.so*' | sort | tr '\n' ' ')"
 cp "$whl" "$WORK"/raw/*.tar.gz "$OUT/"
 echo "sdist: $OUT/$(basename "$(ls "$WORK"/raw/*.tar.gz)")"
 echo "$OUT/$(basename "$whl")"
