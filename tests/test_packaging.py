@@ -139,7 +139,7 @@ def test_sdist_carries_native_tests_and_license(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     (sdist,) = tmp_path.glob("gdrpy-*.tar.gz")
     with tarfile.open(sdist) as tf:
-        names = {n.split("/", 1)[1] for n in tf.getnames() if "/" in n}
+        names = {m.name.split("/", 1)[1] for m in tf.getmembers() if m.isfile() and "/" in m.name}
     for need in ("LICENSE", "native/Makefile", "native/include/gdrpy.h",
                  "native/src/core/core.c", "native/tools/gdrpy_copylat.c",
                  "tests/conftest.py", "gdrpy/_core.pyx", "gdrpy/_version.py"):
@@ -147,3 +147,11 @@ def test_sdist_carries_native_tests_and_license(tmp_path):
     leaked = sorted(n for n in names if n.startswith(("native/build/", "gdrpy/lib/"))
                     or n.endswith((".so", ".o", ".pyc")) or n == "gdrpy/_core.c")
     assert not leaked, f"build outputs in the sdist: {leaked[:5]}"
+    # In a git checkout (one the suite has built and run in): every file is one that git
+    # does not ignore, or the sdist's own metadata.
+    r = subprocess.run(["git", "-C", ROOT, "ls-files", "-z", "--cached", "--others",
+                        "--exclude-standard"], capture_output=True, text=True)
+    if r.returncode == 0 and r.stdout:
+        ours = set(r.stdout.split("\0")) | {"PKG-INFO", "setup.cfg"}
+        ignored = sorted(n for n in names - ours if not n.startswith("gdrpy.egg-info/"))
+        assert not ignored, f"files git ignores in the sdist: {ignored[:5]}"
