@@ -2,23 +2,36 @@
 libgdrapi.so.2 drop-in and the C tools; the Cython extension links libgdrpy.a
 statically; the shared libraries, headers and C tools are shipped inside the
 package (gdrpy/lib, gdrpy/include, gdrpy/bin) so that `python -m gdrpy libdir`,
-`includedir` and `bindir` can point users at them.
+`includedir` and `bindir` can point users at them.  The wheel ships what runs:
+each shared library once, under its soname, and none of the extension's sources
+(the sdist has them).
 
 The version comes from gdrpy/_version.py (pyproject.toml: dynamic version); the
 build stops if native/include/gdrpy.h says otherwise."""
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 
+import setuptools
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
+
+if int(setuptools.__version__.split(".")[0]) < 77:
+    # pyproject.toml's license is an SPDX expression (PEP 639), which older ones reject
+    raise SystemExit(f"gdrpy builds with setuptools >= 77 (this is {setuptools.__version__}): "
+                     "pip install 'setuptools>=77', or build with build isolation")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(HERE, "native")
 NBUILD = os.path.join(NATIVE, "build")
 SHIPPED_LIBS = ["libgdrpy.so.0", "libgdrapi.so.2"]
+# GDRCopy's link name, which NCCL and aws-ofi-nccl dlopen and `cc -lgdrapi` links: a
+# stub, not a copy (wheels carry no symlinks, and a copy would be a second gdrpy core in
+# a process that opens both names; UCX links the soname).  See _link_stub.
+LINK_STUBS = {"libgdrapi.so": "libgdrapi.so.2"}
 SHIPPED_HEADERS = ["gdrpy.h", "gdrpy_host.h", "gdrapi.h", "gdrpy_channel.h", "gdrpy_channel.cuh"]
 
 
@@ -47,6 +60,7 @@ class BuildWithNative(build_ext):
         jobs = str(max(1, min(8, os.cpu_count() or 1)))
         subprocess.check_call(["make", "-C", NATIVE, "-j", jobs, "lib", "tools"])
         super().run()
+        stubs = {name: self._link_stub(name, soname) for name, soname in LINK_STUBS.items()}
         targets = [os.path.join(self.build_lib, "gdrpy")]
         if self.inplace or getattr(self, "editable_mode", False):
             targets.append(os.path.join(HERE, "gdrpy"))
@@ -55,13 +69,13 @@ class BuildWithNative(build_ext):
             incdir = os.path.join(pkg, "include")
             bindir = os.path.join(pkg, "bin")
             for d in (libdir, incdir, bindir):
-                os.makedirs(d, exist_ok=True)
+                # built afresh: nothing an earlier build shipped outlives its source
+                shutil.rmtree(d, ignore_errors=True)
+                os.makedirs(d)
             for name in SHIPPED_LIBS:
-                src = os.path.join(NBUILD, name)
-                shutil.copy2(src, os.path.join(libdir, name))
-                # Link names (libgdrapi.so, libgdrpy.so) as real files: wheels
-                # carry no symlinks.
-                shutil.copy2(src, os.path.join(libdir, name.rsplit(".", 1)[0]))
+                shutil.copy2(os.path.join(NBUILD, name), os.path.join(libdir, name))
+            for name, stub in stubs.items():
+                shutil.copy2(stub, os.path.join(libdir, name))
             for name in SHIPPED_HEADERS:
                 shutil.copy2(os.path.join(NATIVE, "include", name), os.path.join(incdir, name))
             for name in _tools():
@@ -70,6 +84,33 @@ class BuildWithNative(build_ext):
                     raise SystemExit(f"native/tools/{name}.c was not built by `make tools`: "
                                      f"add $(BUILD)/{name} to TOOLS in native/Makefile")
                 shutil.copy2(built, os.path.join(bindir, name))
+
+    def _link_stub(self, name, soname):
+        """`name` as a filter of `soname` (ld --filter, DT_FILTER): empty functions under
+        the names `soname` exports, so that programs link against it, while the dynamic
+        loader loads `soname` beside it ($ORIGIN) and resolves each of those names
+        there, for programs linked so and for dlopen + dlsym alike.  The same compiler
+        as native/ ($CC, else cc) and its nm."""
+        cc = shlex.split(os.environ.get("CC") or "cc")
+        nm = subprocess.check_output(cc + ["-print-prog-name=nm"], text=True).strip()
+        table = subprocess.check_output([nm, "-D", "--defined-only",
+                                         os.path.join(NBUILD, soname)], text=True)
+        funcs = []
+        for line in table.splitlines():
+            kind, sym = line.split()[-2:]
+            if kind in ("T", "W", "i"):
+                funcs.append(sym.split("@")[0])
+            elif kind != "A" and kind.isupper():
+                raise SystemExit(f"{soname} exports {sym} (nm type {kind}): the stub {name} "
+                                 "stands in for functions only")
+        os.makedirs(self.build_temp, exist_ok=True)
+        out = os.path.join(self.build_temp, name)
+        subprocess.run(cc + ["-shared", "-fPIC", "-o", out, "-x", "c", "-",
+                             f"-Wl,-soname,{name}", f"-Wl,--filter={soname}",
+                             "-Wl,-rpath,$ORIGIN"],
+                       input="".join(f"void {f}(void) {{}}\n" for f in sorted(set(funcs))),
+                       text=True, check=True)
+        return out
 
 
 ext = Extension(
@@ -92,7 +133,8 @@ ext = Extension(
 setup(
     ext_modules=[ext],
     cmdclass={"build_ext": BuildWithNative},
-    package_data={"gdrpy": ["lib/*", "include/*.h", "include/*.cuh", "bin/*", "*.pyx", "*.pxd",
-                            "*.pxi", "*.pyi", "py.typed"],
+    package_data={"gdrpy": ["lib/*", "include/*.h", "include/*.cuh", "bin/*", "*.pyi", "py.typed"],
                   "gdrpy.tools": ["channel_kernels.cu"]},
+    # The extension's sources are in the sdist (MANIFEST.in), not in the wheel.
+    exclude_package_data={"gdrpy": ["*.pyx", "*.pxd", "*.pxi", "*.c"]},
 )

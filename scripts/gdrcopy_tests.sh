@@ -4,9 +4,9 @@
 # libgdrapi.so.2, run them, and print a summary.  GDRCopy's code is never
 # committed: pass the folder you unpacked it into, e.g.
 #
-#   mkdir -p .ext/gdrcopy
-#   git -C /work/.mirror/NVIDIA+gdrcopy/repo archive v2.6 | tar x -C .ext/gdrcopy
-#   scripts/gdrcopy_tests.sh .ext/gdrcopy
+#   git clone --bare https://github.com/NVIDIA/gdrcopy gdrcopy.git
+#   mkdir -p .ext/gdrcopy && git -C gdrcopy.git archive v2.6 | tar x -C .ext/gdrcopy
+#   scripts/gdrcopy_tests.sh .ext/gdrcopy   (scripts/prepare_ext.sh does the first two)
 #
 # Options (after the source folder):
 #   --lib DIR        folder holding our libgdrapi.so.2 (default: native/build,

@@ -7,11 +7,12 @@
 #                        [--out DIR] [--work DIR] [--wheels DIR] [--jobs N]
 #
 #   --ucx-src      a UCX git repository (bare or not) or an unpacked source
-#                  tree (default: /work/.mirror/openucx+ucx/repo)
+#                  tree (default: $UCX_SRC, else a clone of
+#                  https://github.com/openucx/ucx in .ext/src: scripts/ext_source.sh)
 #   --tag          release tag to build (default: newest v1.x.y tag, no -rc)
-#   --gdrcopy-src  GDRCopy git repository or source tree; only its
-#                  include/gdrapi.h is used (default: /work/.mirror/NVIDIA+gdrcopy/repo,
-#                  tag v2.6)
+#   --gdrcopy-src  GDRCopy git repository (tag v2.6 is used) or source tree; only
+#                  its include/gdrapi.h is used (default: $GDRCOPY_SRC, else a
+#                  clone of https://github.com/NVIDIA/gdrcopy in .ext/src)
 #   --out          install folder (default: .ext/ucx in the repository; ignored by git)
 #   --work         build folder (default: /tmp/gdrpy-ucx-build)
 #   --wheels       folder with (or for) the CUDA wheels: nvidia-cuda-runtime-cu12,
@@ -36,9 +37,11 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-UCX_SRC=/work/.mirror/openucx+ucx/repo
+# shellcheck source=scripts/ext_source.sh
+. "$here/scripts/ext_source.sh"
+UCX_SRC=${UCX_SRC:-}
 TAG=""
-GDR_SRC=/work/.mirror/NVIDIA+gdrcopy/repo
+GDR_SRC=${GDRCOPY_SRC:-}
 GDR_TAG=v2.6
 OUT="$here/.ext/ucx"
 WORK=/tmp/gdrpy-ucx-build
@@ -54,7 +57,7 @@ while [ $# -gt 0 ]; do
         --work) WORK=$2; shift 2 ;;
         --wheels) WHEELS=$2; shift 2 ;;
         --jobs) JOBS=$2; shift 2 ;;
-        -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
         *) echo "ucx_build.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -66,27 +69,29 @@ for t in autoconf automake libtoolize make gcc g++ python3; do
     command -v "$t" >/dev/null || die "$t is missing (apt-get install autoconf automake libtool build-essential)"
 done
 
+UCX_SRC=$(ext_source ucx "$UCX_SRC" --ucx-src UCX_SRC https://github.com/openucx/ucx) || exit 1
+GDR_SRC=$(ext_source gdrcopy "$GDR_SRC" --gdrcopy-src GDRCOPY_SRC \
+          https://github.com/NVIDIA/gdrcopy) || exit 1
+
 mkdir -p "$WORK" "$WHEELS"
 WORK=$(cd "$WORK" && pwd)
 
 # ---- 0. UCX source -------------------------------------------------------
-is_git() { git -C "$1" rev-parse --git-dir >/dev/null 2>&1; }
 src="$WORK/ucx-src"
-if is_git "$UCX_SRC"; then
+if ext_is_git "$UCX_SRC"; then
     if [ -z "$TAG" ]; then
         TAG=$(git -C "$UCX_SRC" tag -l 'v1.*' | grep -E '^v1\.[0-9]+\.[0-9]+$' | sort -V | tail -1)
     fi
     [ -n "$TAG" ] || die "no release tag v1.x.y in $UCX_SRC"
     if [ ! -f "$src/.tag" ] || [ "$(cat "$src/.tag")" != "$TAG" ]; then
         log "unpacking UCX $TAG from $UCX_SRC"
-        rm -rf "$src"; mkdir -p "$src"
-        git -C "$UCX_SRC" archive "$TAG" | tar x -C "$src"
+        ext_unpack "$UCX_SRC" "$TAG" "$src"
         echo "$TAG" > "$src/.tag"
     fi
 else
     [ -f "$UCX_SRC/autogen.sh" ] || [ -f "$UCX_SRC/configure" ] || die "$UCX_SRC is neither a git repository nor a UCX source tree"
     TAG=${TAG:-$(basename "$UCX_SRC")}
-    rm -rf "$src"; cp -a "$UCX_SRC" "$src"
+    ext_unpack "$UCX_SRC" "$TAG" "$src"
 fi
 
 # ---- 1. CUDA sysroot from wheels, plus link-time stubs ---------------------
@@ -136,7 +141,7 @@ log "CUDA sysroot ready: $(ls "$cuda/include" | wc -l) headers, stubs in $cuda/l
 # ---- 2. gdrcopy prefix: NVIDIA's header + our library ----------------------
 gdr="$WORK/gdrcopy"
 rm -rf "$gdr"; mkdir -p "$gdr/include" "$gdr/lib"
-if is_git "$GDR_SRC"; then
+if ext_is_git "$GDR_SRC"; then
     git -C "$GDR_SRC" show "$GDR_TAG:include/gdrapi.h" > "$gdr/include/gdrapi.h"
 else
     cp "$GDR_SRC/include/gdrapi.h" "$gdr/include/gdrapi.h"
