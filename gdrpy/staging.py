@@ -4,7 +4,7 @@ A copy-engine ``put``/``get`` from or to *pageable* memory goes either
 straight to cuMemcpy (``ce-direct``: the driver stages the memory itself) or
 through the context's pipelined staging ring (``ce-staged``: page-locked
 chunks, the CPU copy of chunk i+1 overlapping the DMA of chunk i, see
-native/src/core/staging.c).  A :class:`StagingPlan` holds, per (device,
+native/src/staging/staging.c).  A :class:`StagingPlan` holds, per (device,
 backend):
 
 * ``chunk``, ``depth``, ``threads``: the ring's parameters (chunk bytes, slots,

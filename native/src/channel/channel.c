@@ -343,7 +343,8 @@ static inline char *slot_at(const gdrpy_chan_t *c, uint64_t i)
 /* What the LL send paths read of the channel for every message, copied out
  * once per call: the loop then reads only the messages and the slot table
  * between one message's write-combined stores and the next one's (on x86 a
- * load there can wait behind those stores; docs/channel_rounds.md, round 17). */
+ * load there can wait behind those stores, which lengthened a batch's send span
+ * on the H200 hosts). */
 typedef struct {
     char *ring;
     const uint32_t *slot_of;

@@ -55,7 +55,7 @@
  *  `gdrpy_copylat --isa all` on the host; promote it here if it wins -
  *  for bulk only: on the H200 hosts (their CPUs have it) one MOVDIR64B
  *  flag store + SFENCE made a GPU round trip 4.5-5.5 us against 1.6-1.8
- *  for a WC store (docs/channel_rounds.md, round 11).
+ *  for a WC store.
  *
  * aarch64 (arm/cpu.c): neon (ASIMD, HWCAP_ASIMD), then generic.  ls64
  * (LD64B/ST64B, HWCAP3_LS64) is compiled where the compiler can and is

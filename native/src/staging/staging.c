@@ -16,7 +16,7 @@
  *     may be copied out once its event has fired; when all are, the slot is
  *     free for the DMA of a later chunk.
  * Only the caller talks to the engine (events are polled, never waited on
- * while there is CPU work).  Diagnostics (scripts/staging_sweep.py):
+ * while there is CPU work).  Diagnostics:
  * GDRPY_STAGING_DRY=nodma|nocopy runs one side of the pipeline alone,
  * GDRPY_STAGING_NT=in|out|both copies with streaming stores,
  * GDRPY_STAGING_PPT=N sets the pieces per thread and chunk (default 2).
