@@ -136,5 +136,5 @@ setup(
     package_data={"gdrpy": ["lib/*", "include/*.h", "include/*.cuh", "bin/*", "*.pyi", "py.typed"],
                   "gdrpy.tools": ["channel_kernels.cu"]},
     # The extension's sources are in the sdist (MANIFEST.in), not in the wheel.
-    exclude_package_data={"gdrpy": ["*.pyx", "*.pxd", "*.pxi", "*.c"]},
+    exclude_package_data={"gdrpy": ["*.pyx", "*.pxd", "*.pxi", "*.c", "_binding/*.pxi"]},
 )
