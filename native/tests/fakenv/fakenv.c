@@ -44,7 +44,9 @@
  * rewriting the memory: nothing stays stable between two reads);
  * fake_mirror_decoys(1) writes host-to-device copies into the decoys too
  * (another object with the same bytes); fake_slow_private(ms) makes every
- * device-to-host copy take that long (a proof that takes its time).
+ * device-to-host copy take that long (a proof that takes its time);
+ * fake_exact_objects(1) gives each later cuMemAlloc an RM object of its own
+ * of its size rounded to 4 KiB (a chunk that ends inside a GPU page).
  * The legacy default stream: fake_legacy_busy(1) stands for a kernel running
  * on it (or on any blocking stream); from then on every call that would wait
  * for that kernel on a real driver (synchronous copies, work on or
@@ -247,14 +249,16 @@ static void fb_init(void)
     if (fb == MAP_FAILED) abort();
 }
 
+static int exact_armed; /* fake_exact_objects */
 static int new_obj(uint64_t size)
 {
     fb_init();
-    size = (size + CHUNK - 1) & ~(uint64_t)(CHUNK - 1);
-    if (fb_used + size > FB_SIZE || nobjs >= MAXO) return -1;
+    uint64_t room = (size + CHUNK - 1) & ~(uint64_t)(CHUNK - 1);
+    size = exact_armed ? (size + 4095) & ~4095ull : room;
+    if (fb_used + room > FB_SIZE || nobjs >= MAXO) return -1;
     int i = nobjs++;
     objs[i] = (struct obj){0xcaf00000u + (uint32_t)i * 16 + 3, fb_used, size, 1, 0, -1};
-    fb_used += size;
+    fb_used += room;
     return i;
 }
 
@@ -310,6 +314,7 @@ API void fake_hide_records(int on) { hide_armed = on; }
 API void fake_churn(int on) { churn_armed = on; }
 API void fake_mirror_decoys(int on) { mirror_armed = on; }
 API void fake_slow_private(int ms) { __atomic_store_n(&slow_ms, ms, __ATOMIC_RELAXED); }
+API void fake_exact_objects(int on) { exact_armed = on; }
 API void fake_legacy_busy(int on)
 {
     pthread_mutex_lock(&L);
@@ -528,8 +533,8 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
     const char *fc = getenv("FAKE_FRESH_CHUNKS");
     int fresh = fc && fresh_done < atoi(fc);
     if (fresh) fresh_done++;
-    if (fresh || legacy_chunk < 0 || legacy_used + need > objs[legacy_chunk].size) {
-        legacy_chunk = new_obj(need > CHUNK ? need : CHUNK);
+    if (fresh || exact_armed || legacy_chunk < 0 || legacy_used + need > objs[legacy_chunk].size) {
+        legacy_chunk = new_obj(need > CHUNK || exact_armed ? need : CHUNK);
         legacy_used = 0;
     }
     struct alloc *a = legacy_chunk < 0 ? NULL : new_alloc();
