@@ -232,8 +232,9 @@ static int blocking(const void *st)
 static void waits(const char *call, const void *st)
 {
     if (!__atomic_load_n(&legacy_busy, __ATOMIC_RELAXED) || (st && !blocking(st))) return;
-    if (__atomic_fetch_add(&nwaits, 1, __ATOMIC_RELAXED) == 0)
-        snprintf(first_wait, sizeof first_wait, "%s", call);
+    pthread_mutex_lock(&L);
+    if (nwaits++ == 0) snprintf(first_wait, sizeof first_wait, "%s", call);
+    pthread_mutex_unlock(&L);
 }
 static uint64_t bar1_next = 0x200000000000ull;
 
