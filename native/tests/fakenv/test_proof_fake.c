@@ -31,15 +31,6 @@
 #include "../tally.h"
 #include "fake_client.h"
 
-static CUresult (*cuMemAlloc)(uint64_t *, size_t);
-static CUresult (*cuMemcpyHtoD)(uint64_t, const void *, size_t);
-static CUresult (*cuMemcpyDtoH)(void *, uint64_t, size_t);
-static CUresult (*cuMemCreate)(uint64_t *, size_t, const void *, unsigned long long);
-static CUresult (*cuMemAddressReserve)(uint64_t *, size_t, size_t, uint64_t, unsigned long long);
-static CUresult (*cuMemMap)(uint64_t, size_t, size_t, uint64_t, unsigned long long);
-static CUresult (*cuMemAllocAsync)(uint64_t *, size_t, void *);
-static CUresult (*cuMemPoolCreate)(void **, const void *);
-static CUresult (*cuMemAllocFromPoolAsync)(uint64_t *, size_t, void *, void *);
 static void (*fake_legacy_busy)(int);
 static int (*fake_waits)(char *, size_t);
 static void (*fake_slow_private)(int);
@@ -50,16 +41,6 @@ static void (*fake_mirror_decoys)(int);
 
 #define C2M (2u << 20)
 
-static uint64_t vmm_alloc(size_t n, int htypes)
-{
-    struct cu_mem_prop pr = {1, htypes, 1, 0, NULL, 0, 1, 0, {0}};
-    uint64_t va = 0, h = 0;
-    if (cuMemAddressReserve(&va, n, 0, 0, 0) || cuMemCreate(&h, n, &pr, 0) ||
-        cuMemMap(va, n, 0, h, 0))
-        return 0;
-    return va;
-}
-
 static uint64_t pool_alloc(int htypes, size_t n)
 {
     int props[22] = {1, htypes, 1, 0}; /* CUmemPoolProps: pinned, handle types, device 0 */
@@ -67,14 +48,6 @@ static uint64_t pool_alloc(int htypes, size_t n)
     uint64_t q = 0;
     if (cuMemPoolCreate(&pool, props) || cuMemAllocFromPoolAsync(&q, n, pool, NULL)) return 0;
     return q;
-}
-
-static void fill(uint64_t va, size_t n, uint8_t seed)
-{
-    uint8_t *b = malloc(n);
-    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)(seed + i * 13 + (i >> 8));
-    cuMemcpyHtoD(va, b, n);
-    free(b);
 }
 
 static double now_ms(void)
@@ -284,18 +257,7 @@ static void proofs(gdrpy_ctx_t ctx)
 int main(int argc, char **argv)
 {
     const char *only = argc > 1 ? argv[1] : "";
-    ((CUresult (*)(unsigned))sym("cuInit"))(0); /* the test allocates before gdrpy does */
-    cuMemAlloc = (CUresult (*)(uint64_t *, size_t))sym("cuMemAlloc_v2");
-    cuMemcpyHtoD = (CUresult (*)(uint64_t, const void *, size_t))sym("cuMemcpyHtoD_v2");
-    cuMemcpyDtoH = (CUresult (*)(void *, uint64_t, size_t))sym("cuMemcpyDtoH_v2");
-    cuMemCreate = (CUresult (*)(uint64_t *, size_t, const void *, unsigned long long))sym("cuMemCreate");
-    cuMemAddressReserve = (CUresult (*)(uint64_t *, size_t, size_t, uint64_t, unsigned long long))
-        sym("cuMemAddressReserve");
-    cuMemMap = (CUresult (*)(uint64_t, size_t, size_t, uint64_t, unsigned long long))sym("cuMemMap");
-    cuMemAllocAsync = (CUresult (*)(uint64_t *, size_t, void *))sym("cuMemAllocAsync");
-    cuMemPoolCreate = (CUresult (*)(void **, const void *))sym("cuMemPoolCreate");
-    cuMemAllocFromPoolAsync = (CUresult (*)(uint64_t *, size_t, void *, void *))
-        sym("cuMemAllocFromPoolAsync");
+    fake_cu_load(); /* the test allocates before gdrpy does */
     fake_legacy_busy = (void (*)(int))sym("fake_legacy_busy");
     fake_waits = (int (*)(char *, size_t))sym("fake_waits");
     fake_slow_private = (void (*)(int))sym("fake_slow_private");
