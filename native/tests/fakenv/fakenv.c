@@ -827,8 +827,11 @@ static void *real_mmap_anon(size_t n);
 static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
 {
     const char *lay0 = getenv("FAKE_POOL_LAYOUT");
-    /* list: records far apart in the heap (no block read shows the next) */
-    struct prec *r = calloc(1, lay0 && !strcmp(lay0, "list") ? 2048 : sizeof *r);
+    /* list: records far apart in the heap (no block read shows the next);
+     * fake_hide_records: a page of its own, away from every block a walk
+     * from the pool reads (only a scan of the heap finds it) */
+    struct prec *r = hide_armed ? (struct prec *)((char *)real_mmap_anon(4096) + 1024)
+                                : calloc(1, lay0 && !strcmp(lay0, "list") ? 2048 : sizeof *r);
     r->tag = 0x63686e6bull;
     r->va = va;
     r->client = CUDA_CLIENT;
@@ -856,14 +859,7 @@ static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
         r->alloc->inner->hmem = r->hmem;
         r->hmem = 0;
     }
-    if (hide_armed) {
-        /* only a scan of the heap finds it: a page of its own, away from
-         * every block a walk from the pool reads */
-        struct prec *h = (struct prec *)((char *)real_mmap_anon(4096) + 1024);
-        memcpy(h, r, sizeof *r);
-        free(r);
-        return h;
-    }
+    if (hide_armed) return r; /* linked from nothing */
     if (lay && !strcmp(lay, "list")) {
         /* the pool holds its first record; each record the next one (the
          * n-th chunk's record lies n pointers deep) */
