@@ -2,7 +2,8 @@
 streams (the legacy default stream, the per-thread default stream, a blocking
 stream from cuStreamCreate(0)) while 64 KiB of every memory kind is pinned and
 mapped, through libgdrapi.so.2 (whose first pin opens its context: the nvrm
-self-test runs then, under the kernel) and through the Python API, and while a
+self-test runs then, under the kernel) and through the Python API (CuPy arrays
+and PyTorch tensors pinned as the objects themselves), and while a
 second thread writes 8 bytes at a time through an existing mapping of the same
 gdr_t / context and records its longest stall.
 
@@ -73,6 +74,7 @@ class Buffers:
         from test_gpu_kinds import _Alloc, htod
         self.cu = cu
         self.ptr: dict[str, int] = {}
+        self.obj: dict[str, Any] = {}   # CuPy arrays, PyTorch tensors: pinned as objects too
         self.why: dict[str, str] = {}
         self._keep: list[Any] = []
         for i, kind in enumerate(KINDS):
@@ -102,6 +104,7 @@ class Buffers:
             import cupy
             a = cupy.arange(KB64, dtype=cupy.uint8)
             self._keep.append(a)
+            self.obj[kind] = a
             return int(a.data.ptr)
         if kind == "cupy_async":
             import cupy
@@ -109,12 +112,14 @@ class Buffers:
             with cupy.cuda.using_allocator(pool.malloc):
                 a = (cupy.arange(KB64, dtype=cupy.uint32) * 3).astype(cupy.uint8)
             self._keep.append((pool, a))
+            self.obj[kind] = a
             return int(a.data.ptr)
         import torch
         if not torch.cuda.is_available():
             raise ImportError("torch.cuda is not available")
         t = (torch.arange(KB64, device="cuda", dtype=torch.int32) * 5).to(torch.uint8)
         self._keep.append(t)
+        self.obj[kind] = t
         return int(t.data_ptr())
 
     def _sync_frameworks(self) -> None:
@@ -176,7 +181,7 @@ class Spinner:
         return int(err) == int(self.cu.CUresult.CUDA_ERROR_NOT_READY)
 
     def stop(self) -> float:
-        """Stops it; the ms it ran, and whether it ran until told to stop."""
+        """Stops it (the flag) and waits for it: the ms it ran."""
         self.flag[0] = 1
         self.rt.check(self.cu.cuEventSynchronize(self.event), "cuEventSynchronize")
         return float(self.ran[0]) / 1e6
@@ -239,19 +244,23 @@ def _gdrapi() -> Any:
     return lib
 
 
-def _pins(spin: Spinner, bufs: Buffers, pin_map: Any, unmap_unpin: Any) -> list[dict]:
+def _pins(spin: Spinner, bufs: Buffers, pin_map: Any, unmap_unpin: Any,
+          objects: bool = False) -> list[dict]:
+    """Every kind's GPU pages (objects: CuPy arrays and PyTorch tensors as
+    themselves, as users pin them) pinned and mapped 1 + REPEAT times."""
     out = []
     for kind in KINDS:
         if kind not in bufs.ptr:
             out.append({"kind": kind, "skipped": bufs.why.get(kind, "?")})
             continue
         lo, hi = page_range(bufs.ptr[kind])
+        what: Any = bufs.obj[kind] if objects and kind in bufs.obj else lo
         times: list[float] = []
         row: dict[str, Any] = {"kind": kind, "ok": True, "while_running": True, "error": ""}
         for _ in range(1 + REPEAT):
             t0 = time.perf_counter()
             try:
-                h = pin_map(lo, hi - lo)
+                h = pin_map(what, hi - lo)
             except Exception as e:
                 row.update(ok=False, error=f"{type(e).__name__}: {str(e)[:400]}")
                 break
@@ -338,8 +347,8 @@ def run_python(spin: Spinner, bufs: Buffers) -> dict:
         w = Writer(lambda: lib.gdrpy_write(ctx.handle, ph, 0, src, 8))
         w2 = Writer(lambda: wmap.write(8, b"12345678"))
 
-        def pin_map(addr: int, n: int) -> tuple:
-            p = ctx.pin(addr, size=n)
+        def pin_map(what: Any, n: int) -> tuple:
+            p = ctx.pin(what, size=n) if isinstance(what, int) else ctx.pin(what)
             try:
                 return p, p.map()
             except BaseException:
@@ -350,7 +359,7 @@ def run_python(spin: Spinner, bufs: Buffers) -> dict:
             x[1].close()
             x[0].close()
 
-        res["pins"] = _pins(spin, bufs, pin_map, unmap_unpin)
+        res["pins"] = _pins(spin, bufs, pin_map, unmap_unpin, objects=True)
         res["writer"] = w.finish()
         res["writer_mapping"] = w2.finish()
         lib.gdrpy_unmap(ctx.handle, ph)
