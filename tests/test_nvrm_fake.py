@@ -1,7 +1,10 @@
 """The nvrm backend's logic against a stand-in driver (native/tests/fakenv):
 ABI table selection, the per-device self-test (both routes, the corrupted-
 table switch), route C's IPC-layout learning and its read-only identity check
-(including a concurrent writer that must lose nothing).  No GPU needed: the
+(including a concurrent writer that must lose nothing), and issue 45's
+test_proof_fake / test_gdrapi_fake: no pin, proof, learning or self-test waits
+for a kernel on the legacy stream, and proofs that cannot pass vacuously.  No
+GPU needed: the
 stand-in is LD_PRELOADed into a child process and serves /dev/nvidia* and
 libcuda.so.1 from host memory.  The real driver is covered by
 tests/test_gpu_nvrm.py."""
@@ -36,7 +39,8 @@ MODES = {
 @pytest.fixture(scope="module")
 def built():
     r = subprocess.run(["make", "-C", NATIVE, "-j2", "build/test_nvrm_abi",
-                        "build/test_nvrm_fake"], capture_output=True, text=True)
+                        "build/test_nvrm_fake", "build/test_proof_fake",
+                        "build/test_gdrapi_fake"], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     return BUILD
 
@@ -61,6 +65,17 @@ def test_nvrm_logic_on_the_stand_in_driver(built, mode):
     r = subprocess.run([os.path.join(built, "test_nvrm_fake"), mode], capture_output=True,
                        text=True, env=env, timeout=300)
     _check(r.stdout + r.stderr, r.returncode, f"test_nvrm_fake {mode}")
+
+
+@pytest.mark.parametrize("prog", ["test_proof_fake", "test_gdrapi_fake"])
+def test_pins_never_wait_and_proofs_count_on_the_stand_in_driver(built, prog):
+    fake = os.path.join(built, "fakenv", "libcuda.so.1")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GDRPY_", "FAKE_", "LD_PRELOAD"))}
+    env.update(LD_PRELOAD=fake, LD_LIBRARY_PATH=os.path.dirname(fake))
+    r = subprocess.run([os.path.join(built, prog)], capture_output=True, text=True, env=env,
+                       timeout=300)
+    _check(r.stdout + r.stderr, r.returncode, prog)
 
 
 def _info_json(built, **env):

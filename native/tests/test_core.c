@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -452,6 +453,118 @@ static int close_runs_teardown_hooks_newest_first(void)
     return 0;
 }
 
+/* gp_chan_pin_hold(hold <= 0) drops only a hold it raised (issue 45): a
+ * stray release while a copy is in flight changes nothing, so an unmap still
+ * waits for that copy; before, it dropped the copy's count. */
+static int a_stray_channel_release_changes_nothing(void)
+{
+    gdrpy_ctx_t h = open_sim();
+    CHECK(h);
+    uint64_t d;
+    CHECK(gdrpy_sim_alloc(PAGE, &d) == 0);
+    gdrpy_pin_t ph;
+    CHECK(gdrpy_pin(h, d, PAGE, 0, &ph) == 0);
+    CHECK(gdrpy_map(h, ph, NULL, NULL) == 0);
+    gp_ctx *c;
+    gp_pin *p;
+    CHECK(gp_copy_begin(h, ph, 0, 8, &d, 1, "test copy", &c, &p) == 0); /* a copy in flight */
+    CHECK(atomic_load(&p->inflight) == 1);
+    CHECK(gp_chan_pin_hold(h, ph, 0, NULL, NULL, NULL) == GDRPY_EINVAL);
+    CHECK(strstr(gdrpy_last_error(), "holds no channel") != NULL);
+    CHECK(atomic_load(&p->inflight) == 1); /* the copy's count is untouched */
+    gdrpy_pin_info_t info;
+    int dev = -1, real = -1;
+    CHECK(gp_chan_pin_hold(h, ph, 1, &info, &dev, &real) == 0); /* a channel holds it */
+    CHECK(atomic_load(&p->inflight) == 2 && info.mapped && dev == 0 && real == 0);
+    CHECK(gp_chan_pin_hold(h, ph, 0, NULL, NULL, NULL) == 0);
+    CHECK(gp_chan_pin_hold(h, ph, -1, NULL, NULL, NULL) == GDRPY_EINVAL); /* once only */
+    CHECK(atomic_load(&p->inflight) == 1);
+    gp_copy_end(c, p);
+    CHECK(gdrpy_unmap(h, ph) == 0 && gdrpy_unpin(h, ph) == 0);
+    CHECK(gp_chan_pin_hold(h, ph, 0, NULL, NULL, NULL) == GDRPY_EBADF); /* unpinned */
+    CHECK(gdrpy_close(h) == 0);
+    CHECK(gdrpy_sim_free(d) == 0);
+    return 0;
+}
+
+/* Pins run without the context lock (issue 45): threads pinning, mapping,
+ * unmapping and unpinning pins of their own run beside threads copying
+ * through an existing mapping, on one context; every call succeeds, every
+ * copy lands, nothing is left.  (The sanitizer stage runs it under TSan.) */
+struct pinner {
+    gdrpy_ctx_t c;
+    uint64_t d;
+    int stop, bad;
+    long n;
+};
+
+static void *pinner_main(void *arg)
+{
+    struct pinner *w = arg;
+    while (!__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE)) {
+        gdrpy_pin_t p;
+        int rc = gdrpy_pin(w->c, w->d, PAGE, 0, &p);
+        if (!rc) rc = gdrpy_map(w->c, p, NULL, NULL);
+        uint64_t v = (uint64_t)w->n, back = 0;
+        if (!rc) rc = gdrpy_write(w->c, p, 8, &v, 8);
+        if (!rc) rc = gdrpy_read(w->c, p, 8, &back, 8);
+        if (!rc && back != v) rc = -1;
+        if (!rc) rc = gdrpy_unmap(w->c, p);
+        if (!rc) rc = gdrpy_unpin(w->c, p);
+        if (rc) {
+            w->bad = rc;
+            break;
+        }
+        __atomic_fetch_add(&w->n, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static int pins_run_beside_copies_and_unpins(void)
+{
+    gdrpy_ctx_t c = open_sim();
+    CHECK(c);
+    enum { NP = 3,
+           NC = 2 };
+    uint64_t shared, own[NP];
+    CHECK(gdrpy_sim_alloc(PAGE, &shared) == 0);
+    for (int i = 0; i < NP; i++) CHECK(gdrpy_sim_alloc(PAGE, &own[i]) == 0);
+    gdrpy_pin_t sp;
+    CHECK(gdrpy_pin(c, shared, PAGE, 0, &sp) == 0);
+    CHECK(gdrpy_map(c, sp, NULL, NULL) == 0);
+    struct racer r[NC];
+    struct pinner w[NP];
+    pthread_t tr[NC], tw[NP];
+    for (int i = 0; i < NC; i++) {
+        r[i] = (struct racer){.c = c, .p = sp};
+        pthread_create(&tr[i], NULL, racer_main, &r[i]);
+    }
+    for (int i = 0; i < NP; i++) {
+        w[i] = (struct pinner){.c = c, .d = own[i]};
+        pthread_create(&tw[i], NULL, pinner_main, &w[i]);
+    }
+    for (int k = 0; k < 10000; k++) { /* every thread did some work (<= 10 s) */
+        int all = 1;
+        for (int i = 0; i < NP; i++) all &= __atomic_load_n(&w[i].n, __ATOMIC_RELAXED) >= 50;
+        for (int i = 0; i < NC; i++) all &= __atomic_load_n(&r[i].n, __ATOMIC_RELAXED) >= 50;
+        if (all) break;
+        usleep(1000);
+    }
+    for (int i = 0; i < NP; i++) __atomic_store_n(&w[i].stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < NC; i++) __atomic_store_n(&r[i].stop, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < NP; i++) pthread_join(tw[i], NULL);
+    for (int i = 0; i < NC; i++) pthread_join(tr[i], NULL);
+    for (int i = 0; i < NP; i++) CHECK(w[i].bad == 0 && w[i].n > 0);
+    for (int i = 0; i < NC; i++) CHECK(r[i].bad == 0 && r[i].n > 0);
+    uint64_t live = 99;
+    CHECK(gdrpy_ctx_live_objects(c, &live) == 0 && live == 2); /* the shared pin + mapping */
+    CHECK(gdrpy_unmap(c, sp) == 0 && gdrpy_unpin(c, sp) == 0);
+    CHECK(gdrpy_close(c) == 0);
+    CHECK(gdrpy_sim_free(shared) == 0);
+    for (int i = 0; i < NP; i++) CHECK(gdrpy_sim_free(own[i]) == 0);
+    return 0;
+}
+
 int main(void)
 {
     RUN(pin_map_write_read_roundtrip);
@@ -466,6 +579,8 @@ int main(void)
     RUN(open_close_never_wait_on_other_contexts_copies);
     RUN(auto_never_picks_sim);
     RUN(close_runs_teardown_hooks_newest_first);
+    RUN(a_stray_channel_release_changes_nothing);
+    RUN(pins_run_beside_copies_and_unpins);
     printf("test_core: %d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

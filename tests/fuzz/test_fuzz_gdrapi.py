@@ -40,7 +40,7 @@ def _lib() -> ctypes.CDLL:
     sigs = {"gdr_close": [V], "gdr_pin_buffer": [V, U, S, ctypes.c_uint64, ctypes.c_uint32, V],
             "gdr_unpin_buffer": [V, MH], "gdr_map": [V, MH, V, S], "gdr_unmap": [V, MH, V, S],
             "gdr_copy_to_mapping": [MH, V, V, S], "gdr_copy_from_mapping": [MH, V, V, S],
-            "gdrpy_sim_alloc": [S, V]}
+            "gdr_get_info_v2": [V, MH, V], "gdrpy_sim_alloc": [S, V]}
     for name, args in sigs.items():
         getattr(lib, name).argtypes = args
         getattr(lib, name).restype = ctypes.c_int
@@ -150,4 +150,40 @@ def test_random_gdrapi_sequences_from_three_threads(env, ops: list) -> None:  # 
     assert not any(t.is_alive() for t in threads), "a thread hung (no return within 60 s)"
     assert not bad, bad[:5]
     for g in gs:
+        lib.gdr_close(g)
+
+
+@given(st.integers(0, MB - 1), st.integers(1, MB), st.integers(0, 2 * MB), st.booleans())
+def test_info_and_map_sizes_are_the_pinned_range(  # type: ignore[no-untyped-def]
+        env, off: int, n: int, msize: int, aligned: bool) -> None:
+    """Issue 45: gdr_get_info reports the range the backend pinned (covering
+    the request), gdr_map accepts exactly the sizes up to it, and a copy ends
+    at its last byte and never past it."""
+    lib, bufs = env
+    if aligned:
+        off &= ~0xFFFF
+    n = min(n, MB - off)
+    addr = bufs[2] + off
+    g = lib.gdr_open()
+    assert g
+    try:
+        mh = MH()
+        assert lib.gdr_pin_buffer(g, addr, n, 0, 0, ctypes.byref(mh)) == 0
+        info = ctypes.create_string_buffer(48)
+        assert lib.gdr_get_info_v2(g, mh, info) == 0
+        va = int.from_bytes(info.raw[0:8], "little")
+        ms = int.from_bytes(info.raw[8:16], "little")
+        assert va <= addr and va + ms >= addr + n, (hex(va), ms, hex(addr), n)
+        vp = ctypes.c_void_p()
+        rc = lib.gdr_map(g, mh, ctypes.byref(vp), msize)
+        want = 0 if (addr & 0xFFFF) == 0 and 1 <= msize <= ms else errno.EINVAL
+        assert rc == want, (rc, hex(addr), msize, ms)
+        if rc == 0:
+            host = ctypes.create_string_buffer(16)
+            assert lib.gdr_copy_to_mapping(mh, vp.value + ms - 8, host, 8) == 0
+            assert lib.gdr_copy_to_mapping(mh, vp.value + ms - 4, host, 8) == errno.EINVAL
+            assert lib.gdr_copy_from_mapping(mh, host, vp.value + ms, 1) == errno.EINVAL
+            assert lib.gdr_unmap(g, mh, vp, msize) == 0
+        assert lib.gdr_unpin_buffer(g, mh) == 0
+    finally:
         lib.gdr_close(g)

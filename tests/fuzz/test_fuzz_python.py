@@ -164,3 +164,62 @@ def test_random_api_sequences_from_three_threads(ops: list) -> None:
             b.close()  # type: ignore[attr-defined]
         except gdrpy.GdrError as e:   # only a live export may refuse
             pytest.fail(f"buffer close refused after every view was dropped: {e}")
+
+
+CH_OPS = ["chan_open", "chan_close", "write", "unmap_try"]
+
+
+@given(st.lists(st.tuples(st.integers(0, 1), st.sampled_from(CH_OPS), st.integers(0, 7)),
+                min_size=1, max_size=30))
+def test_channel_holds_balance_beside_copies(ops: list) -> None:
+    """Issue 45: channels on a buffer that is also pinned and mapped, opened
+    and closed from two threads while the mapping is written and its teardown
+    tried: every channel close completes, and once they are all closed the
+    mapping and the pin close at once (every hold a channel raised was
+    dropped exactly once; none dropped a copy's)."""
+    ctx = gdrpy.open(0, BACKEND)
+    buf = gdrpy.memory.alloc(SIZE, ctx=ctx)
+    pin = ctx.pin(buf)
+    m = pin.map()
+    chans: list[gdrpy.Channel] = []
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def worker(tid: int) -> None:
+        for t, op, i in ops:
+            if t != tid:
+                continue
+            try:
+                if op == "chan_open":
+                    ch = gdrpy.Channel(ctx, nslots=4, slot_size=64, buffer=buf)
+                    with lock:
+                        chans.append(ch)
+                elif op == "chan_close":
+                    with lock:
+                        ch = chans.pop(i % len(chans)) if chans else None
+                    if ch is not None:
+                        ch.close(timeout=1.0)
+                        assert ch.closed
+                elif op == "write":
+                    m.write(i * 64, b"x" * 64)
+            except gdrpy.GdrError:
+                pass
+            except BaseException as e:
+                errors.append(e)
+                return
+
+    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a thread hung"
+    assert not errors, f"non-GdrError raised: {errors[0]!r}"
+    for ch in chans:
+        ch.close(timeout=2.0)
+        assert ch.closed
+    m.close()
+    pin.close()
+    ctx.close()
+    assert ctx.closed
+    buf.close()  # type: ignore[attr-defined]

@@ -144,6 +144,28 @@ def _py_named() -> list[Case]:
              "ch.shutdown()\n"
              "ch._sim_join(h)\n"
              "ch._sim_join(h)"),
+        # issue 45: a channel's hold on its pin is released once, whatever the
+        # order of closes; a mapping's teardown still waits for copies after
+        Case("py.channel_close_twice_then_teardown", "py",
+             "for _ in range(20):\n"
+             "    ch = gdrpy.Channel(ctx, nslots=4, slot_size=16)\n"
+             "    ch.close(); ch.close()\n"
+             "m.close(); pin.close(); ctx.close(); assert ctx.closed", "ok"),
+        Case("py.ctx_close_with_channel_alive", "py",
+             "ch = gdrpy.Channel(ctx, nslots=4, slot_size=16)\n"
+             "try:\n    ctx.close()\nfinally:\n    ch.close(); ch.close()\n"
+             "ctx.close(); assert ctx.closed", "any"),
+        Case("py.channels_beside_copies_and_unmap", "py",
+             "stop = threading.Event()\n"
+             "def copy():\n"
+             "    while not stop.is_set():\n"
+             "        try:\n            m.write(0, b'x' * 4096)\n"
+             "        except gdrpy.GdrError:\n            return\n"
+             "t = threading.Thread(target=copy, daemon=True); t.start()\n"
+             "for _ in range(20):\n"
+             "    ch = gdrpy.Channel(ctx, nslots=4, slot_size=16); ch.close()\n"
+             "m.close(); stop.set(); t.join(10); assert not t.is_alive()\n"
+             "pin.close(); ctx.close(); assert ctx.closed", "ok"),
         Case("py.use_after_unmap", "py", "m.close(); m.write(0, b'x')"),
         Case("py.use_after_unpin", "py", "pin.close(); pin.ce_write(0, b'x')"),
         Case("py.map_after_unpin", "py", "pin.close(); pin.map()"),
@@ -298,6 +320,13 @@ _C_ERR = [
     ("type_string_bad", "RC = lib.gdr_get_mapping_type_string(9, ctypes.byref(cp))"),
     ("type_string_null", "RC = lib.gdr_get_mapping_type_string(1, None)"),
     ("driver_version_null", "RC = lib.gdr_driver_get_version(g, None, None)"),
+    # issue 45: gdr_map never maps more than gdr_get_info reports
+    ("map_past_info_size", ("lib.gdr_get_info_v2(g, mh2, ctypes.byref(info)); "
+     "ms = int.from_bytes(info.raw[8:16], 'little'); "
+     "RC = lib.gdr_map(g, mh2, ctypes.byref(p2), ms + 1)")),
+    ("copy_past_info_size", ("lib.gdr_get_info_v2(g, mh, ctypes.byref(info)); "
+     "ms = int.from_bytes(info.raw[8:16], 'little'); "
+     "RC = lib.gdr_copy_to_mapping(mh, va + ms - 4, host, 8)")),
     ("callback_flag_null", "RC = lib.gdr_get_callback_flag(g, mh, None)"),
     ("callback_flag_bogus", "RC = lib.gdr_get_callback_flag(g, MH(5), ctypes.byref(iv))"),
 ]
@@ -309,6 +338,13 @@ _C_OK = [
     ("close_with_live_pins", "RC = lib.gdr_close(g)"),
     ("open_close_many", ("hs = [lib.gdr_open() for _ in range(50)]\n"
      "assert all(hs)\nRC = sum(lib.gdr_close(x) for x in hs)")),
+    # issue 45: the reported range is the mapped one, to its last byte
+    ("map_and_copy_to_info_size", ("lib.gdr_get_info_v2(g, mh2, ctypes.byref(info))\n"
+     "iva = int.from_bytes(info.raw[0:8], 'little'); ms = int.from_bytes(info.raw[8:16], "
+     "'little')\nassert iva <= d2 and iva + ms >= d2 + MB, (hex(iva), ms)\n"
+     "assert lib.gdr_map(g, mh2, ctypes.byref(p2), ms) == 0\n"
+     "assert lib.gdr_copy_to_mapping(mh2, p2.value + ms - 8, host, 8) == 0\n"
+     "RC = lib.gdr_unmap(g, mh2, p2, ms)")),
     ("roundtrip", ("ctypes.memmove(host, b'abcdefgh', 8)\n"
      "lib.gdr_copy_to_mapping(mh, va, host, 8)\n"
      "out = ctypes.create_string_buffer(8); lib.gdr_copy_from_mapping(mh, out, va, 8)\n"

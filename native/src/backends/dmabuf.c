@@ -9,7 +9,8 @@
  * the mmap (the open 580 driver on GPUs with their own framebuffer: errno
  * 524, ENOTSUPP) is reported by map() with ENOTSUP and the reason.
  *
- * Thread safety: the core holds ctx->lock around pin/unpin/map/unmap.
+ * Thread safety: the core holds ctx->lock around unpin/map/unmap; pins run
+ * without it, and keep to their own gp_pin (counters are atomic).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

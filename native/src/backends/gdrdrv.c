@@ -13,8 +13,9 @@
  * same way internally, but then refuses to mmap a pin whose address had an
  * offset inside its first GPU page): the pin is therefore always mappable.
  *
- * Thread safety: the core holds ctx->lock around pin/unpin/map/unmap; the
- * kernel module locks its own state.
+ * Thread safety: the core holds ctx->lock around unpin/map/unmap; pins run
+ * without it and keep to their own gp_pin (counters are atomic); the kernel
+ * module locks its own state.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE

@@ -16,7 +16,9 @@
  *    `closing` stays set until gdrpy_open reuses the slot (after storing the
  *    new generation), and calls check it before the generation, so a call
  *    that raced the close never dereferences the freed context.
- *  - `ctx->lock` guards the pin table and pin state.  Validated copies
+ *  - `ctx->lock` guards the pin table and pin state.  A backend's pin runs
+ *    without it (it may take milliseconds: proofs, driver calls) and the new
+ *    pin is published in the table under it afterwards.  Validated copies
  *    (gdrpy_write/read/ce_*) raise pin->inflight under ctx->lock and drop it
  *    (atomically) without it; unmap/unpin mark the pin `tearing` (new copies
  *    get EBUSY), wait (bounded) for the copies in flight, then unmap: the
@@ -569,23 +571,34 @@ int gdrpy_pin(gdrpy_ctx_t h, uint64_t addr, size_t size, unsigned flags, gdrpy_p
     p->addr = addr;
     p->size = size;
     p->flags = flags;
+    /* The backend's pin runs without ctx->lock: its proofs and driver calls
+     * may take milliseconds, and the copy paths (gdrpy_write, ...) look
+     * their pin up under that lock.  The context stays alive meanwhile (this
+     * call is inside it: gdrpy_close waits), and the pin is published in
+     * the table only once it is complete. */
+    rc = c->be->pin(c, p);
+    if (rc) {
+        gp_err_prefix(rc, "pin of 0x%llx (+%zu bytes) on %s", (unsigned long long)addr, size,
+                      c->be->name);
+    } else if (p->va > addr || p->va + p->len < addr + size || p->len == 0) {
+        rc = gp_err(GDRPY_EIO, "pin: backend %s returned range 0x%llx+%llu not covering "
+                               "0x%llx+%zu (bug)",
+                    c->be->name, (unsigned long long)p->va, (unsigned long long)p->len,
+                    (unsigned long long)addr, size);
+        pthread_mutex_lock(&c->lock);
+        c->be->unpin(c, p);
+        pthread_mutex_unlock(&c->lock);
+    }
+    if (rc) {
+        ctx_leave(c);
+        free(p);
+        return rc;
+    }
     pthread_mutex_lock(&c->lock);
     uint32_t idx = 0;
     rc = pin_slot(c, &idx);
-    if (!rc) {
-        rc = c->be->pin(c, p);
-        if (rc) {
-            gp_err_prefix(rc, "pin of 0x%llx (+%zu bytes) on %s", (unsigned long long)addr, size,
-                          c->be->name);
-        } else if (p->va > addr || p->va + p->len < addr + size || p->len == 0) {
-            c->be->unpin(c, p);
-            rc = gp_err(GDRPY_EIO, "pin: backend %s returned range 0x%llx+%llu not covering "
-                                   "0x%llx+%zu (bug)",
-                        c->be->name, (unsigned long long)p->va,
-                        (unsigned long long)p->len, (unsigned long long)addr, size);
-        }
-    }
     if (rc) {
+        c->be->unpin(c, p);
         pthread_mutex_unlock(&c->lock);
         ctx_leave(c);
         free(p);
@@ -934,8 +947,15 @@ int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *
             *device = c->device;
             *is_real = c->be->is_real;
         }
-    } else if (!rc && atomic_load(&p->inflight) > 0) {
+        if (!rc) p->chan_holds++;
+    } else if (!rc && p->chan_holds > 0) {
+        p->chan_holds--;
         atomic_fetch_sub_explicit(&p->inflight, 1, memory_order_release);
+    } else if (!rc) {
+        /* a hold never raised: dropping one would let an unmap race a copy */
+        rc = gp_err(GDRPY_EINVAL, "chan_destroy: pin 0x%llx holds no channel: nothing to "
+                                  "release",
+                    (unsigned long long)ph);
     }
     pthread_mutex_unlock(&c->lock);
     ctx_leave(c);

@@ -72,6 +72,8 @@ static void do_load(void)
         SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2"),
         SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"),
         SYM(StreamSynchronize, "cuStreamSynchronize"),
+        SYM(StreamCreate, "cuStreamCreate"),
+        SYM(StreamDestroy, "cuStreamDestroy_v2"),
         OPT(StreamGetCtx, "cuStreamGetCtx"),
         SYM(MemGetAddressRange, "cuMemGetAddressRange_v2"),
         SYM(PointerGetAttribute, "cuPointerGetAttribute"),
@@ -275,6 +277,7 @@ static pthread_mutex_t hold_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
     int holders;
     CUcontext primary; /* retained while holders > 0 and non-NULL */
+    CUstream priv;     /* gdrpy's own stream in `primary` (gp_cuda_private_*) */
 } holds[GP_CUDA_MAX_DEV];
 
 void gp_cuda_hold(int device)
@@ -289,16 +292,40 @@ void gp_cuda_unhold(int device)
 {
     if (device < 0 || device >= GP_CUDA_MAX_DEV) return;
     CUcontext rel = NULL;
+    CUstream st = NULL;
     pthread_mutex_lock(&hold_lock);
     if (holds[device].holders > 0 && --holds[device].holders == 0) {
         rel = holds[device].primary;
         holds[device].primary = NULL;
+        st = holds[device].priv;
+        holds[device].priv = NULL;
     }
     pthread_mutex_unlock(&hold_lock);
+    if (st && rel && gp_cu.CtxPushCurrent(rel) == CUDA_SUCCESS) {
+        gp_cu.StreamDestroy(st); /* returns at once; nothing of the caller's waits */
+        CUcontext popped;
+        gp_cu.CtxPopCurrent(&popped);
+    }
     if (rel) {
         CUdevice d;
         if (gp_cu.DeviceGet(&d, device) == CUDA_SUCCESS) gp_cu.DevicePrimaryCtxRelease(d);
     }
+}
+
+/* With hold_lock held and holders > 0: the device's primary context,
+ * retained on first need. */
+static int held_primary_locked(int device, CUdevice d, CUcontext *out)
+{
+    if (!holds[device].primary) {
+        CUresult r = gp_cu.DevicePrimaryCtxRetain(&holds[device].primary, d);
+        if (r) {
+            holds[device].primary = NULL;
+            return gp_cuda_err(0, r, "cuDevicePrimaryCtxRetain",
+                               "activating the primary context of CUDA device %d", device);
+        }
+    }
+    *out = holds[device].primary;
+    return 0;
 }
 
 int gp_cuda_enter(int device, gp_cuda_scope *s)
@@ -323,20 +350,9 @@ int gp_cuda_enter(int device, gp_cuda_scope *s)
     CUcontext ctx = NULL;
     if (device < GP_CUDA_MAX_DEV) {
         pthread_mutex_lock(&hold_lock);
-        if (holds[device].holders > 0) {
-            if (!holds[device].primary) {
-                r = gp_cu.DevicePrimaryCtxRetain(&holds[device].primary, d);
-                if (r) {
-                    holds[device].primary = NULL;
-                    pthread_mutex_unlock(&hold_lock);
-                    return gp_cuda_err(0, r, "cuDevicePrimaryCtxRetain",
-                                       "activating the primary context of CUDA device %d",
-                                       device);
-                }
-            }
-            ctx = holds[device].primary;
-        }
+        rc = holds[device].holders > 0 ? held_primary_locked(device, d, &ctx) : 0;
         pthread_mutex_unlock(&hold_lock);
+        if (rc) return rc;
     }
     if (!ctx) {
         r = gp_cu.DevicePrimaryCtxRetain(&ctx, d);
@@ -368,6 +384,81 @@ void gp_cuda_leave(gp_cuda_scope *s)
         if (gp_cu.DeviceGet(&d, s->device) == CUDA_SUCCESS) gp_cu.DevicePrimaryCtxRelease(d);
         s->temp_retain = 0;
     }
+}
+
+/* ---- gdrpy's own copies (cudadrv.h) ------------------------------------ */
+
+int gp_cuda_private_begin(int device, CUstream *stream)
+{
+    *stream = NULL;
+    int rc = gp_cuda_load(NULL, 0);
+    if (rc) return rc;
+    if (device < 0 || device >= GP_CUDA_MAX_DEV)
+        return gp_err(GDRPY_ENODEV, "CUDA device %d is beyond the %d gdrpy tracks", device,
+                      GP_CUDA_MAX_DEV);
+    CUdevice d;
+    rc = get_dev(device, &d);
+    if (rc) return rc;
+    gp_cuda_hold(device);
+    CUcontext pc = NULL;
+    CUresult r = CUDA_SUCCESS;
+    pthread_mutex_lock(&hold_lock);
+    rc = held_primary_locked(device, d, &pc);
+    if (!rc && !holds[device].priv) {
+        r = gp_cu.CtxPushCurrent(pc);
+        if (!r) {
+            r = gp_cu.StreamCreate(&holds[device].priv, CU_STREAM_NON_BLOCKING);
+            if (r) holds[device].priv = NULL;
+            CUcontext popped;
+            gp_cu.CtxPopCurrent(&popped);
+        }
+        if (r)
+            rc = gp_cuda_err(0, r, "cuStreamCreate", "gdrpy's own stream on CUDA device %d",
+                             device);
+    }
+    CUstream st = holds[device].priv;
+    pthread_mutex_unlock(&hold_lock);
+    if (!rc) {
+        r = gp_cu.CtxPushCurrent(pc);
+        if (r)
+            rc = gp_cuda_err(0, r, "cuCtxPushCurrent",
+                             "making the primary context of CUDA device %d current", device);
+    }
+    if (rc) {
+        gp_cuda_unhold(device);
+        return rc;
+    }
+    *stream = st;
+    return 0;
+}
+
+void gp_cuda_private_end(int device)
+{
+    CUcontext popped;
+    gp_cu.CtxPopCurrent(&popped);
+    gp_cuda_unhold(device);
+}
+
+int gp_cuda_private_copy(int device, int dir, uint64_t dptr, void *host, size_t n)
+{
+    if (n == 0) return 0;
+    if (dir != 0 && dir != 1) return gp_err(GDRPY_EINVAL, "memcpy: bad direction %d", dir);
+    CUstream st;
+    int rc = gp_cuda_private_begin(device, &st);
+    if (rc) return rc;
+    CUresult r = dir == 0 ? gp_cu.MemcpyHtoDAsync(dptr, host, n, st)
+                          : gp_cu.MemcpyDtoHAsync(host, dptr, n, st);
+    const char *call = dir == 0 ? "cuMemcpyHtoDAsync" : "cuMemcpyDtoHAsync";
+    if (!r) {
+        call = "cuStreamSynchronize";
+        r = gp_cu.StreamSynchronize(st);
+    }
+    gp_cuda_private_end(device);
+    if (r)
+        return gp_cuda_err(0, r, call, "gdrpy's own copy of %zu bytes %s device 0x%llx "
+                                       "(device %d)",
+                           n, dir == 0 ? "to" : "from", (unsigned long long)dptr, device);
+    return 0;
 }
 
 /* ---- copies ----------------------------------------------------------- */

@@ -155,6 +155,8 @@ struct gp_cuda_api {
     CUresult (*MemcpyHtoDAsync)(CUdeviceptr dst, const void *src, size_t n, CUstream s);
     CUresult (*MemcpyDtoHAsync)(void *dst, CUdeviceptr src, size_t n, CUstream s);
     CUresult (*StreamSynchronize)(CUstream s);
+    CUresult (*StreamCreate)(CUstream *s, unsigned flags);
+    CUresult (*StreamDestroy)(CUstream s);                                          /* _v2 */
     CUresult (*StreamGetCtx)(CUstream s, CUcontext *c);                             /* optional */
     CUresult (*MemGetAddressRange)(CUdeviceptr *base, size_t *size, CUdeviceptr p); /* _v2 */
     CUresult (*PointerGetAttribute)(void *data, int attr, CUdeviceptr p);
@@ -270,6 +272,29 @@ GP_HIDDEN int gp_cuda_memcpy(int device, int dir, uint64_t dptr, void *host, siz
  * wait that pageable sources need is left out. */
 GP_HIDDEN int gp_cuda_memcpy_locked(int device, int dir, uint64_t dptr, void *host, size_t n,
                                     void *stream);
+
+/* ---- gdrpy's own copies: never ordered after the caller's work ---------- */
+/* Copies gdrpy makes for itself (the nvrm backend's proofs, its learning and
+ * its self-test) run on a stream of gdrpy's own: one per device, created
+ * CU_STREAM_NON_BLOCKING in the device's primary context on first use and
+ * destroyed when the device's last holder lets go (gp_cuda_unhold).  A
+ * synchronous cuMemcpy runs on the legacy default stream, which waits for
+ * every kernel running on a blocking stream (the legacy and per-thread
+ * default streams included): a kernel that never ends would hang the call.
+ * The private stream is ordered after nothing but gdrpy's own work.
+ *
+ * gp_cuda_private_begin() holds the device, makes its primary context
+ * current (pushed) and gives the stream; gp_cuda_private_end() undoes it, on
+ * the same thread.  Work queued on the stream must be waited for with
+ * cuStreamSynchronize(stream) before _end.  Thread-safe: threads share the
+ * stream (a synchronize then also waits for the other threads' copies, which
+ * are gdrpy's own and short). */
+#define CU_STREAM_NON_BLOCKING 0x1
+GP_HIDDEN int gp_cuda_private_begin(int device, CUstream *stream);
+GP_HIDDEN void gp_cuda_private_end(int device);
+/* dir 0: host -> device, 1: device -> host, on the private stream, waited
+ * for (that copy only: never the caller's kernels). */
+GP_HIDDEN int gp_cuda_private_copy(int device, int dir, uint64_t dptr, void *host, size_t n);
 
 /* ---- pointer classification ------------------------------------------- */
 enum {

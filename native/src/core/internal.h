@@ -53,7 +53,8 @@ struct gp_pin {
     /* core only: validated copies in flight (raised under ctx->lock,
      * dropped without it); unmap/unpin wait (bounded) for none */
     _Atomic int inflight;
-    int tearing; /* unmap/unpin in progress (ctx->lock) */
+    int tearing;    /* unmap/unpin in progress (ctx->lock) */
+    int chan_holds; /* of inflight, the holds gp_chan_pin_hold raised (ctx->lock) */
 };
 
 struct gp_backend;
@@ -95,9 +96,12 @@ GP_HIDDEN int gp_busy_wait_limit_ms(void);
 /* ---- backend interface ------------------------------------------------ */
 /* A backend is one file exporting one `const struct gp_backend`.
  * All hooks return 0 or a gdrpy_status_t and set the message with gp_err().
- * The core holds ctx->lock around pin/unpin/map/unmap, validates arguments
+ * The core holds ctx->lock around unpin/map/unmap, validates arguments
  * before calling, and guarantees the order map-after-pin, unmap-before-unpin,
- * everything-before-close. */
+ * everything-before-close.  pin runs WITHOUT ctx->lock (it may take
+ * milliseconds, and the copy paths take that lock), so it may run at the
+ * same time as other pins, unpins, maps and unmaps of the context: what it
+ * changes beyond its own gp_pin must be guarded by the backend. */
 struct gp_backend {
     const char *name;
     int id;      /* gdrpy_backend_t */
@@ -152,7 +156,8 @@ GP_HIDDEN void *gp_ctx_attached(gp_ctx *c, void (*fn)(void *arg));
 /* For the channel, which holds its pin for its lifetime.  hold > 0: checks
  * that `ph` is a mapped pin of `h`, raises its in-flight count (unmap/unpin
  * then fail with EBUSY) and fills *info, *device and *is_real.  hold <= 0:
- * drops that count again (if the pin still exists). */
+ * drops one such hold again (if the pin still exists); EINVAL, changing
+ * nothing, when the pin has no hold of this kind to drop. */
 GP_HIDDEN int gp_chan_pin_hold(gdrpy_ctx_t h, gdrpy_pin_t ph, int hold, gdrpy_pin_info_t *info,
                                int *device, int *is_real);
 

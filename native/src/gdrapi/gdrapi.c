@@ -121,8 +121,8 @@ typedef struct mh_slot {
     gdrpy_ctx_t ctx;
     gdrpy_pin_t pin;
     uint64_t addr, size;  /* as given to the pin call */
-    uint64_t va;          /* addr rounded down to GPU_PAGE_SIZE */
-    uint64_t mapped_size; /* va .. end rounded up to GPU_PAGE_SIZE */
+    uint64_t va;          /* the pinned range, as the backend pinned it (gdrpy's */
+    uint64_t mapped_size; /* va, mapped_size: what gdr_map maps, never more) */
     void *map_ret;        /* pointer gdr_map returned (CPU address of va) */
     size_t map_size;      /* size given to gdr_map */
     int mapping_type;
@@ -858,21 +858,26 @@ static int do_pin(struct gdr *g, unsigned long addr, size_t size, uint32_t flags
         LOGE("%s: %s", what, gdrpy_last_error());
         return rc;
     }
+    /* The pinned range is the backend's: it may stop short of the GPU pages
+     * around the request (an allocation's or a chunk's end), and gdr_get_info
+     * and gdr_map must never promise more than gdr_map maps. */
+    gdrpy_pin_info_t pi;
+    rc = gdrpy_pin_get_info(ctx, pin, &pi);
     uint32_t idx;
-    mh_slot *s = slot_alloc(&idx);
+    mh_slot *s = rc ? NULL : slot_alloc(&idx);
     if (!s) {
         gdrpy_unpin(ctx, pin);
         g_leave(g);
-        LOGE("%s: out of handles", what);
-        return ENOMEM;
+        LOGE("%s: %s", what, rc ? gdrpy_last_error() : "out of handles");
+        return rc ? rc : ENOMEM;
     }
     s->g = g;
     s->ctx = ctx;
     s->pin = pin;
     s->addr = addr;
     s->size = size;
-    s->va = addr & GPU_PAGE_MASK;
-    s->mapped_size = ((addr + size + GPU_PAGE_OFFSET) & GPU_PAGE_MASK) - s->va;
+    s->va = pi.va;
+    s->mapped_size = pi.mapped_size;
     s->map_ret = NULL;
     s->map_size = 0;
     s->mapping_type = GDR_MAPPING_TYPE_NONE;

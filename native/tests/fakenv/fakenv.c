@@ -37,6 +37,21 @@
  * showed for pools without handle types.  FAKE_DEFAULT_POOL_LAYOUT gives the
  * default pool a layout of its own (the others keep FAKE_POOL_LAYOUT's);
  * FAKE_POOL_LAYOUT=list chains a pool's chunk records in a list.
+ * Proofs (issue 45): fake_arm_lie(2) makes the decoy twice the size;
+ * fake_hide_records(1) leaves later chunk records unlinked from their pool
+ * (only a scan of the heap finds them); fake_churn(1) rewrites every byte a
+ * device-to-host copy read, in the source and in its decoys (a kernel
+ * rewriting the memory: nothing stays stable between two reads);
+ * fake_mirror_decoys(1) writes host-to-device copies into the decoys too
+ * (another object with the same bytes); fake_slow_private(ms) makes every
+ * device-to-host copy take that long (a proof that takes its time);
+ * fake_exact_objects(1) gives each later cuMemAlloc an RM object of its own
+ * of its size rounded to 4 KiB (a chunk that ends inside a GPU page).
+ * The legacy default stream: fake_legacy_busy(1) stands for a kernel running
+ * on it (or on any blocking stream); from then on every call that would wait
+ * for that kernel on a real driver (synchronous copies, work on or
+ * synchronizing the legacy, per-thread or a blocking stream, cuMemFree of
+ * cuMemAlloc memory, cuMemFreeHost) is counted (fake_waits) instead.
  * Not a driver: no security, one device, no freeing of video memory.
  */
 #ifndef _GNU_SOURCE
@@ -53,6 +68,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define API __attribute__((visibility("default")))
@@ -87,7 +103,8 @@ struct obj {
     uint32_t h;
     uint64_t fb_off, size;
     int live;
-    int nomap; /* RM_MAP_MEMORY fails (fake_unmappable_decoys) */
+    int nomap;    /* RM_MAP_MEMORY fails (fake_unmappable_decoys) */
+    int decoy_of; /* a decoy made for object decoy_of (-1: none) */
 };
 static struct obj objs[MAXO]; /* CUDA's RM objects (client CUDA_CLIENT) */
 static int nobjs;
@@ -193,6 +210,32 @@ static struct prec **list_tail(void *pool)
 static struct fpool default_pool = {0x706f6f6cull, 0, {0}, {0}, 0, 1, -1, 0, 0};
 static uint64_t pool_va_next = 0x7d0000000000ull;
 static int lie_armed, ambig_armed, phys_denied, bar1_dynamic, decoys_nomap;
+static int hide_armed, churn_armed, mirror_armed, slow_ms;
+
+/* ---- the legacy default stream (fake_legacy_busy) ------------------------- */
+#define FSTREAM_MAGIC 0x7374726561ull
+struct fstream {
+    uint64_t magic;
+    unsigned flags;
+};
+static int legacy_busy, nwaits;
+static char first_wait[128];
+/* A stream whose work is ordered after a kernel on the legacy default stream:
+ * the legacy and per-thread default streams, and any stream created without
+ * CU_STREAM_NON_BLOCKING. */
+static int blocking(const void *st)
+{
+    const struct fstream *f = st;
+    if ((uintptr_t)st <= 2) return 1;
+    return f->magic != FSTREAM_MAGIC || !(f->flags & 1);
+}
+static void waits(const char *call, const void *st)
+{
+    if (!__atomic_load_n(&legacy_busy, __ATOMIC_RELAXED) || (st && !blocking(st))) return;
+    pthread_mutex_lock(&L);
+    if (nwaits++ == 0) snprintf(first_wait, sizeof first_wait, "%s", call);
+    pthread_mutex_unlock(&L);
+}
 static uint64_t bar1_next = 0x200000000000ull;
 
 static uint64_t htod_log_va[4096], htod_log_n[4096];
@@ -207,14 +250,16 @@ static void fb_init(void)
     if (fb == MAP_FAILED) abort();
 }
 
+static int exact_armed; /* fake_exact_objects */
 static int new_obj(uint64_t size)
 {
     fb_init();
-    size = (size + CHUNK - 1) & ~(uint64_t)(CHUNK - 1);
-    if (fb_used + size > FB_SIZE || nobjs >= MAXO) return -1;
+    uint64_t room = (size + CHUNK - 1) & ~(uint64_t)(CHUNK - 1);
+    size = exact_armed ? (size + 4095) & ~4095ull : room;
+    if (fb_used + room > FB_SIZE || nobjs >= MAXO) return -1;
     int i = nobjs++;
-    objs[i] = (struct obj){0xcaf00000u + (uint32_t)i * 16 + 3, fb_used, size, 1, 0};
-    fb_used += size;
+    objs[i] = (struct obj){0xcaf00000u + (uint32_t)i * 16 + 3, fb_used, size, 1, 0, -1};
+    fb_used += room;
     return i;
 }
 
@@ -226,6 +271,14 @@ static int new_alias(int o)
     objs[i] = objs[o];
     objs[i].h = 0xcaf00000u + (uint32_t)i * 16 + 3;
     return i;
+}
+
+/* A decoy of the size the armed lie asks for (twice the size: fake_arm_lie(2)). */
+static int new_decoy(int o)
+{
+    int d = new_obj(lie_armed == 2 ? 2 * objs[o].size : objs[o].size);
+    if (d >= 0) objs[d].decoy_of = o;
+    return d;
 }
 
 static struct alloc *new_alloc(void)
@@ -258,6 +311,30 @@ API void fake_arm_ambiguous(int mode) { ambig_armed = mode; }
 API void fake_deny_phys(int on) { phys_denied = on; }
 API void fake_bar1_dynamic(int on) { bar1_dynamic = on; }
 API void fake_unmappable_decoys(int on) { decoys_nomap = on; }
+API void fake_hide_records(int on) { hide_armed = on; }
+API void fake_churn(int on) { churn_armed = on; }
+API void fake_mirror_decoys(int on) { mirror_armed = on; }
+API void fake_slow_private(int ms) { __atomic_store_n(&slow_ms, ms, __ATOMIC_RELAXED); }
+API void fake_exact_objects(int on) { exact_armed = on; }
+API void fake_legacy_busy(int on)
+{
+    pthread_mutex_lock(&L);
+    if (on) {
+        nwaits = 0;
+        first_wait[0] = '\0';
+    }
+    __atomic_store_n(&legacy_busy, on, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&L);
+}
+/* calls that would have waited for the kernel since fake_legacy_busy(1) */
+API int fake_waits(char *first, size_t n)
+{
+    pthread_mutex_lock(&L);
+    int k = nwaits;
+    if (first && n) snprintf(first, n, "%s", first_wait);
+    pthread_mutex_unlock(&L);
+    return k;
+}
 API void fake_htod_reset(void)
 {
     pthread_mutex_lock(&L);
@@ -368,7 +445,22 @@ API CUresult cuCtxGetDevice(int *d)
     return 0;
 }
 
-API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+/* The decoys of the object behind [va, +n) at the same offsets: fn(ptr). */
+static void for_decoys(uint64_t va, size_t n, void (*fn)(uint8_t *p, size_t n, const void *arg),
+                       const void *arg)
+{
+    struct alloc *a = find_alloc(va);
+    if (!a || a->kind == 1) return;
+    uint64_t x = a->off + (va - a->va);
+    for (int k = 0; k < nobjs; k++)
+        if (objs[k].decoy_of == a->obj && x + n <= objs[k].size) fn(fb + objs[k].fb_off + x, n, arg);
+}
+static void put_bytes(uint8_t *p, size_t n, const void *src) { memcpy(p, src, n); }
+static void bump_bytes(uint8_t *p, size_t n, const void *unused)
+{
+    for (size_t i = 0; i < n; i++) __atomic_add_fetch(&p[i], 1, __ATOMIC_RELAXED);
+}
+static CUresult copy_in(CUdeviceptr dst, const void *src, size_t n)
 {
     pthread_mutex_lock(&L);
     uint8_t *h = host_of(dst, n);
@@ -378,24 +470,55 @@ API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
             htod_log_n[htod_logged] = n;
         }
         htod_logged++;
+        if (mirror_armed) for_decoys(dst, n, put_bytes, src);
     }
     pthread_mutex_unlock(&L);
     if (!h) return 1;
     memcpy(h, src, n);
     return 0;
 }
-API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+static CUresult copy_out(void *dst, CUdeviceptr src, size_t n)
 {
+    int ms = __atomic_load_n(&slow_ms, __ATOMIC_RELAXED);
+    if (ms) {
+        struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     pthread_mutex_lock(&L);
     uint8_t *h = host_of(src, n);
+    if (h) memcpy(dst, h, n);
+    if (h && churn_armed) {
+        bump_bytes(h, n, NULL);
+        for_decoys(src, n, bump_bytes, NULL);
+    }
     pthread_mutex_unlock(&L);
-    if (!h) return 1;
-    memcpy(dst, h, n);
+    return h ? 0 : 1;
+}
+API CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n)
+{
+    waits("cuMemcpyHtoD", NULL);
+    return copy_in(dst, src, n);
+}
+API CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n)
+{
+    waits("cuMemcpyDtoH", NULL);
+    return copy_out(dst, src, n);
+}
+API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st)
+{
+    waits("cuMemcpyHtoDAsync on a blocking stream", st ? st : (void *)1);
+    return copy_in(d, s, n);
+}
+API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st)
+{
+    waits("cuMemcpyDtoHAsync on a blocking stream", st ? st : (void *)1);
+    return copy_out(d, s, n);
+}
+API CUresult cuStreamSynchronize(void *s)
+{
+    waits("cuStreamSynchronize of a blocking stream", s ? s : (void *)1);
     return 0;
 }
-API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void *s, size_t n, void *st) { return cuMemcpyHtoD_v2(d, s, n); }
-API CUresult cuMemcpyDtoHAsync_v2(void *d, CUdeviceptr s, size_t n, void *st) { return cuMemcpyDtoH_v2(d, s, n); }
-API CUresult cuStreamSynchronize(void *s) { return 0; }
 API CUresult cuStreamGetCtx(void *s, void **c)
 {
     *c = (void *)0x1234;
@@ -411,8 +534,8 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
     const char *fc = getenv("FAKE_FRESH_CHUNKS");
     int fresh = fc && fresh_done < atoi(fc);
     if (fresh) fresh_done++;
-    if (fresh || legacy_chunk < 0 || legacy_used + need > objs[legacy_chunk].size) {
-        legacy_chunk = new_obj(need > CHUNK ? need : CHUNK);
+    if (fresh || exact_armed || legacy_chunk < 0 || legacy_used + need > objs[legacy_chunk].size) {
+        legacy_chunk = new_obj(need > CHUNK || exact_armed ? need : CHUNK);
         legacy_used = 0;
     }
     struct alloc *a = legacy_chunk < 0 ? NULL : new_alloc();
@@ -429,6 +552,7 @@ API CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
 }
 API CUresult cuMemFree_v2(CUdeviceptr p)
 {
+    waits("cuMemFree", NULL);
     pthread_mutex_lock(&L);
     struct alloc *a = find_alloc(p);
     int ok = a && a->va == p && !a->vmm && a->kind != 1;
@@ -541,7 +665,7 @@ API CUresult cuMemCreate(uint64_t *h, size_t size, const prop_t *p, unsigned lon
 {
     pthread_mutex_lock(&L);
     int o = new_obj(size);
-    int decoy = o >= 0 && !p->requestedHandleTypes && lie_armed ? new_obj(size) : -1;
+    int decoy = o >= 0 && !p->requestedHandleTypes && lie_armed ? new_decoy(o) : -1;
     pthread_mutex_unlock(&L);
     if (o < 0) return 2;
     if (p->requestedHandleTypes) {
@@ -617,10 +741,19 @@ API CUresult cuMemGetAllocationPropertiesFromHandle(prop_t *p, uint64_t h)
 API CUresult cuCtxSynchronize(void) { return 0; }
 API CUresult cuStreamCreate(void **s, unsigned f)
 {
-    *s = (void *)0x5678;
+    struct fstream *st = keep(calloc(1, sizeof *st));
+    st->magic = FSTREAM_MAGIC;
+    st->flags = f;
+    *s = st;
     return 0;
 }
-API CUresult cuStreamDestroy_v2(void *s) { return 0; }
+API CUresult cuStreamDestroy_v2(void *s)
+{
+    struct fstream *st = s;
+    if ((uintptr_t)s <= 2 || st->magic != FSTREAM_MAGIC) return 400;
+    st->magic = 0; /* kept: a stale handle stays readable */
+    return 0;
+}
 API CUresult cuMemsetD8_v2(CUdeviceptr d, unsigned char v, size_t n)
 {
     pthread_mutex_lock(&L);
@@ -659,6 +792,7 @@ API CUresult cuMemAllocHost_v2(void **p, size_t n) { return other_alloc((uint64_
 API CUresult cuMemHostAlloc(void **p, size_t n, unsigned f) { return other_alloc((uint64_t *)p, n, 1); }
 API CUresult cuMemFreeHost(void *p)
 {
+    waits("cuMemFreeHost", NULL);
     pthread_mutex_lock(&L);
     struct alloc *a = find_alloc((uint64_t)(uintptr_t)p);
     if (a) a->live = 0;
@@ -689,11 +823,15 @@ API CUresult cuMemPoolDestroy(void *pool)
     ((struct fpool *)pool)->live = 0;
     return 0;
 }
+static void *real_mmap_anon(size_t n);
 static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
 {
     const char *lay0 = getenv("FAKE_POOL_LAYOUT");
-    /* list: records far apart in the heap (no block read shows the next) */
-    struct prec *r = calloc(1, lay0 && !strcmp(lay0, "list") ? 2048 : sizeof *r);
+    /* list: records far apart in the heap (no block read shows the next);
+     * fake_hide_records: a page of its own, away from every block a walk
+     * from the pool reads (only a scan of the heap finds it) */
+    struct prec *r = hide_armed ? (struct prec *)((char *)real_mmap_anon(4096) + 1024)
+                                : calloc(1, lay0 && !strcmp(lay0, "list") ? 2048 : sizeof *r);
     r->tag = 0x63686e6bull;
     r->va = va;
     r->client = CUDA_CLIENT;
@@ -721,6 +859,7 @@ static struct prec *new_prec(struct fpool *p, int obj, uint64_t va)
         r->alloc->inner->hmem = r->hmem;
         r->hmem = 0;
     }
+    if (hide_armed) return r; /* linked from nothing */
     if (lay && !strcmp(lay, "list")) {
         /* the pool holds its first record; each record the next one (the
          * n-th chunk's record lies n pointers deep) */
@@ -743,6 +882,7 @@ API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t n, void *pool, voi
 {
     struct fpool *p = pool;
     if (!p || !p->live) return 1;
+    waits("cuMemAllocFromPoolAsync on a blocking stream", stream ? stream : (void *)1);
     pthread_mutex_lock(&L);
     uint64_t need = (n + 0xffff) & ~0xffffull;
     if (p->chunk_obj < 0 || p->used + need > objs[p->chunk_obj].size) {
@@ -757,13 +897,14 @@ API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *out, size_t n, void *pool, voi
         pool_va_next += objs[o].size + (2u << 20);
         struct prec *r = new_prec(p, o, p->chunk_va);
         if (lie_armed) {
-            int d = new_obj(objs[o].size);
+            int d = new_decoy(o);
             if (d >= 0) prec_set_handle(r, objs[d].h);
         }
         if (ambig_armed) {
             /* 1: a record naming other memory of the same size; 2: one
              * naming a second handle of the same memory */
             int d = ambig_armed == 2 ? new_alias(o) : new_obj(objs[o].size);
+            if (d >= 0 && ambig_armed != 2) objs[d].decoy_of = o;
             if (d >= 0) objs[d].nomap = decoys_nomap;
             if (d >= 0) new_prec(p, d, p->chunk_va);
         }
@@ -786,6 +927,7 @@ API CUresult cuMemAllocAsync(CUdeviceptr *out, size_t n, void *stream)
 }
 API CUresult cuMemFreeAsync(CUdeviceptr p, void *stream)
 {
+    waits("cuMemFreeAsync on a blocking stream", stream ? stream : (void *)1);
     pthread_mutex_lock(&L);
     struct alloc *a = find_alloc(p);
     int ok = a && a->va == p && a->pool;
@@ -805,6 +947,13 @@ static void resolve(void)
     real_mmap = dlsym(RTLD_NEXT, "mmap");
     real_ioctl = dlsym(RTLD_NEXT, "ioctl");
     real_open = dlsym(RTLD_NEXT, "open");
+}
+static void *real_mmap_anon(size_t n)
+{
+    resolve();
+    void *p = real_mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) abort();
+    return p;
 }
 static struct dfd *fd_of(int fd)
 {

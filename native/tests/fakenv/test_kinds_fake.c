@@ -18,23 +18,9 @@
 #include "fake_client.h"
 
 #define PAGE 65536ull
-static CUresult (*cuMemAlloc)(uint64_t *, size_t);
-static CUresult (*cuMemcpyHtoD)(uint64_t, const void *, size_t);
-static CUresult (*cuMemcpyDtoH)(void *, uint64_t, size_t);
-static CUresult (*cuMemCreate)(uint64_t *, size_t, const void *, unsigned long long);
-static CUresult (*cuMemAddressReserve)(uint64_t *, size_t, size_t, uint64_t, unsigned long long);
-static CUresult (*cuMemMap)(uint64_t, size_t, size_t, uint64_t, unsigned long long);
-
-
 int main(void)
 {
-    cuMemAlloc = (CUresult (*)(uint64_t *, size_t))sym("cuMemAlloc_v2");
-    cuMemcpyHtoD = (CUresult (*)(uint64_t, const void *, size_t))sym("cuMemcpyHtoD_v2");
-    cuMemcpyDtoH = (CUresult (*)(void *, uint64_t, size_t))sym("cuMemcpyDtoH_v2");
-    cuMemCreate = (CUresult (*)(uint64_t *, size_t, const void *, unsigned long long))sym("cuMemCreate");
-    cuMemAddressReserve = (CUresult (*)(uint64_t *, size_t, size_t, uint64_t, unsigned long long))
-        sym("cuMemAddressReserve");
-    cuMemMap = (CUresult (*)(uint64_t, size_t, size_t, uint64_t, unsigned long long))sym("cuMemMap");
+    fake_cu_load();
     gdrpy_ctx_t ctx;
     if (gdrpy_open(0, GDRPY_BACKEND_NVRM, &ctx)) {
         printf("FAIL open: %s\n", gdrpy_last_error());

@@ -19,14 +19,6 @@
 #include "../tally.h"
 #include "fake_client.h"
 
-static CUresult (*cuMemcpyHtoD)(uint64_t, const void *, size_t);
-static CUresult (*cuMemcpyDtoH)(void *, uint64_t, size_t);
-static CUresult (*cuMemCreate)(uint64_t *, size_t, const void *, unsigned long long);
-static CUresult (*cuMemAddressReserve)(uint64_t *, size_t, size_t, uint64_t, unsigned long long);
-static CUresult (*cuMemMap)(uint64_t, size_t, size_t, uint64_t, unsigned long long);
-static CUresult (*cuMemAllocAsync)(uint64_t *, size_t, void *);
-static CUresult (*cuMemPoolCreate)(void **, const void *);
-static CUresult (*cuMemAllocFromPoolAsync)(uint64_t *, size_t, void *, void *);
 static void (*fake_htod_reset)(void);
 static uint64_t (*fake_htod_into)(uint64_t, uint64_t);
 static void (*fake_arm_lie)(int);
@@ -35,24 +27,6 @@ static void (*fake_deny_phys)(int);
 static void (*fake_bar1_dynamic)(int);
 static void (*fake_unmappable_decoys)(int);
 
-
-static uint64_t vmm_alloc(size_t n)
-{
-    struct cu_mem_prop pr = {1, 0, 1, 0, NULL, 0, 1, 0, {0}};
-    uint64_t va = 0, h = 0;
-    if (cuMemAddressReserve(&va, n, 0, 0, 0) || cuMemCreate(&h, n, &pr, 0) ||
-        cuMemMap(va, n, 0, h, 0))
-        return 0;
-    return va;
-}
-
-static void fill(uint64_t va, size_t n, uint8_t seed)
-{
-    uint8_t *b = malloc(n);
-    for (size_t i = 0; i < n; i++) b[i] = (uint8_t)(seed + i * 13 + (i >> 8));
-    cuMemcpyHtoD(va, b, n);
-    free(b);
-}
 
 /* Pins [va, +n), checks that the library wrote nothing into it while
  * pinning, then a round trip both ways at `off`; returns the pin rc. */
@@ -95,16 +69,7 @@ static int fresh_pool_pin(gdrpy_ctx_t ctx, const char *what, uint8_t seed)
 
 int main(void)
 {
-    cuMemcpyHtoD = (CUresult (*)(uint64_t, const void *, size_t))sym("cuMemcpyHtoD_v2");
-    cuMemcpyDtoH = (CUresult (*)(void *, uint64_t, size_t))sym("cuMemcpyDtoH_v2");
-    cuMemCreate = (CUresult (*)(uint64_t *, size_t, const void *, unsigned long long))sym("cuMemCreate");
-    cuMemAddressReserve = (CUresult (*)(uint64_t *, size_t, size_t, uint64_t, unsigned long long))
-        sym("cuMemAddressReserve");
-    cuMemMap = (CUresult (*)(uint64_t, size_t, size_t, uint64_t, unsigned long long))sym("cuMemMap");
-    cuMemAllocAsync = (CUresult (*)(uint64_t *, size_t, void *))sym("cuMemAllocAsync");
-    cuMemPoolCreate = (CUresult (*)(void **, const void *))sym("cuMemPoolCreate");
-    cuMemAllocFromPoolAsync = (CUresult (*)(uint64_t *, size_t, void *, void *))
-        sym("cuMemAllocFromPoolAsync");
+    fake_cu_load();
     fake_htod_reset = (void (*)(void))sym("fake_htod_reset");
     fake_htod_into = (uint64_t (*)(uint64_t, uint64_t))sym("fake_htod_into");
     fake_arm_lie = (void (*)(int))sym("fake_arm_lie");
@@ -120,7 +85,7 @@ int main(void)
     const size_t C = 2u << 20;
 
     /* VMM without a handle type: learned at the first pin */
-    uint64_t v1 = vmm_alloc(C), v2 = vmm_alloc(C);
+    uint64_t v1 = vmm_alloc(C, 0), v2 = vmm_alloc(C, 0);
     CHECK(v1 && v2, "vmm alloc");
     fill(v1, C, 1);
     fill(v2, C, 2);
@@ -213,7 +178,7 @@ int main(void)
     /* records that name a decoy object: refused (by the read-only identity
      * check, or, where the one place kept names nothing, by the per-pin rule) */
     fake_arm_lie(1);
-    uint64_t vl = vmm_alloc(C);
+    uint64_t vl = vmm_alloc(C, 0);
     fill(vl, C, 6);
     rc = pin_roundtrip(ctx, "vmm, lying record", vl, C, 0);
     CHECK(rc == GDRPY_ENOTSUP &&

@@ -693,10 +693,11 @@ static void test_identity_check(gp_ctx *c)
         check(rc == GDRPY_ENOTSUP && strstr(gdrpy_last_error(), "MAPPING_BASE_ADDR"),
               "identity: skewed offset on zeroed memory refused by the mapping-base check",
               "rc=%d \"%s\"", rc, gdrpy_last_error());
-    else
-        printf("INFO identity: skewed offset on zeroed memory %s (no mapping-base check on "
-               "this CUDA: a read-only compare cannot tell zeros apart)\n",
-               rc ? "refused" : "accepted");
+    else /* nothing but the bytes proves the offset, and zeros prove nothing */
+        check(rc == GDRPY_ENOTSUP && strstr(gdrpy_last_error(), "0x00"),
+              "identity: skewed offset on zeroed memory refused (no mapping-base check on "
+              "this CUDA: zeros prove nothing)",
+              "rc=%d \"%s\"", rc, gdrpy_last_error());
     if (!rc) c->be->unpin(c, &p);
     CU(cuMemcpyDtoH(back, a.ptr, a.size));
     int nz = 0;
@@ -704,7 +705,13 @@ static void test_identity_check(gp_ctx *c)
     check(nz == 0, "identity: refused pins wrote nothing", "%d non-zero", nz);
     gp_nvrm_test_skew = 0;
     rc = do_pin(c, &p, a.ptr + 4093, 3);
-    check(rc == 0, "identity: 3 bytes at a page end, zeroed", "%s", rc ? gdrpy_last_error() : "");
+    if (mapbase) /* the words and the mapping base prove it; the bytes cross-check */
+        check(rc == 0, "identity: 3 bytes at a page end, zeroed", "%s",
+              rc ? gdrpy_last_error() : "");
+    else
+        check(rc == GDRPY_ENOTSUP && strstr(gdrpy_last_error(), "0x00"),
+              "identity: 3 zeroed bytes without a mapping-base check refused", "rc=%d \"%s\"",
+              rc, gdrpy_last_error());
     if (!rc) c->be->unpin(c, &p);
     CU(cuMemcpyDtoH(back, a.ptr, a.size));
     nz = 0;

@@ -21,9 +21,14 @@
  * Per mapping: one /dev/nvidiaN fd carrying one RM CPU mapping, mmap'ed
  * MAP_SHARED and MADV_DONTFORK.
  *
- * Thread safety: the core holds ctx->lock around pin/unpin/map/unmap; the
- * RM handle counter has its own lock; the self-test state has its own lock
- * and never changes once published; everything else is per object.
+ * Thread safety: the core holds ctx->lock around unpin/map/unmap; pins run
+ * without it (proofs and learning take milliseconds), at the same time as
+ * other pins, unpins and maps of the context: the RM handle counter has its
+ * own lock, the live-object counts are atomic, the self-test state has its
+ * own lock and never changes once published, what learning found has its
+ * own lock (route_v.c), so do the backend's kept allocations (desc.c);
+ * everything else is per pin.  No CUDA copy is ordered after the caller's
+ * work: proofs, learning and the self-test copy on gdrpy's own stream.
  *
  * This file: the gp_backend hooks.  See nvrm.h for the other files.
  */
@@ -277,6 +282,7 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
     uint64_t va = gp_round_down(p->addr, GDRPY_GPU_PAGE_SIZE);
     uint64_t hi = gp_round_up(end, GDRPY_GPU_PAGE_SIZE);
 
+    int c_tied = 0; /* route C: the words' offset checked against the mapping base */
     struct nvrm_pin *np = calloc(1, sizeof *np);
     if (!np) {
         rc = gp_err(GDRPY_ENOMEM, "out of memory");
@@ -314,7 +320,7 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
         }
     } else {
         uint64_t objoff = 0, clo = 0, chi = 0;
-        rc = nvrm_dup_legacy(ctx, nc, &cp, &np->hMemory, &objoff);
+        rc = nvrm_dup_legacy(ctx, nc, &cp, &np->hMemory, &objoff, &c_tied);
         if (!rc) {
             /* The GPU pages of the request, clamped to the chunk only where a
              * page straddles its edge (a chunk smaller than a GPU page). */
@@ -348,7 +354,8 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
             ilo = cp.base;
             ihi = cp.base + cp.size < hi ? cp.base + cp.size : hi;
         }
-        rc = nvrm_verify_identity(ctx, nc, np->hMemory, p->va, np->rm_off, ilo, ihi - ilo);
+        rc = nvrm_verify_identity(ctx, nc, np->hMemory, p->va, np->rm_off, ilo, ihi - ilo,
+                                  c_tied);
         if (rc) {
             nvrm_rm_free(nc, nc->hDevice, np->hMemory, "freeing a refused dup");
             nvrm_live_add(&nc->n_mem, -1);

@@ -23,6 +23,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -165,21 +166,65 @@ int nvrm_ipc_words(uint64_t base, uint32_t w[16])
 }
 
 
-/* Word k of the IPC handle of a 1-byte cuMemAlloc of our own, or 0. */
-static uint32_t one_byte_word(int k)
+/* ---- cuMemAlloc memory of our own, never freed --------------------------- */
+
+/* cuMemFree of cuMemAlloc memory waits for every kernel running on the
+ * legacy default stream (or a blocking stream): a kernel that never ends
+ * would hang the pin that freed it.  So the backend's own cuMemAlloc
+ * memory (route C's self-test scratch, the allocation that names CUDA's
+ * client) is allocated once per device and slot and kept for the life of
+ * the process: NVRM_KEPT slots, 76 KiB per device in all.  Before a slot is
+ * reused it must still be the same allocation (range and buffer id): after
+ * CUDA's context was destroyed and made anew, the address may belong to
+ * someone else's allocation, and a new one is made. */
+static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    uint64_t base, size, id;
+} kept[NVRM_MAX_DEV][NVRM_KEPT];
+
+static uint64_t buffer_id(uint64_t p)
 {
-    if (!gp_cu.MemAlloc || !gp_cu.MemFree) return 0;
-    CUdeviceptr d = 0;
-    if (gp_cu.MemAlloc(&d, 1) != CUDA_SUCCESS) return 0;
-    uint32_t w[16];
-    uint32_t x = nvrm_ipc_words(d, w) == 0 ? w[k] : 0;
-    gp_cu.MemFree(d);
-    return x;
+    uint64_t id = 0;
+    return gp_cu.PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, p) ? 0 : id;
 }
 
-uint32_t nvrm_cuda_client(void) { return one_byte_word(12); }
+uint64_t nvrm_kept_alloc(int device, int k, size_t size)
+{
+    if (device < 0 || device >= NVRM_MAX_DEV || k < 0 || k >= NVRM_KEPT || !gp_cu.MemAlloc)
+        return 0;
+    pthread_mutex_lock(&kept_lock);
+    uint64_t b = kept[device][k].base;
+    CUdeviceptr rb = 0;
+    size_t rs = 0;
+    if (b && (kept[device][k].size != size || gp_cu.MemGetAddressRange(&rb, &rs, b) ||
+              rb != b || rs != size || buffer_id(b) != kept[device][k].id))
+        b = 0; /* not ours any more: a new one (the old one died with its context) */
+    if (!b) {
+        CUdeviceptr d = 0;
+        if (gp_cu.MemAlloc(&d, size) == CUDA_SUCCESS) {
+            b = d;
+            kept[device][k].base = b;
+            kept[device][k].size = size;
+            kept[device][k].id = buffer_id(b);
+        } else {
+            kept[device][k].base = 0;
+        }
+    }
+    pthread_mutex_unlock(&kept_lock);
+    return b;
+}
 
-uint32_t nvrm_cuda_handle(void) { return one_byte_word(13); }
+/* Word k of the IPC handle of kept cuMemAlloc memory of our own, or 0. */
+static uint32_t kept_word(int device, int k)
+{
+    uint64_t d = nvrm_kept_alloc(device, 0, NVRM_KEPT0_SIZE);
+    uint32_t w[16];
+    return d && nvrm_ipc_words(d, w) == 0 ? w[k] : 0;
+}
+
+uint32_t nvrm_cuda_client(int device) { return kept_word(device, 12); }
+
+uint32_t nvrm_cuda_handle(int device) { return kept_word(device, 13); }
 
 /* ---- candidates a descriptor names -------------------------------------- */
 
@@ -343,7 +388,9 @@ static int heap_blocks(uint64_t mbase, struct nvrm_blk *b, int maxb, uint64_t *s
                 uint64_t v;
                 memcpy(&v, buf + o, 8);
                 if (v != mbase) continue;
-                uint64_t at = a + o, w0 = at >= HEAP_WIN ? at - HEAP_WIN : 0;
+                /* the words around it, within its mapping (a record may sit
+                 * at the start of a mapping of its own) */
+                uint64_t at = a + o, w0 = at >= lo + HEAP_WIN ? at - HEAP_WIN : lo;
                 ssize_t got = read_some(w0, b[n].d, 2 * HEAP_WIN + 8);
                 if (got < (ssize_t)(at - w0 + 8)) continue;
                 b[n].addr = w0;
@@ -385,7 +432,7 @@ int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t pool, uin
 }
 
 int nvrm_dup_alive(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,
-                   uint64_t need, uint32_t *keep)
+                   uint64_t need, int exact, uint32_t *keep)
 {
     if (n >= NVRM_MAX_CAND) return -1; /* the lookup may have dropped some */
     int kept = 0;
@@ -395,7 +442,7 @@ int nvrm_dup_alive(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj
             continue;
         uint64_t sz = 0;
         if (nvrm_class_of(nc, h) == NVRM_CLASS_LOCAL_USER &&
-            ((sz = nvrm_obj_size(nc, h)) == 0 || sz >= need)) {
+            ((sz = nvrm_obj_size(nc, h)) == 0 || (exact ? sz == need : sz >= need))) {
             keep[kept++] = h;
             continue;
         }

@@ -40,6 +40,7 @@ enum { POOL_WIN = 192,    /* bytes either side of a mapping-base field */
 
 struct pscratch {
     void *pool;
+    int device;
     int borrowed; /* the device's default pool: not destroyed */
     int nva;
     CUdeviceptr va[PS_MAX];
@@ -58,6 +59,7 @@ static int pscratch_alloc(int device, int fdkind, struct pscratch *s, const size
                           unsigned free_mask)
 {
     memset(s, 0, sizeof *s);
+    s->device = device;
     if (!gp_cu.MemPoolCreate || !gp_cu.MemPoolDestroy || !gp_cu.MemAllocFromPoolAsync ||
         !gp_cu.MemFreeAsync)
         return gp_err(GDRPY_ENOTSUP, "the CUDA driver lacks the memory-pool calls");
@@ -89,15 +91,21 @@ static int pscratch_alloc(int device, int fdkind, struct pscratch *s, const size
     return pscratch_fill(device, s, sizes, n, free_mask);
 }
 
+/* Allocations and frees of the scratch pools run on gdrpy's own stream
+ * (cudadrv.h): on the legacy stream they would be ordered after the
+ * caller's kernels. */
 static int pscratch_fill(int device, struct pscratch *s, const size_t *sizes, int n,
                          unsigned free_mask)
 {
     CUresult r;
+    CUstream st;
     for (int i = 0; i < n && i < PS_MAX; i++) {
         /* sizes below 64: quarters of the first allocation's chunk */
         size_t want = sizes[i] >= 64 || !s->msize[0] ? sizes[i] : sizes[i] * (s->msize[0] / 4);
-        r = gp_cu.MemAllocFromPoolAsync(&s->va[i], want, s->pool, GP_CU_STREAM_LEGACY);
-        if (!r) r = gp_cu.StreamSynchronize(GP_CU_STREAM_LEGACY);
+        if (gp_cuda_private_begin(device, &st)) return GDRPY_EIO;
+        r = gp_cu.MemAllocFromPoolAsync(&s->va[i], want, s->pool, st);
+        if (!r) r = gp_cu.StreamSynchronize(st);
+        gp_cuda_private_end(device);
         if (r) return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemAllocFromPoolAsync", "scratch pool");
         s->nva++;
         s->live[i] = 1;
@@ -108,26 +116,30 @@ static int pscratch_fill(int device, struct pscratch *s, const size_t *sizes, in
             !s->mbase[i] || s->va[i] < s->mbase[i])
             return gp_err(GDRPY_ENOTSUP, "CUDA gives no mapping base/size for pool memory");
         nvrm_scratch_pattern(s->pat[i], NVRM_SCRATCH_PAT, s->va[i] + (uint64_t)i);
-        if (gp_cuda_memcpy(device, 0, s->va[i], s->pat[i], NVRM_SCRATCH_PAT, NULL)) return GDRPY_EIO;
+        if (gp_cuda_private_copy(device, 0, s->va[i], s->pat[i], NVRM_SCRATCH_PAT))
+            return GDRPY_EIO;
     }
-    for (int i = 0; i < s->nva; i++)
-        if ((free_mask >> i) & 1) {
-            gp_cu.MemFreeAsync(s->va[i], GP_CU_STREAM_LEGACY);
-            s->live[i] = 0;
-        }
-    if (free_mask) gp_cu.StreamSynchronize(GP_CU_STREAM_LEGACY);
+    if (free_mask && !gp_cuda_private_begin(device, &st)) {
+        for (int i = 0; i < s->nva; i++)
+            if ((free_mask >> i) & 1) {
+                gp_cu.MemFreeAsync(s->va[i], st);
+                s->live[i] = 0;
+            }
+        gp_cu.StreamSynchronize(st);
+        gp_cuda_private_end(s->device);
+    }
     return 0;
 }
 
 static void pscratch_free(struct pscratch *s)
 {
-    int any = 0;
-    for (int i = 0; i < s->nva; i++)
-        if (s->live[i]) {
-            gp_cu.MemFreeAsync(s->va[i], GP_CU_STREAM_LEGACY);
-            any = 1;
-        }
-    if (any) gp_cu.StreamSynchronize(GP_CU_STREAM_LEGACY);
+    CUstream st;
+    if (s->nva && !gp_cuda_private_begin(s->device, &st)) {
+        for (int i = 0; i < s->nva; i++)
+            if (s->live[i]) gp_cu.MemFreeAsync(s->va[i], st);
+        gp_cu.StreamSynchronize(st);
+        gp_cuda_private_end(s->device);
+    }
     if (s->pool && !s->borrowed) gp_cu.MemPoolDestroy(s->pool);
     memset(s, 0, sizeof *s);
 }
@@ -396,7 +408,7 @@ static void judge(struct nvrm_ctx *nc, const struct raw_rules *raw, const struct
     int nb = nvrm_walk((uint64_t)(uintptr_t)s->pool, b, NVRM_WALK_POOL_B, NVRM_WALK_POOL_L);
     const uint64_t off = s->va[i] - s->mbase[i];
     for (int k = 0; k < raw->n; k++) {
-        struct nvrm_pool_desc one = {1, {raw->r[k]}};
+        struct nvrm_pool_desc one = {1, {raw->r[k]}, 0};
         uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
         int n = nvrm_pool_scan(&one, b, nb, s->mbase[i], s->msize[i], cc, oo, NVRM_MAX_CAND, NULL);
         if (n >= NVRM_MAX_CAND) {
@@ -426,12 +438,13 @@ static void judge(struct nvrm_ctx *nc, const struct raw_rules *raw, const struct
 }
 
 static int pool_rule_picks(struct nvrm_ctx *nc, const struct nvrm_pool_desc *d,
-                           const struct pscratch *s, int i)
+                           const struct pscratch *s, int i, int exact)
 {
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     int n = nvrm_desc_pool_candidates(d, (uint64_t)(uintptr_t)s->pool, s->mbase[i], s->msize[i],
                                       cc, oo, NVRM_MAX_CAND);
-    return nvrm_scratch_rule_picks(nc, cc, oo, n, s->msize[i], s->va[i] - s->mbase[i], s->pat[i]);
+    return nvrm_scratch_rule_picks(nc, cc, oo, n, s->msize[i], exact, s->va[i] - s->mbase[i],
+                                   s->pat[i]);
 }
 
 static int distinct_chunks(const struct pscratch *s)
@@ -471,7 +484,7 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
         snprintf(why, wl, "scratch pools: %s", gdrpy_last_error());
         goto out;
     }
-    uint32_t ipc_cli = nvrm_cuda_client(), fam = nvrm_cuda_handle();
+    uint32_t ipc_cli = nvrm_cuda_client(device), fam = nvrm_cuda_handle(device);
     struct hop2_cache *c2 = calloc(1, sizeof *c2);
     /* raw layouts from one allocation of each chunk */
     for (int p = 0; p < 2; p++)
@@ -556,7 +569,7 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
         ok = 1;
         for (int p = 0; p < 2 && ok; p++)
             for (int i = 0; i < s[p].nva && ok; i++)
-                if (s[p].live[i] && !pool_rule_picks(nc, &d, &s[p], i)) {
+                if (s[p].live[i] && !pool_rule_picks(nc, &d, &s[p], i, 0)) {
                     ok = 0;
                     bad_p = p;
                     bad_i = i;
@@ -581,6 +594,12 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
     }
     nvrm_pool_diag(fdkind ? "scratch chunk (fd)" : "scratch chunk", (uint64_t)(uintptr_t)s[0].pool,
                    s[0].mbase[1], s[0].msize[1]);
+    /* does RM's size of a chunk's object equal the chunk's mapping?  then a
+     * record naming an object of another size is refused at every pin */
+    d.size_exact = 1;
+    for (int p = 0; p < 2 && d.size_exact; p++)
+        for (int i = 0; i < s[p].nva && d.size_exact; i++)
+            if (s[p].live[i]) d.size_exact = pool_rule_picks(nc, &d, &s[p], i, 1);
     *out = d;
     rc = 0;
     char rs[256];
@@ -596,6 +615,8 @@ int nvrm_learn_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm_poo
            nvrm_pool_kind_name(fdkind), rs, d.r[0].cli_fixed ? "route C's" : "in the record",
            d.r[0].has_size ? "checked" : "not in the record", nlive,
            distinct_chunks(&s[0]) + distinct_chunks(&s[1]));
+    gp_log(1, "nvrm: pool records (%s): RM's size of a chunk %s its mapping's",
+           nvrm_pool_kind_name(fdkind), d.size_exact ? "equals" : "does not always equal");
 out:
     pscratch_free(&s[1]);
     pscratch_free(&s[0]);

@@ -68,7 +68,7 @@ static int vscratch_alloc(int device, int rdma, struct vscratch *s)
     gp_CUmemAccessDesc ad = {CU_MEM_LOCATION_TYPE_DEVICE, device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
     if ((r = gp_cu.MemSetAccess(s->va, g, &ad, 1))) goto fail;
     nvrm_scratch_pattern(s->pat, NVRM_SCRATCH_PAT, s->va);
-    return gp_cuda_memcpy(device, 0, s->va, s->pat, NVRM_SCRATCH_PAT, NULL);
+    return gp_cuda_private_copy(device, 0, s->va, s->pat, NVRM_SCRATCH_PAT);
 fail:
     return gp_cuda_err(GDRPY_ENOTSUP, r, "cuMemCreate/cuMemMap", "scratch VMM allocation");
 }
@@ -169,7 +169,7 @@ int nvrm_learn_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out, c
         vscratch_free(&s1);
         return rc;
     }
-    uint32_t ipc_cli = nvrm_cuda_client(), cli = 0, obj = 0;
+    uint32_t ipc_cli = nvrm_cuda_client(device), cli = 0, obj = 0;
     enum { MAXP = 32 };
     struct nvrm_path P[MAXP], Q[MAXP]; /* places of the object and of the client */
     int np = 0, nq = 0;
@@ -281,7 +281,7 @@ int nvrm_learn_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out, c
                 uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
                 all_ok = nvrm_scratch_rule_picks(
                     nc, cc, oo, nvrm_desc_vmm_candidates(&one, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
-                    all[a]->size, 0, all[a]->pat);
+                    all[a]->size, 0, 0, all[a]->pat);
             }
             if (all_ok) {
                 d = one;
@@ -290,11 +290,15 @@ int nvrm_learn_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out, c
         }
     /* the per-pin rule must pick the right object on every allocation */
     int ok = d.nobj > 0 && (d.cli_fixed || d.ncli > 0);
+    d.size_exact = ok;
     for (int a = 0; a < nall && ok; a++) {
         uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
-        ok = nvrm_scratch_rule_picks(nc, cc, oo,
-                                     nvrm_desc_vmm_candidates(&d, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND),
-                                     all[a]->size, 0, all[a]->pat);
+        int n = nvrm_desc_vmm_candidates(&d, (uint64_t)ha[a], cc, oo, NVRM_MAX_CAND);
+        ok = nvrm_scratch_rule_picks(nc, cc, oo, n, all[a]->size, 0, 0, all[a]->pat);
+        /* does RM's size of the object equal the mapping's?  then a record
+         * naming an object of another size is refused at every pin */
+        if (ok && d.size_exact)
+            d.size_exact = nvrm_scratch_rule_picks(nc, cc, oo, n, all[a]->size, 1, 0, all[a]->pat);
     }
     if (!ok) {
         snprintf(why, wl, "the %d places that named the memory of one scratch allocation did "
@@ -308,8 +312,8 @@ int nvrm_learn_vmm(int device, struct nvrm_ctx *nc, struct nvrm_vmm_desc *out, c
     nvrm_path_str(&d.obj[0], ps, sizeof ps);
     if (!d.cli_fixed) nvrm_path_str(&d.cli[0], cs, sizeof cs);
     gp_log(1, "nvrm: route V learned: RM memory handle at %s (%d places), client %s "
-              "(confirmed on %d scratch allocations)",
-           ps, d.nobj, cs, nall);
+              "(confirmed on %d scratch allocations; RM size %s the mapping's)",
+           ps, d.nobj, cs, nall, d.size_exact ? "equals" : "does not always equal");
 out:
     for (int k = 0; k < VMM_EXTRA; k++) {
         if (hx[k]) gp_cu.MemRelease(hx[k]);

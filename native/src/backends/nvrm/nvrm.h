@@ -102,6 +102,7 @@ struct nvrm_ipc_layout {
     int off_proven;      /* the offset word was seen non-zero and right */
     int mapbase;         /* alloc base - CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR
                                    equalled the offset word on every scratch allocation */
+    int pages_rm;        /* RM's size of the object equalled the pages word */
     int searched;        /* 0: the known layout confirmed; 1: found by search */
 };
 
@@ -191,23 +192,48 @@ GP_HIDDEN int nvrm_phys_addr(struct nvrm_ctx *nc, uint32_t h, uint64_t off, uint
                              uint32_t *aperture);
 
 /* ---- identity.c ------------------------------------------------------ */
+/* What a read-only comparison agreed on: bytes that stayed the same across
+ * two BAR1 reads and equal CUDA's copy (stable), and whether they hold more
+ * than one value (mixed; else all are `value`). */
+struct nvrm_seen {
+    size_t stable;
+    int mixed;
+    uint8_t value;
+};
+/* Where the bytes alone decide, this many stable bytes at least. */
+#define NVRM_PROOF_MIN_BYTES 32
 /* Read-only identity check: `hMem` at RM offset `rm_off` must hold what
  * CUDA shows at virtual address `va` (rm_off corresponds to va), sampled at
  * the first and last host page of [addr, addr + size) (va <= addr).  Never
- * writes anywhere.  0, or EIO naming the bytes that differ. */
+ * writes anywhere.  tied: the object is named by CUDA's own description of
+ * the allocation, and the bytes only cross-check it (a stable difference
+ * refuses); else the bytes must prove it (nvrm_content_proves).  0, or EIO
+ * naming the bytes that differ, or ENOTSUP saying why the bytes prove
+ * nothing. */
 GP_HIDDEN int nvrm_verify_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem,
-                                   uint64_t va, uint64_t rm_off, uint64_t addr, uint64_t size);
-/* The same, telling a refusal for a stable difference (*differs = 1) from a
- * mapping or copy that failed (*differs = 0: nothing was learnt). */
+                                   uint64_t va, uint64_t rm_off, uint64_t addr, uint64_t size,
+                                   int tied);
+/* The comparison itself, filling *sn, telling a refusal for a stable
+ * difference (*differs = 1) from a mapping or copy that failed (*differs =
+ * 0: nothing was learnt). */
 GP_HIDDEN int nvrm_identity(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t hMem, uint64_t va,
-                            uint64_t rm_off, uint64_t addr, uint64_t size, int *differs);
+                            uint64_t rm_off, uint64_t addr, uint64_t size, int *differs,
+                            struct nvrm_seen *sn);
+/* 1 if what was compared proves an object by content alone (at least
+ * NVRM_PROOF_MIN_BYTES stable bytes, not all one value), else 0 with the
+ * reason in why (may be NULL); nvrm_content_refuse: the refusal (ENOTSUP)
+ * naming `what`, the reason and what to do. */
+GP_HIDDEN int nvrm_content_proves(const struct nvrm_seen *sn, char *why, size_t whylen);
+GP_HIDDEN int nvrm_content_refuse(const char *what, const struct nvrm_seen *sn);
 /* Which of the n live candidates c[0..n) (our dups: freed here unless
  * chosen) holds the caller's memory [lo, lo + len) (va: the CUDA address
- * rm_off corresponds to), proven read-only; 0 with *hOut and how in proof,
- * else the reason (identity.c has the steps). */
+ * rm_off corresponds to), proven read-only; tied: the candidates are what
+ * CUDA's record of this allocation names (else the bytes must prove the
+ * one chosen).  0 with *hOut and how in proof, else the reason
+ * (identity.c has the steps). */
 GP_HIDDEN int nvrm_identity_pick(gp_ctx *ctx, struct nvrm_ctx *nc, uint32_t *c, int n,
                                  uint64_t va, uint64_t rm_off, uint64_t lo, uint64_t len,
-                                 uint32_t *hOut, char *proof, size_t prooflen);
+                                 int tied, uint32_t *hOut, char *proof, size_t prooflen);
 
 /* ---- desc.c ---------------------------------------------------------- */
 #define NVRM_CLASS_LOCAL_USER 0x40 /* NV01_MEMORY_LOCAL_USER: video memory */
@@ -228,6 +254,8 @@ struct nvrm_vmm_desc {
     struct nvrm_path obj[NVRM_DESC_RULES]; /* the RM memory handle (u32) */
     struct nvrm_path cli[NVRM_DESC_RULES]; /* the RM client (u32); none: cli_fixed */
     uint32_t cli_fixed;                    /* route C's client */
+    int size_exact;                        /* RM's size of the object equalled the mapping's on every
+                       scratch allocation: a candidate of another size is not it */
 };
 /* Where a pool's record of a chunk names its RM memory: byte offsets from a
  * u64 field holding the chunk's mapping base address (learned by
@@ -245,6 +273,7 @@ struct nvrm_pool_rule {
 struct nvrm_pool_desc {
     int n;
     struct nvrm_pool_rule r[NVRM_DESC_RULES];
+    int size_exact; /* as nvrm_vmm_desc's, for the chunk's mapping */
 };
 
 /* A breadth-first walk of the memory behind a pointer (desc.c). */
@@ -276,10 +305,18 @@ GP_HIDDEN struct nvrm_path nvrm_path_of(const struct nvrm_blk *b, int i, uint32_
 GP_HIDDEN int nvrm_path_read(uint64_t root, const struct nvrm_path *p, void *out, size_t w);
 GP_HIDDEN void nvrm_path_str(const struct nvrm_path *p, char *s, size_t n);
 GP_HIDDEN int nvrm_is_client(uint32_t x);
-/* CUDA's RM client as route C sees it (a 1-byte cuMemAlloc's IPC words), or 0. */
-GP_HIDDEN uint32_t nvrm_cuda_client(void);
+/* cuMemAlloc memory of the backend's own on `device`, slot k of NVRM_KEPT,
+ * `size` bytes: allocated at first use (inside a CUDA scope of the device)
+ * and never freed (cuMemFree waits for the caller's kernels; desc.c); 0 if
+ * it cannot be had.  Slot 0 is NVRM_KEPT0_SIZE bytes. */
+#define NVRM_KEPT 3
+#define NVRM_KEPT0_SIZE 0x6000
+GP_HIDDEN uint64_t nvrm_kept_alloc(int device, int k, size_t size);
+/* CUDA's RM client as route C sees it (the IPC words of kept memory of
+ * ours, slot 0), or 0. */
+GP_HIDDEN uint32_t nvrm_cuda_client(int device);
 /* An RM memory handle of CUDA's client (the same words), or 0. */
-GP_HIDDEN uint32_t nvrm_cuda_handle(void);
+GP_HIDDEN uint32_t nvrm_cuda_handle(int device);
 /* The distinct (client, object) pairs a descriptor names for one
  * allocation; the count (pools: -1 if the pool is unreadable). */
 GP_HIDDEN int nvrm_desc_vmm_candidates(const struct nvrm_vmm_desc *d, uint64_t handle,
@@ -314,13 +351,14 @@ GP_HIDDEN int nvrm_desc_pool_candidates(const struct nvrm_pool_desc *d, uint64_t
                                         uint64_t mbase, uint64_t msize, uint32_t *cli,
                                         uint32_t *obj, int max);
 /* RM_DUP_OBJECT of each pair into our client: the dups that are video
- * memory (NV01_MEMORY_LOCAL_USER) of at least `need` bytes are kept in keep[]
- * (room for NVRM_MAX_CAND; counted in n_mem), the rest freed.  Returns how
- * many were kept, or -1 (nothing kept) when the lookup filled its list and
- * may have dropped some.  Which of several is the caller's memory is for
- * route V's proof (route_v.c) to decide. */
+ * memory (NV01_MEMORY_LOCAL_USER) of at least `need` bytes (exact: of
+ * exactly `need` bytes, where RM tells the size) are kept in keep[] (room
+ * for NVRM_MAX_CAND; counted in n_mem), the rest freed.  Returns how many
+ * were kept, or -1 (nothing kept) when the lookup filled its list and may
+ * have dropped some.  Which of several is the caller's memory is for route
+ * V's proof (route_v.c) to decide. */
 GP_HIDDEN int nvrm_dup_alive(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj,
-                             int n, uint64_t need, uint32_t *keep);
+                             int n, uint64_t need, int exact, uint32_t *keep);
 /* Pool kinds learned apart: pools created without / with an exportable
  * handle type, and the device's default pool (learned on allocations of our
  * own in it, only when the created pools' layouts do not name its chunk). */
@@ -370,8 +408,8 @@ GP_HIDDEN int nvrm_scratch_holds(struct nvrm_ctx *nc, uint32_t h, uint64_t rm_of
 GP_HIDDEN int nvrm_scratch_names(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t rm_off,
                                  const uint8_t *pat);
 GP_HIDDEN int nvrm_scratch_rule_picks(struct nvrm_ctx *nc, const uint32_t *cli,
-                                      const uint32_t *obj, int n, uint64_t need, uint64_t rm_off,
-                                      const uint8_t *pat);
+                                      const uint32_t *obj, int n, uint64_t need, int exact,
+                                      uint64_t rm_off, const uint8_t *pat);
 
 /* ---- route_a.c ------------------------------------------------------- */
 /* Route A: the RM memory of the cuMemCreate(POSIX_FD) allocation at `addr`,
@@ -384,9 +422,11 @@ GP_HIDDEN void nvrm_route_a_selftest(int device, struct nvrm_ctx *nc, struct nvr
 /* ---- route_c.c ------------------------------------------------------- */
 /* Route C: CUDA's RM memory of the cuMemAlloc allocation `cp`, duplicated
  * into our client (*hOut), and the allocation's offset in it (*objoff), by
- * the IPC words the self-test proved. */
+ * the IPC words the self-test proved; *tied = 1 when the offset word was
+ * checked against CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR (the identity
+ * check then only cross-checks; else the bytes must prove it). */
 GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
-                              uint32_t *hOut, uint64_t *objoff);
+                              uint32_t *hOut, uint64_t *objoff, int *tied);
 /* First address in [lo, hi) that lies in a CUDA allocation, or 0. */
 GP_HIDDEN uint64_t nvrm_first_alloc(uint64_t lo, uint64_t hi);
 /* Route C: checks that [*lo, *hi) lies in the RM object (chunk) behind the

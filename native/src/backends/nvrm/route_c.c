@@ -3,8 +3,10 @@
  * RM_DUP_OBJECT of CUDA's own RM handle, found through the (undocumented)
  * cuIpcGetMemHandle words whose layout the self-test learns and proves on
  * scratch memory of its own (below), checked per pin against CUDA's
- * documented pointer attributes and, read-only, against cuMemcpyDtoH
- * (identity.c; docs/nvrm.md).
+ * documented pointer attributes and RM's size of the object, and, read-only,
+ * against CUDA's copy of the bytes (identity.c; docs/nvrm.md).  The
+ * self-test's scratch is cuMemAlloc memory kept for the life of the process
+ * (desc.c: cuMemFree would wait for the caller's kernels).
  *
  * Pins by GPU page over the physical chunk that backs cuMemAlloc memory
  * (below).  CUDA sub-allocates small cuMemAlloc/cudaMalloc allocations of one context
@@ -17,7 +19,7 @@
  * backend, under these proofs:
  *  - the anchor (the first allocation in the range) is the caller's, by the
  *    route C proofs (RM dup from CUDA's own client of this process, then the
- *    identity check against cuMemcpyDtoH);
+ *    identity check against CUDA's copy of its bytes);
  *  - the whole range lies inside the anchor's RM object (the chunk);
  *  - every other allocation met in the range names the same RM client,
  *    the same RM object, and the same chunk base (VA - offset): it is
@@ -51,8 +53,9 @@ static uint64_t mapping_base(uint64_t p)
 }
 
 int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
-                    uint32_t *hOut, uint64_t *objoff)
+                    uint32_t *hOut, uint64_t *objoff, int *tied)
 {
+    *tied = 0;
     const struct nvrm_ipc_layout *L = nc->st ? &nc->st->ipc : NULL;
     if (!L || !L->valid)
         return gp_err(GDRPY_ENOTSUP, "pinning cuMemAlloc memory (route C): the self-test has "
@@ -100,7 +103,23 @@ int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
                           ctx->device);
         return rc;
     }
+    /* RM's own size of the object, where the self-test saw it equal the
+     * pages word: words that name another object are refused here */
+    uint64_t rmsize = L->pages_rm ? nvrm_obj_size(nc, *hOut) : 0;
+    if (L->pages_rm && rmsize != objsize) {
+        nvrm_free_dups(nc, hOut, 1, "freeing a refused dup");
+        return gp_err(GDRPY_ENOTSUP, "the IPC handle of the allocation at 0x%llx names RM "
+                                     "memory 0x%x (client 0x%x) whose RM size is 0x%llx bytes, "
+                                     "where the handle's pages word says 0x%llx (they were equal "
+                                     "on the self-test's allocations): not this allocation's "
+                                     "memory; refusing to pin",
+                      (unsigned long long)cp->base, hobj, hcli, (unsigned long long)rmsize,
+                      (unsigned long long)objsize);
+    }
     *objoff = off;
+    /* the offset word was checked against CUDA's documented mapping base:
+     * the bytes only cross-check (identity.c) */
+    *tied = L->mapbase;
     return 0;
 }
 
@@ -311,15 +330,28 @@ static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
             !mb || s[k].base - mb != off)
             out->mapbase = 0;
     }
+    /* RM's own size of the object named: equal to the pages word on both? */
+    out->pages_rm = out->w_pages >= 0;
+    for (int k = 0; k < 2 && out->pages_rm; k++) {
+        uint32_t h = 0;
+        out->pages_rm = !nvrm_dup(nc, s[k].w[out->w_client], s[k].w[out->w_mem], &h,
+                                  "self-test: the RM size of the object the words name");
+        if (out->pages_rm)
+            out->pages_rm = nvrm_obj_size(nc, h) == (uint64_t)s[k].w[out->w_pages] * 4096;
+        nvrm_free_dups(nc, &h, 1, "freeing a self-test dup");
+    }
     return 0;
 }
 
+/* The self-test's scratch is cuMemAlloc memory kept for the life of the
+ * process (desc.c: cuMemFree would wait for the caller's kernels), slots
+ * 0..2 of nvrm_kept_alloc. */
 void nvrm_route_c_selftest(int device, struct nvrm_ctx *nc, struct nvrm_dev_state *st)
 {
     struct nvrm_route_report *r = &st->route_c;
     r->tested = 1;
-    if (!gp_cu.MemAlloc || !gp_cu.MemFree) {
-        nvrm_report_fail(r, "scratch allocation", "libcuda lacks cuMemAlloc/cuMemFree");
+    if (!gp_cu.MemAlloc) {
+        nvrm_report_fail(r, "scratch allocation", "libcuda lacks cuMemAlloc");
         return;
     }
     /* Two sizes no other word is likely to hold; the second usually sits
@@ -327,32 +359,33 @@ void nvrm_route_c_selftest(int device, struct nvrm_ctx *nc, struct nvrm_dev_stat
      * word. */
     struct scratch s[2];
     memset(s, 0, sizeof s);
-    s[0].size = 0x6000;
+    s[0].size = NVRM_KEPT0_SIZE;
     s[1].size = 0xa000;
     for (int k = 0; k < 2; k++) {
-        CUresult cr = gp_cu.MemAlloc(&s[k].base, s[k].size);
-        if (cr) {
-            gp_cuda_err(0, cr, "cuMemAlloc", "self-test scratch (%zu bytes)", s[k].size);
+        s[k].base = nvrm_kept_alloc(device, k, s[k].size);
+        if (!s[k].base) {
+            gp_err(GDRPY_ENOMEM, "cuMemAlloc of the self-test scratch (%zu bytes) failed",
+                   s[k].size);
             nvrm_report_last(r, "scratch allocation (cuMemAlloc)", nc);
-            goto out;
+            return;
         }
         if (nvrm_ipc_words(s[k].base, s[k].w)) {
             nvrm_report_last(r, "cuIpcGetMemHandle of the scratch allocation", nc);
-            goto out;
+            return;
         }
     }
     struct nvrm_ipc_layout L;
     memset(&L, 0, sizeof L);
-    if (learn_layout(device, nc, s, &L, r)) goto out;
+    if (learn_layout(device, nc, s, &L, r)) return;
     /* Both at offset 0 of their RM objects: the offset word is unproven.
      * One more small allocation usually lands behind another one. */
     struct scratch extra;
     memset(&extra, 0, sizeof extra);
     if (!L.off_proven && L.w_off >= 0) {
         extra.size = 0x3000;
+        extra.base = nvrm_kept_alloc(device, 2, extra.size);
         int dups = 0;
-        if (gp_cu.MemAlloc(&extra.base, extra.size) == CUDA_SUCCESS &&
-            nvrm_ipc_words(extra.base, extra.w) == 0 && extra.w[L.w_off] != 0 &&
+        if (extra.base && nvrm_ipc_words(extra.base, extra.w) == 0 && extra.w[L.w_off] != 0 &&
             try_layout(device, nc, &L, &extra, r, &dups) == 0)
             L.off_proven = 1;
         r->step[0] = r->detail[0] = '\0';
@@ -377,23 +410,24 @@ void nvrm_route_c_selftest(int device, struct nvrm_ctx *nc, struct nvrm_dev_stat
         uint64_t objoff = 0;
         const uint64_t at = s[1].base + 4096 + 64;
         r->ok = 0;
+        int tied = 0;
         if (gp_cuda_classify(at, NVRM_CHECK_BYTES, device, &cp)) {
             nvrm_report_last(r, "classify the scratch pointer", nc);
-        } else if (nvrm_dup_legacy(&fake, nc, &cp, &hMem, &objoff)) {
+        } else if (nvrm_dup_legacy(&fake, nc, &cp, &hMem, &objoff, &tied)) {
             nvrm_report_last(r, "pin (IPC words + RM_DUP_OBJECT)", nc);
         } else {
             uint64_t rm_at = objoff + (at - cp.base);
-            if (nvrm_verify_identity(&fake, nc, hMem, at, rm_at, at, NVRM_CHECK_BYTES))
-                nvrm_report_last(r, "identity check", nc);
-            else if (nvrm_scratch_check(device, nc, hMem, rm_at, at, 1, r) == 0)
-                r->ok = 1;
+            /* the data check leaves a random pattern there: the identity
+             * check must then prove the object by its bytes alone */
+            if (nvrm_scratch_check(device, nc, hMem, rm_at, at, 1, r) == 0) {
+                if (nvrm_verify_identity(&fake, nc, hMem, at, rm_at, at, NVRM_CHECK_BYTES, 0))
+                    nvrm_report_last(r, "identity check", nc);
+                else
+                    r->ok = 1;
+            }
             nvrm_rm_free(nc, nc->hDevice, hMem, "freeing the self-test dup");
             nvrm_live_add(&nc->n_mem, -1);
         }
     }
     if (!r->ok) memset(&st->ipc, 0, sizeof st->ipc);
-    if (extra.base) gp_cu.MemFree(extra.base);
-out:
-    for (int k = 0; k < 2; k++)
-        if (s[k].base) gp_cu.MemFree(s[k].base);
 }

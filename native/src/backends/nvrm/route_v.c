@@ -13,17 +13,21 @@
  *     the place learn_vmm.c / learn_pool.c learned and confirmed on scratch
  *     memory of their own (asked once per device; kept below): behind the
  *     allocation handle for VMM; in the pool's record of the chunk, next to
- *     its mapping base, for pools.  Exactly that one object
- *     is duplicated into our client (RM_DUP_OBJECT works only between clients
+ *     its mapping base, for pools (a walk from the pool; only when no walk
+ *     reaches the record, a scan of the heap).  The objects named are
+ *     duplicated into our client (RM_DUP_OBJECT works only between clients
  *     of the same process) and must be video memory (class
- *     NV01_MEMORY_LOCAL_USER) at least as large as the mapping.
+ *     NV01_MEMORY_LOCAL_USER) of the mapping's size (exactly, where
+ *     learning found RM's size equal to the mapping's; else at least).
  *  3. The offset of the first pinned byte in the object is va - mapping base
  *     (cuMemMap maps a handle from offset 0, the only offset CUDA accepts;
  *     for pools the same rule was confirmed by learn_pool.c on its scratch
  *     pools).
  *  4. The read-only identity proof (identity.c: bytes read through BAR1 ==
- *     bytes cuMemcpyDtoH reads, at the first and last page of the request),
- *     which also picks among several named objects.
+ *     CUDA's copy of them, at the first and last page of the pin), which
+ *     also picks among several named objects.  What CUDA's record of this
+ *     allocation names is proven by the record (the bytes cross-check it);
+ *     what only the heap scan found must be proven by its bytes.
  * Nothing of the caller's memory is ever written (docs/memory-kinds.md).
  */
 #ifndef _GNU_SOURCE
@@ -88,7 +92,7 @@ static int learned_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm
      * (CUDA's context was destroyed and made anew), what was learned is
      * stale: learn again.  A failed learning is retried a few times (at
      * later pins), not at every pin. */
-    uint32_t cli = nvrm_cuda_client();
+    uint32_t cli = nvrm_cuda_client(device);
     pthread_mutex_lock(&d_lock);
     int st = dstate[slot].pstate[fdkind];
     if (st && cli && dstate[slot].pcli[fdkind] != cli && dstate[slot].ptries[fdkind] < 8) {
@@ -121,11 +125,26 @@ static int learned_pool(int device, struct nvrm_ctx *nc, int fdkind, struct nvrm
 
 /* ---- per pin ------------------------------------------------------------ */
 
+/* Why no named object was kept (nvrm_dup_alive), for refusals. */
+static void none_fit(char *out, size_t n, uint64_t need, int exact)
+{
+    if (exact)
+        snprintf(out, n, "none of them video memory of this process whose RM size is the "
+                         "mapping's size, 0x%llx bytes (learning found RM's size equal to the "
+                         "mapping's on every scratch allocation)",
+                 (unsigned long long)need);
+    else
+        snprintf(out, n, "none of them video memory of this process of at least the mapping's "
+                         "size, 0x%llx bytes",
+                 (unsigned long long)need);
+}
+
 /* VMM: export (route A's door: one object) or the learned record (the live
  * video-memory objects it names, for nvrm_route_v's proof). */
 static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_t need,
-                      uint32_t *cand, int *ncand, char *how, size_t howlen)
+                      uint32_t *cand, int *ncand, int *tied, char *how, size_t howlen)
 {
+    *tied = 1; /* the export, or CUDA's record of this very allocation */
     const char *kind = gp_cuda_kind_name(GP_CUMEM_VMM);
     CUmemGenericAllocationHandle h = 0;
     CUresult r = gp_cu.MemRetainAllocationHandle(&h, (void *)(uintptr_t)anchor);
@@ -153,11 +172,12 @@ static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     int n = nvrm_desc_vmm_candidates(&d, (uint64_t)h, cc, oo, NVRM_MAX_CAND);
     gp_cu.MemRelease(h);
-    int kept = n > 0 ? nvrm_dup_alive(nc, cc, oo, n, need, cand) : -1;
+    int kept = n > 0 ? nvrm_dup_alive(nc, cc, oo, n, need, d.size_exact, cand) : -1;
     if (kept <= 0) {
         nvrm_cand_log(nc, "vmm lookup", cc, oo, n, need);
-        char ps[96];
+        char ps[96], none[256];
         nvrm_path_str(&d.obj[0], ps, sizeof ps);
+        none_fit(none, sizeof none, need, d.size_exact);
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s created without an exportable handle type; "
                                      "CUDA's record of it (RM handle at %s and %d other places) "
                                      "names %d RM objects (first: client 0x%x, object 0x%x), %s: "
@@ -165,9 +185,7 @@ static int vmm_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, uint64_
                                      "refused; %s",
                       (unsigned long long)anchor, kind, ps, d.nobj - 1, n > 0 ? n : 0,
                       n > 0 ? cc[0] : 0, n > 0 ? oo[0] : 0,
-                      kept < 0 && n > 0 ? "too many to weigh"
-                                        : "none of them video memory of this process large enough",
-                      WORKS);
+                      kept < 0 && n > 0 ? "too many to weigh" : none, WORKS);
     }
     *ncand = kept;
     snprintf(how, howlen, "record");
@@ -190,6 +208,8 @@ static void pool_statuses(uint64_t anchor, char *out, size_t n)
 /* What one pool lookup found (for the refusal). */
 struct pool_try_out {
     int learned, ncand, nalive;
+    int exact; /* the layouts' size_exact */
+    int tied;  /* the candidates came from a walk of the pool, not the heap scan */
     uint32_t cli0, obj0;
 };
 
@@ -204,6 +224,8 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
     struct nvrm_pool_desc d;
     if (learned_pool(ctx->device, nc, pk, &d)) return -1;
     o->learned = 1;
+    o->exact = d.size_exact;
+    o->tied = 1;
     uint32_t cc[NVRM_MAX_CAND], oo[NVRM_MAX_CAND];
     struct nvrm_pool_look lk;
     int ncand = nvrm_desc_pool_lookup(&d, cp->pool, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk);
@@ -214,7 +236,7 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
            (unsigned long long)anchor, (unsigned long long)cp->pool, (unsigned long long)mbase,
            (unsigned long long)cp->size, nvrm_pool_kind_name(pk), ls, ncand, d.r[0].cli_fixed);
     const uint64_t need = cp->base + cp->size - mbase;
-    int kept = ncand > 0 ? nvrm_dup_alive(nc, cc, oo, ncand, need, cand) : -1;
+    int kept = ncand > 0 ? nvrm_dup_alive(nc, cc, oo, ncand, need, d.size_exact, cand) : -1;
     if (kept <= 0 && !lk.wide) {
         /* nothing named is live memory: in a busy process the pool's
          * records of this chunk may lie beyond the usual walk */
@@ -223,16 +245,18 @@ static int pool_try(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_
         nvrm_look_str(&lk, ls, sizeof ls);
         gp_log(1, "nvrm: pool lookup 0x%llx, wider walk: %s; %d candidates",
                (unsigned long long)anchor, ls, ncand);
-        kept = ncand > 0 ? nvrm_dup_alive(nc, cc, oo, ncand, need, cand) : -1;
+        kept = ncand > 0 ? nvrm_dup_alive(nc, cc, oo, ncand, need, d.size_exact, cand) : -1;
     }
     if (kept <= 0) {
         /* the record lies deeper than any walk reaches (a long list of
-         * chunks): every field holding the base in CUDA's heaps */
+         * chunks): every field holding the base in CUDA's heaps.  A record
+         * found so is tied to the pool by nothing: the bytes must decide. */
+        o->tied = 0;
         ncand = nvrm_desc_pool_lookup_heap(&d, mbase, cp->size, cc, oo, NVRM_MAX_CAND, &lk);
         nvrm_look_str(&lk, ls, sizeof ls);
         gp_log(1, "nvrm: pool lookup 0x%llx, heap: %s; %d candidates", (unsigned long long)anchor,
                ls, ncand);
-        kept = ncand > 0 ? nvrm_dup_alive(nc, cc, oo, ncand, need, cand) : -1;
+        kept = ncand > 0 ? nvrm_dup_alive(nc, cc, oo, ncand, need, d.size_exact, cand) : -1;
     }
     o->ncand = ncand < 0 ? 0 : ncand;
     o->nalive = kept < 0 ? 0 : kept;
@@ -261,7 +285,8 @@ static int is_default_pool(int device, uint64_t pool)
 }
 
 static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const gp_cuda_ptr *cp,
-                       uint64_t mbase, uint32_t *cand, int *nk, char *how, size_t howlen)
+                       uint64_t mbase, uint32_t *cand, int *nk, int *tied, char *how,
+                       size_t howlen)
 {
     const char *kind = gp_cuda_kind_name(GP_CUMEM_POOL);
     if (!cp->pool)
@@ -278,7 +303,8 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
     if (dflt && __atomic_load_n(&dflt_own[dslot], __ATOMIC_RELAXED)) {
         /* this default pool already needed its own layouts: those first */
         if (pool_try(ctx, nc, anchor, cp, mbase, NVRM_POOL_DEFAULT, cand, nk, &o) == 0) {
-            snprintf(how, howlen, "default pool record");
+            *tied = o.tied;
+            snprintf(how, howlen, o.tied ? "default pool record" : "heap scan");
             return 0;
         }
     }
@@ -293,13 +319,16 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
         rc = pool_try(ctx, nc, anchor, cp, mbase, NVRM_POOL_DEFAULT, cand, nk, &o);
         if (!rc) {
             __atomic_store_n(&dflt_own[dslot], 1, __ATOMIC_RELAXED);
-            snprintf(how, howlen, "default pool record");
+            *tied = o.tied;
+            snprintf(how, howlen, o.tied ? "default pool record" : "heap scan");
             return 0;
         }
     }
     if (rc && !o.learned)
         return gp_err_prefix(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s); %s",
                              (unsigned long long)anchor, kind, st, WORKS);
+    char none[256];
+    none_fit(none, sizeof none, cp->base + cp->size - mbase, o.exact);
     if (rc)
         return gp_err(GDRPY_ENOTSUP, "0x%llx is %s; CUDA exports no handle for it (%s), and the "
                                      "pool's records name %d candidate RM objects for its chunk "
@@ -308,11 +337,9 @@ static int pool_object(gp_ctx *ctx, struct nvrm_ctx *nc, uint64_t anchor, const 
                                      "refused; %s",
                       (unsigned long long)anchor, kind, st, o.ncand, (unsigned long long)mbase,
                       (unsigned long long)cp->size, o.cli0, o.obj0,
-                      o.ncand >= NVRM_MAX_CAND ? "too many to weigh"
-                                               : "none of them video memory of this process "
-                                                 "large enough",
-                      WORKS);
-    snprintf(how, howlen, "pool record");
+                      o.ncand >= NVRM_MAX_CAND ? "too many to weigh" : none, WORKS);
+    *tied = o.tied;
+    snprintf(how, howlen, o.tied ? "pool record" : "heap scan");
     return 0;
 }
 
@@ -324,7 +351,9 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
     if (va < mbase)
         return gp_err(GDRPY_EINVAL, "route V: pin start 0x%llx lies before its mapping at 0x%llx",
                       (unsigned long long)va, (unsigned long long)mbase);
-    /* The allocation the identity check reads: the request's part of it. */
+    /* The allocation the identity check reads: its part of the pinned GPU
+     * pages (the same object and offset rule as the request; more bytes to
+     * compare where the bytes must decide). */
     uint64_t ab = cp->base, as = cp->size;
     CUdeviceptr rb = 0;
     size_t rs = 0;
@@ -332,21 +361,23 @@ int nvrm_route_v(gp_ctx *ctx, struct nvrm_ctx *nc, gp_pin *p, uint64_t anchor,
         ab = rb;
         as = rs;
     }
-    uint64_t ilo = p->addr > ab ? p->addr : ab;
-    uint64_t ihi = p->addr + p->size < ab + as ? p->addr + p->size : ab + as;
+    const uint64_t pend = gp_round_up(p->addr + p->size, GDRPY_GPU_PAGE_SIZE);
+    uint64_t ilo = va > ab ? va : ab;
+    uint64_t ihi = pend < ab + as ? pend : ab + as;
     if (ihi <= ilo)
         return gp_err(GDRPY_EINVAL, "route V: the request does not meet the allocation at 0x%llx",
                       (unsigned long long)anchor);
     uint32_t cand[NVRM_MAX_CAND];
-    int nk = 0;
+    int nk = 0, tied = 0;
     int rc = cp->kind == GP_CUMEM_POOL
-                 ? pool_object(ctx, nc, anchor, cp, mbase, cand, &nk, how, howlen)
-                 : vmm_object(ctx, nc, anchor, cp->base + cp->size - mbase, cand, &nk, how,
-                              howlen);
+                 ? pool_object(ctx, nc, anchor, cp, mbase, cand, &nk, &tied, how, howlen)
+                 : vmm_object(ctx, nc, anchor, cp->base + cp->size - mbase, cand, &nk, &tied,
+                              how, howlen);
     if (rc) return rc;
     *rm_off = va - mbase;
     char proof[160];
-    rc = nvrm_identity_pick(ctx, nc, cand, nk, va, *rm_off, ilo, ihi - ilo, hOut, proof, sizeof proof);
+    rc = nvrm_identity_pick(ctx, nc, cand, nk, va, *rm_off, ilo, ihi - ilo, tied, hOut, proof,
+                            sizeof proof);
     if (rc)
         return gp_err_prefix(GDRPY_ENOTSUP, "route V (%s): refusing 0x%llx (%s)", how,
                              (unsigned long long)p->addr, WORKS);

@@ -3,10 +3,12 @@
  * the only memory it ever writes.  What the self-test and learning prove a
  * route or a layout with, before any memory of the caller's is pinned:
  *
- *   nvrm_scratch_check   the self-test's data check: a pattern written with
- *                        cuMemcpyHtoD must read back through the mapping;
- *                        only then is one written through it and read back
- *                        with cuMemcpyDtoH (nvrm_report_* say what failed)
+ *   nvrm_scratch_check   the self-test's data check: a pattern copied in by
+ *                        CUDA must read back through the mapping; only
+ *                        then is one written through it and copied back by
+ *                        CUDA (nvrm_report_* say what failed)
+ * CUDA's copies here run on gdrpy's own non-blocking stream (cudadrv.h):
+ * never ordered after the caller's kernels.
  *   nvrm_scratch_pattern a random pattern (learning writes it through CUDA)
  *   nvrm_scratch_holds   does an RM object hold it (read through BAR1)
  *   nvrm_scratch_names   is (client, object) video memory holding it
@@ -77,15 +79,6 @@ static void fill_random(uint8_t *b, size_t n, uint64_t seed)
     }
 }
 
-static int htod_sync(int device, uint64_t dst, const void *src, size_t n)
-{
-    int rc = gp_cuda_memcpy(device, 0, dst, (void *)src, n, NULL);
-    if (rc) return rc;
-    CUresult r = gp_cu.StreamSynchronize(NULL);
-    if (r) return gp_cuda_err(0, r, "cuStreamSynchronize", "after a self-test write");
-    return 0;
-}
-
 /* Data check of [dptr, dptr + NVRM_CHECK_BYTES) (scratch memory), which is
  * offset `rm_off` of RM memory `hMem`.  write_back 0: the read direction only
  * (used while searching for the IPC layout).  0, or -1 with r filled; -2
@@ -97,8 +90,8 @@ int nvrm_scratch_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t 
     uint8_t p1[NVRM_CHECK_BYTES], p2[NVRM_CHECK_BYTES], got[NVRM_CHECK_BYTES];
     uint64_t seed = (uint64_t)nvrm_now_ms() * 1000003u ^ dptr ^ ((uint64_t)getpid() << 32);
     fill_random(p1, sizeof p1, seed);
-    if (htod_sync(device, dptr, p1, sizeof p1)) {
-        nvrm_report_last(r, "cuMemcpyHtoD of the scratch pattern", nc);
+    if (gp_cuda_private_copy(device, 0, dptr, p1, sizeof p1)) {
+        nvrm_report_last(r, "copy of the scratch pattern to the device", nc);
         return -2;
     }
     struct nvrm_map m;
@@ -115,7 +108,7 @@ int nvrm_scratch_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t 
     while (k < NVRM_CHECK_BYTES && got[k] == p1[k]) k++;
     if (k < NVRM_CHECK_BYTES) {
         nvrm_report_fail(r, "read through the mapping", "byte %zu of a pattern written with "
-                                                        "cuMemcpyHtoD reads 0x%02x through BAR1, expected 0x%02x: the mapping does "
+                                                        "CUDA reads 0x%02x through BAR1, expected 0x%02x: the mapping does "
                                                         "not show the scratch memory (ABI table %s, driver %s); nothing was written "
                                                         "through it",
                          k, got[k], p1[k], nc->abi.branch, nc->version);
@@ -130,15 +123,15 @@ int nvrm_scratch_check(int device, struct nvrm_ctx *nc, uint32_t hMem, uint64_t 
         }
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
         (void)*(volatile uint64_t *)(bar + NVRM_CHECK_BYTES - 8); /* drains WC buffers */
-        if (gp_cuda_memcpy(device, 1, dptr, got, NVRM_CHECK_BYTES, NULL)) {
-            nvrm_report_last(r, "cuMemcpyDtoH of bytes written through the mapping", nc);
+        if (gp_cuda_private_copy(device, 1, dptr, got, NVRM_CHECK_BYTES)) {
+            nvrm_report_last(r, "copy back of bytes written through the mapping", nc);
             rc = -1;
         } else {
             k = 0;
             while (k < NVRM_CHECK_BYTES && got[k] == p2[k]) k++;
             if (k < NVRM_CHECK_BYTES) {
                 nvrm_report_fail(r, "write through the mapping", "byte %zu written through BAR1 "
-                                                                 "reads 0x%02x with cuMemcpyDtoH, expected 0x%02x (ABI table %s, "
+                                                                 "reads 0x%02x in CUDA's copy, expected 0x%02x (ABI table %s, "
                                                                  "driver %s)",
                                  k, got[k], p2[k], nc->abi.branch, nc->version);
                 rc = -1;
@@ -193,10 +186,10 @@ int nvrm_scratch_names(struct nvrm_ctx *nc, uint32_t cli, uint32_t obj, uint64_t
  * object and that one holds pat (stricter than a user's pin, where route V
  * may tell several apart). */
 int nvrm_scratch_rule_picks(struct nvrm_ctx *nc, const uint32_t *cli, const uint32_t *obj, int n,
-                            uint64_t need, uint64_t rm_off, const uint8_t *pat)
+                            uint64_t need, int exact, uint64_t rm_off, const uint8_t *pat)
 {
     uint32_t h[NVRM_MAX_CAND];
-    int kept = n > 0 ? nvrm_dup_alive(nc, cli, obj, n, need, h) : -1;
+    int kept = n > 0 ? nvrm_dup_alive(nc, cli, obj, n, need, exact, h) : -1;
     int ok = kept == 1 && nvrm_scratch_holds(nc, h[0], rm_off, pat);
     if (kept > 0) nvrm_free_dups(nc, h, kept, "learning: freeing a candidate");
     return ok;

@@ -5,7 +5,9 @@
  * The RM interface is not a documented API, and the cuIpcGetMemHandle words
  * route C relies on are not either.  So instead of trusting a version number,
  * the first open of a device in a process proves every route on scratch
- * memory of its own (allocated through the dlopen'ed libcuda, freed after):
+ * memory of its own (allocated through the dlopen'ed libcuda; route A's is
+ * freed after, route C's cuMemAlloc scratch is kept for the life of the
+ * process, since cuMemFree waits for the caller's kernels: desc.c):
  *
  *   route A (cuMemCreate):  scratch from cuMemCreate(POSIX_FD) -> the real pin
  *                           path (export + import) -> map -> data check
@@ -14,13 +16,14 @@
  *                           IPC handle words hold size / client / memory /
  *                           offset (the known CUDA 13.0 layout first, else a
  *                           bounded search, every candidate proven by data) ->
- *                           the real pin path (words + dup + identity check)
- *                           -> map -> data check (route_c.c).
+ *                           the real pin path (words + dup) -> map -> data
+ *                           check -> identity check (route_c.c).
  *
- * Data check (scratch.c; on scratch memory only): a random pattern written
- * with cuMemcpyHtoD must read back through the mapping; only then is a second
- * pattern written through the mapping and read back with cuMemcpyDtoH.  An
- * unproven mapping is never written.  A route that fails is disabled with
+ * Data check (scratch.c; on scratch memory only): a random pattern copied in
+ * by CUDA must read back through the mapping; only then is a second pattern
+ * written through the mapping and copied back by CUDA (on gdrpy's own
+ * stream: the self-test never waits for the caller's kernels).  An unproven
+ * mapping is never written.  A route that fails is disabled with
  * the step, the message (RM status names included) and the driver version;
  * if no route passes, the backend is unavailable on that device.
  */
