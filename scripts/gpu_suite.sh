@@ -19,7 +19,7 @@
 #   gdrcopy   GDRCopy's sanity and pplat on libgdrapi.so.2, when a GDRCopy
 #             source folder is given (--gdrcopy DIR or $GDRCOPY_SRC; default
 #             .ext/gdrcopy if present; see scripts/gdrcopy_tests.sh)
-#   ucx       UCX's own gdr_copy gtest cases on libgdrapi.so.2 (when the UCX build
+#   ucx       UCX's own gdr_copy pin tests on libgdrapi.so.2 (when the UCX build
 #             has bin/ucx_gtest: scripts/ucx_build.sh --gtest, scripts/ucx_gtest.sh)
 #             and ucx_perftest with and without gdr_copy, short, when a UCX build
 #             is given (--ucx DIR or $UCX_PREFIX; default .ext/ucx, else
@@ -34,7 +34,8 @@
 #   feed      the trading feed's capacity sweep and proof points (4-5 min)
 #   misuse    the hostile-input sweep on the GPU (tests/misuse) and
 #             gdrpy_apilat's open-under-load
-#   gdrcopy, ucx   (named) their full runs: every GDRCopy test; every ucx row
+#   gdrcopy, ucx   (named) their full runs: every GDRCopy test; every ucx row and
+#             UCX's gtest '*gdr_copy*' (147 tests with UCX 1.22)
 #   mpi       OSU latency/bw/bibw under Open MPI and MPICH and ucx_perftest, UCX
 #             defaults vs UCX_TLS=^gdr_copy vs the section `python -m gdrpy
 #             ucx-config` writes on this host (scripts/mpi_bench.py, about 5 min;
@@ -183,7 +184,10 @@ if want gdrcopy; then
     fi
 fi
 if want ucx; then
-    if [ -n "$UCX_DIR" ] && [ -x "$UCX_DIR/bin/ucx_gtest" ]; then
+    if [ -n "$UCX_DIR" ] && [ -x "$UCX_DIR/bin/ucx_gtest" ] && [ "$DEFAULT" = 1 ]; then
+        step ucx_gtest 90 scripts/ucx_gtest.sh --ucx "$UCX_DIR" --work "$WORK/ucx_gtest" \
+            --filter '*test_gdr_copy*' --timeout 80
+    elif [ -n "$UCX_DIR" ] && [ -x "$UCX_DIR/bin/ucx_gtest" ]; then
         step ucx_gtest 300 scripts/ucx_gtest.sh --ucx "$UCX_DIR" --work "$WORK/ucx_gtest" \
             --timeout 280
     elif [ -n "$UCX_DIR" ]; then

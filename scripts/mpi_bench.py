@@ -38,6 +38,7 @@ import glob
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -60,6 +61,14 @@ PERFTEST_SIZES = (1, 8, 64, 1024, 2048, 8192, 32768, 131072, 524288, 1 << 21, 1 
 
 class BenchError(Exception):
     pass
+
+
+class Stopped(Exception):
+    pass
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise Stopped()
 
 
 def log(msg: str) -> None:
@@ -237,6 +246,7 @@ def make_conf(args: argparse.Namespace, ucx: uc.Ucx, work: Path) -> Path:
     log("python -m gdrpy ucx-config (measures this host, writes the section)")
     env = dict(os.environ)
     env.pop("UCX_CONFIG_DIR", None)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE)] + [p for p in [env.get("PYTHONPATH")] if p])
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
     (work / "ucx_config.log").write_text(r.stdout + r.stderr)
     print(r.stdout, end="")
@@ -304,7 +314,8 @@ def probe_ucx(runner: Runner, mpi: Mpi, osu: Path) -> str:
 
 def report(results: dict[str, Any], meta: dict[str, Any]) -> list[str]:
     out = ["== MPI and UCX with GPU buffers: " + ", ".join(
-        f"{k}: {LABEL.get(k, k)}" for k in SETTINGS) + f" ({meta.get('placement')})"]
+        f"{k}: {LABEL.get(k, k)}" for k in SETTINGS) + f" ({meta.get('placement')}; "
+        f"{meta.get('seconds', '?')} s{', CUT SHORT' if meta.get('cut_short') else ''})"]
     checks: list[tuple[str, bool | None]] = []
     for key, res in results.items():
         higher = not ("latency" in key or "tag_lat" in key)
@@ -399,17 +410,44 @@ def main(argv: list[str] | None = None) -> int:
         log(f"Open MPI loads {meta['ucx_loaded']['ompi']}")
         results: dict[str, Any] = {}
         t0 = time.monotonic()
+
+        def save() -> None:
+            meta["seconds"] = round(time.monotonic() - t0)
+            if a.json:
+                Path(a.json).write_text(json.dumps({"meta": meta, "results": results},
+                                                   indent=1, sort_keys=True) + "\n")
+
+        # the figure first (osu_latency D D, Open MPI then MPICH), then the rest:
+        # a run cut short keeps what matters most
+        jobs: list[tuple[str, str, str]] = []
+        modes = [m.strip() for m in a.modes.split(",")]
         for b in a.benches.split(","):
-            for mode in a.modes.split(","):
-                run_osu(runner, ompi, osu["ompi"], b, mode.strip(), SETTINGS, results)
-        if mpich is not None and osu["mpich"] is not None and (osu["mpich"] / "bin").is_dir():
-            meta["ucx_loaded"]["mpich"] = probe_ucx(runner, mpich, osu["mpich"])
-            run_osu(runner, mpich, osu["mpich"], "latency", "D D" if a.mem == "cuda" else "H H",
-                    ("defaults", "conf"), results)
+            jobs += [("ompi", b, m) for m in modes]
+        jobs.sort(key=lambda j: (j[1] != "latency" or j[2] != "D D"))
+        mpich_ok = mpich is not None and osu["mpich"] is not None and \
+            (osu["mpich"] / "bin").is_dir()
+        if mpich_ok:
+            jobs.insert(1, ("mpich", "latency", "D D" if a.mem == "cuda" else "H H"))
         if not a.no_perftest:
-            for test in ("tag_lat",) if a.quick else ("tag_lat", "tag_bw"):
-                run_perftest(runner, test, results)
-        meta["seconds"] = round(time.monotonic() - t0)
+            jobs += [("perftest", t, "") for t in (("tag_lat",) if a.quick
+                                                    else ("tag_lat", "tag_bw"))]
+        signal.signal(signal.SIGTERM, _stop)
+        try:
+            for who, b, mode in jobs:
+                if who == "perftest":
+                    run_perftest(runner, b, results)
+                elif who == "mpich":
+                    assert mpich is not None and osu["mpich"] is not None
+                    if "mpich" not in meta["ucx_loaded"]:
+                        meta["ucx_loaded"]["mpich"] = probe_ucx(runner, mpich, osu["mpich"])
+                    run_osu(runner, mpich, osu["mpich"], b, mode, ("defaults", "conf"), results)
+                else:
+                    run_osu(runner, ompi, osu["ompi"], b, mode, SETTINGS, results)
+                save()
+        except Stopped:
+            meta["cut_short"] = True
+            log("stopped (SIGTERM): reporting what was measured")
+        save()
     except (BenchError, uc.ToolError) as exc:
         print(f"mpi_bench.py: {exc}", file=sys.stderr)
         return 2
@@ -417,9 +455,6 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(lines))
     if meta.get("conf"):
         print("== the generated ucx.conf section\n" + meta["conf"].rstrip("\n"))
-    if a.json:
-        Path(a.json).write_text(json.dumps({"meta": meta, "results": results}, indent=1,
-                                           sort_keys=True) + "\n")
     return 0 if not any("[FAIL]" in ln for ln in lines) else 1
 
 
