@@ -864,7 +864,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="skip the check run of UCX with the written section")
     p.add_argument("--work", help="folder for the measurement logs (default: a temporary one)")
     p.add_argument("--mem", choices=("cuda", "host"), default="cuda",
-                   help=argparse.SUPPRESS)   # host: checks the plumbing without a GPU; no write
+                   help="memory of the ucx_perftest buffers: cuda (default), or host to check "
+                        "the plumbing without GPU buffers (then nothing is written)")
 
 
 def print_measurements(meas: dict[str, Any], say: Callable[[str], None]) -> None:
