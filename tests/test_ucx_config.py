@@ -168,10 +168,13 @@ def test_without_ucx_only_the_gdr_copy_model_is_written():
 
 def test_fit_line_uses_the_largest_size_within_reach():
     rows = copy_rows()
-    lat, bw, lo, hi = uc.fit_line(rows, "get_us", 40000)
-    assert (lo, hi) == (8, 32768)
+    lat, bw, lo, hi, t_hi = uc.fit_line(rows, "get_us", 40000)
+    assert (lo, hi, t_hi) == (8, 32768, BAR1_GET[32768])
     assert lat == BAR1_GET[8]
     assert bw == pytest.approx((32768 - 8) / (BAR1_GET[32768] - BAR1_GET[8]))
+    # noise: the larger size no slower than 8 B - a finite bandwidth all the same
+    flat = [{"size": 8, "put_us": 1.0}, {"size": 8192, "put_us": 0.9}]
+    assert uc.fit_line(flat, "put_us", 8192)[1] == pytest.approx(8192 / 0.9)
     with pytest.raises(uc.ToolError):
         uc.fit_line([{"size": 8, "get_us": 1.0}], "get_us", 1 << 20)
 

@@ -177,10 +177,13 @@ def with_fallback(own: dict[int, float], base: dict[int, float]) -> dict[int, fl
     return out
 
 
-def fit_line(rows: list[dict[str, Any]], key: str, top: int) -> tuple[float, float, int, int]:
-    """(latency us, bandwidth bytes/us, low size, high size) of the straight line
-    through the smallest-size point (8 B when measured) and the point at the
-    largest measured size <= ``top``."""
+def fit_line(rows: list[dict[str, Any]], key: str, top: int
+             ) -> tuple[float, float, int, int, float]:
+    """(latency us, bandwidth bytes/us, low size, high size, time at the high size)
+    of the straight line through the smallest-size point (8 B when measured) and the
+    point at the largest measured size <= ``top``.  Where noise makes the high point
+    no slower than the low one, the bandwidth is the high point's own throughput
+    (UCX takes no infinite bandwidth)."""
     pts = sorted((int(r["size"]), float(r[key])) for r in rows if r.get(key) is not None)
     if not pts:
         raise ToolError(f"no {key} measurements")
@@ -192,8 +195,8 @@ def fit_line(rows: list[dict[str, Any]], key: str, top: int) -> tuple[float, flo
     high = cands[-1] if cands else above[0]
     lat = low[1]
     dt = high[1] - low[1]
-    bw = (high[0] - low[0]) / dt if dt > 0 else math.inf
-    return lat, bw, low[0], high[0]
+    bw = (high[0] - low[0]) / dt if dt > 0 else high[0] / high[1]
+    return lat, bw, low[0], high[0], high[1]
 
 
 @dataclass
@@ -230,8 +233,6 @@ def fmt_size(n: int) -> str:
 
 def _mbs(bytes_per_us: float) -> str:
     """UCX's MBs are 2**20 bytes per second."""
-    if math.isinf(bytes_per_us):
-        return "inf"
     return f"{bytes_per_us * 1e6 / (1 << 20):.0f}MBs"
 
 
@@ -312,18 +313,16 @@ def choose(meas: dict[str, Any]) -> Choice:
                             "(give --ucx-prefix to choose the thresholds too)")
     rows = (meas.get("copy") or {}).get("rows") or []
     if rows:
-        lines = {}
-        for key, what in (("get_us", "get"), ("put_us", "put")):
-            lat, bw, lo, hi = fit_line(rows, key, top)
-            lines[what] = (lat, bw, lo, hi)
-        g, p = lines["get"], lines["put"]
+        g = fit_line(rows, "get_us", top)
+        p = fit_line(rows, "put_us", top)
+        h = meas.get("host") or {}
         text = (f"gdr_copy's cost in UCX's model, latency + size / bandwidth, per direction the "
                 f"line through two points measured with gdrapi_copylat through libgdrapi.so.2 "
-                f"({where}): get (gdr_copy_from_mapping, GPU to host) {g[0]:.2f} us at "
-                f"{fmt_size(g[2])}, {g[0] + (g[3] - g[2]) / g[1]:.2f} us at {fmt_size(g[3])}; "
-                f"put (gdr_copy_to_mapping) {p[0]:.2f} us at {fmt_size(p[2])}, "
-                f"{p[0] + (p[3] - p[2]) / p[1]:.2f} us at {fmt_size(p[3])}; "
-                f"{fmt_size(g[3])} is the largest copy one call makes under these settings.")
+                f"(GPU {h.get('device', 0)}, {h.get('gpu') or 'GPU ?'}): get "
+                f"(gdr_copy_from_mapping, GPU to host) {g[0]:.2f} us at {fmt_size(g[2])}, "
+                f"{g[4]:.2f} us at {fmt_size(g[3])}; put (gdr_copy_to_mapping) {p[0]:.2f} us "
+                f"at {fmt_size(p[2])}, {p[4]:.2f} us at {fmt_size(p[3])}; {fmt_size(g[3])} is "
+                f"the largest measured copy within what one call moves under these settings.")
         choice.settings.insert(0, Setting("UCX_GDR_COPY_LAT",
                                           f"get:{g[0]:.3g}us,put:{p[0]:.3g}us", _wrap(text)))
         choice.settings.insert(1, Setting(
