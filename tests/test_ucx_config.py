@@ -307,7 +307,7 @@ PROTO = """\
 
 
 def test_protocol_lines_per_size():
-    got = uc.protocol_lines(PROTO, [2048, 32768, 1 << 20])
+    got = uc.protocol_lines(PROTO, [2048, 32768, 1 << 20], "cuda")
     assert got[2048].startswith("1..8248 eager copy-in copy-out")
     assert got[32768].startswith("8249..131000 multi-frag eager")
     assert "cuda_ipc" in got[1 << 20]
@@ -401,3 +401,27 @@ def test_ucx_applies_the_section_on_this_machine_only(tmp_path: Path):
     meas["host"].update(product_name="Some Other Box", cpu_model="Naples")
     (tmp_path / "ucx.conf").write_text(uc.render_section(ch, meas))
     assert "intra:auto" in thresh({"UCX_CONFIG_DIR": str(tmp_path)})
+
+
+@pytest.mark.skipif(not os.path.isfile(os.path.join(UCX_PREFIX, "bin", "ucx_perftest")),
+                    reason="needs a UCX installation in $UCX_PREFIX")
+def test_verify_reads_the_section_back_and_the_protocols(tmp_path: Path):
+    """The check run after writing, on host memory: UCX reports the chosen threshold
+    and the protocol of each size comes from its UCX_PROTO_INFO tables."""
+    import argparse
+
+    ucx = uc.Ucx(Path(UCX_PREFIX))
+    meas = measurements()
+    meas["host"].update(uc.ucx_host_info(ucx, uc.child_env(ucx, "/x", str(tmp_path))))
+    meas["ucx"]["variants"] = {k: dict(v, us={s: x for s, x in v["us"].items() if s <= 65536})
+                               for k, v in meas["ucx"]["variants"].items()}
+    ch = uc.choose(meas)
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "ucx.conf").write_text(uc.render_section(ch, meas))
+    args = argparse.Namespace(device=0, mem="host")
+    said: list[str] = []
+    res = uc.verify(ucx, conf, ch, meas, args, tmp_path / "work", said.append)
+    assert res["threshold_applied"] is True, said
+    assert set(res["protocols"]) >= {2048, 8192, 32768}, res["protocols"]
+    assert all(res["us"][s] > 0 for s in (2048, 8192, 32768))

@@ -784,7 +784,7 @@ def verify(ucx: Ucx, conf_dir: Path, choice: Choice, meas: dict[str, Any], args:
                            server_tests=batch_lines(sizes, args.mem, devs[1]))
     got = parse_perftest(out)
     res["us"] = {s: got[f"s{s}"]["p50_us"] for s in sizes if f"s{s}" in got}
-    res["protocols"] = protocol_lines(out, sizes)
+    res["protocols"] = protocol_lines(out, sizes, args.mem)
     return res
 
 
@@ -797,13 +797,13 @@ def _measured_sizes(meas: dict[str, Any]) -> list[int]:
     return sorted({s for _n, (_r, us) in variant_table(meas).items() for s in us})
 
 
-def protocol_lines(log: str, sizes: list[int], match: str = "tag_send") -> dict[int, str]:
+def protocol_lines(log: str, sizes: list[int], mem: str = "cuda") -> dict[int, str]:
     """The UCX_PROTO_INFO table row covering each size, for tagged sends from
-    GPU memory ("by ucp_tag_send* from cuda")."""
+    ``mem`` memory ("by ucp_tag_send* from cuda/GPU0", "... from host memory")."""
     out: dict[int, str] = {}
     for group in table_groups(log.splitlines()):
         rows = compact_table(group)
-        if not rows or "cuda" not in rows[0] or "ucp_tag_send" not in rows[0]:
+        if not rows or "ucp_tag_send" not in rows[0] or f"from {mem}" not in rows[0]:
             continue
         if any(f in rows[0] for f in FLAVOURS):
             continue
