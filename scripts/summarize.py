@@ -300,8 +300,8 @@ def main(d):
                                                       for x in v))
             p(f"  {key:<26} " + "  ".join(cells))
         for ln in read(d, "mpi_bench.log").splitlines():
-            if ln.startswith(("[PASS]", "[FAIL]", "[n/a]")):
-                p("  " + ln)
+            if ln.startswith(("[PASS]", "[FAIL]", "[n/a]", "  protocol at ")):
+                p("  " + ln.strip())
     ba = read(d, "before_after.log")
     if "row (ns per call)" in ba:
         p("")
