@@ -425,3 +425,33 @@ def test_verify_reads_the_section_back_and_the_protocols(tmp_path: Path):
     assert res["threshold_applied"] is True, said
     assert set(res["protocols"]) >= {2048, 8192, 32768}, res["protocols"]
     assert all(res["us"][s] > 0 for s in (2048, 8192, 32768))
+
+
+def fake_copylat(tmp_path: Path, out: str, rc: int = 0, err: str = "") -> str:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    (tmp_path / "out.txt").write_text(out)
+    tool = bindir / "gdrapi_copylat"
+    tool.write_text(f"#!/bin/sh\necho \"$*\" > {tmp_path}/args.txt\ncat {tmp_path}/out.txt\n"
+                    f"echo '{err}' >&2\nexit {rc}\n")
+    tool.chmod(0o755)
+    return str(bindir)
+
+
+def test_measure_copies_reads_the_tool_and_refuses_without_a_gpu(tmp_path: Path):
+    bindir = fake_copylat(tmp_path, COPYLAT)
+    got = uc.measure_copies("/lib", bindir, 1, quick=True, allow_sim=False)
+    assert [r["size"] for r in got["rows"]] == [8, 16] and not got["sim"]
+    args = (tmp_path / "args.txt").read_text().split()
+    assert args[args.index("--max") + 1] == str(1 << 20) and "--csv" in args
+    sim = ("# gdrapi_copylat: libgdrapi 2.6, sim backend (host memory: NOT GPU numbers)\n"
+           "size,to_map_med,to_map_p99,from_map_med,from_map_p99\n8,0.04,0.05,0.03,0.04\n")
+    bindir = fake_copylat(tmp_path, sim)
+    with pytest.raises(uc.NeedsGPU, match="sim backend"):
+        uc.measure_copies("/lib", bindir, 0, quick=False, allow_sim=False)
+    assert uc.measure_copies("/lib", bindir, 0, quick=False, allow_sim=True)["sim"]
+    bindir = fake_copylat(tmp_path, "", 2, "gdrapi_copylat: no device memory: no libcuda.so.1")
+    with pytest.raises(uc.NeedsGPU, match="no libcuda"):
+        uc.measure_copies("/lib", bindir, 0, quick=False, allow_sim=False)
+    with pytest.raises(uc.ToolError, match="no .*gdrapi_copylat"):
+        uc.measure_copies("/lib", str(tmp_path / "none"), 0, quick=False, allow_sim=False)
