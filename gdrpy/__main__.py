@@ -6,6 +6,7 @@
   bindir       directory of the C tools (gdrpy_copylat, gdrapi_copylat, ...)
   calibrate    measure and store the put/get thresholds for this host
   bench        latency | bandwidth | transfer | pingpong
+  ucx-config   measure this host and write a UCX configuration section (docs/ucx.md)
 """
 
 from __future__ import annotations
@@ -46,6 +47,11 @@ def cmd_calibrate(args) -> int:
 def cmd_bench(args) -> int:
     from .tools import bench
     return bench.main(args)
+
+
+def cmd_ucx_config(args) -> int:
+    from .tools.ucx_config import cli
+    return cli(args)
 
 
 def _version_text() -> str:
@@ -90,6 +96,14 @@ def build_parser() -> argparse.ArgumentParser:
     except ImportError:  # pragma: no cover
         pass
     s.set_defaults(fn=cmd_bench)
+    s = sub.add_parser("ucx-config", help="measure this host, write a ucx.conf section for UCX",
+                       description="Measures gdr_copy through libgdrapi.so.2, the copy engine "
+                       "and UCX's eager and rendezvous paths on this host, chooses UCX settings "
+                       "from the measurements and writes them as a section of "
+                       "$UCX_CONFIG_DIR/ucx.conf limited to this machine (docs/ucx.md).")
+    from .tools.ucx_config import add_arguments as ucx_config_arguments
+    ucx_config_arguments(s)
+    s.set_defaults(fn=cmd_ucx_config)
     return p
 
 

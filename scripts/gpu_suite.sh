@@ -3,7 +3,7 @@
 # tests and the key benchmarks, and prints a short summary table last
 # (scripts/summarize.py).
 #
-#   scripts/gpu_suite.sh [--gdrcopy DIR] [--ucx DIR] [STAGE]...
+#   scripts/gpu_suite.sh [--gdrcopy DIR] [--ucx DIR] [--bench DIR] [STAGE]...
 #
 # Without a STAGE it runs the default stages, sized to end within one
 # 10-minute call of a device tool (SUITE_BUDGET_S, default 560 s: a step
@@ -19,9 +19,11 @@
 #   gdrcopy   GDRCopy's sanity and pplat on libgdrapi.so.2, when a GDRCopy
 #             source folder is given (--gdrcopy DIR or $GDRCOPY_SRC; default
 #             .ext/gdrcopy if present; see scripts/gdrcopy_tests.sh)
-#   ucx       ucx_perftest with and without gdr_copy, short, when a UCX build
-#             is given (--ucx DIR or $UCX_PREFIX; default .ext/ucx if present;
-#             see scripts/ucx_build.sh)
+#   ucx       UCX's own gdr_copy pin tests on libgdrapi.so.2 (when the UCX build
+#             has bin/ucx_gtest: scripts/ucx_build.sh --gtest, scripts/ucx_gtest.sh)
+#             and ucx_perftest with and without gdr_copy, short, when a UCX build
+#             is given (--ucx DIR or $UCX_PREFIX; default .ext/ucx, else
+#             .ext/ucxbench/ucx, if present; see scripts/ucx_build.sh)
 # Stages run only when named (each fits one call on its own):
 #   alltests  the whole pytest suite, CPU and GPU tests
 #   large     large messages by host-memory kind and the size picker: their
@@ -32,7 +34,12 @@
 #   feed      the trading feed's capacity sweep and proof points (4-5 min)
 #   misuse    the hostile-input sweep on the GPU (tests/misuse) and
 #             gdrpy_apilat's open-under-load
-#   gdrcopy, ucx   (named) their full runs: every GDRCopy test; every ucx row
+#   gdrcopy, ucx   (named) their full runs: every GDRCopy test; every ucx row and
+#             UCX's gtest '*gdr_copy*' (147 tests with UCX 1.22)
+#   mpi       OSU latency/bw/bibw under Open MPI and MPICH and ucx_perftest, UCX
+#             defaults vs UCX_TLS=^gdr_copy vs the section `python -m gdrpy
+#             ucx-config` writes on this host (scripts/mpi_bench.py, about 5 min;
+#             --bench DIR or $UCX_BENCH, default .ext/ucxbench: docs/ucx.md)
 #   beforeafter  scripts/before_after.sh: the tree in $BEFORE_AFTER_OLD (a
 #             directory or a git revision; default .baseline) against this
 #             one, interleaved rounds (ROUNDS, default 10)
@@ -46,21 +53,26 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 GDRCOPY_SRC=${GDRCOPY_SRC:-}
 UCX_DIR=${UCX_PREFIX:-}
+BENCH_DIR=${UCX_BENCH:-}
 STAGES=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --gdrcopy) GDRCOPY_SRC=$2; shift 2 ;;
         --ucx) UCX_DIR=$2; shift 2 ;;
+        --bench) BENCH_DIR=$2; shift 2 ;;
         -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
         -*) echo "unknown option $1 (see --help)"; exit 2 ;;
         *) STAGES+=("$1"); shift ;;
     esac
 done
 [ -z "$GDRCOPY_SRC" ] && [ -d .ext/gdrcopy ] && GDRCOPY_SRC=.ext/gdrcopy
+[ -z "$BENCH_DIR" ] && [ -d .ext/ucxbench ] && BENCH_DIR=.ext/ucxbench
 [ -z "$UCX_DIR" ] && [ -x .ext/ucx/bin/ucx_perftest ] && UCX_DIR=.ext/ucx
+[ -z "$UCX_DIR" ] && [ -n "$BENCH_DIR" ] && [ -x "$BENCH_DIR/ucx/bin/ucx_perftest" ] &&
+    UCX_DIR=$BENCH_DIR/ucx
 DEFAULT=0
 [ ${#STAGES[@]} -eq 0 ] && DEFAULT=1 && STAGES=(test bench examples gdrcopy ucx)
-KNOWN=" test bench examples gdrcopy ucx alltests large kinds feed misuse beforeafter asv "
+KNOWN=" test bench examples gdrcopy ucx mpi alltests large kinds feed misuse beforeafter asv "
 for s in "${STAGES[@]}"; do
     [[ "$KNOWN" == *" $s "* ]] || { echo "unknown stage $s (see --help)"; exit 2; }
 done
@@ -172,6 +184,15 @@ if want gdrcopy; then
     fi
 fi
 if want ucx; then
+    if [ -n "$UCX_DIR" ] && [ -x "$UCX_DIR/bin/ucx_gtest" ] && [ "$DEFAULT" = 1 ]; then
+        step ucx_gtest 90 scripts/ucx_gtest.sh --ucx "$UCX_DIR" --work "$WORK/ucx_gtest" \
+            --filter '*test_gdr_copy*' --timeout 80
+    elif [ -n "$UCX_DIR" ] && [ -x "$UCX_DIR/bin/ucx_gtest" ]; then
+        step ucx_gtest 300 scripts/ucx_gtest.sh --ucx "$UCX_DIR" --work "$WORK/ucx_gtest" \
+            --timeout 280
+    elif [ -n "$UCX_DIR" ]; then
+        echo "=== ucx_gtest: $UCX_DIR has no bin/ucx_gtest (scripts/ucx_build.sh --gtest): not run"
+    fi
     if [ -z "$UCX_DIR" ]; then
         echo "=== ucx: no UCX build (--ucx DIR): not run"
     elif [ "$DEFAULT" = 1 ]; then
@@ -179,6 +200,15 @@ if want ucx; then
             --sizes 8,65536 --tests tag_lat,ucp_put_lat+am --iters 1000
     else
         step ucx_perftest 400 scripts/ucx_perftest.sh --ucx "$UCX_DIR" --work "$WORK/ucx"
+    fi
+fi
+
+if want mpi; then
+    if [ -z "$BENCH_DIR" ]; then
+        echo "=== mpi: no benchmark folder (--bench DIR, docs/ucx.md): not run"
+    else
+        step mpi_bench 540 python3 scripts/mpi_bench.py --bench "$BENCH_DIR" \
+            ${UCX_DIR:+--ucx "$UCX_DIR"} --work "$WORK/mpi" --json "$WORK/mpi_bench.json"
     fi
 fi
 

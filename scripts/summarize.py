@@ -273,6 +273,35 @@ def main(d):
                 p(f"  {r['size']:>8}  {us(r['gdrpy']['median_us']):>7}  "
                   f"{us(r['staged']['median_us']):>7}"
                   f"   ({r['gdrpy'].get('path')})")
+    gt = read(d, "ucx_gtest.log")
+    gl = [ln for ln in gt.splitlines() if ln.startswith("ucx gtest ")]
+    if gl:
+        p("")
+        p(gl[-1])
+        p("\n".join("  " + ln.strip() for ln in gt.splitlines() if ln.startswith("  FAILED ")))
+    mb = load(d, "mpi_bench.json")
+    if mb:
+        p("")
+        res = mb.get("results", {})
+        conf = (mb.get("meta") or {}).get("conf") or ""
+        thr = re.search(r"^UCX_RNDV_THRESH=(.*)$", conf, re.M)
+        p(f"MPI over UCX ({(mb.get('meta') or {}).get('placement')}), us or MB/s: "
+          f"defaults / ^gdr_copy / ucx-config (threshold {thr.group(1) if thr else '-'})")
+        for key in ("ompi osu_latency D D", "mpich osu_latency D D", "ompi osu_bw D D",
+                    "ucx_perftest tag_lat -m cuda"):
+            r = res.get(key)
+            if not r:
+                continue
+            cells = []
+            for size in (8, 2048, 8192, 32768, 1 << 20):
+                v = [r.get(k, {}).get(str(size)) for k in ("defaults", "nogdr", "conf")]
+                if any(x is not None for x in v):
+                    cells.append(f"{size}B " + "/".join("-" if x is None else f"{x:.4g}"
+                                                      for x in v))
+            p(f"  {key:<26} " + "  ".join(cells))
+        for ln in read(d, "mpi_bench.log").splitlines():
+            if ln.startswith(("[PASS]", "[FAIL]", "[n/a]", "  protocol at ")):
+                p("  " + ln.strip())
     ba = read(d, "before_after.log")
     if "row (ns per call)" in ba:
         p("")

@@ -4,7 +4,7 @@
 # toolkit, into a small relocatable folder that can be carried to a GPU host.
 #
 #   scripts/ucx_build.sh [--ucx-src DIR] [--tag vX.Y.Z] [--gdrcopy-src DIR]
-#                        [--out DIR] [--work DIR] [--wheels DIR] [--jobs N]
+#                        [--out DIR] [--work DIR] [--wheels DIR] [--jobs N] [--gtest]
 #
 #   --ucx-src      a UCX git repository (bare or not) or an unpacked source
 #                  tree (default: $UCX_SRC, else a clone of
@@ -18,6 +18,9 @@
 #   --wheels       folder with (or for) the CUDA wheels: nvidia-cuda-runtime-cu12,
 #                  nvidia-cuda-nvcc-cu12 (crt headers), nvidia-nvml-dev-cu12;
 #                  downloaded with `pip download` when missing (default: .ext/wheels)
+#   --gtest        also build UCX's unit tests (configure --enable-gtest: the same
+#                  libraries, plus test/gtest) and add them as bin/ucx_gtest, stripped;
+#                  run them with scripts/ucx_gtest.sh.  About twice the build time.
 #
 # What it does
 #  1. A CUDA "sysroot" in the work folder from the wheels: headers (cuda.h,
@@ -31,7 +34,9 @@
 #  3. UCX from the tag: autogen, configure --with-cuda --with-gdrcopy (no
 #     nvcc: UCX's device-side perftest kernels are optional), make, install.
 #  4. Trims the install to what ucx_perftest/ucx_info need (bin, lib, lib/ucx),
-#     strips it, and adds libcudart.so.12 (needed by libucx_perftest_cuda.so).
+#     strips it, and adds libcudart.so.12 (needed by libucx_perftest_cuda.so and
+#     libucm_cuda.so); with --gtest, bin/ucx_gtest (its test libraries are linked
+#     in; it runs on the same lib/).
 #
 # Run the result with scripts/ucx_perftest.sh.  Logs: $WORK/*.log.
 set -euo pipefail
@@ -39,6 +44,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=scripts/ext_source.sh
 . "$here/scripts/ext_source.sh"
+# shellcheck source=scripts/cuda_stub.sh
+. "$here/scripts/cuda_stub.sh"
 UCX_SRC=${UCX_SRC:-}
 TAG=""
 GDR_SRC=${GDRCOPY_SRC:-}
@@ -47,6 +54,7 @@ OUT="$here/.ext/ucx"
 WORK=/tmp/gdrpy-ucx-build
 WHEELS="$here/.ext/wheels"
 JOBS=$(nproc 2>/dev/null || echo 2)
+GTEST=0
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -57,7 +65,8 @@ while [ $# -gt 0 ]; do
         --work) WORK=$2; shift 2 ;;
         --wheels) WHEELS=$2; shift 2 ;;
         --jobs) JOBS=$2; shift 2 ;;
-        -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+        --gtest) GTEST=1; shift ;;
+        -h|--help) sed -n '2,/^set /{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;;
         *) echo "ucx_build.sh: unknown argument $1" >&2; exit 2 ;;
     esac
 done
@@ -125,17 +134,8 @@ cudart=$(ls "$WORK"/whl/nvidia/cuda_runtime/lib/libcudart.so.12* | head -1)
 cp "$cudart" "$cuda/lib64/libcudart.so.12"
 ln -sf libcudart.so.12 "$cuda/lib64/libcudart.so"
 
-mkstub() {  # soname header...
-    local soname=$1 base=${1%%.so*}; shift
-    local c="$WORK/${base}_stub.c"
-    { echo "/* generated link-time stub: never install or carry */"
-      cat "$@" | grep -oE '\b(cu|nvml)[A-Z][A-Za-z0-9_]*\b' | sort -u |
-          sed 's/.*/void &(void) {}/'
-    } > "$c"
-    gcc -shared -fPIC -o "$cuda/lib64/stubs/$base.so" -Wl,-soname,"$soname" "$c"
-}
-mkstub libcuda.so.1 "$cuda/include/cuda.h"
-mkstub libnvidia-ml.so.1 "$cuda/include/nvml.h"
+cuda_stub libcuda.so.1 "$cuda/lib64/stubs" "$cuda/include/cuda.h"
+cuda_stub libnvidia-ml.so.1 "$cuda/lib64/stubs" "$cuda/include/nvml.h"
 log "CUDA sysroot ready: $(ls "$cuda/include" | wc -l) headers, stubs in $cuda/lib64/stubs"
 
 # ---- 2. gdrcopy prefix: NVIDIA's header + our library ----------------------
@@ -161,7 +161,10 @@ bld="$WORK/build"
 rm -rf "$bld" "$WORK/install"; mkdir -p "$bld"
 cd "$bld"
 log "configure (log: $WORK/configure.log)"
-NVCC=/bin/false "$src/configure" --prefix="$WORK/install" \
+gtest_flag=""
+[ "$GTEST" = 1 ] && gtest_flag=--enable-gtest
+# shellcheck disable=SC2086
+NVCC=/bin/false "$src/configure" --prefix="$WORK/install" $gtest_flag \
     --with-cuda="$cuda" --with-gdrcopy="$gdr" \
     --enable-optimizations --disable-debug --disable-assertions --disable-doxygen-doc \
     --without-java --without-go --without-rocm --without-ze --without-verbs \
@@ -175,6 +178,11 @@ grep -qE "CUDA modules:.*gdrcopy" "$WORK/configure.log" ||
 log "make -j$JOBS (log: $WORK/make.log)"
 make -j"$JOBS" >"$WORK/make.log" 2>&1 || die "make failed (see $WORK/make.log)"
 make install >"$WORK/install.log" 2>&1 || die "make install failed (see $WORK/install.log)"
+if [ "$GTEST" = 1 ]; then
+    log "make -C test/gtest gtest (log: $WORK/gtest.log)"
+    make -C test/gtest -j"$JOBS" gtest >"$WORK/gtest.log" 2>&1 ||
+        die "the gtest build failed (see $WORK/gtest.log)"
+fi
 
 # ---- 4. trim, strip, add libcudart -------------------------------------------
 inst="$WORK/install"
@@ -183,6 +191,18 @@ cp -a "$inst"/bin/ucx_perftest "$inst"/bin/ucx_info "$OUT/bin/"
 cp -a "$inst"/lib/lib*.so* "$OUT/lib/"
 cp -a "$inst"/lib/ucx/lib*.so* "$OUT/lib/ucx/"
 cp "$cuda/lib64/libcudart.so.12" "$OUT/lib/"
+if [ "$GTEST" = 1 ]; then
+    # libtool's -no-install program; a wrapper script would have the real one in .libs
+    gt="$bld/test/gtest/gtest"
+    [ "$(head -c 4 "$gt" | od -An -c | tr -d ' ')" = "177ELF" ] || gt="$bld/test/gtest/.libs/gtest"
+    cp "$gt" "$OUT/bin/ucx_gtest"
+    # its rpath names the build tree; where patchelf is at hand, point it at the output
+    if command -v patchelf >/dev/null 2>&1; then
+        # shellcheck disable=SC2016
+        patchelf --set-rpath '$ORIGIN/../lib:$ORIGIN/../lib/ucx' "$OUT/bin/ucx_gtest" ||
+            log "patchelf failed: bin/ucx_gtest keeps the build tree's rpath (LD_LIBRARY_PATH serves)"
+    fi
+fi
 # ucx_perftest is built with OpenMP: carry the compiler's libgomp too.
 gomp=$(gcc -print-file-name=libgomp.so.1)
 [ -f "$gomp" ] && cp -L "$gomp" "$OUT/lib/"
@@ -196,5 +216,6 @@ fi
     echo "cuda headers: $(basename "$(ls "$WHEELS"/nvidia_cuda_runtime_cu12-*.whl)")"
     echo "gdrapi.h: NVIDIA/gdrcopy $GDR_TAG; libgdrapi: gdrpy (use LD_LIBRARY_PATH to pick it)"
     grep -E "configure: +(UCS|UCT|CUDA|UCM|Perf) modules" "$WORK/configure.log" || true
+    [ "$GTEST" = 1 ] && echo "bin/ucx_gtest: UCX's unit tests (scripts/ucx_gtest.sh)"
 } > "$OUT/BUILD-INFO"
 log "done: $OUT ($(du -sh "$OUT" | cut -f1)); modules: $(ls "$OUT/lib/ucx" | tr '\n' ' ')"

@@ -31,7 +31,7 @@
 # set UCX_PROTO_INFO=y and UCX_PROTO_INFO_DIR (UCX selects protocols for all
 # sizes at the first operation, in the warm-up): the protocol tables and, per
 # measured size, the selected protocol, its lane and the transport of its
-# memory-type copies (scripts/ucx_protoinfo.py).  Printed, most important
+# memory-type copies (gdrpy/tools/ucx_protoinfo.py).  Printed, most important
 # last: the perftest Final lines, the protocol tables and lines, one table
 # (median latency usec for *_lat tests, overall MB/s otherwise, both settings
 # side by side) and a check line per latency row.  Logs stay in the work folder.  Exit status 0 when every
@@ -70,7 +70,7 @@ export LD_LIBRARY_PATH="$LIB:$UCX/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-$DEV}
 export UCX_WARN_UNUSED_ENV_VARS=n
 PERF="$UCX/bin/ucx_perftest"
-INFO="python3 $here/scripts/ucx_protoinfo.py"
+INFO="python3 $here/gdrpy/tools/ucx_protoinfo.py"
 T0=$(date +%s)
 
 {

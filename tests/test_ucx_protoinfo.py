@@ -1,18 +1,14 @@
-"""scripts/ucx_protoinfo.py: the summaries scripts/ucx_perftest.sh prints of UCX's
+"""gdrpy/tools/ucx_protoinfo.py: the summaries scripts/ucx_perftest.sh prints of UCX's
 protocol selection (no UCX or GPU needed: inputs in UCX 1.22's formats)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "scripts"))
-
-import ucx_protoinfo  # noqa: E402
+from gdrpy.tools import ucx_protoinfo
 
 
 def _node(nid: int, name: str, desc: str = "", lit: bool = False) -> str:

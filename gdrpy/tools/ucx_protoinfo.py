@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Summarize UCX protocol selection output for scripts/ucx_perftest.sh.
+"""Summarize UCX protocol selection output (scripts/ucx_perftest.sh, ucx-config).
 
 Two inputs, both written by UCX 1.22 itself:
 
