@@ -9,8 +9,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import subprocess
 import tempfile
+import zlib
 
 import pytest
 
@@ -43,7 +47,43 @@ GPU_PRESENT, NO_GPU_REASON = _gpu_present()
 REQUIRE_GPU = os.environ.get("GDRPY_REQUIRE_GPU") == "1"
 
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_MAKE_LOCK = os.path.join(tempfile.gettempdir(),
+                          f"gdrpy-tests-make-{zlib.crc32(ROOT.encode()):08x}.lock")
+
+
+def make(*args: str) -> subprocess.CompletedProcess:
+    """`make ARGS` in this checkout, one at a time across the parallel test
+    workers (pyproject.toml runs the suite with `-n auto`): two makes writing
+    the same file of native/build or examples/feed/build at once could
+    corrupt it."""
+    with open(_MAKE_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return subprocess.run(["make", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _feed_example_built():
+    """The feed example builds itself when first run (examples/feed/engine.py):
+    build it here, under the lock, so that parallel tests never race to."""
+    if shutil.which("make") and shutil.which("cc"):
+        make("-s", "-C", os.path.join(ROOT, "examples", "feed"))
+    yield
+
+
+def _serial_group(item) -> str | None:
+    """Every GPU test runs in one worker, one after the other (xdist group
+    "gpu"; pyproject.toml runs the suite with `-n auto --dist loadgroup`): they
+    share the GPU, and some of them time what they do."""
+    return "gpu" if "gpu" in item.keywords else None
+
+
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = _serial_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
     if GPU_PRESENT:
         return
     if REQUIRE_GPU:

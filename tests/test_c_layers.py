@@ -18,6 +18,7 @@ import shlex
 import subprocess
 
 import pytest
+from conftest import make
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(os.path.dirname(HERE), "native")
@@ -135,12 +136,11 @@ def test_include_graph_has_no_loop():
 def call_graph() -> dict[str, set[str]]:
     """{source: sources whose global symbols its object uses}, over the
     objects of libgdrpy.a."""
-    r = subprocess.run(["make", "-C", NATIVE, "-j2", "lib"], capture_output=True, text=True)
+    r = make("-C", NATIVE, "-j2", "lib")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     # the archive's members as the Makefile lists them (stale objects of
     # files that moved away are not among them)
-    r = subprocess.run(["make", "-C", NATIVE, "-n", "-B", "lib"], capture_output=True,
-                       text=True)
+    r = make("-C", NATIVE, "-n", "-B", "lib")
     assert r.returncode == 0, r.stderr[-4000:]
     ar = next(ln for ln in r.stdout.splitlines() if re.match(r"\S*ar rcs ", ln))
     objs = [w for w in shlex.split(ar) if w.endswith(".o")]

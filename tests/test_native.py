@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import make
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(os.path.dirname(HERE), "native")
@@ -18,7 +19,7 @@ BUILD = os.path.join(NATIVE, "build")
 
 @pytest.fixture(scope="module")
 def native_tests():
-    r = subprocess.run(["make", "-C", NATIVE, "-j2", "tests"], capture_output=True, text=True)
+    r = make("-C", NATIVE, "-j2", "tests")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     return BUILD
 

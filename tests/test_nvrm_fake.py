@@ -17,6 +17,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import make
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(os.path.dirname(HERE), "native")
@@ -38,9 +39,9 @@ MODES = {
 
 @pytest.fixture(scope="module")
 def built():
-    r = subprocess.run(["make", "-C", NATIVE, "-j2", "build/test_nvrm_abi",
+    r = make("-C", NATIVE, "-j2", "build/test_nvrm_abi",
                         "build/test_nvrm_fake", "build/test_proof_fake",
-                        "build/test_gdrapi_fake"], capture_output=True, text=True)
+                        "build/test_gdrapi_fake")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
     return BUILD
 

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 
 import pytest
+from conftest import make
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NATIVE = os.path.join(ROOT, "native")
@@ -80,8 +81,7 @@ def test_the_build_takes_its_sources_from_the_list() -> None:
     assert "include src/backends/nvrm/files.mk" in mk
     assert not re.search(r"^NVRM_SRCS\s*[:+]?=", mk, re.M), \
         "native/Makefile must not define NVRM_SRCS itself"
-    r = subprocess.run(["make", "-s", "--no-print-directory", "-C", NATIVE, "nvrm-srcs"],
-                       capture_output=True, text=True)
+    r = make("-s", "--no-print-directory", "-C", NATIVE, "nvrm-srcs")
     assert r.returncode == 0, r.stderr
     want = [f"src/backends/nvrm/{n}" for n, _ in _listed() if n.endswith(".c")]
     assert r.stdout.split() == want
@@ -92,9 +92,8 @@ def _calls() -> dict[str, set[str]]:
     srcs = [n[:-2] for n, _ in _listed() if n.endswith(".c")]
     objs = {s: os.path.join(NATIVE, "build", "obj", "src", "backends", "nvrm", s + ".o")
             for s in srcs}
-    r = subprocess.run(["make", "-s", "-C", NATIVE, "BUILD=build",
-                        *(os.path.relpath(o, NATIVE) for o in objs.values())],
-                       capture_output=True, text=True)
+    r = make("-s", "-C", NATIVE, "BUILD=build",
+                        *(os.path.relpath(o, NATIVE) for o in objs.values()))
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     defined: dict[str, str] = {}
     used: dict[str, set[str]] = collections.defaultdict(set)

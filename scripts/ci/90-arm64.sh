@@ -103,7 +103,7 @@ step "aarch64 wheels of the dependencies (pip download on the host)"
 # The runtime dependencies as pyproject.toml lists them, plus what the build
 # and the tests need.
 mapfile -t DEPS < <(python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')
-DEPS+=(pytest hypothesis "Cython>=3.0" "setuptools>=64" wheel "${WHEEL_PKGS[@]}")
+DEPS+=(pytest pytest-xdist hypothesis "Cython>=3.0" "setuptools>=77" wheel "${WHEEL_PKGS[@]}")
 plats=()
 for t in manylinux2014_aarch64 manylinux_2_24_aarch64 manylinux_2_27_aarch64 \
          manylinux_2_28_aarch64 manylinux_2_31_aarch64 manylinux_2_34_aarch64 \
