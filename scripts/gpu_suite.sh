@@ -9,9 +9,9 @@
 # 10-minute call of a device tool (SUITE_BUDGET_S, default 560 s: a step
 # that would run past it gets the time left, or is skipped and reported):
 #   build     pip install -e . and make -C native all (C tests and tools)
-#   test      pytest of the GPU tests (-m gpu, GDRPY_REQUIRE_GPU=1: none may
-#             skip; CI runs the rest), the C core test on nvrm, the nvrm
-#             backend harness
+#   test      the README's test command (the whole pytest suite, GPU tests
+#             included; GDRPY_REQUIRE_GPU=1: none may skip), the C core test
+#             on nvrm, the nvrm backend harness
 #   bench     bench latency with the C benchmark gdrpy_copylat beside it,
 #             libgdrapi's gdrapi_copylat, bench bandwidth (short), all on nvrm
 #   examples  bench pingpong (--quick), the trading feed (one run), the MPI
@@ -25,7 +25,6 @@
 #             is given (--ucx DIR or $UCX_PREFIX; default .ext/ucx, else
 #             .ext/ucxbench/ucx, if present; see scripts/ucx_build.sh)
 # Stages run only when named (each fits one call on its own):
-#   alltests  the whole pytest suite, CPU and GPU tests
 #   large     large messages by host-memory kind and the size picker: their
 #             tests, bench bandwidth, calibration from scratch, bench transfer
 #             (pageable and page-locked host memory)
@@ -72,7 +71,7 @@ done
     UCX_DIR=$BENCH_DIR/ucx
 DEFAULT=0
 [ ${#STAGES[@]} -eq 0 ] && DEFAULT=1 && STAGES=(test bench examples gdrcopy ucx)
-KNOWN=" test bench examples gdrcopy ucx mpi alltests large kinds feed misuse beforeafter asv "
+KNOWN=" test bench examples gdrcopy ucx mpi large kinds feed misuse beforeafter asv "
 for s in "${STAGES[@]}"; do
     [[ "$KNOWN" == *" $s "* ]] || { echo "unknown stage $s (see --help)"; exit 2; }
 done
@@ -132,14 +131,12 @@ step build 300 bash -c "python3 -m pip install -q --no-build-isolation --no-deps
 step info 60 python3 -m gdrpy info
 
 if want test; then
-    step pytest 240 python3 -m pytest -q -rs -p no:cacheprovider -m gpu --durations=15 \
+    # the README's test command (the whole suite: GPU tests in one worker, the
+    # rest spread over the CPUs; GDRPY_REQUIRE_GPU=1: no GPU test may skip)
+    step pytest 300 python3 -m pytest -q -rs -p no:cacheprovider --durations=15 \
         --junitxml="$WORK/junit.xml"
     step c_core_gpu 120 env GDRPY_BACKEND=nvrm native/build/test_core
     step c_nvrm_backend 180 sh native/tests/gpu/run_backend_test.sh "$WORK"
-fi
-if want alltests; then
-    step pytest_all 600 python3 -m pytest -q -rs -p no:cacheprovider --durations=25 \
-        --junitxml="$WORK/junit_all.xml"
 fi
 
 if want bench; then

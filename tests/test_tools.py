@@ -237,7 +237,7 @@ def test_gpu_suite_lists_its_stages_and_refuses_an_unknown_one_before_building()
     suite = os.path.join(ROOT, "scripts", "gpu_suite.sh")
     r = subprocess.run(["bash", suite, "--help"], capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stdout.startswith("gdrpy's GPU suite"), r.stdout
-    for stage in ("test", "bench", "examples", "alltests", "beforeafter"):
+    for stage in ("test", "bench", "examples", "beforeafter"):
         assert f"\n  {stage} " in r.stdout, stage
     r = subprocess.run(["bash", suite, "test", "nosuchstage"], capture_output=True, text=True,
                        timeout=30)
