@@ -319,7 +319,76 @@ def run_gdrapi(spin: Spinner, bufs: Buffers) -> dict:
     return res
 
 
+def _capi() -> Any:
+    """libgdrpy.so.0, the C API (a library of its own: its contexts are not the
+    extension's)."""
+    import gdrpy
+    lib = ctypes.CDLL(os.path.join(gdrpy.libdir(), "libgdrpy.so.0"))
+    H, P = ctypes.c_uint64, ctypes.POINTER(ctypes.c_uint64)
+    for name, args in {"gdrpy_open": [ctypes.c_int, ctypes.c_int, P], "gdrpy_close": [H],
+                       "gdrpy_pin": [H, ctypes.c_uint64, ctypes.c_size_t, ctypes.c_uint, P],
+                       "gdrpy_map": [H, H, ctypes.c_void_p, ctypes.c_void_p],
+                       "gdrpy_write": [H, H, ctypes.c_size_t, ctypes.c_void_p,
+                                       ctypes.c_size_t],
+                       "gdrpy_unmap": [H, H], "gdrpy_unpin": [H, H]}.items():
+        getattr(lib, name).argtypes = args
+        getattr(lib, name).restype = ctypes.c_int
+    return lib
+
+
+def run_capi(spin: Spinner, bufs: Buffers) -> dict:
+    """The C API: pins of every kind on one context while another thread
+    writes through gdrpy_write, whose copy path looks its pin up under the
+    context's lock (a pin's proof must not hold it)."""
+    import gdrpy
+    lib = _capi()
+    backend = gdrpy.backend_names().index(os.environ.get("GDRPY_GPU_BACKEND", "nvrm"))
+    h = ctypes.c_uint64()
+    res: dict[str, Any] = {}
+    t0 = time.perf_counter()
+    rc = lib.gdrpy_open(0, backend, ctypes.byref(h))
+    res["open_ms"] = (time.perf_counter() - t0) * 1e3
+    res["open_while_running"] = spin.running()
+    if rc:
+        return {"error": f"gdrpy_open: {rc}"}
+    try:
+        lo, hi = page_range(bufs.ptr["vmm_fd"])
+        ph = ctypes.c_uint64()
+        rc = lib.gdrpy_pin(h, lo, hi - lo, 0, ctypes.byref(ph))
+        rc = rc or lib.gdrpy_map(h, ph, None, None)
+        if rc:
+            res["error"] = f"the writer's pin/map: {rc}"
+            return res
+        src = ctypes.create_string_buffer(8)
+        w = Writer(lambda: lib.gdrpy_write(h, ph, 0, src, 8))
+
+        def pin_map(addr: int, n: int) -> tuple:
+            p = ctypes.c_uint64()
+            r = lib.gdrpy_pin(h, addr, n, 0, ctypes.byref(p))
+            if r:
+                raise OSError(r, f"gdrpy_pin: {os.strerror(r)}")
+            r = lib.gdrpy_map(h, p, None, None)
+            if r:
+                lib.gdrpy_unpin(h, p)
+                raise OSError(r, f"gdrpy_map: {os.strerror(r)}")
+            return (p,)
+
+        def unmap_unpin(x: tuple) -> None:
+            lib.gdrpy_unmap(h, x[0])
+            lib.gdrpy_unpin(h, x[0])
+
+        res["pins"] = _pins(spin, bufs, pin_map, unmap_unpin)
+        res["writer"] = w.finish()
+        lib.gdrpy_unmap(h, ph)
+        lib.gdrpy_unpin(h, ph)
+    finally:
+        lib.gdrpy_close(h)
+    return res
+
+
 def run_python(spin: Spinner, bufs: Buffers) -> dict:
+    """The Python API: ctx.pin/map of every kind (CuPy arrays and PyTorch
+    tensors as themselves) while another thread writes through a mapping."""
     import gdrpy
     res: dict[str, Any] = {}
     t0 = time.perf_counter()
@@ -330,21 +399,6 @@ def run_python(spin: Spinner, bufs: Buffers) -> dict:
         lo, hi = page_range(bufs.ptr["vmm_fd"])
         wpin = ctx.pin(lo, size=hi - lo)
         wmap = wpin.map()
-        # the C API's copy path looks its pin up under the context lock: the
-        # writer uses it (ctypes releases the GIL), on the same context
-        lib = ctypes.CDLL(os.path.join(gdrpy.libdir(), "libgdrpy.so.0"))
-        lib.gdrpy_pin.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t,
-                                  ctypes.c_uint, ctypes.POINTER(ctypes.c_uint64)]
-        lib.gdrpy_map.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_void_p,
-                                  ctypes.c_void_p]
-        lib.gdrpy_write.argtypes = [ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t,
-                                    ctypes.c_void_p, ctypes.c_size_t]
-        lib.gdrpy_unmap.argtypes = lib.gdrpy_unpin.argtypes = [ctypes.c_uint64, ctypes.c_uint64]
-        ph = ctypes.c_uint64()
-        assert lib.gdrpy_pin(ctx.handle, lo, hi - lo, 0, ctypes.byref(ph)) == 0
-        assert lib.gdrpy_map(ctx.handle, ph, None, None) == 0
-        src = ctypes.create_string_buffer(8)
-        w = Writer(lambda: lib.gdrpy_write(ctx.handle, ph, 0, src, 8))
         w2 = Writer(lambda: wmap.write(8, b"12345678"))
 
         def pin_map(what: Any, n: int) -> tuple:
@@ -360,10 +414,7 @@ def run_python(spin: Spinner, bufs: Buffers) -> dict:
             x[0].close()
 
         res["pins"] = _pins(spin, bufs, pin_map, unmap_unpin, objects=True)
-        res["writer"] = w.finish()
         res["writer_mapping"] = w2.finish()
-        lib.gdrpy_unmap(ctx.handle, ph)
-        lib.gdrpy_unpin(ctx.handle, ph)
         wmap.close()
         wpin.close()
     finally:
@@ -382,6 +433,7 @@ def run_stream(stream: str) -> dict:
     out: dict[str, Any] = {"stream": stream, "kinds_skipped": bufs.why}
     try:
         out["gdrapi"] = run_gdrapi(spin, bufs)
+        out["capi"] = run_capi(spin, bufs)
         out["python"] = run_python(spin, bufs)
         out["still_running_at_end"] = spin.running()
     finally:
@@ -407,7 +459,7 @@ def table(results: list[dict]) -> str:
     lines = [f"{'stream':11s} {'api':7s} {'kind':14s} {'first ms':>9s} {'max ms':>8s}  note"]
     worst_pin = worst_stall = 0.0
     for r in results:
-        for api in ("gdrapi", "python"):
+        for api in ("gdrapi", "capi", "python"):
             a = r.get(api, {})
             for row in a.get("pins", []):
                 if "skipped" in row:

@@ -28,7 +28,7 @@ def test_pins_and_maps_never_wait_for_a_running_kernel(stream: str) -> None:
     print(nw.table([r]))
     assert r["still_running_at_end"], "the kernel ended before the pins did"
     assert r["kernel_ms"] < r["kernel_limit_ms"], "the kernel ran to its limit"
-    for api in ("gdrapi", "python"):
+    for api in ("gdrapi", "capi", "python"):
         a = r[api]
         assert not a.get("error"), (api, a.get("error"))
         assert a["open_while_running"], f"{api}: opening waited for the kernel"

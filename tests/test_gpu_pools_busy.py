@@ -68,6 +68,11 @@ def test_live_allocation_in_a_busy_pool_pins_and_round_trips(busy, gctx, which):
     # every live allocation of this pool kind (at chunk starts and inside)
     for ptr, n in live[:6]:
         n = min(n, 1 << 20)
+        # data of its own first: where only a scan of the heap finds a chunk's
+        # record, the bytes must prove the object, and never-written memory
+        # (one value everywhere) is refused (docs/security.md)
+        before = np.random.default_rng(~ptr & 0xFFFF).integers(0, 256, n, dtype=np.uint8)
+        assert int(cu.cuMemcpyHtoD(ptr, before.ctypes.data, n)[0]) == 0
         try:
             pin = gctx.pin(ptr, size=n)
         except errors.GdrError as e:

@@ -506,7 +506,14 @@ static void test_free_while_pinned(gp_ctx *c, int vmm)
     const char *tag = vmm ? "free-while-pinned (route A)" : "free-while-pinned (route C)";
     char name[160];
     dalloc a;
-    int r = vmm ? alloc_vmm(&a, 2 << 20, 1) : alloc_dev(&a, 65536);
+    /* route C: 4 MiB, an RM object of its own. A small cuMemAlloc allocation
+     * shares CUDA's chunk with others (the self-test's scratch lives for the
+     * process), so CUDA may place a later allocation at the freed bytes of a
+     * chunk the pin keeps: the old mapping then reaches that allocation, memory
+     * of the same process (docs/security.md). An object of its own is freed
+     * with the allocation, and the pin keeps its pages out of CUDA's reach. */
+    const size_t csize = 4u << 20;
+    int r = vmm ? alloc_vmm(&a, 2 << 20, 1) : alloc_dev(&a, csize);
     if (r) {
         check(0, tag, "alloc failed %d", r);
         return;
@@ -535,7 +542,7 @@ static void test_free_while_pinned(gp_ctx *c, int vmm)
     check(rv == v, name, NULL);
     /* a new allocation must not alias the pinned pages */
     dalloc b;
-    if (!(vmm ? alloc_vmm(&b, 2 << 20, 1) : alloc_dev(&b, 65536))) {
+    if (!(vmm ? alloc_vmm(&b, 2 << 20, 1) : alloc_dev(&b, csize))) {
         uint64_t nv = 0x7777777777777777ull;
         CU(cuMemcpyHtoD(b.ptr + 64, &nv, 8));
         CU(cuCtxSynchronize());

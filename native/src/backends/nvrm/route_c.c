@@ -103,18 +103,22 @@ int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
                           ctx->device);
         return rc;
     }
-    /* RM's own size of the object, where the self-test saw it equal the
-     * pages word: words that name another object are refused here */
+    /* RM's own size of the object, where the self-test could read it: the
+     * object named must hold the pages word's bytes and the allocation at its
+     * offset (RM rounds larger objects up: 3 MiB + 4 KiB of pages sat in a
+     * 4 MiB object on the H200), so words that name a smaller object are
+     * refused here */
     uint64_t rmsize = L->pages_rm ? nvrm_obj_size(nc, *hOut) : 0;
-    if (L->pages_rm && rmsize != objsize) {
+    if (L->pages_rm && (rmsize < objsize || off > rmsize || cp->size > rmsize - off)) {
         nvrm_free_dups(nc, hOut, 1, "freeing a refused dup");
         return gp_err(GDRPY_ENOTSUP, "the IPC handle of the allocation at 0x%llx names RM "
                                      "memory 0x%x (client 0x%x) whose RM size is 0x%llx bytes, "
-                                     "where the handle's pages word says 0x%llx (they were equal "
-                                     "on the self-test's allocations): not this allocation's "
-                                     "memory; refusing to pin",
+                                     "less than the handle's pages word (0x%llx) or the "
+                                     "allocation at its offset (0x%llx + 0x%llx): not this "
+                                     "allocation's memory; refusing to pin",
                       (unsigned long long)cp->base, hobj, hcli, (unsigned long long)rmsize,
-                      (unsigned long long)objsize);
+                      (unsigned long long)objsize, (unsigned long long)off,
+                      (unsigned long long)cp->size);
     }
     *objoff = off;
     /* the offset word was checked against CUDA's documented mapping base:
@@ -330,7 +334,8 @@ static int learn_layout(int device, struct nvrm_ctx *nc, struct scratch s[2],
             !mb || s[k].base - mb != off)
             out->mapbase = 0;
     }
-    /* RM's own size of the object named: equal to the pages word on both? */
+    /* RM's own size of the object named: can it be read, and does it equal the
+     * pages word on both (small allocations; larger objects are rounded up)? */
     out->pages_rm = out->w_pages >= 0;
     for (int k = 0; k < 2 && out->pages_rm; k++) {
         uint32_t h = 0;
