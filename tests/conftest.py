@@ -71,11 +71,21 @@ def _feed_example_built():
     yield
 
 
+# GPU tests whose processes keep a kernel running (the channel's, the feed's,
+# the examples' and benchmarks' programs): one of the two GPU workers.
+GPU_KERNEL_MODULES = {"test_channel_gpu", "test_feed", "test_examples", "test_bench"}
+
+
 def _serial_group(item) -> str | None:
-    """Every GPU test runs in one worker, one after the other (xdist group
-    "gpu"; pyproject.toml runs the suite with `-n auto --dist loadgroup`): they
-    share the GPU, and some of them time what they do."""
-    return "gpu" if "gpu" in item.keywords else None
+    """The GPU tests run in two workers (xdist groups; pyproject.toml runs the
+    suite with `-n auto --dist loadgroup`), one after the other in each: those
+    of GPU_KERNEL_MODULES, and the rest (pins, memory kinds, copies). Never
+    more than two processes share the GPU at a time."""
+    if "gpu" not in item.keywords:
+        return None
+    module = getattr(item, "module", None)
+    name = module.__name__.rpartition(".")[2] if module is not None else ""
+    return "gpu-kernels" if name in GPU_KERNEL_MODULES else "gpu"
 
 
 @pytest.hookimpl(tryfirst=True)   # before pytest-xdist reads the groups
