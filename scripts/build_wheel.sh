@@ -130,7 +130,7 @@ srcs=$(cd "$WORK/check" && find . -type f \( -name '*.pyx' -o -name '*.pxd' -o -
                                               -o -name '*.c' \) | sort)
 if [ -n "$srcs" ]; then echo "  sources in the wheel:" $srcs >&2; bad=1; fi
 dups=$(cd "$WORK/check" && find . -type f -name '*.so*' -exec sha256sum {} + | sort |
-       uniq -w64 -D | awk '{print $2}')
+       uniq -w64 -D | cut -c67-)
 if [ -n "$dups" ]; then echo "  one library in several copies:" $dups >&2; bad=1; fi
 [ $bad -eq 0 ] || exit 1
 echo "  no sources; each shared library once: $(cd "$WORK/check" && find . -type f -name '*.so*' | sort | tr '\n' ' ')"
