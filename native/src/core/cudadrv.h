@@ -215,6 +215,12 @@ GP_HIDDEN extern struct gp_cuda_api gp_cu;
  * missing symbol, cuInit failure) with the reason in `why` (may be NULL) and
  * in the thread's message. */
 GP_HIDDEN int gp_cuda_load(char *why, size_t n);
+/* The address of `name` in a libcuda.so.1 that the process has already
+ * loaded, or NULL: never loads the library and never calls cuInit (for
+ * callers that must not bring CUDA into a process that does not use it:
+ * libgdrapi asks which device owns an address only where the program uses
+ * CUDA itself).  Keeps the library loaded once found.  Thread-safe. */
+GP_HIDDEN void *gp_cuda_loaded_symbol(const char *name);
 /* "CUDA_ERROR_INVALID_VALUE", or "CUresult 123" for unknown codes. Never NULL;
  * the returned string is static or thread-local. */
 GP_HIDDEN const char *gp_cuda_errname(CUresult r);

@@ -49,7 +49,6 @@
  * block the child), and the child never sees the parent's mappings (gdrpy
  * maps with MADV_DONTFORK).
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -68,6 +67,7 @@
 
 #include "gdrapi.h"
 #include "internal.h"
+#include "cudadrv.h"
 #include "rseq_put.h"
 
 /* ---- ABI checks ------------------------------------------------------- */
@@ -515,18 +515,16 @@ static void g_unlink(struct gdr *g, mh_slot *s)
 }
 
 /* ---- device of an address ----------------------------------------------- */
-typedef int (*cu_pointer_get_attribute_fn)(void *data, int attr, unsigned long long ptr);
-#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+typedef CUresult (*cu_pointer_get_attribute_fn)(void *data, int attr, CUdeviceptr ptr);
 
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 static cu_pointer_get_attribute_fn cu_ptr_attr;
 
 static void cu_resolve(void)
 {
-    /* Only if the process already has libcuda: memory to pin comes from it. */
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD);
-    if (h) cu_ptr_attr = (cu_pointer_get_attribute_fn)dlsym(h, "cuPointerGetAttribute");
+    /* Only if the process already has libcuda (memory to pin comes from it):
+     * libgdrapi never loads or initialises CUDA itself. */
+    cu_ptr_attr = (cu_pointer_get_attribute_fn)gp_cuda_loaded_symbol("cuPointerGetAttribute");
 }
 
 /* With g->lock held. */
@@ -537,7 +535,7 @@ static int device_of(struct gdr *g, unsigned long addr)
     pthread_once(&cu_once, cu_resolve);
     if (!cu_ptr_attr) return g->default_dev;
     int dev = -1;
-    int rc = cu_ptr_attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (unsigned long long)addr);
+    CUresult rc = cu_ptr_attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)addr);
     if (rc != 0 || dev < 0 || dev >= GDR_MAX_DEV) {
         LOGD("cuPointerGetAttribute(DEVICE_ORDINAL, 0x%lx) gave CUresult %d; using device %d",
              addr, rc, g->default_dev);
