@@ -55,7 +55,9 @@ typedef enum {
     GDRPY_ENODEV = 19, /* no such GPU */
     GDRPY_EINVAL = 22, /* bad argument */
     GDRPY_ERANGE = 34, /* offset/size outside the pinned range */
-    GDRPY_ENOTSUP = 95 /* memory kind / driver version not supported */
+    GDRPY_ENOTSUP = 95,  /* memory kind / driver version not supported */
+    GDRPY_ENOTSUPP = 524 /* the kernel's ENOTSUPP, as GDRCopy returns it: pin flag
+                          * FORCE_PCIE on a GPU without a coherent CPU-GPU link */
 } gdrpy_status_t;
 
 typedef enum {
@@ -75,7 +77,10 @@ typedef enum {
     GDRPY_MAPPING_DEVICE = 3
 } gdrpy_mapping_type_t;
 
-/* Pin flags (same values as GDRCopy's gdr_pin_flags_t). */
+/* Pin flags (same values as GDRCopy's gdr_pin_flags_t).  FORCE_PCIE asks for
+ * a mapping through PCIe BAR1 even where a coherent CPU-GPU link (C2C) could
+ * serve it; as with GDRCopy it is refused (GDRPY_ENOTSUPP) on a GPU without
+ * such a link, and accepted where there is one. */
 #define GDRPY_PIN_DEFAULT 0u
 #define GDRPY_PIN_FORCE_PCIE 1u
 
@@ -93,6 +98,12 @@ typedef struct gdrpy_pin_info {
     int32_t invalidated;   /* 1 if the memory was freed under the pin */
     void *map_ptr;         /* CPU address of `va` while mapped, else NULL */
     void *user_ptr;        /* CPU address of `addr` while mapped, else NULL */
+    /* Bytes from `va` backed by the allocation's memory: mapped_size, or less
+     * where the pinned GPU pages run past the end of the memory object behind
+     * a large cuMemAlloc allocation (its last 64 KiB page).  The rest of the
+     * mapping is reserved with no access: a touch faults, and validated
+     * copies refuse it (ERANGE). */
+    uint64_t backed_size;
 } gdrpy_pin_info_t;
 
 typedef struct gdrpy_ctx_info {

@@ -34,6 +34,7 @@
 #define gdr_get_info_v1_sym(g, h, i) (gdr_get_info)((g), (h), (i))
 
 #include "gdrapi_check.h"
+#include "gdrapi_tail.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 static uint32_t rng_state = 12345;
@@ -310,27 +311,87 @@ static void t_pin_rejects_bad_arguments(void)
     fx_teardown(&f);
 }
 
-static void t_pin_flag_force_pcie_follows_attribute(void)
+/* One FORCE_PCIE pin of b: accepted (and a write through it arrives) on a
+ * coherent GPU, refused with GDRCopy's ENOTSUPP (524) on a PCIe one. */
+static void force_pcie_pin(gdr_t g, const tm_buf *b, int coherent)
 {
-    fixture f;
-    REQUIRE_EQ(fx_setup(&f, GPU_PAGE_SIZE, TM_CUMEMALLOC, 0), 0);
-    int supported = -1;
-    REQUIRE_EQ(gdr_get_attribute(f.g, GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, &supported), 0);
-    gdr_mh_t mh;
-    int rc = gdr_pin_buffer_v2(f.g, f.buf.d, GPU_PAGE_SIZE, GDR_PIN_FLAG_FORCE_PCIE, &mh);
-    if (supported) {
-        CHECK_EQ(rc, 0);
-        void *map = NULL;
-        CHECK_EQ(gdr_map(f.g, mh, &map, GPU_PAGE_SIZE), 0);
-        uint64_t x = 0x1122334455667788ull, y = 0;
-        CHECK_EQ(gdr_copy_to_mapping(mh, map, &x, 8), 0);
-        CHECK_EQ(tm_dtoh(&y, f.buf.d, 8), 0);
-        CHECK_EQ(x, y);
-        CHECK_EQ(gdr_unpin_buffer(f.g, mh), 0); /* unmaps first */
-    } else {
-        CHECK_EQ(rc, EINVAL);
+    gdr_mh_t mh = {0};
+    int rc = gdr_pin_buffer_v2(g, b->d, GPU_PAGE_SIZE, GDR_PIN_FLAG_FORCE_PCIE, &mh);
+    if (!coherent) {
+        CHECK_EQ(rc, 524);
+        CHECK_EQ(mh.h, 0);
+        return;
     }
-    fx_teardown(&f);
+    CHECK_EQ(rc, 0);
+    void *map = NULL;
+    CHECK_EQ(gdr_map(g, mh, &map, GPU_PAGE_SIZE), 0);
+    uint64_t x = 0x1122334455667788ull, y = 0;
+    CHECK_EQ(gdr_copy_to_mapping(mh, map, &x, 8), 0);
+    CHECK_EQ(tm_dtoh(&y, b->d, 8), 0);
+    CHECK_EQ(x, y);
+    CHECK_EQ(gdr_unpin_buffer(g, mh), 0); /* unmaps first */
+}
+
+/* The attribute says the flag is understood (as gdrdrv >= 2.5 says); the
+ * pin says whether this GPU honours it (issue 44).  Sim runs both branches:
+ * a PCIe "GPU" by default, a coherent one with GDRPY_SIM_COHERENT=1. */
+static void t_pin_flag_force_pcie_needs_coherent_gpu(void)
+{
+    tm_buf b;
+    REQUIRE_EQ(tm_alloc(&b, GPU_PAGE_SIZE, TM_CUMEMALLOC), 0);
+    gdr_t g = gdr_open();
+    REQUIRE(g != NULL);
+    int supported = -1;
+    CHECK_EQ(gdr_get_attribute(g, GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, &supported), 0);
+    CHECK_EQ(supported, 1);
+    force_pcie_pin(g, &b, tm_coherent());
+    /* the refusal leaves nothing behind: the same pin without the flag works */
+    gdr_mh_t mh;
+    CHECK_EQ(gdr_pin_buffer_v2(g, b.d, GPU_PAGE_SIZE, GDR_PIN_FLAG_DEFAULT, &mh), 0);
+    CHECK_EQ(gdr_close(g), 0);
+    if (tm.sim) {
+        const char *was = getenv("GDRPY_SIM_COHERENT");
+        setenv("GDRPY_SIM_COHERENT", was && !strcmp(was, "1") ? "0" : "1", 1);
+        g = gdr_open(); /* a new context asks again */
+        CHECK(g != NULL);
+        if (g) force_pcie_pin(g, &b, tm_coherent());
+        if (g) CHECK_EQ(gdr_close(g), 0);
+        if (was) setenv("GDRPY_SIM_COHERENT", was, 1);
+        else unsetenv("GDRPY_SIM_COHERENT");
+    }
+    CHECK_EQ(tm_free(&b), 0);
+}
+
+static int tm_dtoh_fn(void *dst, uint64_t src, size_t n) { return tm_dtoh(dst, src, n); }
+
+/* cuMemAlloc(4 GiB + 2) (sim: 1 MiB + 2 with GDRPY_SIM_BACKING=4k): CUDA's
+ * memory object ends at +4 GiB + 4 KiB, inside the last GPU page.  Pinned
+ * by its exact size, by the 64 KiB-rounded size (UCX) and by libfabric's
+ * rule [addr & ~64K, (end & ~64K) + 64K): accepted, mapped whole, the last
+ * owned bytes work and the rest of the page stays unreachable
+ * (gdrapi_tail.h).  Ranges past that page, or starting in it past the
+ * memory, are refused (issue 44). */
+static void t_pin_of_last_gpu_page_past_the_memory(void)
+{
+    const uint64_t n = tm.sim ? (1ull << 20) + 2 : (4ull << 30) + 2;
+    tm_buf b;
+    REQUIRE_EQ(tm_alloc(&b, n, TM_EXACT), 0);
+    REQUIRE_EQ(b.d % GPU_PAGE_SIZE, 0);
+    gdr_t g = gdr_open();
+    REQUIRE(g != NULL);
+    const uint64_t obj = (n + 4095) & ~4095ull, end = b.d + n;
+    CHECK_EQ(tail_expect(g, "exact size", b.d, n, obj, b.d, end, tm_dtoh_fn), 0);
+    CHECK_EQ(tail_expect(g, "64 KiB-rounded (UCX)", b.d, n, obj, b.d,
+                         b.d + tail_pages(b.d, end), tm_dtoh_fn),
+             0);
+    CHECK_EQ(tail_expect(g, "libfabric's rule", b.d, n, obj, b.d & ~(TAIL_PAGE - 1),
+                         (end & ~(TAIL_PAGE - 1)) + TAIL_PAGE, tm_dtoh_fn),
+             0);
+    gdr_mh_t mh;
+    CHECK_EQ(gdr_pin_buffer(g, b.d, tail_pages(b.d, end) + GPU_PAGE_SIZE, 0, 0, &mh), EINVAL);
+    CHECK_EQ(gdr_pin_buffer(g, b.d + obj + 64, 16, 0, 0, &mh), EINVAL);
+    CHECK_EQ(gdr_close(g), 0);
+    CHECK_EQ(tm_free(&b), 0);
 }
 
 static void t_get_info_v1_symbol_fills_40_bytes(void)
@@ -847,28 +908,6 @@ static int dontfork_honoured(void)
     return ok;
 }
 
-static sigjmp_buf g_fault_jmp;
-static void on_fault(int sig) { siglongjmp(g_fault_jmp, sig); }
-
-/* 1 if reading *p raises SIGSEGV or SIGBUS, 0 if it reads. */
-static int read_faults(const volatile char *p)
-{
-    struct sigaction sa, old_segv, old_bus;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_fault;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, &old_segv);
-    sigaction(SIGBUS, &sa, &old_bus);
-    int faulted = 1;
-    if (sigsetjmp(g_fault_jmp, 1) == 0) {
-        (void)p[0];
-        faulted = 0;
-    }
-    sigaction(SIGSEGV, &old_segv, NULL);
-    sigaction(SIGBUS, &old_bus, NULL);
-    return faulted;
-}
-
 /* The child's exit status has one bit per failed expectation. */
 static void t_fork_child_cannot_map_or_read_parent_pins(void)
 {
@@ -1235,7 +1274,8 @@ int main(int argc, char **argv)
     RUN(t_basic_pin_map_cumemcreate_v2);
     RUN(t_pin_with_p2p_token_is_einval);
     RUN(t_pin_rejects_bad_arguments);
-    RUN(t_pin_flag_force_pcie_follows_attribute);
+    RUN(t_pin_flag_force_pcie_needs_coherent_gpu);
+    RUN(t_pin_of_last_gpu_page_past_the_memory);
     RUN(t_get_info_v1_symbol_fills_40_bytes);
     RUN(t_info_va_rounds_down_to_gpu_page);
     RUN(t_unaligned_mapping_fails_next_boundary_works);

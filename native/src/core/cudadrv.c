@@ -265,6 +265,21 @@ int gp_cuda_device_info(int device, char *name, size_t namelen, char *busid, siz
     return 0;
 }
 
+int gp_cuda_device_coherent(int device, int *coherent)
+{
+    *coherent = 0;
+    CUdevice d;
+    int rc = get_dev(device, &d);
+    if (rc) return rc;
+    int v = 0;
+    CUresult r = gp_cu.DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, d);
+    if (r)
+        return gp_cuda_err(0, r, "cuDeviceGetAttribute",
+                           "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES of CUDA device %d", device);
+    *coherent = v != 0;
+    return 0;
+}
+
 int gp_cuda_device_pci(int device, unsigned *domain, unsigned *bus, unsigned *slot,
                        unsigned *function)
 {

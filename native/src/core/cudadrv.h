@@ -123,6 +123,7 @@ _Static_assert(sizeof(gp_CUmemPoolProps) == 88, "CUmemPoolProps size");
 #define CU_DEVICE_ATTRIBUTE_PCI_BUS_ID 33
 #define CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID 34
 #define CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID 50
+#define CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES 100
 #define CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED 102
 #define CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED 103
 #define CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED 116
@@ -242,6 +243,10 @@ GP_HIDDEN int gp_cuda_check_device(int device);
  * buffer may be NULL. */
 GP_HIDDEN int gp_cuda_device_info(int device, char *name, size_t namelen,
                                   char *busid, size_t busidlen);
+/* *coherent = 1 when the device reaches host memory coherently through the
+ * host's page tables (CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
+ * a cache-coherent CPU-GPU link such as Grace Hopper's C2C), else 0. */
+GP_HIDDEN int gp_cuda_device_coherent(int device, int *coherent);
 /* Parsed PCI address of the device. */
 GP_HIDDEN int gp_cuda_device_pci(int device, unsigned *domain, unsigned *bus,
                                  unsigned *slot, unsigned *function);

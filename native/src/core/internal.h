@@ -45,6 +45,11 @@ struct gp_pin {
     uint64_t va;
     uint64_t len;
     uint32_t page_size; /* reported GPU page size (65536) */
+    /* bytes from va backed by the pinned memory (0: all of len).  Only the
+     * rest of the GPU page in which the memory object ends may lie past it
+     * (docs/security.md); map() maps [va, va+backed) and reserves the rest
+     * of [va, va+len) with no access, and the core refuses copies there. */
+    uint64_t backed;
     /* set by the backend's map() */
     void *map_base;   /* CPU address of va; NULL while unmapped */
     size_t map_len;   /* bytes mapped at map_base (>= len) */
@@ -78,6 +83,9 @@ struct gp_ctx {
     uint32_t npins;
     gdrpy_ctx_info_t info; /* filled by open (backend fills names) */
     int fork_faults;       /* GDRPY_OPEN_FORK_FAULTS: no placeholders in a child */
+    /* 1: the GPU has a coherent CPU-GPU link, 0: not, -1: not asked yet
+     * (pin flag FORCE_PCIE asks, once per context: gp_ctx_coherent) */
+    _Atomic int coherent;
     /* state of the layers above, torn down by gdrpy_close (gp_ctx_attach;
      * under ctx->lock) */
     struct gp_ctx_hook {
@@ -127,6 +135,9 @@ struct gp_backend {
     /* optional: driver-level objects held by the context (leak checks);
      * NULL: the core counts pins + mappings. */
     uint64_t (*live_objects)(gp_ctx *ctx);
+    /* optional: *coherent = 1 if the GPU has a coherent CPU-GPU link (NULL:
+     * ask CUDA, gp_cuda_device_coherent). */
+    int (*coherent)(gp_ctx *ctx, int *coherent);
 };
 
 GP_HIDDEN extern const struct gp_backend gp_backend_sim;

@@ -114,8 +114,9 @@ typedef struct mh_slot {
     /* 1: small writes through this mapping may be restartable sequences
      * (set when mapped; see rseq_may_use) */
     _Atomic unsigned rseq_ok;
-    _Atomic(char *) lo; /* gdrpy's mapping: [lo, lo + span) */
-    _Atomic size_t span;
+    _Atomic(char *) lo; /* gdrpy's mapping: [lo, lo + span) may be copied through */
+    _Atomic size_t span; /* the backed bytes (the pinned range may end in a no-access tail) */
+    _Atomic size_t whole; /* the whole pinned range from lo (span + that tail) */
     /* cold: owner's g->lock */
     struct gdr *g;
     gdrpy_ctx_t ctx;
@@ -123,6 +124,8 @@ typedef struct mh_slot {
     uint64_t addr, size;  /* as given to the pin call */
     uint64_t va;          /* the pinned range, as the backend pinned it (gdrpy's */
     uint64_t mapped_size; /* va, mapped_size: what gdr_map maps, never more) */
+    uint64_t backed;      /* bytes from va backed by the allocation (<= mapped_size) */
+    int dev;              /* CUDA device of the pin's context */
     void *map_ret;        /* pointer gdr_map returned (CPU address of va) */
     size_t map_size;      /* size given to gdr_map */
     int mapping_type;
@@ -240,6 +243,7 @@ static void slot_free(mh_slot *s, uint32_t idx)
     s->pin = 0;
     atomic_store_explicit(&s->lo, NULL, memory_order_relaxed);
     atomic_store_explicit(&s->span, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->whole, 0, memory_order_relaxed);
     s->map_ret = NULL;
     pthread_mutex_lock(&mh_lock);
     s->next = 0;
@@ -844,7 +848,8 @@ static int do_pin(struct gdr *g, unsigned long addr, size_t size, uint32_t flags
     int rc = g_enter(g, what);
     if (rc) return rc;
     gdrpy_ctx_t ctx;
-    rc = ctx_for(g, device_of(g, addr), &ctx);
+    int dev = device_of(g, addr);
+    rc = ctx_for(g, dev, &ctx);
     if (rc) {
         g_leave(g);
         return rc;
@@ -876,6 +881,8 @@ static int do_pin(struct gdr *g, unsigned long addr, size_t size, uint32_t flags
     s->size = size;
     s->va = pi.va;
     s->mapped_size = pi.mapped_size;
+    s->backed = pi.backed_size;
+    s->dev = dev;
     s->map_ret = NULL;
     s->map_size = 0;
     s->mapping_type = GDR_MAPPING_TYPE_NONE;
@@ -1069,7 +1076,8 @@ static int do_map(struct gdr *g, gdr_mh_t handle, void **va, size_t size, int fl
         goto out;
     }
     atomic_store_explicit(&s->lo, (char *)pi.map_ptr, memory_order_relaxed);
-    atomic_store_explicit(&s->span, (size_t)pi.mapped_size, memory_order_relaxed);
+    atomic_store_explicit(&s->span, (size_t)pi.backed_size, memory_order_relaxed);
+    atomic_store_explicit(&s->whole, (size_t)pi.mapped_size, memory_order_relaxed);
     s->map_ret = (char *)user_ptr - (s->addr - s->va);
     s->map_size = size;
     s->mapping_type = (int)pi.mapping_type;
@@ -1134,9 +1142,27 @@ static __attribute__((noinline, cold)) int copy_fail(gdr_mh_t handle, const void
              "inherited across fork",
              what, handle.h);
         break;
-    case ERANGE:
+    case ERANGE: {
+        /* Into the no-access tail of a pinned range (past the end of the
+         * allocation's memory, inside its last GPU page): ERANGE, as gdrpy's
+         * validated copies; anywhere else outside the mapping: EINVAL. */
+        uint32_t gen;
+        mh_slot *s = mh_lookup(handle, &gen);
+        const char *lo = s ? atomic_load_explicit(&s->lo, memory_order_relaxed) : NULL;
+        size_t span = s ? atomic_load_explicit(&s->span, memory_order_relaxed) : 0;
+        size_t whole = s ? atomic_load_explicit(&s->whole, memory_order_relaxed) : 0;
+        const char *c = p;
+        if (lo && c >= lo && (size_t)(c - lo) <= whole && n <= whole - (size_t)(c - lo) &&
+            (size_t)(c - lo) + n > span) {
+            LOGE("%s: [%p, +%zu) reaches past byte %zu of the mapping of handle 0x%lx, where "
+                 "the allocation's memory ends: the rest of its last GPU page is no one's and "
+                 "is never touched",
+                 what, p, n, span, handle.h);
+            return ERANGE;
+        }
         LOGE("%s: [%p, +%zu) is outside the mapping of handle 0x%lx", what, p, n, handle.h);
         return EINVAL;
+    }
     default:
         LOGE("%s: handle 0x%lx is not mapped", what, handle.h);
     }
@@ -1316,10 +1342,10 @@ int gdr_get_attribute(gdr_t g, gdr_attr_t attr, int *v)
         *v = 1;
         return 0;
     case GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE:
-        /* Passed to every backend: nvrm maps through BAR1 (PCIe by
-         * construction), gdrdrv >= 2.5 takes the flag (older modules refuse
-         * the pin with ENOTSUP), dmabuf asks CUDA for a PCIe dma-buf, the
-         * sim accepts it. */
+        /* As gdrdrv >= 2.5 reports it: the flag is understood.  Whether the
+         * platform honours it is the pin's answer: refused with ENOTSUPP
+         * (524) on a GPU without a coherent CPU-GPU link, as GDRCopy's
+         * driver refuses it (core.c, force_pcie_ok). */
         *v = 1;
         return 0;
     case GDR_ATTR_USING_DMA_BUF_MMAP:
