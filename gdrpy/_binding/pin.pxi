@@ -177,6 +177,8 @@ cdef class Pin:
     def ce_read(self, offset, n, out=None, stream=None, method="direct"):
         """Copy-engine read (cuMemcpyDtoH[Async]); returns bytes or ``out``.
         With a stream the copy is ordered on it and this call waits for it.
+        Without one it runs on gdrpy's own non-blocking stream: it waits for
+        none of the caller's kernels (as a read through the mapping).
         ``method`` as for :meth:`ce_write`."""
         self._ready()
         return self._ce_read_obj(_index(offset, "offset"), _index(n, "n"), out,

@@ -170,9 +170,11 @@ GDRPY_API int gdrpy_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
                          void *dst, size_t n);
 
 /* ---- copy-engine path (cuMemcpy; sim: memcpy) ------------------------- */
-/* stream: a CUstream (NULL: synchronous, on the legacy default stream).
- * With a stream the copy is only enqueued; the host buffer must stay valid
- * until the stream reaches it. */
+/* stream: a CUstream.  NULL: synchronous; a write on the legacy default
+ * stream (ordered after the caller's earlier work there), a read on gdrpy's
+ * own non-blocking stream (it waits for none of the caller's kernels, as a
+ * read through the mapping never does).  With a stream the copy is only
+ * enqueued; the host buffer must stay valid until the stream reaches it. */
 GDRPY_API int gdrpy_ce_write(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
                              const void *src, size_t n, void *stream);
 GDRPY_API int gdrpy_ce_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,

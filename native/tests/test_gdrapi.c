@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gdrapi.h"
@@ -1249,6 +1250,170 @@ static void t_concurrent_pin_map_unpin_on_one_instance(void)
     CHECK_EQ(tm_free(&b), 0);
 }
 
+/* ==== reads through the copy engine (issue 44) ============================ */
+/* A gdr_t opened with GDRPY_GDRAPI_READ_CE=policy (read by gdr_open; NULL:
+ * unset, auto), and MB bytes of device memory pinned and mapped in it. */
+enum { RD_MB = 1 << 20 };
+typedef struct rd_fixture {
+    gdr_t g;
+    tm_buf b;
+    gdr_mh_t mh;
+    void *map;
+} rd_fixture;
+
+static int rd_open(rd_fixture *f, const char *policy)
+{
+    memset(f, 0, sizeof *f);
+    if (policy) setenv("GDRPY_GDRAPI_READ_CE", policy, 1);
+    f->g = gdr_open();
+    unsetenv("GDRPY_GDRAPI_READ_CE");
+    if (!f->g || tm_alloc(&f->b, RD_MB, TM_CUMEMALLOC) ||
+        gdr_pin_buffer(f->g, f->b.d, RD_MB, 0, 0, &f->mh) ||
+        gdr_map(f->g, f->mh, &f->map, RD_MB))
+        return -1;
+    return 0;
+}
+
+static void rd_close(rd_fixture *f)
+{
+    if (f->g) CHECK_EQ(gdr_close(f->g), 0);
+    CHECK_EQ(tm_free(&f->b), 0);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* With reads from 4 KiB on through the engine: every size and offset reads
+ * exactly the bytes there, into pageable and (GPU) page-locked memory, and
+ * a read right after a write through the mapping sees the write (the
+ * earlier stores are flushed to GPU memory first). */
+static void t_engine_reads_match_and_follow_writes(void)
+{
+    rd_fixture f;
+    REQUIRE_EQ(rd_open(&f, "4096"), 0);
+    uint8_t *src = malloc(RD_MB), *dst = malloc(RD_MB + 64);
+    REQUIRE(src && dst);
+    void *locked = NULL;
+    if (!tm.sim) REQUIRE_EQ(tm.cuMemHostAlloc(&locked, RD_MB, 0), 0);
+    static const size_t sizes[] = {4096, 5000, 65536, 65536 + 1, 300000, RD_MB};
+    static const size_t offs[] = {0, 1, 4097, 65536};
+    for (int round = 0; round < 2; round++) {
+        fill_walking(src, RD_MB, 77u + (uint32_t)round);
+        /* written through the mapping, read at once through the engine */
+        REQUIRE_EQ(gdr_copy_to_mapping(f.mh, f.map, src, RD_MB), 0);
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            for (size_t k = 0; k < sizeof offs / sizeof offs[0]; k++) {
+                size_t n = sizes[i], off = offs[k];
+                if (off + n > RD_MB) continue;
+                uint8_t *out = locked && (i + k) % 2 ? (uint8_t *)locked : dst + (k & 1);
+                memset(out, 0xEE, n);
+                CHECK_EQ(gdr_copy_from_mapping(f.mh, out, (char *)f.map + off, n), 0);
+                if (memcmp(out, src + off, n)) {
+                    fprintf(stderr, "    round %d: %zu bytes at %zu differ\n", round, n, off);
+                    CHECK(0);
+                }
+            }
+    }
+    if (locked) tm.cuMemFreeHost(locked);
+    free(src);
+    free(dst);
+    rd_close(&f);
+}
+
+/* Which path a read takes (sim, whose engine stand-in is slowed down to
+ * 50 ms a copy with GDRPY_SIM_CE_DELAY_US): GDRPY_GDRAPI_READ_CE=65536 sends
+ * 64 KiB through the engine and 32 KiB through the mapping; "off" and the
+ * sim's default (auto: BAR1 only on sim) send everything through the
+ * mapping. */
+static void t_read_policy_picks_the_path(void)
+{
+    if (!tm.sim) SKIP("timing against the sim engine's delay; GPU runs time gdrapi_copylat");
+    setenv("GDRPY_SIM_CE_DELAY_US", "50000", 1);
+    rd_fixture at, off, dflt;
+    int ok = rd_open(&at, "65536") == 0 && rd_open(&off, "off") == 0 && rd_open(&dflt, NULL) == 0;
+    uint8_t *buf = malloc(65536);
+    if (ok && buf) {
+        double t0 = now_ms();
+        CHECK_EQ(gdr_copy_from_mapping(at.mh, buf, at.map, 65536), 0);
+        double t_ce = now_ms() - t0;
+        t0 = now_ms();
+        CHECK_EQ(gdr_copy_from_mapping(at.mh, buf, at.map, 32768), 0);
+        double t_small = now_ms() - t0;
+        t0 = now_ms();
+        CHECK_EQ(gdr_copy_from_mapping(off.mh, buf, off.map, 65536), 0);
+        double t_off = now_ms() - t0;
+        t0 = now_ms();
+        CHECK_EQ(gdr_copy_from_mapping(dflt.mh, buf, dflt.map, 65536), 0);
+        double t_dflt = now_ms() - t0;
+        printf("    64 KiB: %.2f ms (engine), 32 KiB %.2f ms, off %.2f ms, default %.2f ms\n",
+               t_ce, t_small, t_off, t_dflt);
+        CHECK(t_ce >= 50.0);
+        CHECK(t_small < 50.0 && t_off < 50.0 && t_dflt < 50.0);
+    }
+    CHECK(ok && buf);
+    free(buf);
+    rd_close(&at);
+    rd_close(&off);
+    rd_close(&dflt);
+    unsetenv("GDRPY_SIM_CE_DELAY_US");
+}
+
+/* Engine reads from several threads at once through one mapping (they share
+ * the context's staging ring and the device's stream): every read returns
+ * its own bytes; then gdr_close frees it all. */
+enum { RD_THREADS = 4, RD_PER = 24 };
+typedef struct rd_thread {
+    gdr_mh_t mh;
+    const char *map;
+    const uint8_t *src;
+    unsigned seed;
+    int errors;
+} rd_thread;
+
+static void *thread_engine_reads(void *arg)
+{
+    rd_thread *t = arg;
+    uint8_t *out = malloc(65536 + 4096);
+    for (int i = 0; i < RD_PER && out; i++) {
+        t->seed = t->seed * 1103515245u + 12345u;
+        size_t n = 4096 + (t->seed >> 8) % 65536;
+        size_t off = (t->seed >> 4) % (RD_MB - n);
+        if (gdr_copy_from_mapping(t->mh, out, t->map + off, n) || memcmp(out, t->src + off, n))
+            t->errors++;
+    }
+    if (!out) t->errors++;
+    free(out);
+    return NULL;
+}
+
+static void t_engine_reads_from_threads(void)
+{
+    rd_fixture f;
+    REQUIRE_EQ(rd_open(&f, "4096"), 0);
+    uint8_t *src = malloc(RD_MB);
+    REQUIRE(src != NULL);
+    fill_walking(src, RD_MB, 5);
+    REQUIRE_EQ(gdr_copy_to_mapping(f.mh, f.map, src, RD_MB), 0);
+    rd_thread t[RD_THREADS];
+    pthread_t th[RD_THREADS];
+    for (int i = 0; i < RD_THREADS; i++) {
+        t[i] = (rd_thread){f.mh, f.map, src, 7u * (unsigned)i + 1u, 0};
+        pthread_create(&th[i], NULL, thread_engine_reads, &t[i]);
+    }
+    int errors = 0;
+    for (int i = 0; i < RD_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        errors += t[i].errors;
+    }
+    CHECK_EQ(errors, 0);
+    free(src);
+    rd_close(&f);
+}
+
 /* ==== main =============================================================== */
 int main(int argc, char **argv)
 {
@@ -1298,6 +1463,9 @@ int main(int argc, char **argv)
     RUN(t_fork_child_opens_its_own_instance);
     RUN(t_fd_passing_isolation);
     RUN(t_pin_in_one_thread_map_copy_in_others);
+    RUN(t_engine_reads_match_and_follow_writes);
+    RUN(t_read_policy_picks_the_path);
+    RUN(t_engine_reads_from_threads);
     RUN(t_concurrent_pin_map_unpin_on_one_instance);
     RUN(t_small_writes_cover_exactly_their_range);
     RUN(t_small_writes_during_unmap_and_remap);

@@ -153,6 +153,15 @@ GP_HIDDEN int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t
                             const void *buf, int need_map, const char *what, gp_ctx **c,
                             gp_pin **p);
 GP_HIDDEN void gp_copy_end(gp_ctx *c, gp_pin *p);
+/* A copy-engine read of [dptr, dptr+n) into dst.  With a stream: the
+ * backend's copy, enqueued on it.  Without one: synchronous, on gdrpy's own
+ * non-blocking stream (gp_cuda_private_copy), so it never waits for the
+ * caller's kernels, as a read through the mapping never does (sim: memcpy). */
+GP_HIDDEN int gp_ce_read_dev(gp_ctx *c, uint64_t dptr, void *dst, size_t n, void *stream);
+/* Before a copy-engine read of a pin (in flight, gp_copy_begin): the
+ * earlier stores through its mapping, if it is mapped, reach GPU memory
+ * first (core.c says how). */
+GP_HIDDEN void gp_pin_flush(gp_pin *p);
 /* Enters the context (its in-flight count; gp_ctx_leave(c) after). */
 GP_HIDDEN int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what);
 GP_HIDDEN void gp_ctx_leave(gp_ctx *c);

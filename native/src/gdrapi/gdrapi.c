@@ -68,6 +68,7 @@
 #include "gdrapi.h"
 #include "internal.h"
 #include "cudadrv.h"
+#include "read_ce.h"
 #include "rseq_put.h"
 
 /* ---- ABI checks ------------------------------------------------------- */
@@ -418,6 +419,7 @@ struct gdr {
                                       pin, the one gdr_open expects */
     int backend_known; /* a context has been opened */
     int default_dev;
+    size_t rd_policy;             /* GDRPY_GDRAPI_READ_CE at gdr_open (read_ce.h) */
     gdrpy_ctx_t ctx[GDR_MAX_DEV]; /* 0 = not opened yet */
     uint32_t head;                /* first slot + 1 of the handle list */
     uint32_t nhandles;
@@ -706,6 +708,7 @@ gdr_t gdr_open(void)
     memset(g->ctx, 0, sizeof g->ctx);
     g->fd = fd;
     g->default_dev = dev;
+    g->rd_policy = gp_rd_policy();
     g->req_backend = req;
     g->backend = backend;
     g->backend_known = 0;
@@ -1284,12 +1287,46 @@ int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, siz
     return copy_to_mapping_checked(handle, map_d_ptr, h_ptr, size);
 }
 
+/* A read of at least gp_rd_floor bytes, checked and announced (r): through
+ * the copy engine where that is faster (read_ce.c), else through the
+ * mapping. */
+static __attribute__((noinline)) int copy_from_mapping_large(gdr_mh_t handle, void *h_ptr,
+                                                             const void *map_d_ptr, size_t size,
+                                                             hz_rec *r)
+{
+    uint32_t gen;
+    mh_slot *s = mh_lookup(handle, &gen); /* announced: it stays this mapping */
+    int done = 1;
+    if (s) {
+        const char *lo = atomic_load_explicit(&s->lo, memory_order_relaxed);
+        size_t span = atomic_load_explicit(&s->span, memory_order_relaxed);
+        size_t head = (size_t)(s->addr - s->va);
+        gp_rd_src src = {
+            .ctx = s->ctx,
+            .pin = s->pin,
+            .device = s->dev,
+            .sim = s->g->backend == GDRPY_BACKEND_SIM,
+            .policy = s->g->rd_policy,
+            .user = lo + head,
+            .avail = span > head ? span - head : 0,
+        };
+        if (src.avail > s->size) src.avail = (size_t)s->size;
+        done = gp_rd_large(&src, h_ptr, map_d_ptr, size);
+    }
+    if (done) gdrpy_copy_from_mapping(h_ptr, map_d_ptr, size);
+    copy_done(r);
+    return 0;
+}
+
 int gdr_copy_from_mapping(gdr_mh_t handle, void *h_ptr, const void *map_d_ptr, size_t size)
 {
     hz_rec *r = NULL;
     int rc = copy_check(handle, map_d_ptr, size, &r);
     if (__builtin_expect(rc != 0 || !h_ptr, 0))
         return copy_refuse(handle, map_d_ptr, size, rc, r, "gdr_copy_from_mapping");
+    /* the one check the small path pays (read_ce.h) */
+    if (__builtin_expect(size >= atomic_load_explicit(&gp_rd_floor, memory_order_relaxed), 0))
+        return copy_from_mapping_large(handle, h_ptr, map_d_ptr, size, r);
     if (__builtin_expect(size != 0, 1)) gdrpy_copy_from_mapping(h_ptr, map_d_ptr, size);
     copy_done(r);
     return 0;
