@@ -44,17 +44,17 @@ extern "C" {
  * libgdrapi layer unchanged. */
 typedef enum {
     GDRPY_OK = 0,
-    GDRPY_ENOENT = 2,  /* no such object (e.g. device node missing) */
-    GDRPY_EIO = 5,     /* a driver call failed (message names the status) */
-    GDRPY_ENXIO = 6,   /* backend unavailable on this host */
-    GDRPY_EBADF = 9,   /* closed, stale or unknown handle */
-    GDRPY_EAGAIN = 11, /* already mapped */
-    GDRPY_ENOMEM = 12, /* out of memory / handles */
-    GDRPY_EACCES = 13, /* object belongs to another process (fork) */
-    GDRPY_EBUSY = 16,  /* object in use (pin still mapped, ...) */
-    GDRPY_ENODEV = 19, /* no such GPU */
-    GDRPY_EINVAL = 22, /* bad argument */
-    GDRPY_ERANGE = 34, /* offset/size outside the pinned range */
+    GDRPY_ENOENT = 2,    /* no such object (e.g. device node missing) */
+    GDRPY_EIO = 5,       /* a driver call failed (message names the status) */
+    GDRPY_ENXIO = 6,     /* backend unavailable on this host */
+    GDRPY_EBADF = 9,     /* closed, stale or unknown handle */
+    GDRPY_EAGAIN = 11,   /* already mapped */
+    GDRPY_ENOMEM = 12,   /* out of memory / handles */
+    GDRPY_EACCES = 13,   /* object belongs to another process (fork) */
+    GDRPY_EBUSY = 16,    /* object in use (pin still mapped, ...) */
+    GDRPY_ENODEV = 19,   /* no such GPU */
+    GDRPY_EINVAL = 22,   /* bad argument */
+    GDRPY_ERANGE = 34,   /* offset/size outside the pinned range */
     GDRPY_ENOTSUP = 95,  /* memory kind / driver version not supported */
     GDRPY_ENOTSUPP = 524 /* the kernel's ENOTSUPP, as GDRCopy returns it: pin flag
                           * FORCE_PCIE on a GPU without a coherent CPU-GPU link */

@@ -1365,7 +1365,8 @@ static void t_read_policy_picks_the_path(void)
 /* Engine reads from several threads at once through one mapping (they share
  * the context's staging ring and the device's stream): every read returns
  * its own bytes; then gdr_close frees it all. */
-enum { RD_THREADS = 4, RD_PER = 24 };
+enum { RD_THREADS = 4,
+       RD_PER = 24 };
 typedef struct rd_thread {
     gdr_mh_t mh;
     const char *map;

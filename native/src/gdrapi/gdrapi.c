@@ -115,8 +115,8 @@ typedef struct mh_slot {
     /* 1: small writes through this mapping may be restartable sequences
      * (set when mapped; see rseq_may_use) */
     _Atomic unsigned rseq_ok;
-    _Atomic(char *) lo; /* gdrpy's mapping: [lo, lo + span) may be copied through */
-    _Atomic size_t span; /* the backed bytes (the pinned range may end in a no-access tail) */
+    _Atomic(char *) lo;   /* gdrpy's mapping: [lo, lo + span) may be copied through */
+    _Atomic size_t span;  /* the backed bytes (the pinned range may end in a no-access tail) */
     _Atomic size_t whole; /* the whole pinned range from lo (span + that tail) */
     /* cold: owner's g->lock */
     struct gdr *g;

@@ -46,8 +46,8 @@
 
 _Atomic size_t gp_rd_floor = RD_PROBE_MIN;
 
-static _Atomic size_t rd_at[RD_MAX_DEV];  /* 0: not measured yet; GP_RD_OFF: never */
-static _Atomic int rd_busy[RD_MAX_DEV];   /* a thread is measuring */
+static _Atomic size_t rd_at[RD_MAX_DEV]; /* 0: not measured yet; GP_RD_OFF: never */
+static _Atomic int rd_busy[RD_MAX_DEV];  /* a thread is measuring */
 static _Atomic int rd_warned;
 
 size_t gp_rd_policy(void)
@@ -149,7 +149,7 @@ static size_t measure(const gp_rd_src *s)
     if (kb <= ke) at = e1 < b1 ? RD_PROBE_MIN : GP_RD_OFF;
     else {
         double x = (ae - ab) / (kb - ke);
-        at = x <= (double)RD_PROBE_MIN ? RD_PROBE_MIN
+        at = x <= (double)RD_PROBE_MIN   ? RD_PROBE_MIN
              : x >= (double)(1ull << 40) ? GP_RD_OFF
                                          : gp_round_up((size_t)x, 4096);
     }

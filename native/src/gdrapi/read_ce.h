@@ -29,8 +29,8 @@ typedef struct gp_rd_src {
     gdrpy_ctx_t ctx;
     gdrpy_pin_t pin;
     int device;
-    int sim;       /* sim backend: auto means BAR1 only */
-    size_t policy; /* the gdr_t's gp_rd_policy() */
+    int sim;          /* sim backend: auto means BAR1 only */
+    size_t policy;    /* the gdr_t's gp_rd_policy() */
     const char *user; /* CPU address of the pinned address */
     size_t avail;     /* bytes from `user` the engine may read (pinned and backed) */
 } gp_rd_src;
