@@ -71,6 +71,9 @@ int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
     off += gp_nvrm_test_skew;
 #endif
     const char *bad = NULL;
+    /* The size word is 32 bits: only the size's low half is compared (an
+     * allocation past 4 GiB); the pages word and RM's own size of the object
+     * (below) bound the rest, in 64 bits. */
     if (w[L->w_size] != (uint32_t)cp->size) bad = "the size word is not the allocation's size";
     else if (hcli == 0 || hobj == 0 || hcli == nc->hClient) bad = "the handle words are not "
                                                                   "CUDA's";
