@@ -21,6 +21,7 @@ cdef extern from "gdrpy.h" nogil:
         int32_t invalidated
         void *map_ptr
         void *user_ptr
+        uint64_t backed_size
 
     ctypedef struct gdrpy_ctx_info_t:
         int32_t device

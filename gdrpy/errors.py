@@ -11,6 +11,11 @@ from __future__ import annotations
 
 import errno as _errno
 
+# The Linux kernel's ENOTSUPP (not in errno's table): GDRCopy's code for a pin
+# flag the platform cannot honour (FORCE_PCIE, Context.pin flags=1, on a GPU
+# without a coherent CPU-GPU link).
+ENOTSUPP = 524
+
 __all__ = [
     "AlreadyMappedError",
     "ArgumentTypeError",
@@ -38,6 +43,8 @@ class GdrError(Exception):
 
     @property
     def code_name(self) -> str:
+        if self.code == ENOTSUPP:
+            return "ENOTSUPP"
         return _errno.errorcode.get(self.code, f"E{self.code}")
 
     def __reduce__(self):
@@ -92,7 +99,9 @@ class DeviceNotFoundError(GdrError):
 
 
 class NotSupportedError(GdrError):
-    """Memory kind or driver not supported (ENOTSUP)."""
+    """Memory kind or driver not supported (ENOTSUP); also pin flag
+    FORCE_PCIE on a GPU without a coherent CPU-GPU link (ENOTSUPP, 524, the
+    code GDRCopy returns)."""
 
 
 class DriverError(GdrError):
@@ -110,6 +119,7 @@ _BY_CODE = {
     _errno.ENOENT: BackendUnavailableError,
     _errno.ENODEV: DeviceNotFoundError,
     _errno.ENOTSUP: NotSupportedError,
+    ENOTSUPP: NotSupportedError,
     _errno.EIO: DriverError,
 }
 

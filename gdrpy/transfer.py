@@ -25,7 +25,12 @@ Ordering rules
   with a volatile load, then issue ``__threadfence()`` (or an acquire load,
   ``ld.acquire.sys``) before reading the payload.
 * ``get`` returns when the data is in host memory (with a stream: after the
-  stream's earlier work).
+  stream's earlier work).  Without a stream it waits for none of the
+  caller's kernels on either path, as GDRCopy's BAR1 read never does: the
+  copy-engine path runs on gdrpy's own non-blocking stream and waits for
+  that stream only, so a kernel still writing the range may be seen half
+  done (synchronize the kernel's stream first, or pass it as ``stream``).
+  It still sees this thread's earlier ``put``/``write`` (they completed).
 
 The default pickers (loaded from this host's cache, calibrated, or the
 provisional defaults) come from :func:`gdrpy.threshold.context.default_picker`,

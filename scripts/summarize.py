@@ -116,7 +116,7 @@ def main(d):
     ga = read(d, "c_gdrapi_copylat.log")
     if ga:
         p("")
-        p("libgdrapi drop-in (gdrapi_copylat, C, us):  size  to_map med/p99  from_map med/p99"
+        p("libgdrapi drop-in (gdrapi_copylat, C, us):  size  to_map med/p99  from_map med/p99  bar1"
           "  cuMemcpyHtoD  cuMemcpyDtoH")
         for ln in ga.splitlines():
             f = ln.split()

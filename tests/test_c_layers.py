@@ -181,3 +181,15 @@ def test_no_call_loop_spans_two_folders(call_graph):
     e.g. a dispatch table and its kernels, are its own business)."""
     loops = [_short(c) for c in _cycles(call_graph) if len({_room(s) for s in c}) > 1]
     assert not loops, f"folders that call each other: {loops}"
+
+
+def test_one_libcuda_loader():
+    """Only src/core/cudadrv.c opens libcuda (dlopen); everything else asks
+    it (libgdrapi's look-up of a libcuda already loaded included)."""
+    openers = []
+    for path in (p for p in _sources() if p.endswith(".c")):
+        with open(path, errors="replace") as f:
+            text = f.read()
+        if re.search(r"\bdlopen\s*\(", text) and "libcuda" in text:
+            openers.append(os.path.relpath(path, NATIVE))
+    assert openers == ["src/core/cudadrv.c"], openers

@@ -100,7 +100,9 @@ cdef class Context:
     def pin(self, obj, size=None, flags=0):
         """Pin device memory: an object with ``__cuda_array_interface__`` (CuPy,
         PyTorch CUDA tensors, gdrpy.memory buffers) or a raw device pointer
-        with ``size``.  Returns a :class:`Pin`."""
+        with ``size``.  Returns a :class:`Pin`.  ``flags``: GDRCopy's pin
+        flags; 1 (FORCE_PCIE) raises NotSupportedError (code 524, ENOTSUPP,
+        as GDRCopy) on a GPU without a coherent CPU-GPU link."""
         self._ready()
         addr, nbytes, owner = _device_range(obj, size)
         cdef uint64_t a = _u64(addr, "address")

@@ -15,7 +15,10 @@ cdef class Mapping:
     uint8, writable, exactly the pinned ``size`` bytes starting at the pinned
     address), ``write(offset, data)`` and ``read(offset, n, out=None)``.
     Offsets are relative to the pinned address.  Out-of-range requests raise
-    OutOfRangeError before any memory is touched.
+    OutOfRangeError before any memory is touched.  A pin that reaches past
+    the end of the allocation's memory (into the rest of its last GPU page,
+    ``pin.backed_size < pin.mapped_size``) maps only the bytes up to that
+    end: ``size`` stops there.
     """
 
     cdef Pin _pin
@@ -53,7 +56,8 @@ cdef class Mapping:
         self._pin = pin
         self._map_ptr = map_ptr
         self._ptr = user_ptr
-        self._size = <Py_ssize_t>pin.size
+        # never past the allocation's memory (the rest of the range is no one's)
+        self._size = <Py_ssize_t>min(pin.size, pin.va + pin.backed_size - pin.addr)
         self._shape[0] = self._size
         self._strides[0] = 1
         self._exports = 0

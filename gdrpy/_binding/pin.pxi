@@ -48,6 +48,7 @@ cdef class Pin:
     cdef readonly size_t size
     cdef readonly uint64_t va
     cdef readonly size_t mapped_size
+    cdef readonly size_t backed_size
     cdef readonly unsigned page_size
     cdef object __weakref__
 
@@ -65,6 +66,7 @@ cdef class Pin:
         self.size = <size_t>info.size
         self.va = info.va
         self.mapped_size = <size_t>info.mapped_size
+        self.backed_size = <size_t>info.backed_size
         self.page_size = info.page_size
 
     def __dealloc__(self):
@@ -103,12 +105,15 @@ cdef class Pin:
         return m
 
     def info(self):
-        """dict: addr, size, va, mapped_size, page_size, mapped, mapping_type, invalidated."""
+        """dict: addr, size, va, mapped_size, backed_size, page_size, mapped,
+        mapping_type, invalidated.  ``backed_size`` < ``mapped_size`` where the
+        pinned GPU pages run past the end of the allocation's memory (its last
+        64 KiB page): those bytes are never reachable."""
         self._ready()
         cdef gdrpy_pin_info_t i
         _check(gdrpy_pin_get_info(self._ctx._h, self._h, &i))
         return {"addr": i.addr, "size": i.size, "va": i.va, "mapped_size": i.mapped_size,
-                "page_size": i.page_size, "mapped": bool(i.mapped),
+                "backed_size": i.backed_size, "page_size": i.page_size, "mapped": bool(i.mapped),
                 "mapping_type": _MAPPING_TYPES.get(i.mapping_type, str(i.mapping_type)),
                 "invalidated": bool(i.invalidated)}
 
@@ -172,6 +177,8 @@ cdef class Pin:
     def ce_read(self, offset, n, out=None, stream=None, method="direct"):
         """Copy-engine read (cuMemcpyDtoH[Async]); returns bytes or ``out``.
         With a stream the copy is ordered on it and this call waits for it.
+        Without one it runs on gdrpy's own non-blocking stream: it waits for
+        none of the caller's kernels (as a read through the mapping).
         ``method`` as for :meth:`ce_write`."""
         self._ready()
         return self._ce_read_obj(_index(offset, "offset"), _index(n, "n"), out,

@@ -89,7 +89,9 @@ cdef class Transfer:
       * put over the mapping: waits for the stream's earlier work first, then
         stores; work launched on the stream afterwards sees the data;
       * get (either path): ordered after the stream's earlier work; returns
-        when the data is in host memory.
+        when the data is in host memory.  Without a stream a get waits for
+        none of the caller's kernels on either path (the copy engine's runs
+        on gdrpy's own non-blocking stream).
     """
 
     cdef Mapping _m

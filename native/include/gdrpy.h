@@ -44,18 +44,20 @@ extern "C" {
  * libgdrapi layer unchanged. */
 typedef enum {
     GDRPY_OK = 0,
-    GDRPY_ENOENT = 2,  /* no such object (e.g. device node missing) */
-    GDRPY_EIO = 5,     /* a driver call failed (message names the status) */
-    GDRPY_ENXIO = 6,   /* backend unavailable on this host */
-    GDRPY_EBADF = 9,   /* closed, stale or unknown handle */
-    GDRPY_EAGAIN = 11, /* already mapped */
-    GDRPY_ENOMEM = 12, /* out of memory / handles */
-    GDRPY_EACCES = 13, /* object belongs to another process (fork) */
-    GDRPY_EBUSY = 16,  /* object in use (pin still mapped, ...) */
-    GDRPY_ENODEV = 19, /* no such GPU */
-    GDRPY_EINVAL = 22, /* bad argument */
-    GDRPY_ERANGE = 34, /* offset/size outside the pinned range */
-    GDRPY_ENOTSUP = 95 /* memory kind / driver version not supported */
+    GDRPY_ENOENT = 2,    /* no such object (e.g. device node missing) */
+    GDRPY_EIO = 5,       /* a driver call failed (message names the status) */
+    GDRPY_ENXIO = 6,     /* backend unavailable on this host */
+    GDRPY_EBADF = 9,     /* closed, stale or unknown handle */
+    GDRPY_EAGAIN = 11,   /* already mapped */
+    GDRPY_ENOMEM = 12,   /* out of memory / handles */
+    GDRPY_EACCES = 13,   /* object belongs to another process (fork) */
+    GDRPY_EBUSY = 16,    /* object in use (pin still mapped, ...) */
+    GDRPY_ENODEV = 19,   /* no such GPU */
+    GDRPY_EINVAL = 22,   /* bad argument */
+    GDRPY_ERANGE = 34,   /* offset/size outside the pinned range */
+    GDRPY_ENOTSUP = 95,  /* memory kind / driver version not supported */
+    GDRPY_ENOTSUPP = 524 /* the kernel's ENOTSUPP, as GDRCopy returns it: pin flag
+                          * FORCE_PCIE on a GPU without a coherent CPU-GPU link */
 } gdrpy_status_t;
 
 typedef enum {
@@ -75,7 +77,10 @@ typedef enum {
     GDRPY_MAPPING_DEVICE = 3
 } gdrpy_mapping_type_t;
 
-/* Pin flags (same values as GDRCopy's gdr_pin_flags_t). */
+/* Pin flags (same values as GDRCopy's gdr_pin_flags_t).  FORCE_PCIE asks for
+ * a mapping through PCIe BAR1 even where a coherent CPU-GPU link (C2C) could
+ * serve it; as with GDRCopy it is refused (GDRPY_ENOTSUPP) on a GPU without
+ * such a link, and accepted where there is one. */
 #define GDRPY_PIN_DEFAULT 0u
 #define GDRPY_PIN_FORCE_PCIE 1u
 
@@ -93,6 +98,12 @@ typedef struct gdrpy_pin_info {
     int32_t invalidated;   /* 1 if the memory was freed under the pin */
     void *map_ptr;         /* CPU address of `va` while mapped, else NULL */
     void *user_ptr;        /* CPU address of `addr` while mapped, else NULL */
+    /* Bytes from `va` backed by the allocation's memory: mapped_size, or less
+     * where the pinned GPU pages run past the end of the memory object behind
+     * a large cuMemAlloc allocation (its last 64 KiB page).  The rest of the
+     * mapping is reserved with no access: a touch faults, and validated
+     * copies refuse it (ERANGE). */
+    uint64_t backed_size;
 } gdrpy_pin_info_t;
 
 typedef struct gdrpy_ctx_info {
@@ -159,9 +170,11 @@ GDRPY_API int gdrpy_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
                          void *dst, size_t n);
 
 /* ---- copy-engine path (cuMemcpy; sim: memcpy) ------------------------- */
-/* stream: a CUstream (NULL: synchronous, on the legacy default stream).
- * With a stream the copy is only enqueued; the host buffer must stay valid
- * until the stream reaches it. */
+/* stream: a CUstream.  NULL: synchronous; a write on the legacy default
+ * stream (ordered after the caller's earlier work there), a read on gdrpy's
+ * own non-blocking stream (it waits for none of the caller's kernels, as a
+ * read through the mapping never does).  With a stream the copy is only
+ * enqueued; the host buffer must stay valid until the stream reaches it. */
 GDRPY_API int gdrpy_ce_write(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,
                              const void *src, size_t n, void *stream);
 GDRPY_API int gdrpy_ce_read(gdrpy_ctx_t ctx, gdrpy_pin_t pin, size_t offset,

@@ -26,7 +26,8 @@
  *    of up to `chunk` bytes; the host memcpy of chunk i+1 (split over
  *    `threads` threads) overlaps the DMA of chunk i.  Ordering is that of
  *    gdrpy_ce_write/read: without a stream the copy is complete on return
- *    (on the legacy default stream); with a stream the DMAs are enqueued on
+ *    (a write on the legacy default stream, a read on gdrpy's own
+ *    non-blocking stream); with a stream the DMAs are enqueued on
  *    it (a write returns once the source has been consumed: the caller may
  *    reuse it at once; a read returns once the data is in `dst`).  One staged
  *    copy runs at a time per context (others wait).  On sim the same

@@ -27,7 +27,11 @@
 #define TM_FN static __attribute__((unused))
 
 enum { TM_CUMEMALLOC = 0,
-       TM_VMM = 1 };
+       TM_VMM = 1,
+       /* cuMemAlloc of exactly `size` bytes (large ones are 2 MiB aligned),
+        * whose memory object CUDA makes `size` rounded up to 4 KiB; sim: the
+        * same with GDRPY_SIM_BACKING=4k */
+       TM_EXACT = 2 };
 
 typedef struct tm_buf {
     uint64_t d; /* 64 KiB aligned device address of `size` bytes */
@@ -106,6 +110,7 @@ static struct {
     CUresult_t (*cuMemUnmap)(unsigned long long, size_t);
     CUresult_t (*cuMemSetAccess)(unsigned long long, size_t, const tm_CUmemAccessDesc *, size_t);
     CUresult_t (*cuGetErrorName)(CUresult_t, const char **);
+    CUresult_t (*cuDeviceGetAttribute)(int *, int, int);
 } tm;
 
 static const char *tm_cuerr(CUresult_t r)
@@ -180,6 +185,7 @@ TM_FN int tm_init(void *lib)
     TM_SYM(tm.cuda, cuMemUnmap, "cuMemUnmap");
     TM_SYM(tm.cuda, cuMemSetAccess, "cuMemSetAccess");
     TM_SYM(tm.cuda, cuGetErrorName, "cuGetErrorName");
+    TM_SYM(tm.cuda, cuDeviceGetAttribute, "cuDeviceGetAttribute");
     CUresult_t r = tm.cuInit(0);
     if (r) {
         snprintf(tm.why, sizeof tm.why, "cuInit: %s", tm_cuerr(r));
@@ -217,7 +223,9 @@ TM_FN int tm_alloc(tm_buf *b, size_t size, int kind)
     b->size = size;
     if (tm.sim) {
         uint64_t d = 0;
+        if (kind == TM_EXACT) setenv("GDRPY_SIM_BACKING", "4k", 1);
         int rc = tm.sim_alloc(size, &d);
+        if (kind == TM_EXACT) unsetenv("GDRPY_SIM_BACKING");
         if (rc) return rc;
         b->raw = d;
         b->d = b->raw; /* sim allocations are 64 KiB aligned */
@@ -257,6 +265,12 @@ TM_FN int tm_alloc(tm_buf *b, size_t size, int kind)
         b->d = b->raw;
         return 0;
     }
+    if (kind == TM_EXACT) {
+        b->raw_size = size;
+        if ((r = tm.cuMemAlloc(&b->raw, size))) goto fail;
+        b->d = b->raw;
+        return 0;
+    }
     b->raw_size = size + TM_GPU_PAGE;
     if ((r = tm.cuMemAlloc(&b->raw, b->raw_size))) goto fail;
     b->d = (b->raw + TM_GPU_PAGE - 1) & ~(TM_GPU_PAGE - 1);
@@ -285,6 +299,19 @@ TM_FN int tm_free(tm_buf *b)
     if (b->cuctx) tm.cuCtxSetCurrent(tm.cuctx);
     memset(b, 0, sizeof *b);
     return rc;
+}
+
+/* 1 if the device has a coherent CPU-GPU link
+ * (CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, 100);
+ * sim: GDRPY_SIM_COHERENT=1. */
+TM_FN int tm_coherent(void)
+{
+    if (tm.sim) {
+        const char *e = getenv("GDRPY_SIM_COHERENT");
+        return e && !strcmp(e, "1");
+    }
+    int v = 0;
+    return tm.cuDeviceGetAttribute(&v, 100, tm.device) == 0 && v;
 }
 
 /* cuMemAlloc memory on another GPU (CUDA ordinal), for multi-GPU cases. */

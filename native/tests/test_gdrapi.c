@@ -25,6 +25,7 @@
 #include <sys/socket.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gdrapi.h"
@@ -34,6 +35,7 @@
 #define gdr_get_info_v1_sym(g, h, i) (gdr_get_info)((g), (h), (i))
 
 #include "gdrapi_check.h"
+#include "gdrapi_tail.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 static uint32_t rng_state = 12345;
@@ -310,27 +312,87 @@ static void t_pin_rejects_bad_arguments(void)
     fx_teardown(&f);
 }
 
-static void t_pin_flag_force_pcie_follows_attribute(void)
+/* One FORCE_PCIE pin of b: accepted (and a write through it arrives) on a
+ * coherent GPU, refused with GDRCopy's ENOTSUPP (524) on a PCIe one. */
+static void force_pcie_pin(gdr_t g, const tm_buf *b, int coherent)
 {
-    fixture f;
-    REQUIRE_EQ(fx_setup(&f, GPU_PAGE_SIZE, TM_CUMEMALLOC, 0), 0);
-    int supported = -1;
-    REQUIRE_EQ(gdr_get_attribute(f.g, GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, &supported), 0);
-    gdr_mh_t mh;
-    int rc = gdr_pin_buffer_v2(f.g, f.buf.d, GPU_PAGE_SIZE, GDR_PIN_FLAG_FORCE_PCIE, &mh);
-    if (supported) {
-        CHECK_EQ(rc, 0);
-        void *map = NULL;
-        CHECK_EQ(gdr_map(f.g, mh, &map, GPU_PAGE_SIZE), 0);
-        uint64_t x = 0x1122334455667788ull, y = 0;
-        CHECK_EQ(gdr_copy_to_mapping(mh, map, &x, 8), 0);
-        CHECK_EQ(tm_dtoh(&y, f.buf.d, 8), 0);
-        CHECK_EQ(x, y);
-        CHECK_EQ(gdr_unpin_buffer(f.g, mh), 0); /* unmaps first */
-    } else {
-        CHECK_EQ(rc, EINVAL);
+    gdr_mh_t mh = {0};
+    int rc = gdr_pin_buffer_v2(g, b->d, GPU_PAGE_SIZE, GDR_PIN_FLAG_FORCE_PCIE, &mh);
+    if (!coherent) {
+        CHECK_EQ(rc, 524);
+        CHECK_EQ(mh.h, 0);
+        return;
     }
-    fx_teardown(&f);
+    CHECK_EQ(rc, 0);
+    void *map = NULL;
+    CHECK_EQ(gdr_map(g, mh, &map, GPU_PAGE_SIZE), 0);
+    uint64_t x = 0x1122334455667788ull, y = 0;
+    CHECK_EQ(gdr_copy_to_mapping(mh, map, &x, 8), 0);
+    CHECK_EQ(tm_dtoh(&y, b->d, 8), 0);
+    CHECK_EQ(x, y);
+    CHECK_EQ(gdr_unpin_buffer(g, mh), 0); /* unmaps first */
+}
+
+/* The attribute says the flag is understood (as gdrdrv >= 2.5 says); the
+ * pin says whether this GPU honours it (issue 44).  Sim runs both branches:
+ * a PCIe "GPU" by default, a coherent one with GDRPY_SIM_COHERENT=1. */
+static void t_pin_flag_force_pcie_needs_coherent_gpu(void)
+{
+    tm_buf b;
+    REQUIRE_EQ(tm_alloc(&b, GPU_PAGE_SIZE, TM_CUMEMALLOC), 0);
+    gdr_t g = gdr_open();
+    REQUIRE(g != NULL);
+    int supported = -1;
+    CHECK_EQ(gdr_get_attribute(g, GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE, &supported), 0);
+    CHECK_EQ(supported, 1);
+    force_pcie_pin(g, &b, tm_coherent());
+    /* the refusal leaves nothing behind: the same pin without the flag works */
+    gdr_mh_t mh;
+    CHECK_EQ(gdr_pin_buffer_v2(g, b.d, GPU_PAGE_SIZE, GDR_PIN_FLAG_DEFAULT, &mh), 0);
+    CHECK_EQ(gdr_close(g), 0);
+    if (tm.sim) {
+        const char *was = getenv("GDRPY_SIM_COHERENT");
+        setenv("GDRPY_SIM_COHERENT", was && !strcmp(was, "1") ? "0" : "1", 1);
+        g = gdr_open(); /* a new context asks again */
+        CHECK(g != NULL);
+        if (g) force_pcie_pin(g, &b, tm_coherent());
+        if (g) CHECK_EQ(gdr_close(g), 0);
+        if (was) setenv("GDRPY_SIM_COHERENT", was, 1);
+        else unsetenv("GDRPY_SIM_COHERENT");
+    }
+    CHECK_EQ(tm_free(&b), 0);
+}
+
+static int tm_dtoh_fn(void *dst, uint64_t src, size_t n) { return tm_dtoh(dst, src, n); }
+
+/* cuMemAlloc(4 GiB + 2) (sim: 1 MiB + 2 with GDRPY_SIM_BACKING=4k): CUDA's
+ * memory object ends at +4 GiB + 4 KiB, inside the last GPU page.  Pinned
+ * by its exact size, by the 64 KiB-rounded size (UCX) and by libfabric's
+ * rule [addr & ~64K, (end & ~64K) + 64K): accepted, mapped whole, the last
+ * owned bytes work and the rest of the page stays unreachable
+ * (gdrapi_tail.h).  Ranges past that page, or starting in it past the
+ * memory, are refused (issue 44). */
+static void t_pin_of_last_gpu_page_past_the_memory(void)
+{
+    const uint64_t n = tm.sim ? (1ull << 20) + 2 : (4ull << 30) + 2;
+    tm_buf b;
+    REQUIRE_EQ(tm_alloc(&b, n, TM_EXACT), 0);
+    REQUIRE_EQ(b.d % GPU_PAGE_SIZE, 0);
+    gdr_t g = gdr_open();
+    REQUIRE(g != NULL);
+    const uint64_t obj = (n + 4095) & ~4095ull, end = b.d + n;
+    CHECK_EQ(tail_expect(g, "exact size", b.d, n, obj, b.d, end, tm_dtoh_fn), 0);
+    CHECK_EQ(tail_expect(g, "64 KiB-rounded (UCX)", b.d, n, obj, b.d,
+                         b.d + tail_pages(b.d, end), tm_dtoh_fn),
+             0);
+    CHECK_EQ(tail_expect(g, "libfabric's rule", b.d, n, obj, b.d & ~(TAIL_PAGE - 1),
+                         (end & ~(TAIL_PAGE - 1)) + TAIL_PAGE, tm_dtoh_fn),
+             0);
+    gdr_mh_t mh;
+    CHECK_EQ(gdr_pin_buffer(g, b.d, tail_pages(b.d, end) + GPU_PAGE_SIZE, 0, 0, &mh), EINVAL);
+    CHECK_EQ(gdr_pin_buffer(g, b.d + obj + 64, 16, 0, 0, &mh), EINVAL);
+    CHECK_EQ(gdr_close(g), 0);
+    CHECK_EQ(tm_free(&b), 0);
 }
 
 static void t_get_info_v1_symbol_fills_40_bytes(void)
@@ -847,28 +909,6 @@ static int dontfork_honoured(void)
     return ok;
 }
 
-static sigjmp_buf g_fault_jmp;
-static void on_fault(int sig) { siglongjmp(g_fault_jmp, sig); }
-
-/* 1 if reading *p raises SIGSEGV or SIGBUS, 0 if it reads. */
-static int read_faults(const volatile char *p)
-{
-    struct sigaction sa, old_segv, old_bus;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_fault;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGSEGV, &sa, &old_segv);
-    sigaction(SIGBUS, &sa, &old_bus);
-    int faulted = 1;
-    if (sigsetjmp(g_fault_jmp, 1) == 0) {
-        (void)p[0];
-        faulted = 0;
-    }
-    sigaction(SIGSEGV, &old_segv, NULL);
-    sigaction(SIGBUS, &old_bus, NULL);
-    return faulted;
-}
-
 /* The child's exit status has one bit per failed expectation. */
 static void t_fork_child_cannot_map_or_read_parent_pins(void)
 {
@@ -1210,6 +1250,171 @@ static void t_concurrent_pin_map_unpin_on_one_instance(void)
     CHECK_EQ(tm_free(&b), 0);
 }
 
+/* ==== reads through the copy engine (issue 44) ============================ */
+/* A gdr_t opened with GDRPY_GDRAPI_READ_CE=policy (read by gdr_open; NULL:
+ * unset, auto), and MB bytes of device memory pinned and mapped in it. */
+enum { RD_MB = 1 << 20 };
+typedef struct rd_fixture {
+    gdr_t g;
+    tm_buf b;
+    gdr_mh_t mh;
+    void *map;
+} rd_fixture;
+
+static int rd_open(rd_fixture *f, const char *policy)
+{
+    memset(f, 0, sizeof *f);
+    if (policy) setenv("GDRPY_GDRAPI_READ_CE", policy, 1);
+    f->g = gdr_open();
+    unsetenv("GDRPY_GDRAPI_READ_CE");
+    if (!f->g || tm_alloc(&f->b, RD_MB, TM_CUMEMALLOC) ||
+        gdr_pin_buffer(f->g, f->b.d, RD_MB, 0, 0, &f->mh) ||
+        gdr_map(f->g, f->mh, &f->map, RD_MB))
+        return -1;
+    return 0;
+}
+
+static void rd_close(rd_fixture *f)
+{
+    if (f->g) CHECK_EQ(gdr_close(f->g), 0);
+    CHECK_EQ(tm_free(&f->b), 0);
+}
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* With reads from 4 KiB on through the engine: every size and offset reads
+ * exactly the bytes there, into pageable and (GPU) page-locked memory, and
+ * a read right after a write through the mapping sees the write (the
+ * earlier stores are flushed to GPU memory first). */
+static void t_engine_reads_match_and_follow_writes(void)
+{
+    rd_fixture f;
+    REQUIRE_EQ(rd_open(&f, "4096"), 0);
+    uint8_t *src = malloc(RD_MB), *dst = malloc(RD_MB + 64);
+    REQUIRE(src && dst);
+    void *locked = NULL;
+    if (!tm.sim) REQUIRE_EQ(tm.cuMemHostAlloc(&locked, RD_MB, 0), 0);
+    static const size_t sizes[] = {4096, 5000, 65536, 65536 + 1, 300000, RD_MB};
+    static const size_t offs[] = {0, 1, 4097, 65536};
+    for (int round = 0; round < 2; round++) {
+        fill_walking(src, RD_MB, 77u + (uint32_t)round);
+        /* written through the mapping, read at once through the engine */
+        REQUIRE_EQ(gdr_copy_to_mapping(f.mh, f.map, src, RD_MB), 0);
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+            for (size_t k = 0; k < sizeof offs / sizeof offs[0]; k++) {
+                size_t n = sizes[i], off = offs[k];
+                if (off + n > RD_MB) continue;
+                uint8_t *out = locked && (i + k) % 2 ? (uint8_t *)locked : dst + (k & 1);
+                memset(out, 0xEE, n);
+                CHECK_EQ(gdr_copy_from_mapping(f.mh, out, (char *)f.map + off, n), 0);
+                if (memcmp(out, src + off, n)) {
+                    fprintf(stderr, "    round %d: %zu bytes at %zu differ\n", round, n, off);
+                    CHECK(0);
+                }
+            }
+    }
+    if (locked) tm.cuMemFreeHost(locked);
+    free(src);
+    free(dst);
+    rd_close(&f);
+}
+
+/* Which path a read takes (sim, whose engine stand-in is slowed down to
+ * 50 ms a copy with GDRPY_SIM_CE_DELAY_US): GDRPY_GDRAPI_READ_CE=65536 sends
+ * 64 KiB through the engine and 32 KiB through the mapping; "off" and the
+ * sim's default (auto: BAR1 only on sim) send everything through the
+ * mapping. */
+static void t_read_policy_picks_the_path(void)
+{
+    if (!tm.sim) SKIP("timing against the sim engine's delay; GPU runs time gdrapi_copylat");
+    setenv("GDRPY_SIM_CE_DELAY_US", "50000", 1);
+    rd_fixture at, off, dflt;
+    int ok = rd_open(&at, "65536") == 0 && rd_open(&off, "off") == 0 && rd_open(&dflt, NULL) == 0;
+    uint8_t *buf = malloc(65536);
+    if (ok && buf) {
+        double t0 = now_ms();
+        CHECK_EQ(gdr_copy_from_mapping(at.mh, buf, at.map, 65536), 0);
+        double t_ce = now_ms() - t0;
+        t0 = now_ms();
+        CHECK_EQ(gdr_copy_from_mapping(at.mh, buf, at.map, 32768), 0);
+        double t_small = now_ms() - t0;
+        t0 = now_ms();
+        CHECK_EQ(gdr_copy_from_mapping(off.mh, buf, off.map, 65536), 0);
+        double t_off = now_ms() - t0;
+        t0 = now_ms();
+        CHECK_EQ(gdr_copy_from_mapping(dflt.mh, buf, dflt.map, 65536), 0);
+        double t_dflt = now_ms() - t0;
+        printf("    64 KiB: %.2f ms (engine), 32 KiB %.2f ms, off %.2f ms, default %.2f ms\n",
+               t_ce, t_small, t_off, t_dflt);
+        CHECK(t_ce >= 50.0);
+        CHECK(t_small < 50.0 && t_off < 50.0 && t_dflt < 50.0);
+    }
+    CHECK(ok && buf);
+    free(buf);
+    rd_close(&at);
+    rd_close(&off);
+    rd_close(&dflt);
+    unsetenv("GDRPY_SIM_CE_DELAY_US");
+}
+
+/* Engine reads from several threads at once through one mapping (they share
+ * the context's staging ring and the device's stream): every read returns
+ * its own bytes; then gdr_close frees it all. */
+enum { RD_THREADS = 4,
+       RD_PER = 24 };
+typedef struct rd_thread {
+    gdr_mh_t mh;
+    const char *map;
+    const uint8_t *src;
+    unsigned seed;
+    int errors;
+} rd_thread;
+
+static void *thread_engine_reads(void *arg)
+{
+    rd_thread *t = arg;
+    uint8_t *out = malloc(65536 + 4096);
+    for (int i = 0; i < RD_PER && out; i++) {
+        t->seed = t->seed * 1103515245u + 12345u;
+        size_t n = 4096 + (t->seed >> 8) % 65536;
+        size_t off = (t->seed >> 4) % (RD_MB - n);
+        if (gdr_copy_from_mapping(t->mh, out, t->map + off, n) || memcmp(out, t->src + off, n))
+            t->errors++;
+    }
+    if (!out) t->errors++;
+    free(out);
+    return NULL;
+}
+
+static void t_engine_reads_from_threads(void)
+{
+    rd_fixture f;
+    REQUIRE_EQ(rd_open(&f, "4096"), 0);
+    uint8_t *src = malloc(RD_MB);
+    REQUIRE(src != NULL);
+    fill_walking(src, RD_MB, 5);
+    REQUIRE_EQ(gdr_copy_to_mapping(f.mh, f.map, src, RD_MB), 0);
+    rd_thread t[RD_THREADS];
+    pthread_t th[RD_THREADS];
+    for (int i = 0; i < RD_THREADS; i++) {
+        t[i] = (rd_thread){f.mh, f.map, src, 7u * (unsigned)i + 1u, 0};
+        pthread_create(&th[i], NULL, thread_engine_reads, &t[i]);
+    }
+    int errors = 0;
+    for (int i = 0; i < RD_THREADS; i++) {
+        pthread_join(th[i], NULL);
+        errors += t[i].errors;
+    }
+    CHECK_EQ(errors, 0);
+    free(src);
+    rd_close(&f);
+}
+
 /* ==== main =============================================================== */
 int main(int argc, char **argv)
 {
@@ -1235,7 +1440,8 @@ int main(int argc, char **argv)
     RUN(t_basic_pin_map_cumemcreate_v2);
     RUN(t_pin_with_p2p_token_is_einval);
     RUN(t_pin_rejects_bad_arguments);
-    RUN(t_pin_flag_force_pcie_follows_attribute);
+    RUN(t_pin_flag_force_pcie_needs_coherent_gpu);
+    RUN(t_pin_of_last_gpu_page_past_the_memory);
     RUN(t_get_info_v1_symbol_fills_40_bytes);
     RUN(t_info_va_rounds_down_to_gpu_page);
     RUN(t_unaligned_mapping_fails_next_boundary_works);
@@ -1258,6 +1464,9 @@ int main(int argc, char **argv)
     RUN(t_fork_child_opens_its_own_instance);
     RUN(t_fd_passing_isolation);
     RUN(t_pin_in_one_thread_map_copy_in_others);
+    RUN(t_engine_reads_match_and_follow_writes);
+    RUN(t_read_policy_picks_the_path);
+    RUN(t_engine_reads_from_threads);
     RUN(t_concurrent_pin_map_unpin_on_one_instance);
     RUN(t_small_writes_cover_exactly_their_range);
     RUN(t_small_writes_during_unmap_and_remap);

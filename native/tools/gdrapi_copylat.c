@@ -3,7 +3,11 @@
  * next to cuMemcpyHtoD/DtoH, measured in the same run.
  *
  * Our path uses only GDRCopy's API (gdr_open, gdr_pin_buffer, gdr_map,
- * gdr_copy_to_mapping, gdr_copy_from_mapping); the copy-engine columns use
+ * gdr_copy_to_mapping, gdr_copy_from_mapping).  from_map is the read as
+ * libgdrapi does it (large reads through the copy engine from the crossover
+ * it measures, GDRPY_GDRAPI_READ_CE); bar1 the same read through a second
+ * gdr_t opened with GDRPY_GDRAPI_READ_CE=off (BAR1 only), on the same
+ * memory, in the same run.  The copy-engine columns use
  * cuMemcpyHtoD_v2/DtoH_v2 from a cuMemHostAlloc'ed buffer (libcuda
  * dlopen'ed).  Each sample times one call with CLOCK_MONOTONIC_RAW; the
  * timer's own cost is printed so that it can be told apart at small sizes.
@@ -62,8 +66,9 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: gdrapi_copylat [--min BYTES] [--max BYTES] [--iters N] [--warmup N] "
                "[--quick] [--csv]\n"
-               "gdr_copy_to/from_mapping through libgdrapi.so.2 against cuMemcpy, sizes from\n"
-               "--min to --max (default 1..16 MiB) in powers of two; -h, --help: this text\n");
+               "gdr_copy_to/from_mapping through libgdrapi.so.2 (reads also BAR1 only) against\n"
+               "cuMemcpy, sizes from --min to --max (default 1..16 MiB) in powers of two;\n"
+               "-h, --help: this text\n");
 }
 
 int main(int argc, char **argv)
@@ -113,6 +118,15 @@ int main(int argc, char **argv)
 
     gdr_t g = gdr_open();
     if (!g) die("gdr_open", errno);
+    /* the BAR1-only reader: GDRPY_GDRAPI_READ_CE is read by gdr_open */
+    const char *rce = getenv("GDRPY_GDRAPI_READ_CE");
+    char *saved = rce ? strdup(rce) : NULL;
+    setenv("GDRPY_GDRAPI_READ_CE", "off", 1);
+    gdr_t g_bar1 = gdr_open();
+    if (saved) setenv("GDRPY_GDRAPI_READ_CE", saved, 1);
+    else unsetenv("GDRPY_GDRAPI_READ_CE");
+    free(saved);
+    if (!g_bar1) die("gdr_open", errno);
     size_t bufsize = (max + GPU_PAGE_SIZE - 1) & GPU_PAGE_MASK;
     tm_buf dbuf;
     if (tm_alloc(&dbuf, bufsize, TM_CUMEMALLOC)) die("device allocation", -1);
@@ -121,6 +135,10 @@ int main(int argc, char **argv)
     if (rc) die("gdr_pin_buffer", rc);
     void *map = NULL;
     if ((rc = gdr_map(g, mh, &map, bufsize))) die("gdr_map", rc);
+    gdr_mh_t mh_bar1;
+    if ((rc = gdr_pin_buffer(g_bar1, dbuf.d, bufsize, 0, 0, &mh_bar1))) die("gdr_pin_buffer", rc);
+    void *map_bar1 = NULL;
+    if ((rc = gdr_map(g_bar1, mh_bar1, &map_bar1, bufsize))) die("gdr_map", rc);
     gdr_info_t info;
     if ((rc = gdr_get_info(g, mh, &info))) die("gdr_get_info", rc);
     const char *mtype = "?";
@@ -151,10 +169,11 @@ int main(int argc, char **argv)
     if (!ce) printf("# sim: mapping columns only; cuMemcpy columns need a GPU\n");
     printf("# latency per call in us: median and p99; sizes %zu .. %zu B\n", min, max);
     if (csv) {
-        printf("size,to_map_med,to_map_p99,from_map_med,from_map_p99%s\n",
+        printf("size,to_map_med,to_map_p99,from_map_med,from_map_p99,bar1_med,bar1_p99%s\n",
                ce ? ",htod_med,htod_p99,dtoh_med,dtoh_p99" : "");
     } else {
-        printf("%10s %11s %11s %11s %11s", "size", "to_map", "p99", "from_map", "p99");
+        printf("%10s %11s %11s %11s %11s %11s %11s", "size", "to_map", "p99", "from_map", "p99",
+               "bar1", "p99");
         if (ce) printf(" %11s %11s %11s %11s", "HtoD", "p99", "DtoH", "p99");
         printf("\n");
     }
@@ -167,43 +186,43 @@ int main(int argc, char **argv)
         size_t cap = (256u << 20) / size;
         if (n > cap) n = cap < 20 ? 20 : cap;
         if (n > (size_t)iters) n = (size_t)iters;
-        stat_t st[4];
-        for (int col = 0; col < (ce ? 4 : 2); col++) {
+        stat_t st[5];
+        for (int col = 0; col < (ce ? 5 : 3); col++) {
             for (size_t i = 0; i < (size_t)warmup + n; i++) {
                 uint64_t t0 = now_ns();
                 switch (col) {
                 case 0: rc = gdr_copy_to_mapping(mh, map, hbuf, size); break;
                 case 1: rc = gdr_copy_from_mapping(mh, hbuf, map, size); break;
-                case 2: rc = tm.cuMemcpyHtoD(dbuf.d, pinned, size); break;
+                case 2: rc = gdr_copy_from_mapping(mh_bar1, hbuf, map_bar1, size); break;
+                case 3: rc = tm.cuMemcpyHtoD(dbuf.d, pinned, size); break;
                 default: rc = tm.cuMemcpyDtoH(pinned, dbuf.d, size); break;
                 }
                 uint64_t t1 = now_ns();
-                if (rc) die(col < 2 ? "gdr copy" : "cuMemcpy", rc);
+                if (rc) die(col < 3 ? "gdr copy" : "cuMemcpy", rc);
                 if (i >= (size_t)warmup) s[i - warmup] = t1 - t0;
             }
             st[col] = stats(s, n);
         }
-        if (csv) {
-            printf("%zu,%.3f,%.3f,%.3f,%.3f", size, st[0].med_us, st[0].p99_us, st[1].med_us,
-                   st[1].p99_us);
-            if (ce) printf(",%.3f,%.3f,%.3f,%.3f", st[2].med_us, st[2].p99_us, st[3].med_us, st[3].p99_us);
-        } else {
-            printf("%10zu %11.3f %11.3f %11.3f %11.3f", size, st[0].med_us, st[0].p99_us,
-                   st[1].med_us, st[1].p99_us);
-            if (ce) printf(" %11.3f %11.3f %11.3f %11.3f", st[2].med_us, st[2].p99_us, st[3].med_us,
-                           st[3].p99_us);
-        }
+        if (csv) printf("%zu", size);
+        else printf("%10zu", size);
+        for (int col = 0; col < (ce ? 5 : 3); col++)
+            printf(csv ? ",%.3f,%.3f" : " %11.3f %11.3f", st[col].med_us, st[col].p99_us);
         printf("\n");
         fflush(stdout);
         if (size > max / 2) break; /* no overflow past max */
     }
 
     /* The data really went through: write a pattern, read it back both ways. */
-    size_t vn = max < 4096 ? max : 4096;
+    size_t vn = max < (1u << 20) ? max : (1u << 20); /* large enough for the engine path */
     unsigned char *pat = malloc(vn), *back = malloc(vn);
     for (size_t i = 0; i < vn; i++) pat[i] = (unsigned char)(i * 13 + 1);
     int ok = gdr_copy_to_mapping(mh, map, pat, vn) == 0 && tm_dtoh(back, dbuf.d, vn) == 0 &&
              memcmp(pat, back, vn) == 0;
+    for (int k = 0; k < 2 && ok; k++) { /* both readers see it */
+        memset(back, 0, vn);
+        ok = gdr_copy_from_mapping(k ? mh_bar1 : mh, back, k ? map_bar1 : map, vn) == 0 &&
+             memcmp(pat, back, vn) == 0;
+    }
     printf("# verify: %s\n", ok ? "ok" : "MISMATCH");
 
     free(pat);
@@ -212,6 +231,9 @@ int main(int argc, char **argv)
     gdr_unmap(g, mh, map, bufsize);
     gdr_unpin_buffer(g, mh);
     gdr_close(g);
+    gdr_unmap(g_bar1, mh_bar1, map_bar1, bufsize);
+    gdr_unpin_buffer(g_bar1, mh_bar1);
+    gdr_close(g_bar1);
     tm_free(&dbuf);
     if (pinned) tm.cuMemFreeHost(pinned);
     free(hbuf);

@@ -10,6 +10,16 @@
  * allocation always gets new pages, so an old mapping never aliases it.
  *
  * It is a test double: never chosen by `auto`, and reported as "sim".
+ * Two switches model GPUs of other kinds (read by every allocation / every
+ * context):
+ *  - GDRPY_SIM_BACKING=4k: an allocation is backed only up to the next
+ *    4 KiB, as CUDA's memory object behind a large cuMemAlloc allocation is;
+ *    the rest of its last 64 KiB GPU page is no one's memory (reserved with
+ *    no access).  Pins of the whole GPU page are accepted, and their tail
+ *    stays unreachable (docs/security.md).  Default: backed to 64 KiB.
+ *  - GDRPY_SIM_COHERENT=1: the "GPU" has a coherent CPU-GPU link, so pin
+ *    flag FORCE_PCIE is accepted; default: a PCIe GPU, which refuses it
+ *    (GDRPY_ENOTSUPP, as GDRCopy).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -26,7 +36,8 @@
 typedef struct sim_alloc {
     struct sim_alloc *next;
     uint64_t base; /* device-side address */
-    size_t size;   /* rounded to 64 KiB */
+    size_t size;   /* rounded to 64 KiB: the address range it owns */
+    size_t backed; /* bytes from base with memory behind them (<= size) */
     size_t req;    /* requested size */
     int fd;
     int refs; /* 1 for the allocation itself (until freed) + pins */
@@ -86,12 +97,14 @@ int gdrpy_sim_alloc(size_t size, uint64_t *dptr)
     if (size > SIM_MAX_BYTES)
         return gp_err(GDRPY_EINVAL, "sim_alloc: size %zu is larger than the sim limit (1 TiB)", size);
     size_t rsize = gp_round_up(size, SIM_ALIGN);
+    const char *bk = getenv("GDRPY_SIM_BACKING");
+    size_t backed = bk && !strcmp(bk, "4k") ? gp_round_up(size, 4096) : rsize;
     int fd = memfd_create("gdrpy-sim", MFD_CLOEXEC);
     if (fd < 0) return gp_err(GDRPY_ENOMEM, "sim_alloc: memfd_create failed: %s", strerror(errno));
-    if (ftruncate(fd, (off_t)rsize) != 0) {
+    if (ftruncate(fd, (off_t)backed) != 0) {
         int e = errno;
         close(fd);
-        return gp_err(GDRPY_ENOMEM, "sim_alloc: ftruncate(%zu) failed: %s", rsize, strerror(e));
+        return gp_err(GDRPY_ENOMEM, "sim_alloc: ftruncate(%zu) failed: %s", backed, strerror(e));
     }
     /* Reserve a window with room for alignment, then place the view. */
     size_t win = rsize + SIM_ALIGN;
@@ -102,7 +115,8 @@ int gdrpy_sim_alloc(size_t size, uint64_t *dptr)
         return gp_err(GDRPY_ENOMEM, "sim_alloc: reserving %zu bytes failed: %s", win, strerror(e));
     }
     uint64_t aligned = gp_round_up((uint64_t)(uintptr_t)res, SIM_ALIGN);
-    void *view = mmap((void *)(uintptr_t)aligned, rsize, PROT_READ | PROT_WRITE,
+    /* [backed, rsize) of the window stays reserved with no access */
+    void *view = mmap((void *)(uintptr_t)aligned, backed, PROT_READ | PROT_WRITE,
                       MAP_SHARED | MAP_FIXED, fd, 0);
     if (view == MAP_FAILED) {
         int e = errno;
@@ -123,6 +137,7 @@ int gdrpy_sim_alloc(size_t size, uint64_t *dptr)
     }
     a->base = aligned;
     a->size = rsize;
+    a->backed = backed;
     a->req = size;
     a->fd = fd;
     a->refs = 1;
@@ -134,12 +149,15 @@ int gdrpy_sim_alloc(size_t size, uint64_t *dptr)
     return 0;
 }
 
-/* With sim_lock held: the live allocation containing [p, p+n). */
-static sim_alloc *sim_find_locked(uint64_t p, size_t n)
+/* With sim_lock held: the live allocation whose address range holds
+ * [p, p+n) (backed: whose memory holds it). */
+static sim_alloc *sim_find_locked(uint64_t p, size_t n, int backed)
 {
-    for (sim_alloc *a = sim_list; a; a = a->next)
-        if (!a->freed && p >= a->base && p < a->base + a->size)
-            return (n <= a->base + a->size - p) ? a : NULL;
+    for (sim_alloc *a = sim_list; a; a = a->next) {
+        size_t end = backed ? a->backed : a->size;
+        if (!a->freed && p >= a->base && p < a->base + end)
+            return (n <= a->base + end - p) ? a : NULL;
+    }
     return NULL;
 }
 
@@ -168,11 +186,12 @@ int gdrpy_sim_free(uint64_t dptr)
 static int sim_get(uint64_t dptr, size_t n, sim_alloc **out)
 {
     pthread_mutex_lock(&sim_lock);
-    sim_alloc *a = sim_find_locked(dptr, n);
+    sim_alloc *a = sim_find_locked(dptr, n, 1);
     if (a) a->refs++;
     pthread_mutex_unlock(&sim_lock);
     if (!a)
-        return gp_err(GDRPY_EINVAL, "0x%llx (+%zu bytes) is not inside a live sim allocation",
+        return gp_err(GDRPY_EINVAL, "0x%llx (+%zu bytes) is not inside the memory of a live "
+                                    "sim allocation",
                       (unsigned long long)dptr, n);
     *out = a;
     return 0;
@@ -206,20 +225,34 @@ static int sim_open(gp_ctx *c)
 
 static void sim_close(gp_ctx *c) { (void)c; }
 
+static int sim_coherent(gp_ctx *c, int *coherent)
+{
+    (void)c;
+    const char *e = getenv("GDRPY_SIM_COHERENT");
+    *coherent = e && !strcmp(e, "1");
+    return 0;
+}
+
+/* The GPU pages around the request, inside the allocation's address range;
+ * the request must start in its memory, and only the rest of its last GPU
+ * page may lie past that memory (GDRPY_SIM_BACKING=4k). */
 static int sim_pin(gp_ctx *c, gp_pin *p)
 {
     pthread_mutex_lock(&sim_lock);
-    sim_alloc *a = sim_find_locked(p->addr, p->size);
-    if (!a) {
+    sim_alloc *a = sim_find_locked(p->addr, p->size, 0);
+    if (!a || p->addr >= a->base + a->backed) {
         pthread_mutex_unlock(&sim_lock);
         return gp_err(GDRPY_EINVAL, "0x%llx (+%llu bytes) is not inside one live sim "
-                                    "allocation (the sim backend pins only memory from gdrpy_sim_alloc)",
+                                    "allocation, starting in its memory (the sim backend pins only "
+                                    "memory from gdrpy_sim_alloc)",
                       (unsigned long long)p->addr, (unsigned long long)p->size);
     }
     a->refs++;
     pthread_mutex_unlock(&sim_lock);
     p->va = gp_round_down(p->addr, GDRPY_GPU_PAGE_SIZE);
     p->len = gp_round_up(p->addr + p->size, GDRPY_GPU_PAGE_SIZE) - p->va;
+    uint64_t bend = a->base + a->backed;
+    p->backed = bend < p->va + p->len ? bend - p->va : p->len;
     p->page_size = GDRPY_GPU_PAGE_SIZE;
     p->bpriv = a;
     return 0;
@@ -237,9 +270,18 @@ static int sim_unpin(gp_ctx *c, gp_pin *p)
 static int sim_map(gp_ctx *c, gp_pin *p)
 {
     sim_alloc *a = p->bpriv;
-    /* MAP_POPULATE: every page present at return, as a BAR1 mapping is */
-    void *m = mmap(NULL, p->len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, a->fd,
-                   (off_t)(p->va - a->base));
+    /* The whole pinned range, reserved with no access; the backed part
+     * mapped over it.  MAP_POPULATE: every page present at return, as a BAR1
+     * mapping is. */
+    void *m = mmap(NULL, p->len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m != MAP_FAILED &&
+        mmap(m, p->backed, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED | MAP_POPULATE, a->fd,
+             (off_t)(p->va - a->base)) == MAP_FAILED) {
+        int e = errno;
+        munmap(m, p->len);
+        m = MAP_FAILED;
+        errno = e;
+    }
     if (m == MAP_FAILED)
         return gp_err(GDRPY_ENOMEM, "mmap of %llu bytes failed: %s",
                       (unsigned long long)p->len, strerror(errno));
@@ -284,4 +326,5 @@ const struct gp_backend gp_backend_sim = {
     .unmap = sim_unmap,
     .get_invalidated = NULL,
     .dev_memcpy = sim_dev_memcpy,
+    .coherent = sim_coherent,
 };

@@ -35,6 +35,7 @@
 
 #include "internal.h"
 #include "cudadrv.h"
+#include "fence.h"
 
 volatile unsigned gdrpy_fork_generation = 0;
 
@@ -65,7 +66,8 @@ static void on_fork_child(void)
 
 /* In a forked child: every mapping of the parent's contexts is replaced by
  * private zero-filled memory at the same address (MAP_FIXED: whether the
- * backend's MADV_DONTFORK left a hole or the mapping was inherited).  A raw
+ * backend's MADV_DONTFORK left a hole or the mapping was inherited), and its
+ * no-access tail, if any, by no-access memory.  A raw
  * view taken before fork then reads zeros and writes into memory of the
  * child's own: it never sees or changes the parent's device memory, never
  * faults, and the range can never be reused for an unrelated allocation of
@@ -85,8 +87,14 @@ static void map_placeholders(void)
              * bits); cover the whole pages the backend mapped */
             uintptr_t lo = gp_round_down((uintptr_t)p->map_base, g_host_page);
             uintptr_t hi = gp_round_up((uintptr_t)p->map_base + p->map_len, g_host_page);
-            mmap((void *)lo, hi - lo, PROT_READ | PROT_WRITE,
+            /* a no-access tail (p->backed) stays so: a touch faults there */
+            uintptr_t mid = gp_round_up((uintptr_t)p->map_base + p->backed, g_host_page);
+            if (mid > hi) mid = hi;
+            mmap((void *)lo, mid - lo, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+            if (hi > mid)
+                mmap((void *)mid, hi - mid, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
         }
     }
 }
@@ -296,6 +304,7 @@ static int open_with(const struct gp_backend *be, int device, gp_ctx **out)
     c->pid = getpid();
     c->fork_gen = gdrpy_fork_generation;
     pthread_mutex_init(&c->lock, NULL);
+    c->coherent = -1;
     c->info.device = device;
     c->info.backend = be->id;
     snprintf(c->info.backend_name, sizeof c->info.backend_name, "%s", be->name);
@@ -550,6 +559,30 @@ static int pin_slot(gp_ctx *c, uint32_t *idx)
     return 0;
 }
 
+/* Pin flag FORCE_PCIE, with GDRCopy's semantics: it asks for a mapping over
+ * PCIe BAR1 where a coherent CPU-GPU link (C2C) could serve it, and GDRCopy's
+ * driver refuses it on a GPU without such a link (the NVIDIA driver answers
+ * its forced BAR1 request with -ENOTSUPP, which gdr_pin_buffer_v2 returns).
+ * Where there is one it is accepted: every mapping gdrpy makes is a BAR1 one.
+ * Coherence is asked once per context (the backend's hook, else CUDA's
+ * PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, the attribute GDRCopy's own
+ * tests take for "coherent"). */
+static int force_pcie_ok(gp_ctx *c)
+{
+    int coh = atomic_load(&c->coherent);
+    if (coh < 0) {
+        int rc = c->be->coherent ? c->be->coherent(c, &coh)
+                                 : gp_cuda_device_coherent(c->device, &coh);
+        if (rc) return gp_err_prefix(rc, "pin flag FORCE_PCIE: is the GPU coherent?");
+        atomic_store(&c->coherent, coh);
+    }
+    if (coh) return 0;
+    return gp_err(GDRPY_ENOTSUPP, "pin flag FORCE_PCIE: device %d (%s) has no coherent CPU-GPU "
+                                  "link, so there is no other path than PCIe to force; GDRCopy's "
+                                  "driver refuses the flag here too (ENOTSUPP, 524): pin without it",
+                  c->device, c->info.gpu_name);
+}
+
 int gdrpy_pin(gdrpy_ctx_t h, uint64_t addr, size_t size, unsigned flags, gdrpy_pin_t *out)
 {
     if (!out) return gp_err(GDRPY_EINVAL, "pin: output pointer is NULL");
@@ -563,6 +596,13 @@ int gdrpy_pin(gdrpy_ctx_t h, uint64_t addr, size_t size, unsigned flags, gdrpy_p
     gp_ctx *c;
     int rc = ctx_enter(h, &c, "pin");
     if (rc) return rc;
+    if (flags & GDRPY_PIN_FORCE_PCIE) {
+        rc = force_pcie_ok(c);
+        if (rc) {
+            ctx_leave(c);
+            return rc;
+        }
+    }
     gp_pin *p = calloc(1, sizeof *p);
     if (!p) {
         ctx_leave(c);
@@ -577,14 +617,19 @@ int gdrpy_pin(gdrpy_ctx_t h, uint64_t addr, size_t size, unsigned flags, gdrpy_p
      * call is inside it: gdrpy_close waits), and the pin is published in
      * the table only once it is complete. */
     rc = c->be->pin(c, p);
+    if (!rc && !p->backed) p->backed = p->len;
     if (rc) {
         gp_err_prefix(rc, "pin of 0x%llx (+%zu bytes) on %s", (unsigned long long)addr, size,
                       c->be->name);
-    } else if (p->va > addr || p->va + p->len < addr + size || p->len == 0) {
-        rc = gp_err(GDRPY_EIO, "pin: backend %s returned range 0x%llx+%llu not covering "
-                               "0x%llx+%zu (bug)",
+    } else if (p->va > addr || p->va + p->len < addr + size || p->len == 0 ||
+               p->backed > p->len || addr >= p->va + p->backed ||
+               gp_round_up(p->va + p->backed, GDRPY_GPU_PAGE_SIZE) < p->va + p->len) {
+        /* the unbacked tail, if any, is the rest of the GPU page in which the
+         * backed memory ends, and the request starts in backed memory */
+        rc = gp_err(GDRPY_EIO, "pin: backend %s returned range 0x%llx+%llu (%llu bytes "
+                               "backed) not covering 0x%llx+%zu as pins must (bug)",
                     c->be->name, (unsigned long long)p->va, (unsigned long long)p->len,
-                    (unsigned long long)addr, size);
+                    (unsigned long long)p->backed, (unsigned long long)addr, size);
         pthread_mutex_lock(&c->lock);
         c->be->unpin(c, p);
         pthread_mutex_unlock(&c->lock);
@@ -645,6 +690,7 @@ static void fill_info(gp_ctx *c, gp_pin *p, gdrpy_pin_info_t *o)
     o->size = p->size;
     o->va = p->va;
     o->mapped_size = p->len;
+    o->backed_size = p->backed;
     o->page_size = p->page_size;
     o->mapped = p->map_base != NULL;
     o->mapping_type = p->map_base ? (uint32_t)p->mapping_type : GDRPY_MAPPING_NONE;
@@ -752,6 +798,12 @@ static int copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n,
     if (!rc && (offset > p->size || n > p->size - offset))
         rc = gp_err(GDRPY_ERANGE, "%s: [%zu, %zu+%zu) is outside the pinned %llu bytes", what,
                     offset, offset, n, (unsigned long long)p->size);
+    if (!rc && p->addr + offset + n > p->va + p->backed)
+        rc = gp_err(GDRPY_ERANGE, "%s: [%zu, %zu+%zu) reaches past byte %llu of the pin, where "
+                                  "the memory behind the allocation ends (the rest of its last "
+                                  "GPU page is not the allocation's: never touched)",
+                    what, offset, offset, n,
+                    (unsigned long long)(p->va + p->backed - p->addr));
     if (!rc && p->tearing)
         rc = gp_err(GDRPY_EBUSY, "%s: pin 0x%llx is being unmapped or unpinned by another "
                                  "thread",
@@ -840,7 +892,10 @@ int gdrpy_ce_read(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *dst, size_
     gp_pin *p;
     int rc = copy_begin(h, ph, offset, n, dst, 0, "ce_read", &c, &p);
     if (rc) return rc;
-    if (n) rc = c->be->dev_memcpy(c, 1, p->addr + offset, dst, n, stream);
+    if (n) {
+        gp_pin_flush(p);
+        rc = gp_ce_read_dev(c, p->addr + offset, dst, n, stream);
+    }
     copy_end(c, p);
     return rc;
 }
@@ -887,6 +942,29 @@ int gdrpy_stream_synchronize(gdrpy_ctx_t h, void *stream)
 }
 
 /* ---- for the layers above (internal.h) --------------------------------- */
+
+/* Before the copy engine reads GPU memory: stores made through the pin's
+ * mapping (a put, gdr_copy_to_mapping) are posted PCIe writes that may still
+ * be on their way to GPU memory when the engine's read starts, and nothing
+ * orders the engine after them.  So: the store fence (the CPU's
+ * write-combining buffers drain onto the bus), then one load through the
+ * mapping.  A PCIe read request may not pass posted writes in the same
+ * direction, so when its completion has returned, every earlier write
+ * through the mapping has reached GPU memory, and the engine's read sees
+ * it.  One BAR1 read (~1 us) on a path that costs >= 7 us. */
+void gp_pin_flush(gp_pin *p)
+{
+    if (!p->map_base) return;
+    gp_fence_after_stores();
+    (void)*(const volatile uint64_t *)gp_round_up((uintptr_t)p->map_base, 8);
+    gp_fence_after_loads();
+}
+
+int gp_ce_read_dev(gp_ctx *c, uint64_t dptr, void *dst, size_t n, void *stream)
+{
+    if (stream || !c->be->is_real) return c->be->dev_memcpy(c, 1, dptr, dst, n, stream);
+    return gp_cuda_private_copy(c->device, 1, dptr, dst, n);
+}
 
 int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t n, const void *buf,
                   int need_map, const char *what, gp_ctx **c, gp_pin **p)

@@ -31,14 +31,16 @@ struct sym {
 #define SYM(field, name) {name, (void **)&gp_cu.field, 0}
 #define OPT(field, name) {name, (void **)&gp_cu.field, 1}
 
+static const char *const cuda_libs[] = {"libcuda.so.1", "libcuda.so"};
+#define N_CUDA_LIBS (sizeof cuda_libs / sizeof cuda_libs[0])
+
 static void do_load(void)
 {
-    const char *libs[] = {"libcuda.so.1", "libcuda.so"};
     void *h = NULL;
     const char *dlerr = "";
     char first_err[200] = "";
-    for (size_t i = 0; i < sizeof libs / sizeof libs[0] && !h; i++) {
-        h = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+    for (size_t i = 0; i < N_CUDA_LIBS && !h; i++) {
+        h = dlopen(cuda_libs[i], RTLD_NOW | RTLD_LOCAL);
         if (!h && !first_err[0]) {
             dlerr = dlerror();
             snprintf(first_err, sizeof first_err, "%s", dlerr ? dlerr : "?");
@@ -151,6 +153,17 @@ int gp_cuda_load(char *why, size_t n)
     return 0;
 }
 
+void *gp_cuda_loaded_symbol(const char *name)
+{
+    for (size_t i = 0; i < N_CUDA_LIBS; i++) {
+        /* RTLD_NOLOAD: a handle only if it is loaded already; the reference
+         * taken is kept, so the symbol stays valid */
+        void *h = dlopen(cuda_libs[i], RTLD_NOW | RTLD_NOLOAD);
+        if (h) return dlsym(h, name);
+    }
+    return NULL;
+}
+
 int gp_cuda_driver_version(int *v)
 {
     int rc = gp_cuda_load(NULL, 0);
@@ -249,6 +262,21 @@ int gp_cuda_device_info(int device, char *name, size_t namelen, char *busid, siz
             return gp_cuda_err(0, r, "cuDeviceGetPCIBusId", "PCI address of CUDA device %d",
                                device);
     }
+    return 0;
+}
+
+int gp_cuda_device_coherent(int device, int *coherent)
+{
+    *coherent = 0;
+    CUdevice d;
+    int rc = get_dev(device, &d);
+    if (rc) return rc;
+    int v = 0;
+    CUresult r = gp_cu.DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES, d);
+    if (r)
+        return gp_cuda_err(0, r, "cuDeviceGetAttribute",
+                           "PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES of CUDA device %d", device);
+    *coherent = v != 0;
     return 0;
 }
 

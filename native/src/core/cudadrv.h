@@ -123,6 +123,7 @@ _Static_assert(sizeof(gp_CUmemPoolProps) == 88, "CUmemPoolProps size");
 #define CU_DEVICE_ATTRIBUTE_PCI_BUS_ID 33
 #define CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID 34
 #define CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID 50
+#define CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES 100
 #define CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED 102
 #define CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED 103
 #define CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED 116
@@ -215,6 +216,12 @@ GP_HIDDEN extern struct gp_cuda_api gp_cu;
  * missing symbol, cuInit failure) with the reason in `why` (may be NULL) and
  * in the thread's message. */
 GP_HIDDEN int gp_cuda_load(char *why, size_t n);
+/* The address of `name` in a libcuda.so.1 that the process has already
+ * loaded, or NULL: never loads the library and never calls cuInit (for
+ * callers that must not bring CUDA into a process that does not use it:
+ * libgdrapi asks which device owns an address only where the program uses
+ * CUDA itself).  Keeps the library loaded once found.  Thread-safe. */
+GP_HIDDEN void *gp_cuda_loaded_symbol(const char *name);
 /* "CUDA_ERROR_INVALID_VALUE", or "CUresult 123" for unknown codes. Never NULL;
  * the returned string is static or thread-local. */
 GP_HIDDEN const char *gp_cuda_errname(CUresult r);
@@ -236,6 +243,10 @@ GP_HIDDEN int gp_cuda_check_device(int device);
  * buffer may be NULL. */
 GP_HIDDEN int gp_cuda_device_info(int device, char *name, size_t namelen,
                                   char *busid, size_t busidlen);
+/* *coherent = 1 when the device reaches host memory coherently through the
+ * host's page tables (CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES:
+ * a cache-coherent CPU-GPU link such as Grace Hopper's C2C), else 0. */
+GP_HIDDEN int gp_cuda_device_coherent(int device, int *coherent);
 /* Parsed PCI address of the device. */
 GP_HIDDEN int gp_cuda_device_pci(int device, unsigned *domain, unsigned *bus,
                                  unsigned *slot, unsigned *function);

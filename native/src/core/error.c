@@ -116,6 +116,7 @@ const char *gdrpy_strerror(int code)
     case GDRPY_EINVAL: return "EINVAL";
     case GDRPY_ERANGE: return "ERANGE";
     case GDRPY_ENOTSUP: return "ENOTSUP";
+    case GDRPY_ENOTSUPP: return "ENOTSUPP";
     default: return "EUNKNOWN";
     }
 }

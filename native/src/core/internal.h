@@ -45,6 +45,11 @@ struct gp_pin {
     uint64_t va;
     uint64_t len;
     uint32_t page_size; /* reported GPU page size (65536) */
+    /* bytes from va backed by the pinned memory (0: all of len).  Only the
+     * rest of the GPU page in which the memory object ends may lie past it
+     * (docs/security.md); map() maps [va, va+backed) and reserves the rest
+     * of [va, va+len) with no access, and the core refuses copies there. */
+    uint64_t backed;
     /* set by the backend's map() */
     void *map_base;   /* CPU address of va; NULL while unmapped */
     size_t map_len;   /* bytes mapped at map_base (>= len) */
@@ -78,6 +83,9 @@ struct gp_ctx {
     uint32_t npins;
     gdrpy_ctx_info_t info; /* filled by open (backend fills names) */
     int fork_faults;       /* GDRPY_OPEN_FORK_FAULTS: no placeholders in a child */
+    /* 1: the GPU has a coherent CPU-GPU link, 0: not, -1: not asked yet
+     * (pin flag FORCE_PCIE asks, once per context: gp_ctx_coherent) */
+    _Atomic int coherent;
     /* state of the layers above, torn down by gdrpy_close (gp_ctx_attach;
      * under ctx->lock) */
     struct gp_ctx_hook {
@@ -127,6 +135,9 @@ struct gp_backend {
     /* optional: driver-level objects held by the context (leak checks);
      * NULL: the core counts pins + mappings. */
     uint64_t (*live_objects)(gp_ctx *ctx);
+    /* optional: *coherent = 1 if the GPU has a coherent CPU-GPU link (NULL:
+     * ask CUDA, gp_cuda_device_coherent). */
+    int (*coherent)(gp_ctx *ctx, int *coherent);
 };
 
 GP_HIDDEN extern const struct gp_backend gp_backend_sim;
@@ -142,6 +153,15 @@ GP_HIDDEN int gp_copy_begin(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, size_t
                             const void *buf, int need_map, const char *what, gp_ctx **c,
                             gp_pin **p);
 GP_HIDDEN void gp_copy_end(gp_ctx *c, gp_pin *p);
+/* A copy-engine read of [dptr, dptr+n) into dst.  With a stream: the
+ * backend's copy, enqueued on it.  Without one: synchronous, on gdrpy's own
+ * non-blocking stream (gp_cuda_private_copy), so it never waits for the
+ * caller's kernels, as a read through the mapping never does (sim: memcpy). */
+GP_HIDDEN int gp_ce_read_dev(gp_ctx *c, uint64_t dptr, void *dst, size_t n, void *stream);
+/* Before a copy-engine read of a pin (in flight, gp_copy_begin): the
+ * earlier stores through its mapping, if it is mapped, reach GPU memory
+ * first (core.c says how). */
+GP_HIDDEN void gp_pin_flush(gp_pin *p);
 /* Enters the context (its in-flight count; gp_ctx_leave(c) after). */
 GP_HIDDEN int gp_ctx_enter(gdrpy_ctx_t h, gp_ctx **c, const char *what);
 GP_HIDDEN void gp_ctx_leave(gp_ctx *c);

@@ -49,7 +49,6 @@
  * block the child), and the child never sees the parent's mappings (gdrpy
  * maps with MADV_DONTFORK).
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -68,6 +67,8 @@
 
 #include "gdrapi.h"
 #include "internal.h"
+#include "cudadrv.h"
+#include "read_ce.h"
 #include "rseq_put.h"
 
 /* ---- ABI checks ------------------------------------------------------- */
@@ -114,8 +115,9 @@ typedef struct mh_slot {
     /* 1: small writes through this mapping may be restartable sequences
      * (set when mapped; see rseq_may_use) */
     _Atomic unsigned rseq_ok;
-    _Atomic(char *) lo; /* gdrpy's mapping: [lo, lo + span) */
-    _Atomic size_t span;
+    _Atomic(char *) lo;   /* gdrpy's mapping: [lo, lo + span) may be copied through */
+    _Atomic size_t span;  /* the backed bytes (the pinned range may end in a no-access tail) */
+    _Atomic size_t whole; /* the whole pinned range from lo (span + that tail) */
     /* cold: owner's g->lock */
     struct gdr *g;
     gdrpy_ctx_t ctx;
@@ -123,6 +125,8 @@ typedef struct mh_slot {
     uint64_t addr, size;  /* as given to the pin call */
     uint64_t va;          /* the pinned range, as the backend pinned it (gdrpy's */
     uint64_t mapped_size; /* va, mapped_size: what gdr_map maps, never more) */
+    uint64_t backed;      /* bytes from va backed by the allocation (<= mapped_size) */
+    int dev;              /* CUDA device of the pin's context */
     void *map_ret;        /* pointer gdr_map returned (CPU address of va) */
     size_t map_size;      /* size given to gdr_map */
     int mapping_type;
@@ -240,6 +244,7 @@ static void slot_free(mh_slot *s, uint32_t idx)
     s->pin = 0;
     atomic_store_explicit(&s->lo, NULL, memory_order_relaxed);
     atomic_store_explicit(&s->span, 0, memory_order_relaxed);
+    atomic_store_explicit(&s->whole, 0, memory_order_relaxed);
     s->map_ret = NULL;
     pthread_mutex_lock(&mh_lock);
     s->next = 0;
@@ -414,6 +419,7 @@ struct gdr {
                                       pin, the one gdr_open expects */
     int backend_known; /* a context has been opened */
     int default_dev;
+    size_t rd_policy;             /* GDRPY_GDRAPI_READ_CE at gdr_open (read_ce.h) */
     gdrpy_ctx_t ctx[GDR_MAX_DEV]; /* 0 = not opened yet */
     uint32_t head;                /* first slot + 1 of the handle list */
     uint32_t nhandles;
@@ -515,18 +521,16 @@ static void g_unlink(struct gdr *g, mh_slot *s)
 }
 
 /* ---- device of an address ----------------------------------------------- */
-typedef int (*cu_pointer_get_attribute_fn)(void *data, int attr, unsigned long long ptr);
-#define CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL 9
+typedef CUresult (*cu_pointer_get_attribute_fn)(void *data, int attr, CUdeviceptr ptr);
 
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
 static cu_pointer_get_attribute_fn cu_ptr_attr;
 
 static void cu_resolve(void)
 {
-    /* Only if the process already has libcuda: memory to pin comes from it. */
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-    if (!h) h = dlopen("libcuda.so", RTLD_NOW | RTLD_NOLOAD);
-    if (h) cu_ptr_attr = (cu_pointer_get_attribute_fn)dlsym(h, "cuPointerGetAttribute");
+    /* Only if the process already has libcuda (memory to pin comes from it):
+     * libgdrapi never loads or initialises CUDA itself. */
+    cu_ptr_attr = (cu_pointer_get_attribute_fn)gp_cuda_loaded_symbol("cuPointerGetAttribute");
 }
 
 /* With g->lock held. */
@@ -537,7 +541,7 @@ static int device_of(struct gdr *g, unsigned long addr)
     pthread_once(&cu_once, cu_resolve);
     if (!cu_ptr_attr) return g->default_dev;
     int dev = -1;
-    int rc = cu_ptr_attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (unsigned long long)addr);
+    CUresult rc = cu_ptr_attr(&dev, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, (CUdeviceptr)addr);
     if (rc != 0 || dev < 0 || dev >= GDR_MAX_DEV) {
         LOGD("cuPointerGetAttribute(DEVICE_ORDINAL, 0x%lx) gave CUresult %d; using device %d",
              addr, rc, g->default_dev);
@@ -704,6 +708,7 @@ gdr_t gdr_open(void)
     memset(g->ctx, 0, sizeof g->ctx);
     g->fd = fd;
     g->default_dev = dev;
+    g->rd_policy = gp_rd_policy();
     g->req_backend = req;
     g->backend = backend;
     g->backend_known = 0;
@@ -846,7 +851,8 @@ static int do_pin(struct gdr *g, unsigned long addr, size_t size, uint32_t flags
     int rc = g_enter(g, what);
     if (rc) return rc;
     gdrpy_ctx_t ctx;
-    rc = ctx_for(g, device_of(g, addr), &ctx);
+    int dev = device_of(g, addr);
+    rc = ctx_for(g, dev, &ctx);
     if (rc) {
         g_leave(g);
         return rc;
@@ -878,6 +884,8 @@ static int do_pin(struct gdr *g, unsigned long addr, size_t size, uint32_t flags
     s->size = size;
     s->va = pi.va;
     s->mapped_size = pi.mapped_size;
+    s->backed = pi.backed_size;
+    s->dev = dev;
     s->map_ret = NULL;
     s->map_size = 0;
     s->mapping_type = GDR_MAPPING_TYPE_NONE;
@@ -1071,7 +1079,8 @@ static int do_map(struct gdr *g, gdr_mh_t handle, void **va, size_t size, int fl
         goto out;
     }
     atomic_store_explicit(&s->lo, (char *)pi.map_ptr, memory_order_relaxed);
-    atomic_store_explicit(&s->span, (size_t)pi.mapped_size, memory_order_relaxed);
+    atomic_store_explicit(&s->span, (size_t)pi.backed_size, memory_order_relaxed);
+    atomic_store_explicit(&s->whole, (size_t)pi.mapped_size, memory_order_relaxed);
     s->map_ret = (char *)user_ptr - (s->addr - s->va);
     s->map_size = size;
     s->mapping_type = (int)pi.mapping_type;
@@ -1136,9 +1145,27 @@ static __attribute__((noinline, cold)) int copy_fail(gdr_mh_t handle, const void
              "inherited across fork",
              what, handle.h);
         break;
-    case ERANGE:
+    case ERANGE: {
+        /* Into the no-access tail of a pinned range (past the end of the
+         * allocation's memory, inside its last GPU page): ERANGE, as gdrpy's
+         * validated copies; anywhere else outside the mapping: EINVAL. */
+        uint32_t gen;
+        mh_slot *s = mh_lookup(handle, &gen);
+        const char *lo = s ? atomic_load_explicit(&s->lo, memory_order_relaxed) : NULL;
+        size_t span = s ? atomic_load_explicit(&s->span, memory_order_relaxed) : 0;
+        size_t whole = s ? atomic_load_explicit(&s->whole, memory_order_relaxed) : 0;
+        const char *c = p;
+        if (lo && c >= lo && (size_t)(c - lo) <= whole && n <= whole - (size_t)(c - lo) &&
+            (size_t)(c - lo) + n > span) {
+            LOGE("%s: [%p, +%zu) reaches past byte %zu of the mapping of handle 0x%lx, where "
+                 "the allocation's memory ends: the rest of its last GPU page is no one's and "
+                 "is never touched",
+                 what, p, n, span, handle.h);
+            return ERANGE;
+        }
         LOGE("%s: [%p, +%zu) is outside the mapping of handle 0x%lx", what, p, n, handle.h);
         return EINVAL;
+    }
     default:
         LOGE("%s: handle 0x%lx is not mapped", what, handle.h);
     }
@@ -1260,12 +1287,46 @@ int gdr_copy_to_mapping(gdr_mh_t handle, void *map_d_ptr, const void *h_ptr, siz
     return copy_to_mapping_checked(handle, map_d_ptr, h_ptr, size);
 }
 
+/* A read of at least gp_rd_floor bytes, checked and announced (r): through
+ * the copy engine where that is faster (read_ce.c), else through the
+ * mapping. */
+static __attribute__((noinline)) int copy_from_mapping_large(gdr_mh_t handle, void *h_ptr,
+                                                             const void *map_d_ptr, size_t size,
+                                                             hz_rec *r)
+{
+    uint32_t gen;
+    mh_slot *s = mh_lookup(handle, &gen); /* announced: it stays this mapping */
+    int done = 1;
+    if (s) {
+        const char *lo = atomic_load_explicit(&s->lo, memory_order_relaxed);
+        size_t span = atomic_load_explicit(&s->span, memory_order_relaxed);
+        size_t head = (size_t)(s->addr - s->va);
+        gp_rd_src src = {
+            .ctx = s->ctx,
+            .pin = s->pin,
+            .device = s->dev,
+            .sim = s->g->backend == GDRPY_BACKEND_SIM,
+            .policy = s->g->rd_policy,
+            .user = lo + head,
+            .avail = span > head ? span - head : 0,
+        };
+        if (src.avail > s->size) src.avail = (size_t)s->size;
+        done = gp_rd_large(&src, h_ptr, map_d_ptr, size);
+    }
+    if (done) gdrpy_copy_from_mapping(h_ptr, map_d_ptr, size);
+    copy_done(r);
+    return 0;
+}
+
 int gdr_copy_from_mapping(gdr_mh_t handle, void *h_ptr, const void *map_d_ptr, size_t size)
 {
     hz_rec *r = NULL;
     int rc = copy_check(handle, map_d_ptr, size, &r);
     if (__builtin_expect(rc != 0 || !h_ptr, 0))
         return copy_refuse(handle, map_d_ptr, size, rc, r, "gdr_copy_from_mapping");
+    /* the one check the small path pays (read_ce.h) */
+    if (__builtin_expect(size >= atomic_load_explicit(&gp_rd_floor, memory_order_relaxed), 0))
+        return copy_from_mapping_large(handle, h_ptr, map_d_ptr, size, r);
     if (__builtin_expect(size != 0, 1)) gdrpy_copy_from_mapping(h_ptr, map_d_ptr, size);
     copy_done(r);
     return 0;
@@ -1318,10 +1379,10 @@ int gdr_get_attribute(gdr_t g, gdr_attr_t attr, int *v)
         *v = 1;
         return 0;
     case GDR_ATTR_SUPPORT_PIN_FLAG_FORCE_PCIE:
-        /* Passed to every backend: nvrm maps through BAR1 (PCIe by
-         * construction), gdrdrv >= 2.5 takes the flag (older modules refuse
-         * the pin with ENOTSUP), dmabuf asks CUDA for a PCIe dma-buf, the
-         * sim accepts it. */
+        /* As gdrdrv >= 2.5 reports it: the flag is understood.  Whether the
+         * platform honours it is the pin's answer: refused with ENOTSUPP
+         * (524) on a GPU without a coherent CPU-GPU link, as GDRCopy's
+         * driver refuses it (core.c, force_pcie_ok). */
         *v = 1;
         return 0;
     case GDR_ATTR_USING_DMA_BUF_MMAP:

@@ -20,8 +20,10 @@
  * GDRPY_STAGING_DRY=nodma|nocopy runs one side of the pipeline alone,
  * GDRPY_STAGING_NT=in|out|both copies with streaming stores,
  * GDRPY_STAGING_PPT=N sets the pieces per thread and chunk (default 2).
- * Without a stream the DMAs run on the legacy default stream of the device's
- * primary context and the call returns when everything has landed.  With a
+ * Without a stream a write's DMAs run on the legacy default stream of the
+ * device's primary context, a read's on gdrpy's own non-blocking stream
+ * (cudadrv.h: it waits for none of the caller's kernels, as a read through
+ * the mapping never does), and the call returns when everything has landed.  With a
  * stream they run on it (ordered after its earlier work); a write returns
  * once the source has been consumed (later work on the stream sees the
  * data), and slots whose DMA is still queued are waited for by the next
@@ -769,8 +771,19 @@ static int staged(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *host, size
         return 0;
     }
     uint64_t dptr = p->addr + offset;
+    if (dir == 1) gp_pin_flush(p);
     gp_stage *st = stage_of(c);
     int direct = st == NULL;
+    /* A read without a stream runs on gdrpy's own non-blocking stream: it
+     * waits for nothing of the caller's (gp_ce_read_dev). */
+    CUstream priv = NULL;
+    if (st && dir == 1 && !stream && c->be->is_real) {
+        rc = gp_cuda_private_begin(c->device, &priv);
+        if (rc) {
+            gp_copy_end(c, p);
+            return gp_err_prefix(rc, "%s of %zu bytes at offset %zu", what, n, offset);
+        }
+    }
     if (st) {
         pthread_mutex_lock(&st->op_lock);
         rc = ring_build(st, c);
@@ -792,7 +805,7 @@ static int staged(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *host, size
                 pushed = !rc;
             }
             if (!rc) {
-                CUstream s = (CUstream)stream;
+                CUstream s = priv ? priv : (CUstream)stream;
                 rc = dir == 0 ? pipe_write(st, dptr, host, n, s, stream != NULL)
                               : pipe_read(st, dptr, host, n, s);
             }
@@ -800,7 +813,10 @@ static int staged(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *host, size
         }
         pthread_mutex_unlock(&st->op_lock);
     }
-    if (!rc && direct) rc = c->be->dev_memcpy(c, dir, dptr, host, n, stream);
+    if (priv) gp_cuda_private_end(c->device);
+    if (!rc && direct)
+        rc = dir == 0 ? c->be->dev_memcpy(c, 0, dptr, host, n, stream)
+                      : gp_ce_read_dev(c, dptr, host, n, stream);
     gp_copy_end(c, p);
     if (rc) return gp_err_prefix(rc, "%s of %zu bytes at offset %zu", what, n, offset);
     return 0;
@@ -828,7 +844,9 @@ static int locked(gdrpy_ctx_t h, gdrpy_pin_t ph, size_t offset, void *host, size
     if (rc) return rc;
     if (n) {
         uint64_t dptr = p->addr + offset;
-        if (c->be->is_real) rc = gp_cuda_memcpy_locked(c->device, dir, dptr, host, n, stream);
+        if (dir == 1) gp_pin_flush(p);
+        if (dir == 1 && !stream) rc = gp_ce_read_dev(c, dptr, host, n, NULL);
+        else if (c->be->is_real) rc = gp_cuda_memcpy_locked(c->device, dir, dptr, host, n, stream);
         else rc = c->be->dev_memcpy(c, dir, dptr, host, n, stream);
     }
     gp_copy_end(c, p);

@@ -47,6 +47,8 @@
  * device-to-host copy take that long (a proof that takes its time);
  * fake_exact_objects(1) gives each later cuMemAlloc an RM object of its own
  * of its size rounded to 4 KiB (a chunk that ends inside a GPU page).
+ * cuDeviceGetAttribute says the GPU has no coherent CPU-GPU link (attribute
+ * 100 is 0) unless FAKE_COHERENT=1.
  * The legacy default stream: fake_legacy_busy(1) stands for a kernel running
  * on it (or on any blocking stream); from then on every call that would wait
  * for that kernel on a real driver (synchronous copies, work on or
@@ -75,7 +77,7 @@
 typedef int CUresult;
 typedef uint64_t CUdeviceptr;
 
-#define FB_SIZE (512u << 20) /* sparse: a memfd */
+#define FB_SIZE (8ull << 30) /* sparse: a memfd (room for allocations past 4 GiB) */
 #define CHUNK (2u << 20)
 #define VA_LEGACY 0x7e0000000000ull
 #define VA_VMM 0x7f0000000000ull
@@ -401,9 +403,11 @@ API CUresult cuDeviceGetPCIBusId(char *id, int len, int d)
 }
 API CUresult cuDeviceGetAttribute(int *v, int a, int d)
 {
+    const char *coh = getenv("FAKE_COHERENT");
     *v = a == 33 ? 0x41 : a == 34 ? 0
                       : a == 50   ? 0
                       : a == 124  ? 0
+                      : a == 100  ? coh && !strcmp(coh, "1") /* PCIe unless FAKE_COHERENT=1 */
                                   : 1;
     return 0;
 }
@@ -519,6 +523,25 @@ API CUresult cuStreamSynchronize(void *s)
     waits("cuStreamSynchronize of a blocking stream", s ? s : (void *)1);
     return 0;
 }
+/* Events: copies complete when issued, so an event has fired once recorded;
+ * recording one on a blocking stream stands for waiting for the kernel. */
+API CUresult cuEventCreate(void **e, unsigned f)
+{
+    *e = calloc(1, 16);
+    return *e ? 0 : 2;
+}
+API CUresult cuEventDestroy_v2(void *e)
+{
+    free(e);
+    return 0;
+}
+API CUresult cuEventRecord(void *e, void *st)
+{
+    waits("cuEventRecord on a blocking stream", st ? st : (void *)1);
+    return 0;
+}
+API CUresult cuEventSynchronize(void *e) { return 0; }
+API CUresult cuEventQuery(void *e) { return 0; }
 API CUresult cuStreamGetCtx(void *s, void **c)
 {
     *c = (void *)0x1234;

@@ -2,9 +2,11 @@
  * test_proof_fake.c - issue 45 against fakenv, the stand-in driver:
  *
  *  nowait  a kernel "runs" on the legacy default stream (fake_legacy_busy)
- *          from before the context is opened: the self-test, learning, and
- *          the pin and map of every memory kind must make no call that a
- *          real driver orders after that kernel (fake_waits counts them).
+ *          from before the context is opened: the self-test, learning, the
+ *          pin and map of every memory kind, and copy-engine reads without a
+ *          stream (direct, staged, page-locked: issue 44) must make no call
+ *          that a real driver orders after that kernel (fake_waits counts
+ *          them); a read on the legacy stream, asked for, still waits.
  *  lock    pins whose proofs are slow (fake_slow_private) must not stop a
  *          second thread's gdrpy_write through an existing mapping: the pin
  *          does its backend work without the context lock.
@@ -28,6 +30,7 @@
 #include <time.h>
 
 #include "gdrpy.h"
+#include "gdrpy_host.h"
 #include "../tally.h"
 #include "fake_client.h"
 
@@ -107,6 +110,16 @@ static void nowait(gdrpy_ctx_t *ctx)
                 gdrpy_read(*ctx, pin, 0, got, sizeof got);
                 CHECK(got[1] == (uint8_t)(11 * i + 1 + 13), "nowait: %s reads its bytes",
                       k[i].what);
+                /* copy-engine reads without a stream, each way */
+                static uint8_t ce[3][8192];
+                memset(ce, 0, sizeof ce);
+                CHECK(gdrpy_ce_read(*ctx, pin, 0, ce[0], 8192, NULL) == 0 &&
+                          gdrpy_ce_read_staged(*ctx, pin, 0, ce[1], 8192, NULL) == 0 &&
+                          gdrpy_ce_read_locked(*ctx, pin, 0, ce[2], 8192, NULL) == 0,
+                      "nowait: engine reads of %s: %s", k[i].what, gdrpy_last_error());
+                CHECK(ce[0][8191] == (uint8_t)(11 * i + 1 + 13 * 8191 + 31) &&
+                          !memcmp(ce[0], ce[1], 8192) && !memcmp(ce[0], ce[2], 8192),
+                      "nowait: engine reads of %s return its bytes", k[i].what);
                 gdrpy_unmap(*ctx, pin);
                 gdrpy_unpin(*ctx, pin);
             }
@@ -116,6 +129,16 @@ static void nowait(gdrpy_ctx_t *ctx)
                   rep + 1, k[i].what, w, first);
             fake_legacy_busy(1); /* counts from 0 again */
         }
+    }
+    /* asked for: a read on the legacy stream is ordered after its kernels */
+    gdrpy_pin_t pin = 0;
+    uint8_t got[64];
+    if (!rc && gdrpy_pin(*ctx, k[0].va, k[0].n, 0, &pin) == 0) {
+        CHECK(gdrpy_ce_read(*ctx, pin, 0, got, sizeof got, (void *)1) == 0 &&
+                  gdrpy_stream_synchronize(*ctx, (void *)1) == 0,
+              "nowait: a read on the legacy stream: %s", gdrpy_last_error());
+        CHECK(fake_waits(first, sizeof first) > 0, "nowait: a read on the legacy stream waits");
+        gdrpy_unpin(*ctx, pin);
     }
     fake_legacy_busy(0);
 }

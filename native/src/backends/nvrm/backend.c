@@ -327,9 +327,19 @@ static int nvrm_pin(gp_ctx *ctx, gp_pin *p)
             uint64_t rlo = p->addr, rhi = end;
             rc = nvrm_chunk_range(ctx, &cp, objoff, &rlo, &rhi, &clo, &chi);
             if (!rc) {
+                /* the GPU pages around the request stop where the chunk's
+                 * last GPU page does; past the chunk's end they are not
+                 * backed (p->backed) */
                 if (va < clo) va = clo;
-                if (hi > chi) hi = chi;
+                if (hi > gp_round_up(chi, GDRPY_GPU_PAGE_SIZE))
+                    hi = gp_round_up(chi, GDRPY_GPU_PAGE_SIZE);
                 rc = nvrm_chunk_range(ctx, &cp, objoff, &va, &hi, &clo, &chi);
+                if (!rc && p->addr >= chi)
+                    rc = gp_err(GDRPY_EINVAL, "range 0x%llx+%llu starts past the end of the "
+                                              "memory behind the allocation at 0x%llx (0x%llx)",
+                                (unsigned long long)p->addr, (unsigned long long)p->size,
+                                (unsigned long long)cp.base, (unsigned long long)chi);
+                if (!rc && hi > chi) p->backed = chi - va;
             }
             if (rc) {
                 nvrm_rm_free(nc, nc->hDevice, np->hMemory, "freeing a refused dup");
@@ -374,12 +384,24 @@ out:
     return rc;
 }
 
+/* With the RM mappings of a pin gone: what is left of its reservation (the
+ * no-access tail of a chunk that ends inside a GPU page; parts cover theirs
+ * exactly). */
+static void resv_release(struct nvrm_pin *np, size_t mapped)
+{
+    if (np->resv && !np->nparts && np->resv_len > mapped)
+        munmap((uint8_t *)np->resv + mapped, np->resv_len - mapped);
+    np->resv = NULL;
+    np->resv_len = 0;
+}
+
 static int nvrm_unpin(gp_ctx *ctx, gp_pin *p)
 {
     struct nvrm_ctx *nc = ctx->bpriv;
     struct nvrm_pin *np = p->bpriv;
     if (!np) return 0;
     int rc = 0;
+    size_t mapped = np->map.mm_len;
     if (np->map.mm) { /* the core unmaps first; be safe anyway */
         rc = nvrm_unmap_range(nc, np->hMemory, &np->map);
         p->map_base = NULL;
@@ -387,7 +409,7 @@ static int nvrm_unpin(gp_ctx *ctx, gp_pin *p)
     }
     for (int i = 0; i < np->nparts; i++)
         if (np->parts[i].map.mm) nvrm_unmap_range(nc, np->parts[i].hMemory, &np->parts[i].map);
-    np->resv = NULL;
+    resv_release(np, mapped);
     int rc2 = nvrm_pin_release(nc, np);
     p->bpriv = NULL;
     return rc ? rc : rc2;
@@ -435,25 +457,51 @@ static int nvrm_map(gp_ctx *ctx, gp_pin *p)
         p->mapping_type = nvrm_map_type_of(np->map.flags);
         return 0;
     }
+    const uint64_t sub = np->rm_off & ((uint64_t)nvrm_host_page() - 1);
+    if (p->backed && p->backed < p->len) {
+        /* Route C, a chunk that ends inside the last GPU page: the whole
+         * pinned range is reserved with no access and the chunk's part
+         * mapped over it; the rest (no memory of the chunk's) faults when
+         * touched and is never mapped to anything. */
+        size_t total = gp_round_up(sub + p->len, nvrm_host_page());
+        void *r = mmap(NULL, total, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (r == MAP_FAILED)
+            return gp_err(GDRPY_ENOMEM, "map: reserving %zu bytes failed", total);
+        madvise(r, total, MADV_DONTFORK);
+        int rc = nvrm_map_range_at(nc, np->hMemory, np->rm_off, p->backed, r, &np->map);
+        if (rc) {
+            munmap(r, total);
+            return rc;
+        }
+        np->resv = r;
+        np->resv_len = total;
+        p->map_base = (uint8_t *)r + sub;
+        p->map_len = p->len;
+        p->mapping_type = nvrm_map_type_of(np->map.flags);
+        return 0;
+    }
     int rc = nvrm_map_range(nc, np->hMemory, np->rm_off, p->len, &np->map);
     if (rc) return rc;
-    p->map_base = (uint8_t *)np->map.mm + (np->rm_off & ((uint64_t)nvrm_host_page() - 1));
-    p->map_len = np->map.mm_len - (np->rm_off & ((uint64_t)nvrm_host_page() - 1));
+    p->map_base = (uint8_t *)np->map.mm + sub;
+    p->map_len = np->map.mm_len - sub;
     p->mapping_type = nvrm_map_type_of(np->map.flags);
     return 0;
 }
+
 
 static int nvrm_unmap(gp_ctx *ctx, gp_pin *p)
 {
     struct nvrm_ctx *nc = ctx->bpriv;
     struct nvrm_pin *np = p->bpriv;
     if (!np || !np->map.mm) return gp_err(GDRPY_EINVAL, "unmap: not mapped");
+    size_t mapped = np->map.mm_len;
     int rc = nvrm_unmap_range(nc, np->hMemory, &np->map);
     for (int i = 0; i < np->nparts; i++) {
         int r2 = nvrm_unmap_range(nc, np->parts[i].hMemory, &np->parts[i].map);
         if (!rc) rc = r2;
     }
-    np->resv = NULL; /* the parts covered it exactly: nothing of it is left */
+    resv_release(np, mapped);
     p->map_base = NULL;
     p->map_len = 0;
     p->mapping_type = GDRPY_MAPPING_NONE;

@@ -87,7 +87,8 @@ struct nvrm_pin {
     uint64_t len0;
     int nparts;
     struct nvrm_part *parts;
-    void *resv; /* PROT_NONE reservation the parts are mapped into */
+    void *resv; /* PROT_NONE reservation the parts (or a chunk that ends
+                 * inside the last GPU page) are mapped into */
     size_t resv_len;
 };
 
@@ -430,9 +431,11 @@ GP_HIDDEN int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_pt
 /* First address in [lo, hi) that lies in a CUDA allocation, or 0. */
 GP_HIDDEN uint64_t nvrm_first_alloc(uint64_t lo, uint64_t hi);
 /* Route C: checks that [*lo, *hi) lies in the RM object (chunk) behind the
- * cuMemAlloc allocation `cp` (at offset `objoff` in it) and that every
- * allocation met in the range belongs to that chunk; returns the chunk's
- * VA range.  EINVAL naming the allowed range otherwise. */
+ * cuMemAlloc allocation `cp` (at offset `objoff` in it), or runs on past its
+ * end only into the rest of the GPU page in which it ends (no memory of the
+ * object's: the pin leaves it unmapped), and that every allocation met in
+ * the range belongs to that chunk; returns the chunk's VA range.  EINVAL
+ * naming the allowed range otherwise. */
 GP_HIDDEN int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff,
                                uint64_t *lo, uint64_t *hi, uint64_t *chunk_lo,
                                uint64_t *chunk_hi);

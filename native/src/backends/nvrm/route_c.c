@@ -71,6 +71,9 @@ int nvrm_dup_legacy(gp_ctx *ctx, struct nvrm_ctx *nc, const gp_cuda_ptr *cp,
     off += gp_nvrm_test_skew;
 #endif
     const char *bad = NULL;
+    /* The size word is 32 bits: only the size's low half is compared (an
+     * allocation past 4 GiB); the pages word and RM's own size of the object
+     * (below) bound the rest, in 64 bits. */
     if (w[L->w_size] != (uint32_t)cp->size) bad = "the size word is not the allocation's size";
     else if (hcli == 0 || hobj == 0 || hcli == nc->hClient) bad = "the handle words are not "
                                                                   "CUDA's";
@@ -165,16 +168,22 @@ int nvrm_chunk_range(gp_ctx *ctx, const gp_cuda_ptr *cp, uint64_t objoff, uint64
     if (!objsize) clo = gp_round_down(cp->base, 4096); /* size unknown: the allocation */
     *chunk_lo = clo;
     *chunk_hi = chi;
+    /* The object may end inside a GPU page (a large allocation's object is
+     * its size rounded to 4 KiB): GDRCopy clients pin that whole page, so
+     * the rest of it is accepted, and never mapped (backend.c) */
+    const uint64_t tail_hi = gp_round_up(chi, GDRPY_GPU_PAGE_SIZE);
     uint64_t a = *lo, b = *hi;
-    if (a < clo || b > chi) {
-        uint64_t ok_lo = a > clo ? a : clo, ok_hi = b < chi ? b : chi;
+    if (a < clo || b > tail_hi) {
+        uint64_t ok_lo = a > clo ? a : clo, ok_hi = b < tail_hi ? b : tail_hi;
         return gp_err(GDRPY_EINVAL, "range [0x%llx, 0x%llx) reaches GPU memory outside the "
                                     "chunk that backs the allocation at 0x%llx: CUDA's RM memory object "
-                                    "0x%x covers [0x%llx, 0x%llx) of this context, and memory past it is not "
-                                    "proven to be the caller's; pin within [0x%llx, 0x%llx)",
+                                    "0x%x covers [0x%llx, 0x%llx) of this context (its last GPU page "
+                                    "ends at 0x%llx), and memory past it is not proven to be the "
+                                    "caller's; pin within [0x%llx, 0x%llx)",
                       (unsigned long long)a, (unsigned long long)b,
                       (unsigned long long)cp->base, W_MEM, (unsigned long long)clo,
-                      (unsigned long long)chi, (unsigned long long)ok_lo,
+                      (unsigned long long)chi, (unsigned long long)tail_hi,
+                      (unsigned long long)ok_lo,
                       (unsigned long long)(ok_hi > ok_lo ? ok_hi : ok_lo));
     }
     /* Every allocation in the range must live in the same chunk. */
