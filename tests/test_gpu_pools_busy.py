@@ -73,6 +73,9 @@ def test_live_allocation_in_a_busy_pool_pins_and_round_trips(busy, gctx, which):
         # (one value everywhere) is refused (docs/security.md)
         before = np.random.default_rng(~ptr & 0xFFFF).integers(0, 256, n, dtype=np.uint8)
         assert int(cu.cuMemcpyHtoD(ptr, before.ctypes.data, n)[0]) == 0
+        # from pageable memory the copy may return before its DMA lands: wait,
+        # or the DMA can land after the stores through the mapping below
+        assert int(cu.cuCtxSynchronize()[0]) == 0
         try:
             pin = gctx.pin(ptr, size=n)
         except errors.GdrError as e:
