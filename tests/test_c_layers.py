@@ -19,6 +19,7 @@ import subprocess
 
 import pytest
 from conftest import make
+from graphs import cycles
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 NATIVE = os.path.join(os.path.dirname(HERE), "native")
@@ -73,41 +74,6 @@ def _include_graph() -> dict[str, set[str]]:
     return graph
 
 
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one node (Tarjan)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on: set[str] = set()
-    out: list[list[str]] = []
-
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on.add(v)
-        for w in graph.get(v, ()):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            if len(comp) > 1:
-                out.append(sorted(comp))
-
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return out
-
-
 def _short(paths) -> list[str]:
     return sorted(os.path.relpath(p, NATIVE) for p in paths)
 
@@ -128,7 +94,7 @@ def test_includes_go_down_only():
 
 
 def test_include_graph_has_no_loop():
-    loops = [_short(c) for c in _cycles(_include_graph())]
+    loops = [_short(c) for c in cycles(_include_graph())]
     assert not loops, f"headers that include each other: {loops}"
 
 
@@ -170,7 +136,7 @@ def test_calls_go_down_only(call_graph):
 
 
 def test_no_call_loop_touches_the_core_staging_or_channel(call_graph):
-    loops = [_short(c) for c in _cycles(call_graph)
+    loops = [_short(c) for c in cycles(call_graph)
              if any(_room(s) in SEALED for s in c)]
     assert not loops, f"files that call each other: {loops}"
 
@@ -179,7 +145,7 @@ def test_no_call_loop_spans_two_folders(call_graph):
     """Anywhere in the library: core, backends, copy, staging, channel and
     gdrapi call each other in one direction only (a folder's own files,
     e.g. a dispatch table and its kernels, are its own business)."""
-    loops = [_short(c) for c in _cycles(call_graph) if len({_room(s) for s in c}) > 1]
+    loops = [_short(c) for c in cycles(call_graph) if len({_room(s) for s in c}) > 1]
     assert not loops, f"folders that call each other: {loops}"
 
 
