@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import fcntl
 import os
 import shutil
@@ -158,3 +159,38 @@ def sim_ctx():
     c = gdrpy.open(0, "sim")
     yield c
     c.close()
+
+
+# ---- helpers of the GPU tests (and the forked-child checks) -------------------
+
+def cuda_ok(res):
+    """A cuda-python call's result, checked: its value (or values), or the test fails
+    with the CUDA error."""
+    err = res[0] if isinstance(res, tuple) else res
+    assert int(err) == 0, f"CUDA call failed: {err}"
+    if isinstance(res, tuple):
+        return res[1] if len(res) == 2 else res[1:]
+    return None
+
+
+@pytest.fixture(scope="module")
+def cu():
+    """cuda-python's driver module, with device 0's primary context current."""
+    from gdrpy.memory import cuda_driver, primary_context
+    d = cuda_driver()
+    primary_context(0)
+    return d
+
+
+def child_status(fn) -> int:
+    """Runs fn() in a forked child; its wait status (exit 3: fn raised; a signal:
+    fn faulted, which is what the callers expect of a touch of unmapped memory)."""
+    pid = os.fork()
+    if pid == 0:
+        faulthandler.disable()      # a fault is the expected outcome: no dump
+        try:
+            fn()
+        except BaseException:
+            os._exit(3)
+        os._exit(0)
+    return os.waitpid(pid, 0)[1]

@@ -12,6 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from conftest import cuda_ok
 
 import gdrpy
 from gdrpy import errors
@@ -20,22 +21,6 @@ pytestmark = pytest.mark.gpu
 
 BACKEND = os.environ.get("GDRPY_GPU_BACKEND", "nvrm")
 PAGE = 65536
-
-
-@pytest.fixture(scope="module")
-def cu():
-    from gdrpy.memory import cuda_driver, primary_context
-    d = cuda_driver()
-    primary_context(0)
-    return d
-
-
-def _ok(res):
-    err = res[0] if isinstance(res, tuple) else res
-    assert int(err) == 0, f"CUDA call failed: {err}"
-    if isinstance(res, tuple):
-        return res[1] if len(res) == 2 else res[1:]
-    return None
 
 
 @pytest.fixture
@@ -48,7 +33,7 @@ def gctx():
 
 def dtoh(cu, dptr, n):
     out = np.empty(n, np.uint8)
-    _ok(cu.cuMemcpyDtoH(out.ctypes.data, dptr, n))
+    cuda_ok(cu.cuMemcpyDtoH(out.ctypes.data, dptr, n))
     return out.tobytes()
 
 
@@ -57,19 +42,19 @@ def htod(cu, dptr, data):
     once the source is staged, before the DMA lands (a read through the
     mapping right after could see old bytes)."""
     a = np.frombuffer(data, np.uint8)
-    _ok(cu.cuMemcpyHtoD(dptr, a.ctypes.data, len(data)))
-    _ok(cu.cuCtxSynchronize())
+    cuda_ok(cu.cuMemcpyHtoD(dptr, a.ctypes.data, len(data)))
+    cuda_ok(cu.cuCtxSynchronize())
 
 
 class CuMemAlloc:
     def __init__(self, cu, n):
         self.cu = cu
-        self.ptr = int(_ok(cu.cuMemAlloc(n)))
+        self.ptr = int(cuda_ok(cu.cuMemAlloc(n)))
         self.size = n
 
     def close(self):
         if self.ptr:
-            _ok(self.cu.cuMemFree(self.ptr))
+            cuda_ok(self.cu.cuMemFree(self.ptr))
             self.ptr = 0
 
 
@@ -212,23 +197,23 @@ def test_ten_thousand_cycles_leak_no_fds_and_no_rm_objects(cu, gctx):
 
 
 def test_managed_memory_is_refused_clearly(cu, gctx):
-    ptr = int(_ok(cu.cuMemAllocManaged(PAGE, 1)))
+    ptr = int(cuda_ok(cu.cuMemAllocManaged(PAGE, 1)))
     try:
         with pytest.raises(errors.GdrError) as ei:
             gctx.pin(ptr, size=PAGE)
         assert "managed" in str(ei.value).lower()
     finally:
-        _ok(cu.cuMemFree(ptr))
+        cuda_ok(cu.cuMemFree(ptr))
 
 
 def test_pinned_host_memory_is_refused_clearly(cu, gctx):
-    ptr = int(_ok(cu.cuMemHostAlloc(PAGE, 0)))
+    ptr = int(cuda_ok(cu.cuMemHostAlloc(PAGE, 0)))
     try:
         with pytest.raises(errors.GdrError) as ei:
             gctx.pin(ptr, size=PAGE)
         assert "host" in str(ei.value).lower()
     finally:
-        _ok(cu.cuMemFreeHost(ptr))
+        cuda_ok(cu.cuMemFreeHost(ptr))
 
 
 def test_pageable_host_pointer_is_refused(gctx):
@@ -238,16 +223,16 @@ def test_pageable_host_pointer_is_refused(gctx):
 
 
 def test_wrong_device_index_is_a_clear_error(cu):
-    n = int(_ok(cu.cuDeviceGetCount()))
+    n = int(cuda_ok(cu.cuDeviceGetCount()))
     with pytest.raises(errors.DeviceNotFoundError) as ei:
         gdrpy.open(n, BACKEND)
     assert str(n) in str(ei.value)
 
 
 def test_device_index_selects_the_matching_gpu(cu, gctx):
-    dev = _ok(cu.cuDeviceGet(0))
-    bus = _ok(cu.cuDevicePciBusId(32, dev)) if hasattr(cu, "cuDevicePciBusId") else \
-        _ok(cu.cuDeviceGetPCIBusId(32, dev))
+    dev = cuda_ok(cu.cuDeviceGet(0))
+    bus = cuda_ok(cu.cuDevicePciBusId(32, dev)) if hasattr(cu, "cuDevicePciBusId") else \
+        cuda_ok(cu.cuDeviceGetPCIBusId(32, dev))
     bus = bus.split(b"\0", 1)[0].decode().lower()
     assert gctx.info["pci_bus_id"].lower() == bus
 
@@ -283,14 +268,14 @@ _HOLDER = textwrap.dedent("""
 
 
 def test_killed_process_leaves_gpu_memory_reclaimable(cu):
-    free0, total = (int(x) for x in _ok(cu.cuMemGetInfo()))
+    free0, total = (int(x) for x in cuda_ok(cu.cuMemGetInfo()))
     n = (free0 // 2) & ~((2 << 20) - 1)
     proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(n), BACKEND],
                             stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         assert line.strip() == "READY", line
-        free1 = int(_ok(cu.cuMemGetInfo())[0])
+        free1 = int(cuda_ok(cu.cuMemGetInfo())[0])
         assert free1 < free0 - n // 2  # the child really holds the memory
     finally:
         proc.send_signal(signal.SIGKILL)
@@ -298,7 +283,7 @@ def test_killed_process_leaves_gpu_memory_reclaimable(cu):
     import time
     deadline = time.time() + 30
     while time.time() < deadline:
-        free2 = int(_ok(cu.cuMemGetInfo())[0])
+        free2 = int(cuda_ok(cu.cuMemGetInfo())[0])
         if free2 >= free0 - (64 << 20):
             break
         time.sleep(0.2)
@@ -384,9 +369,8 @@ def test_dlpack_and_cai_exports_alias_our_memory(cu, gctx, lib):
         b.close()
 
 
-
 def _device_count(cu):
-    return int(_ok(cu.cuDeviceGetCount()))
+    return int(cuda_ok(cu.cuDeviceGetCount()))
 
 
 def test_each_device_index_maps_its_own_gpu(cu):
@@ -400,8 +384,8 @@ def test_each_device_index_maps_its_own_gpu(cu):
     bufs = [gdrpy.memory.alloc(PAGE, device=d) for d in range(n)]
     try:
         for d in range(n):
-            dev = _ok(cu.cuDeviceGet(d))
-            bus = _ok(cu.cuDeviceGetPCIBusId(32, dev)).split(b"\0", 1)[0].decode().lower()
+            dev = cuda_ok(cu.cuDeviceGet(d))
+            bus = cuda_ok(cu.cuDeviceGetPCIBusId(32, dev)).split(b"\0", 1)[0].decode().lower()
             with gdrpy.open(d, BACKEND) as c:
                 assert c.info["pci_bus_id"].lower() == bus
                 with c.pin(bufs[d]) as p, p.map() as m:

@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import pytest
+from conftest import cuda_ok
 
 import gdrpy
 from gdrpy import errors
@@ -21,14 +22,6 @@ BACKEND = os.environ.get("GDRPY_GPU_BACKEND", "nvrm")
 PAGE = 65536
 
 
-@pytest.fixture(scope="module")
-def cu():
-    from gdrpy.memory import cuda_driver, primary_context
-    d = cuda_driver()
-    primary_context(0)
-    return d
-
-
 @pytest.fixture
 def gctx():
     c = gdrpy.open(0, BACKEND)
@@ -36,24 +29,16 @@ def gctx():
     c.close()
 
 
-def _ok(res):
-    err = res[0] if isinstance(res, tuple) else res
-    assert int(err) == 0, f"CUDA call failed: {err}"
-    if isinstance(res, tuple):
-        return res[1] if len(res) == 2 else res[1:]
-    return None
-
-
 def dtoh(cu, dptr: int, n: int) -> bytes:
     out = np.empty(n, np.uint8)
-    _ok(cu.cuMemcpyDtoH(out.ctypes.data, dptr, n))
+    cuda_ok(cu.cuMemcpyDtoH(out.ctypes.data, dptr, n))
     return out.tobytes()
 
 
 def htod(cu, dptr: int, data: bytes) -> None:
     a = np.frombuffer(data, np.uint8)
-    _ok(cu.cuMemcpyHtoD(dptr, a.ctypes.data, len(data)))
-    _ok(cu.cuCtxSynchronize())
+    cuda_ok(cu.cuMemcpyHtoD(dptr, a.ctypes.data, len(data)))
+    cuda_ok(cu.cuCtxSynchronize())
 
 
 def page_range(ptr: int, n: int) -> tuple[int, int]:
@@ -65,7 +50,7 @@ def page_range(ptr: int, n: int) -> tuple[int, int]:
 
 @pytest.mark.parametrize("size", [1, 8, 16, 64, 512, 4096, PAGE])
 def test_page_pins_around_small_allocations_leave_neighbours_untouched(cu, gctx, size):
-    ptrs = [int(_ok(cu.cuMemAlloc(size))) for _ in range(6)]
+    ptrs = [int(cuda_ok(cu.cuMemAlloc(size))) for _ in range(6)]
     try:
         for i, p in enumerate(ptrs):
             htod(cu, p, bytes([0x40 + i]) * size)
@@ -82,11 +67,11 @@ def test_page_pins_around_small_allocations_leave_neighbours_untouched(cu, gctx,
             htod(cu, p, bytes([0x40 + t]) * size)
     finally:
         for p in ptrs:
-            _ok(cu.cuMemFree(p))
+            cuda_ok(cu.cuMemFree(p))
 
 
 def test_interior_pointer_pin_reads_and_writes_its_bytes(cu, gctx):
-    d = int(_ok(cu.cuMemAlloc(3 * PAGE)))
+    d = int(cuda_ok(cu.cuMemAlloc(3 * PAGE)))
     try:
         htod(cu, d, b"\x11" * (3 * PAGE))
         addr = d + PAGE + 100
@@ -100,18 +85,18 @@ def test_interior_pointer_pin_reads_and_writes_its_bytes(cu, gctx):
         assert whole[:PAGE + 100] == b"\x11" * (PAGE + 100)
         assert whole[PAGE + 110:] == b"\x11" * (2 * PAGE - 110)
     finally:
-        _ok(cu.cuMemFree(d))
+        cuda_ok(cu.cuMemFree(d))
 
 
 def test_one_pin_over_several_allocations_of_one_chunk(cu, gctx):
     """UCX's registration cache merges neighbouring regions into one pin."""
-    allocs = [int(_ok(cu.cuMemAlloc(4096))) for _ in range(8)]
+    allocs = [int(cuda_ok(cu.cuMemAlloc(4096))) for _ in range(8)]
     try:
         # the largest group of them in one RM object (chunk): legacy IPC handle
         # words 12/13 name CUDA's RM client and object (docs: route C)
         groups: dict[tuple, list[int]] = {}
         for p in allocs:
-            words = np.frombuffer(bytes(_ok(cu.cuIpcGetMemHandle(p)).reserved), np.uint32)
+            words = np.frombuffer(bytes(cuda_ok(cu.cuIpcGetMemHandle(p)).reserved), np.uint32)
             groups.setdefault((int(words[12]), int(words[13])), []).append(p)
         ptrs = max(groups.values(), key=len)
         assert len(ptrs) >= 2, f"no two 4 KiB allocations share a chunk: {groups}"
@@ -126,19 +111,19 @@ def test_one_pin_over_several_allocations_of_one_chunk(cu, gctx):
             assert dtoh(cu, p, 4096) == bytes([0x80 + i]) * 4096
     finally:
         for p in allocs:
-            _ok(cu.cuMemFree(p))
+            cuda_ok(cu.cuMemFree(p))
 
 
 def test_pin_reaching_past_the_chunk_is_refused_naming_the_allowed_range(cu, gctx):
     n = 64 << 20
-    d = int(_ok(cu.cuMemAlloc(n)))
+    d = int(cuda_ok(cu.cuMemAlloc(n)))
     try:
         with pytest.raises(errors.GdrError) as ei:
             gctx.pin(d, size=n + PAGE)
         assert ei.value.code == errno.EINVAL
         assert "pin within [0x" in str(ei.value), str(ei.value)
     finally:
-        _ok(cu.cuMemFree(d))
+        cuda_ok(cu.cuMemFree(d))
 
 
 class _Gdr:
@@ -177,7 +162,7 @@ def test_libgdrapi_pins_ucx_page_ranges_like_gdrcopy(cu):
     api = _Gdr().lib
     g = api.gdr_open()
     assert g, "gdr_open failed"
-    ptrs = [int(_ok(cu.cuMemAlloc(16))) for _ in range(4)]
+    ptrs = [int(cuda_ok(cu.cuMemAlloc(16))) for _ in range(4)]
     try:
         for i, p in enumerate(ptrs):
             htod(cu, p, bytes([0x30 + i]) * 16)
@@ -199,7 +184,7 @@ def test_libgdrapi_pins_ucx_page_ranges_like_gdrcopy(cu):
     finally:
         api.gdr_close(g)
         for p in ptrs:
-            _ok(cu.cuMemFree(p))
+            cuda_ok(cu.cuMemFree(p))
 
 
 # ---- issue 13: memory kinds -------------------------------------------------
@@ -221,23 +206,23 @@ class _Alloc:
         prop.location.id = 0
         prop.requestedHandleTypes = handle_types
         prop.allocFlags.gpuDirectRDMACapable = rdma
-        gran = int(_ok(cu.cuMemGetAllocationGranularity(
+        gran = int(cuda_ok(cu.cuMemGetAllocationGranularity(
             prop, cu.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)))
         size = (self.n + gran - 1) // gran * gran
-        h = _ok(cu.cuMemCreate(size, prop, 0))
-        ptr = int(_ok(cu.cuMemAddressReserve(size, 0, 0, 0)))
-        _ok(cu.cuMemMap(ptr, size, 0, h, 0))
+        h = cuda_ok(cu.cuMemCreate(size, prop, 0))
+        ptr = int(cuda_ok(cu.cuMemAddressReserve(size, 0, 0, 0)))
+        cuda_ok(cu.cuMemMap(ptr, size, 0, h, 0))
         acc = cu.CUmemAccessDesc()
         acc.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         acc.location.id = 0
         acc.flags = cu.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        _ok(cu.cuMemSetAccess(ptr, size, [acc], 1))
+        cuda_ok(cu.cuMemSetAccess(ptr, size, [acc], 1))
         self.ptr = ptr
 
         def free():
-            _ok(cu.cuMemUnmap(ptr, size))
-            _ok(cu.cuMemRelease(h))
-            _ok(cu.cuMemAddressFree(ptr, size))
+            cuda_ok(cu.cuMemUnmap(ptr, size))
+            cuda_ok(cu.cuMemRelease(h))
+            cuda_ok(cu.cuMemAddressFree(ptr, size))
         self._free = free
 
     def _vmm_none_rdma(self):
@@ -251,35 +236,35 @@ class _Alloc:
 
     def _pool(self, handle_types, rmm_like=False, offset=False):
         cu = self.cu
-        self.stream = _ok(cu.cuStreamCreate(0))
+        self.stream = cuda_ok(cu.cuStreamCreate(0))
         extra = None
         if offset:   # an earlier allocation: ptr then sits at an offset in the chunk
-            extra = int(_ok(cu.cuMemAllocAsync(65536, self.stream)))
+            extra = int(cuda_ok(cu.cuMemAllocAsync(65536, self.stream)))
         if handle_types is None:
-            ptr = int(_ok(cu.cuMemAllocAsync(self.n, self.stream)))
+            ptr = int(cuda_ok(cu.cuMemAllocAsync(self.n, self.stream)))
         else:
             props = cu.CUmemPoolProps()
             props.allocType = cu.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
             props.handleTypes = handle_types
             props.location.type = cu.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
             props.location.id = 0
-            self.pool = _ok(cu.cuMemPoolCreate(props))
+            self.pool = cuda_ok(cu.cuMemPoolCreate(props))
             if rmm_like:
                 # what RMM's cuda_async_memory_resource does after creating
                 # its pool: release threshold = the device's total memory
-                total = int(_ok(cu.cuDeviceTotalMem(0)))
-                _ok(cu.cuMemPoolSetAttribute(
+                total = int(cuda_ok(cu.cuDeviceTotalMem(0)))
+                cuda_ok(cu.cuMemPoolSetAttribute(
                     self.pool, cu.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                     cu.cuuint64_t(total)))
-            ptr = int(_ok(cu.cuMemAllocFromPoolAsync(self.n, self.pool, self.stream)))
-        _ok(cu.cuStreamSynchronize(self.stream))
+            ptr = int(cuda_ok(cu.cuMemAllocFromPoolAsync(self.n, self.pool, self.stream)))
+        cuda_ok(cu.cuStreamSynchronize(self.stream))
         self.ptr = ptr
 
         def free():
             if extra is not None:
-                _ok(cu.cuMemFreeAsync(extra, self.stream))
-            _ok(cu.cuMemFreeAsync(ptr, self.stream))
-            _ok(cu.cuStreamSynchronize(self.stream))
+                cuda_ok(cu.cuMemFreeAsync(extra, self.stream))
+            cuda_ok(cu.cuMemFreeAsync(ptr, self.stream))
+            cuda_ok(cu.cuStreamSynchronize(self.stream))
         self._free = free
 
     def _pool_default(self):
@@ -300,14 +285,14 @@ class _Alloc:
         self._pool(None, offset=True)
 
     def _pitch(self):
-        ptr, _pitch = _ok(self.cu.cuMemAllocPitch(1000, max(1, self.n // 1000 + 1), 16))
+        ptr, _pitch = cuda_ok(self.cu.cuMemAllocPitch(1000, max(1, self.n // 1000 + 1), 16))
         self.ptr = int(ptr)
-        self._free = lambda: _ok(self.cu.cuMemFree(self.ptr))
+        self._free = lambda: cuda_ok(self.cu.cuMemFree(self.ptr))
 
     def _managed(self):
-        self.ptr = int(_ok(self.cu.cuMemAllocManaged(
+        self.ptr = int(cuda_ok(self.cu.cuMemAllocManaged(
             self.n, self.cu.CUmemAttach_flags.CU_MEM_ATTACH_GLOBAL.value)))
-        self._free = lambda: _ok(self.cu.cuMemFree(self.ptr))
+        self._free = lambda: cuda_ok(self.cu.cuMemFree(self.ptr))
 
     def free(self):
         if self._free:
@@ -395,18 +380,18 @@ def test_pin_across_two_cumemcreate_chunks_in_one_va_range(cu, gctx, fd):
     prop.location.id = 0
     prop.requestedHandleTypes = ht
     prop.allocFlags.gpuDirectRDMACapable = 1
-    c = int(_ok(cu_.cuMemGetAllocationGranularity(
+    c = int(cuda_ok(cu_.cuMemGetAllocationGranularity(
         prop, cu_.CUmemAllocationGranularity_flags.CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)))
-    va = int(_ok(cu_.cuMemAddressReserve(2 * c, 0, 0, 0)))
-    hs = [_ok(cu_.cuMemCreate(c, prop, 0)) for _ in range(2)]
+    va = int(cuda_ok(cu_.cuMemAddressReserve(2 * c, 0, 0, 0)))
+    hs = [cuda_ok(cu_.cuMemCreate(c, prop, 0)) for _ in range(2)]
     try:
         for i, h in enumerate(hs):
-            _ok(cu_.cuMemMap(va + i * c, c, 0, h, 0))
+            cuda_ok(cu_.cuMemMap(va + i * c, c, 0, h, 0))
         acc = cu_.CUmemAccessDesc()
         acc.location.type = cu_.CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
         acc.location.id = 0
         acc.flags = cu_.CUmemAccess_flags.CU_MEM_ACCESS_FLAGS_PROT_READWRITE
-        _ok(cu_.cuMemSetAccess(va, 2 * c, [acc], 1))
+        cuda_ok(cu_.cuMemSetAccess(va, 2 * c, [acc], 1))
         htod(cu, va + c - PAGE, b"\x01" * PAGE)   # one copy per chunk
         htod(cu, va + c, b"\x01" * PAGE)
         try:

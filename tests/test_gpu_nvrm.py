@@ -24,6 +24,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import cuda_ok
 
 import gdrpy
 
@@ -31,22 +32,6 @@ pytestmark = pytest.mark.gpu
 
 BRANCHES = ("535", "550", "560", "565", "570", "575", "580", "590", "595")
 REQUIRE_GPU = os.environ.get("GDRPY_REQUIRE_GPU") == "1"
-
-
-def _ok(res):
-    err = res[0] if isinstance(res, tuple) else res
-    assert int(err) == 0, f"CUDA call failed: {err}"
-    if isinstance(res, tuple):
-        return res[1] if len(res) == 2 else res[1:]
-    return None
-
-
-@pytest.fixture(scope="module")
-def cu():
-    from gdrpy.memory import cuda_driver, primary_context
-    d = cuda_driver()
-    primary_context(0)
-    return d
 
 
 def _expected_branch(driver: str) -> str:
@@ -154,11 +139,11 @@ def _cupy():
 def test_concurrent_kernel_writes_survive_route_c_pins(cu):
     cp = _cupy()
     n = 64 * 1024
-    ptr = int(_ok(cu.cuMemAlloc(n)))
+    ptr = int(cuda_ok(cu.cuMemAlloc(n)))
     ctx = gdrpy.open(0, "nvrm")
     try:
-        _ok(cu.cuMemsetD8(ptr, 0, n))
-        _ok(cu.cuCtxSynchronize())
+        cuda_ok(cu.cuMemsetD8(ptr, 0, n))
+        cuda_ok(cu.cuCtxSynchronize())
         # counters at byte 0 and byte 4088: inside the two windows the
         # identity check samples for a pin of [ptr, ptr + 4096)
         stride = 511
@@ -180,7 +165,7 @@ def test_concurrent_kernel_writes_survive_route_c_pins(cu):
                 errors.append(str(e))
         stream.synchronize()
         host = np.empty(n // 8, np.uint64)
-        _ok(cu.cuMemcpyDtoH(host.ctypes.data, ptr, n))
+        cuda_ok(cu.cuMemcpyDtoH(host.ctypes.data, ptr, n))
         it = iters.get()
         print(f"pins during the kernel: {pins}, refused: {len(errors)}, kernel iterations "
               f"{int(it[0])} / {int(it[1])}, counters {int(host[0])} / {int(host[stride])}")
@@ -193,4 +178,4 @@ def test_concurrent_kernel_writes_survive_route_c_pins(cu):
         assert not rest.any(), f"{int(np.count_nonzero(rest))} other words were written"
     finally:
         ctx.close()
-        _ok(cu.cuMemFree(ptr))
+        cuda_ok(cu.cuMemFree(ptr))

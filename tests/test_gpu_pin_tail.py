@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import faulthandler
 import os
 import signal
 import threading
 
 import numpy as np
 import pytest
+from conftest import child_status, cuda_ok
 
 import gdrpy
 from gdrpy import errors
@@ -38,27 +38,11 @@ OBJ = (N + 4095) & ~4095        # measured on an H200 (driver 580): the RM objec
 
 
 @pytest.fixture(scope="module")
-def cu():
-    from gdrpy.memory import cuda_driver, primary_context
-    d = cuda_driver()
-    primary_context(0)
-    return d
-
-
-def _ok(res):
-    err = res[0] if isinstance(res, tuple) else res
-    assert int(err) == 0, f"CUDA call failed: {err}"
-    if isinstance(res, tuple):
-        return res[1] if len(res) == 2 else res[1:]
-    return None
-
-
-@pytest.fixture(scope="module")
 def big(cu):
-    ptr = int(_ok(cu.cuMemAlloc(N)))
+    ptr = int(cuda_ok(cu.cuMemAlloc(N)))
     assert ptr % PAGE == 0
     yield ptr
-    _ok(cu.cuMemFree(ptr))
+    cuda_ok(cu.cuMemFree(ptr))
 
 
 @pytest.fixture
@@ -68,18 +52,6 @@ def gctx():
     c.close()
 
 
-def _child_status(fn) -> int:
-    pid = os.fork()
-    if pid == 0:
-        faulthandler.disable()      # a fault is the expected outcome: no dump
-        try:
-            fn()
-        except BaseException:
-            os._exit(3)
-        os._exit(0)
-    return os.waitpid(pid, 0)[1]
-
-
 @pytest.mark.parametrize("how", ["exact", "ucx", "libfabric"])
 def test_4g_plus_2_pins_whole_pages_and_the_tail_stays_unreachable(cu, big, gctx, how):
     end = big + N
@@ -87,8 +59,8 @@ def test_4g_plus_2_pins_whole_pages_and_the_tail_stays_unreachable(cu, big, gctx
               "libfabric": (big & ~(PAGE - 1), (end & ~(PAGE - 1)) + PAGE)}[how]
     whole = ((hi + PAGE - 1) & ~(PAGE - 1)) - lo
     last = np.frombuffer(os.urandom(16), np.uint8)
-    _ok(cu.cuMemcpyHtoD(end - 16, last.ctypes.data, 16))
-    _ok(cu.cuCtxSynchronize())
+    cuda_ok(cu.cuMemcpyHtoD(end - 16, last.ctypes.data, 16))
+    cuda_ok(cu.cuCtxSynchronize())
     with gctx.pin(lo, size=hi - lo) as pin, pin.map() as m:
         assert (pin.va, pin.mapped_size, pin.backed_size) == (lo, whole, OBJ), \
             (hex(pin.va), pin.mapped_size, pin.backed_size)
@@ -96,7 +68,7 @@ def test_4g_plus_2_pins_whole_pages_and_the_tail_stays_unreachable(cu, big, gctx
         assert m.read(N - 16, 16) == last.tobytes()
         m.write(N - 8, b"tail-ok!")
         got = np.zeros(8, np.uint8)
-        _ok(cu.cuMemcpyDtoH(got.ctypes.data, end - 8, 8))
+        cuda_ok(cu.cuMemcpyDtoH(got.ctypes.data, end - 8, 8))
         assert got.tobytes() == b"tail-ok!"
         with pytest.raises(errors.OutOfRangeError):
             m.write(OBJ - 4, b"\0" * 8)
@@ -105,15 +77,15 @@ def test_4g_plus_2_pins_whole_pages_and_the_tail_stays_unreachable(cu, big, gctx
                 pin.ce_read(OBJ, 8)
             assert ei.value.code == errno.ERANGE
         base = m.map_ptr
-        assert _child_status(lambda: ctypes.string_at(base + OBJ - 1, 1)) == 0
-        st = _child_status(lambda: ctypes.string_at(base + OBJ, 1))
+        assert child_status(lambda: ctypes.string_at(base + OBJ - 1, 1)) == 0
+        st = child_status(lambda: ctypes.string_at(base + OBJ, 1))
         assert os.WIFSIGNALED(st) and os.WTERMSIG(st) in (signal.SIGSEGV, signal.SIGBUS), st
 
 
 def test_force_pcie_follows_the_gpus_coherence(cu, gctx):
     attr = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES
-    coherent = int(_ok(cu.cuDeviceGetAttribute(attr, 0)))
-    ptr = int(_ok(cu.cuMemAlloc(PAGE)))
+    coherent = int(cuda_ok(cu.cuDeviceGetAttribute(attr, 0)))
+    ptr = int(cuda_ok(cu.cuMemAlloc(PAGE)))
     try:
         if coherent:
             with gctx.pin(ptr, size=PAGE, flags=1) as pin:
@@ -123,16 +95,16 @@ def test_force_pcie_follows_the_gpus_coherence(cu, gctx):
                 gctx.pin(ptr, size=PAGE, flags=1)
             assert (ei.value.code, ei.value.code_name) == (524, "ENOTSUPP")
     finally:
-        _ok(cu.cuMemFree(ptr))
+        cuda_ok(cu.cuMemFree(ptr))
 
 
 def test_reads_without_a_stream_never_wait_for_a_running_kernel(cu, gctx):
     import gpu_pin_nowait as nw
     n = 4 << 20
-    ptr = int(_ok(cu.cuMemAlloc(n)))
+    ptr = int(cuda_ok(cu.cuMemAlloc(n)))
     data = np.frombuffer(os.urandom(n), np.uint8)
-    _ok(cu.cuMemcpyHtoD(ptr, data.ctypes.data, n))
-    _ok(cu.cuCtxSynchronize())
+    cuda_ok(cu.cuMemcpyHtoD(ptr, data.ctypes.data, n))
+    cuda_ok(cu.cuCtxSynchronize())
     host = gdrpy.memory.host_alloc(n, ctx=gctx)
     lib = nw._gdrapi()
     lib.gdr_copy_from_mapping.argtypes = [ctypes.c_ulong, ctypes.c_void_p, ctypes.c_void_p,
@@ -181,4 +153,4 @@ def test_reads_without_a_stream_never_wait_for_a_running_kernel(cu, gctx):
         lib.gdr_unpin_buffer(g, mh.value)
         lib.gdr_close(g)
         host.close()
-        _ok(cu.cuMemFree(ptr))
+        cuda_ok(cu.cuMemFree(ptr))

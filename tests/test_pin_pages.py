@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import faulthandler
 import os
 import signal
 
 import pytest
+from conftest import child_status
 
 import gdrpy
 from gdrpy import errors
@@ -93,19 +93,6 @@ def tail_buf(monkeypatch):
     buf.close()
 
 
-def _child_status(fn) -> int:
-    """Runs fn() in a forked child; its wait status."""
-    pid = os.fork()
-    if pid == 0:
-        faulthandler.disable()      # a fault is the expected outcome: no dump
-        try:
-            fn()
-        except BaseException:
-            os._exit(3)
-        os._exit(0)
-    return os.waitpid(pid, 0)[1]
-
-
 @pytest.mark.parametrize("how", ["exact", "ucx", "libfabric"])
 def test_last_gpu_page_pins_whole_and_its_tail_stays_unreachable(sim, tail_buf, how):
     ptr, end = tail_buf.ptr, tail_buf.ptr + N_TAIL
@@ -131,8 +118,8 @@ def test_last_gpu_page_pins_whole_and_its_tail_stays_unreachable(sim, tail_buf, 
         # raw loads in a forked child: the memory's last byte reads (the child's
         # own zeros: nothing is inherited), past it they fault
         base = m.map_ptr
-        assert _child_status(lambda: ctypes.string_at(base + OBJ - 1, 1)) == 0
-        st = _child_status(lambda: ctypes.string_at(base + OBJ, 1))
+        assert child_status(lambda: ctypes.string_at(base + OBJ - 1, 1)) == 0
+        st = child_status(lambda: ctypes.string_at(base + OBJ, 1))
         assert os.WIFSIGNALED(st) and os.WTERMSIG(st) in (signal.SIGSEGV, signal.SIGBUS), st
 
 
