@@ -32,8 +32,8 @@ def all_pages() -> list[str]:
     return [os.path.join(ROOT, "README.md"), *doc_pages()]
 
 
-def prose_lines(text: str):
-    """(line number, line) outside fenced code blocks, inline code removed."""
+def outside_fences(text: str):
+    """(line number, line) of the lines outside fenced code blocks."""
     fence = None
     for no, line in enumerate(text.split("\n"), 1):
         stripped = line.lstrip()
@@ -45,7 +45,13 @@ def prose_lines(text: str):
                 fence = None
             continue
         if fence is None:
-            yield no, re.sub(r"`[^`]*`", "", line)
+            yield no, line
+
+
+def prose_lines(text: str):
+    """(line number, line) outside fenced code blocks, inline code removed."""
+    for no, line in outside_fences(text):
+        yield no, re.sub(r"`[^`]*`", "", line)
 
 
 def slug(heading: str) -> str:
@@ -61,22 +67,7 @@ def slug(heading: str) -> str:
 def headings(path: str) -> list[str]:
     with open(path, encoding="utf-8") as f:
         text = f.read()
-    out = []
-    fence = None
-    for line in text.split("\n"):
-        stripped = line.lstrip()
-        m = re.match(r"(`{3,}|~{3,})", stripped)
-        if m:
-            if fence is None:
-                fence = m.group(1)[0] * 3
-            elif stripped.startswith(fence):
-                fence = None
-            continue
-        if fence is None:
-            h = HEADING.match(line)
-            if h:
-                out.append(h.group(2))
-    return out
+    return [h.group(2) for _no, line in outside_fences(text) if (h := HEADING.match(line))]
 
 
 def anchors(path: str) -> set[str]:
