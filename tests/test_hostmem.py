@@ -11,6 +11,7 @@ import os
 
 import numpy as np
 import pytest
+from bytepattern import pattern as _pattern
 
 import gdrpy
 from gdrpy import _core
@@ -21,10 +22,6 @@ from gdrpy.threshold import ThresholdPicker
 
 KIB = 1 << 10
 MIB = 1 << 20
-
-
-def _pattern(n: int, salt: int = 0) -> np.ndarray:
-    return ((np.arange(n, dtype=np.uint64) * 2654435761 + salt * 977) >> 7).astype(np.uint8)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bytepattern import pattern as _pattern
 
 import gdrpy
 from gdrpy import _core
@@ -17,10 +18,6 @@ KIB = 1 << 10
 MIB = 1 << 20
 KINDS = ("plain", "nt", "wc", "evict", "ntevict")
 SIZES = [1, 63, 4095, 64 * KIB + 1, 300 * KIB + 3, MIB + 4097, 5 * MIB + 11]
-
-
-def _pattern(n: int, salt: int) -> np.ndarray:
-    return ((np.arange(n, dtype=np.uint64) * 2654435761 + salt * 977) >> 7).astype(np.uint8)
 
 
 def _stream(ctx):

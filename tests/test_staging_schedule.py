@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bytepattern import pattern as _pattern
 
 import gdrpy
 from gdrpy import _core
@@ -15,10 +16,6 @@ from gdrpy.staging import NEVER, pick_staged_min, ring_sizes
 
 KIB = 1 << 10
 MIB = 1 << 20
-
-
-def _pattern(n: int, salt: int = 0) -> np.ndarray:
-    return ((np.arange(n, dtype=np.uint64) * 2654435761 + salt * 977) >> 7).astype(np.uint8)
 
 
 def _ramp_sizes() -> list[int]:
