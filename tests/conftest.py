@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import zlib
 
 import pytest
@@ -199,3 +200,15 @@ def child_status(fn) -> int:
             os._exit(3)
         os._exit(0)
     return os.waitpid(pid, 0)[1]
+
+
+def run_threads(target, n: int, timeout: float = 60.0) -> None:
+    """Runs target(0) .. target(n - 1) in n daemon threads and waits for them; the
+    test fails if one has not returned within `timeout` seconds (a hang)."""
+    threads = [threading.Thread(target=target, args=(k,), daemon=True) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+    assert not any(t.is_alive() for t in threads), \
+        f"a thread hung (no return within {timeout:.0f} s)"

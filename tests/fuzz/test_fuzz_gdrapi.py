@@ -15,6 +15,7 @@ import os
 import threading
 
 import pytest
+from conftest import run_threads
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -142,12 +143,7 @@ def test_random_gdrapi_sequences_from_three_threads(env, ops: list) -> None:  # 
                         if rc:
                             break
 
-    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "a thread hung (no return within 60 s)"
+    run_threads(worker, 3)
     assert not bad, bad[:5]
     for g in gs:
         lib.gdr_close(g)

@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 import pytest
+from conftest import run_threads
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -144,12 +145,7 @@ def test_random_api_sequences_from_three_threads(ops: list) -> None:
                 errors.append(e)
                 return
 
-    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "a thread hung (no return within 60 s)"
+    run_threads(worker, 3)
     assert not errors, f"non-GdrError raised: {errors[0]!r}"
     w.views.clear()
     for ch, h in w.chans:
@@ -208,12 +204,7 @@ def test_channel_holds_balance_beside_copies(ops: list) -> None:
                 errors.append(e)
                 return
 
-    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "a thread hung"
+    run_threads(worker, 2)
     assert not errors, f"non-GdrError raised: {errors[0]!r}"
     for ch in chans:
         ch.close(timeout=2.0)
